@@ -1,0 +1,35 @@
+// shardtrain/kernels/attention.hpp
+// Causal multi-head self-attention core (everything between the qkv projection
+// and the output projection), GPT-2/nanoGPT conventions:
+//   qkv(B,T,3C) last dim is [q | k | v], each C = H heads x hd = C/H (head-major);
+//   att = softmax(q k^T / sqrt(hd)) with position t attending to s <= t;
+//   out(B,T,C) = att v, heads concatenated back in head-major order.
+// `saved` holds what backward needs (q, k, v permuted to (B,H,T,hd) and the
+// probabilities (B,H,T,T)); `workspace` is scratch valid only during the call.
+// Per (b, h) the products are GEMMs on contiguous (T, hd) / (T, T) slices.
+// backward OVERWRITES dqkv. Deterministic.
+#pragma once
+
+#include "types.hpp"
+
+namespace shardtrain {
+
+struct AttentionShape {
+  std::int64_t batch = 0;    // B
+  std::int64_t seq_len = 0;  // T
+  std::int64_t channels = 0; // C
+  std::int64_t n_head = 0;   // H, divides C
+};
+
+std::int64_t attention_saved_elems(const AttentionShape& s);      // 3*B*T*C + B*H*T*T
+std::int64_t attention_workspace_elems(const AttentionShape& s);
+
+template <class T>
+void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, View1<T> workspace,
+                       View3<T> out);
+
+template <class T>
+void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved,
+                        View1<T> workspace, View3<T> dqkv);
+
+}  // namespace shardtrain

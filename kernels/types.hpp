@@ -1,0 +1,34 @@
+// shardtrain/kernels/types.hpp
+// The one place that names Kokkos View types and the execution space. Kernels
+// never own memory: every View here is Unmanaged and points into a TrackedBuffer
+// (parameters, gradients, activations or workspace) owned by the caller.
+// All Views are LayoutRight (row-major, last index fastest), so 2-D views map
+// onto BLAS without copies and a (rows, cols) view equals a flat buffer.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+
+namespace shardtrain {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using MemSpace = ExecSpace::memory_space;
+using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+
+template <class T> using View1 = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+template <class T> using View2 = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+template <class T> using View3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+template <class T> using View4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+
+template <class T> using CView1 = View1<const T>;
+template <class T> using CView2 = View2<const T>;
+template <class T> using CView3 = View3<const T>;
+template <class T> using CView4 = View4<const T>;
+
+using TokenIndex = std::int32_t;  // token ids and class labels; negative = ignored
+
+inline Kokkos::RangePolicy<ExecSpace> range(std::int64_t n) {
+  return Kokkos::RangePolicy<ExecSpace>(0, n);
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,64 @@
+// shardtrain/config/run_config.hpp
+// The validated, immutable description of one run: plain structs, no TOML types.
+// Produced only by parse_run_config() (config/parse.hpp); every field has been
+// range-checked there, so the rest of the program may trust it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace shardtrain {
+
+struct ModelConfig {
+  std::string type = "gpt";        // only "gpt" for now
+  int n_layer = 4;                 // transformer blocks, >= 1
+  int n_head = 4;                  // attention heads, >= 1, divides d_model
+  int d_model = 128;               // residual width C, >= 1
+  int seq_len = 128;               // context length T, >= 2
+  double init_std = 0.02;          // N(0, init_std) init; residual projections scaled by 1/sqrt(2L)
+  double layernorm_eps = 1e-5;     // > 0
+};
+
+struct DataConfig {
+  std::string path;                // HDF5 data set written by trainer-data; required, must exist
+};
+
+struct TrainConfig {
+  std::int64_t steps = 1000;       // optimizer steps, >= 1
+  std::int64_t batch_size = 32;    // GLOBAL sequences per optimizer step, >= 1
+  std::int64_t micro_batch = 8;    // sequences per rank per forward/backward, >= 1
+  std::uint64_t seed = 1234;       // init, data order
+  std::int64_t eval_every = 100;   // steps between validation passes; 0 = only at the end
+  std::int64_t eval_windows = 0;   // validation windows per pass; 0 = the whole split
+  std::int64_t log_every = 10;     // steps between progress lines, >= 1
+  std::string run_dir;             // default "runs/<input file stem>"
+};
+
+struct OptimConfig {
+  std::string type = "adamw";      // only "adamw" for now
+  double lr = 1e-3;                // peak learning rate, > 0
+  double min_lr = 1e-4;            // floor of the cosine decay, 0 <= min_lr <= lr
+  std::int64_t warmup_steps = 100; // linear warmup from lr/warmup_steps to lr, >= 0
+  std::string schedule = "cosine"; // "cosine" | "constant"
+  double weight_decay = 0.1;       // decoupled; not applied to biases, LayerNorm or embeddings; >= 0
+  double beta1 = 0.9;              // [0, 1)
+  double beta2 = 0.95;             // [0, 1)
+  double eps = 1e-8;               // > 0
+  double grad_clip = 1.0;          // max global grad norm; 0 = no clipping; >= 0
+};
+
+struct ParallelConfig {
+  int zero_stage = 0;              // only 0 for now (data parallel, all-reduce)
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  ParallelConfig parallel;
+  std::string source_name;         // the input file as given on the command line
+  std::string source_text;         // its text, as broadcast by rank 0
+};
+
+}  // namespace shardtrain
