@@ -1,0 +1,361 @@
+// tests/unit/config/config_parse_test.cpp
+// parse_run_config on files: a full valid config, defaults, and every class of
+// input error with its exact one-line "FILE:LINE:COL: message".
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "config/parse.hpp"
+#include "config_test_support.hpp"
+
+namespace shardtrain {
+namespace {
+
+using test::error_of;
+
+class ConfigParse : public ::testing::Test {
+ protected:
+  test::ScratchDir m_dir;
+  std::string m_data = m_dir.file("train.h5", "not really hdf5");
+  // A [data] section pointing at an existing file; append it last so it does not
+  // shift the line numbers the tests expect.
+  std::string data_section() const { return "[data]\npath = \"" + m_data + "\"\n"; }
+};
+
+TEST_F(ConfigParse, FullConfigSetsEveryField) {
+  const std::string text =
+      "[model]\ntype = \"gpt\"\nn_layer = 6\nn_head = 6\nd_model = 384\nseq_len = 256\n"
+      "init_std = 0.01\nlayernorm_eps = 1e-6\n"
+      "[train]\nsteps = 5000\nbatch_size = 64\nmicro_batch = 4\nseed = 42\neval_every = 250\n"
+      "eval_windows = 20\nlog_every = 5\nrun_dir = \"runs/custom\"\n"
+      "[optim]\ntype = \"adamw\"\nlr = 6e-4\nmin_lr = 6e-5\nwarmup_steps = 200\n"
+      "schedule = \"constant\"\nweight_decay = 0.05\nbeta1 = 0.8\nbeta2 = 0.99\neps = 1e-9\n"
+      "grad_clip = 0.5\n"
+      "[parallel]\nzero_stage = 0\n" +
+      data_section();
+  const RunConfig c = parse_run_config(text, "inputs/full.toml");
+  EXPECT_EQ(c.model.type, "gpt");
+  EXPECT_EQ(c.model.n_layer, 6);
+  EXPECT_EQ(c.model.n_head, 6);
+  EXPECT_EQ(c.model.d_model, 384);
+  EXPECT_EQ(c.model.seq_len, 256);
+  EXPECT_EQ(c.model.init_std, 0.01);
+  EXPECT_EQ(c.model.layernorm_eps, 1e-6);
+  EXPECT_EQ(c.data.path, m_data);
+  EXPECT_EQ(c.train.steps, 5000);
+  EXPECT_EQ(c.train.batch_size, 64);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.seed, 42u);
+  EXPECT_EQ(c.train.eval_every, 250);
+  EXPECT_EQ(c.train.eval_windows, 20);
+  EXPECT_EQ(c.train.log_every, 5);
+  EXPECT_EQ(c.train.run_dir, "runs/custom");
+  EXPECT_EQ(c.optim.type, "adamw");
+  EXPECT_EQ(c.optim.lr, 6e-4);
+  EXPECT_EQ(c.optim.min_lr, 6e-5);
+  EXPECT_EQ(c.optim.warmup_steps, 200);
+  EXPECT_EQ(c.optim.schedule, "constant");
+  EXPECT_EQ(c.optim.weight_decay, 0.05);
+  EXPECT_EQ(c.optim.beta1, 0.8);
+  EXPECT_EQ(c.optim.beta2, 0.99);
+  EXPECT_EQ(c.optim.eps, 1e-9);
+  EXPECT_EQ(c.optim.grad_clip, 0.5);
+  EXPECT_EQ(c.parallel.zero_stage, 0);
+  EXPECT_EQ(c.source_name, "inputs/full.toml");
+  EXPECT_EQ(c.source_text, text);
+}
+
+TEST_F(ConfigParse, OnlyDataPathGivesTheDefaults) {
+  const RunConfig c = parse_run_config(data_section(), "inputs/quickstart.toml");
+  const RunConfig d;  // the defaults written in run_config.hpp
+  EXPECT_EQ(c.model.type, d.model.type);
+  EXPECT_EQ(c.model.n_layer, d.model.n_layer);
+  EXPECT_EQ(c.model.n_head, d.model.n_head);
+  EXPECT_EQ(c.model.d_model, d.model.d_model);
+  EXPECT_EQ(c.model.seq_len, d.model.seq_len);
+  EXPECT_EQ(c.model.init_std, d.model.init_std);
+  EXPECT_EQ(c.model.layernorm_eps, d.model.layernorm_eps);
+  EXPECT_EQ(c.train.steps, d.train.steps);
+  EXPECT_EQ(c.train.batch_size, d.train.batch_size);
+  EXPECT_EQ(c.train.micro_batch, d.train.micro_batch);
+  EXPECT_EQ(c.train.seed, d.train.seed);
+  EXPECT_EQ(c.train.eval_every, d.train.eval_every);
+  EXPECT_EQ(c.train.eval_windows, d.train.eval_windows);
+  EXPECT_EQ(c.train.log_every, d.train.log_every);
+  EXPECT_EQ(c.optim.type, d.optim.type);
+  EXPECT_EQ(c.optim.lr, d.optim.lr);
+  EXPECT_EQ(c.optim.min_lr, d.optim.min_lr);
+  EXPECT_EQ(c.optim.warmup_steps, d.optim.warmup_steps);
+  EXPECT_EQ(c.optim.schedule, d.optim.schedule);
+  EXPECT_EQ(c.optim.weight_decay, d.optim.weight_decay);
+  EXPECT_EQ(c.optim.beta1, d.optim.beta1);
+  EXPECT_EQ(c.optim.beta2, d.optim.beta2);
+  EXPECT_EQ(c.optim.eps, d.optim.eps);
+  EXPECT_EQ(c.optim.grad_clip, d.optim.grad_clip);
+  EXPECT_EQ(c.parallel.zero_stage, d.parallel.zero_stage);
+  // The documented values, so a silent change of run_config.hpp is noticed here.
+  EXPECT_EQ(c.model.n_layer, 4);
+  EXPECT_EQ(c.train.steps, 1000);
+  EXPECT_EQ(c.optim.lr, 1e-3);
+  EXPECT_EQ(c.optim.schedule, "cosine");
+  EXPECT_EQ(c.train.run_dir, "runs/quickstart");
+}
+
+TEST_F(ConfigParse, RunDirDefaultFallsBackWhenTheSourceHasNoStem) {
+  EXPECT_EQ(parse_run_config(data_section(), "").train.run_dir, "runs/run");
+  EXPECT_EQ(parse_run_config(data_section(), "-").train.run_dir, "runs/run");
+  EXPECT_EQ(parse_run_config(data_section(), "dir/").train.run_dir, "runs/run");
+  EXPECT_EQ(parse_run_config(data_section(), "a/b/c.d.toml").train.run_dir, "runs/c.d");
+}
+
+TEST_F(ConfigParse, IntegersAreAcceptedForFloats) {
+  const RunConfig c = parse_run_config("[optim]\nlr = 1\nmin_lr = 0\n" + data_section(), "x.toml");
+  EXPECT_EQ(c.optim.lr, 1.0);
+  EXPECT_EQ(c.optim.min_lr, 0.0);
+}
+
+TEST_F(ConfigParse, LargestSeedIsAccepted) {
+  const RunConfig c =
+      parse_run_config("[train]\nseed = 9223372036854775807\n" + data_section(), "x.toml");
+  EXPECT_EQ(c.train.seed, 9223372036854775807ull);
+}
+
+TEST_F(ConfigParse, RelativeDataPathIsRelativeToTheWorkingDirectory) {
+  m_dir.file("relative.h5", "x");
+  const auto old_cwd = std::filesystem::current_path();
+  std::filesystem::current_path(m_dir.path());
+  const std::string ok = error_of("[data]\npath = \"relative.h5\"\n");
+  std::filesystem::current_path(old_cwd);
+  EXPECT_EQ(ok, "<no error>");
+  EXPECT_EQ(error_of("[data]\npath = \"relative.h5\"\n"),
+            "inputs/x.toml:2:8: data.path: no such file 'relative.h5'");
+}
+
+// ------------------------------------------------------------------ syntax errors
+
+TEST_F(ConfigParse, SyntaxErrorHasTomlLocation) {
+  EXPECT_EQ(error_of("[model]\nn_layer = 4\nlayers = 6 6\n" + data_section()),
+            "inputs/x.toml:3:12: Error while parsing key-value pair: expected a comment or "
+            "whitespace, saw '6'");
+}
+
+TEST_F(ConfigParse, IntegerLiteralTooLargeIsASyntaxError) {
+  EXPECT_EQ(error_of("[train]\nsteps = 99999999999999999999\n"),
+            "inputs/x.toml:2:29: Error while parsing decimal integer: '99999999999999999999' is "
+            "not representable in 64 bits");
+}
+
+TEST_F(ConfigParse, DuplicateKeyIsASyntaxError) {
+  EXPECT_EQ(error_of("[train]\nsteps = 1\nsteps = 2\n"),
+            "inputs/x.toml:3:9: Error while parsing key-value pair: cannot redefine existing "
+            "integer 'steps'");
+}
+
+// --------------------------------------------------------- unknown keys/sections
+
+TEST_F(ConfigParse, UnknownKeySuggestsTheClosestKey) {
+  EXPECT_EQ(error_of("[model]\nd_model = 128\nn_layers = 6\n" + data_section()),
+            "inputs/x.toml:3:1: unknown key model.n_layers (did you mean model.n_layer?)");
+}
+
+TEST_F(ConfigParse, UnknownKeySuggestsAKeyOfAnotherSection) {
+  EXPECT_EQ(error_of("[train]\n  lr = 0.1\n" + data_section()),
+            "inputs/x.toml:2:3: unknown key train.lr (did you mean optim.lr?)");
+}
+
+TEST_F(ConfigParse, UnknownKeyWithoutCloseMatchListsTheSectionsKeys) {
+  EXPECT_EQ(error_of("[parallel]\ntensor_parallel = 2\n" + data_section()),
+            "inputs/x.toml:2:1: unknown key parallel.tensor_parallel (keys of [parallel] are "
+            "zero_stage)");
+}
+
+TEST_F(ConfigParse, UnknownSection) {
+  EXPECT_EQ(error_of(data_section() + "[optimizer]\nlr = 1\n"),
+            "inputs/x.toml:3:2: unknown section [optimizer] (did you mean [optim]?)");
+  EXPECT_EQ(error_of("[logging]\nlevel = 1\n" + data_section()),
+            "inputs/x.toml:1:2: unknown section [logging] (sections are [model], [data], "
+            "[train], [optim], [parallel])");
+}
+
+TEST_F(ConfigParse, KeyOutsideAnySection) {
+  EXPECT_EQ(error_of("steps = 10\n" + data_section()),
+            "inputs/x.toml:1:1: unknown key steps (did you mean train.steps?)");
+}
+
+TEST_F(ConfigParse, SectionThatIsNotATable) {
+  EXPECT_EQ(error_of("model = 3\n" + data_section()),
+            "inputs/x.toml:1:9: model: expected a table ([model]), got integer");
+}
+
+// ------------------------------------------------------------------- wrong types
+
+TEST_F(ConfigParse, StringForInteger) {
+  EXPECT_EQ(error_of("[train]\nsteps = \"1000\"\n" + data_section()),
+            "inputs/x.toml:2:9: train.steps: expected an integer, got string");
+}
+
+TEST_F(ConfigParse, FloatIsNotAcceptedForInteger) {
+  EXPECT_EQ(error_of("[train]\nbatch_size = 32.0\n" + data_section()),
+            "inputs/x.toml:2:14: train.batch_size: expected an integer, got float (write it "
+            "without a decimal point or exponent)");
+  EXPECT_EQ(error_of("[train]\nbatch_size = 32.5\n" + data_section()),
+            "inputs/x.toml:2:14: train.batch_size: expected an integer, got float");
+}
+
+TEST_F(ConfigParse, BooleansNeverCoerce) {
+  EXPECT_EQ(error_of("[optim]\nlr = true\n" + data_section()),
+            "inputs/x.toml:2:6: optim.lr: expected a number, got boolean");
+  EXPECT_EQ(error_of("[model]\nn_layer = false\n" + data_section()),
+            "inputs/x.toml:2:11: model.n_layer: expected an integer, got boolean");
+  EXPECT_EQ(error_of("[optim]\nschedule = true\n" + data_section()),
+            "inputs/x.toml:2:12: optim.schedule: expected a string, got boolean");
+}
+
+TEST_F(ConfigParse, ArrayForString) {
+  EXPECT_EQ(error_of("[data]\npath = [\"a\", \"b\"]\n"),
+            "inputs/x.toml:2:8: data.path: expected a string, got array");
+}
+
+// ------------------------------------------------------------------------ ranges
+
+TEST_F(ConfigParse, NegativeLearningRate) {
+  EXPECT_EQ(error_of("# x\n\n[model]\nn_layer = 2\n\n[optim]\nlr = -0.001\n" + data_section()),
+            "inputs/x.toml:7:6: optim.lr: must be > 0, got -0.001");
+}
+
+TEST_F(ConfigParse, NonFiniteFloat) {
+  EXPECT_EQ(error_of("[optim]\nlr = inf\n" + data_section()),
+            "inputs/x.toml:2:6: optim.lr: must be a finite number, got inf");
+  EXPECT_EQ(error_of("[optim]\ngrad_clip = nan\n" + data_section()),
+            "inputs/x.toml:2:13: optim.grad_clip: must be a finite number, got nan");
+}
+
+TEST_F(ConfigParse, BetaMustBeBelowOne) {
+  EXPECT_EQ(error_of("[optim]\nbeta1 = 1.0\n" + data_section()),
+            "inputs/x.toml:2:9: optim.beta1: must be in [0, 1), got 1");
+  EXPECT_EQ(error_of("[optim]\nbeta2 = -0.5\n" + data_section()),
+            "inputs/x.toml:2:9: optim.beta2: must be in [0, 1), got -0.5");
+}
+
+TEST_F(ConfigParse, IntegerLowerBounds) {
+  EXPECT_EQ(error_of("[model]\nseq_len = 1\n" + data_section()),
+            "inputs/x.toml:2:11: model.seq_len: must be >= 2, got 1");
+  EXPECT_EQ(error_of("[train]\nmicro_batch = 0\n" + data_section()),
+            "inputs/x.toml:2:15: train.micro_batch: must be >= 1, got 0");
+  EXPECT_EQ(error_of("[train]\nseed = -1\n" + data_section()),
+            "inputs/x.toml:2:8: train.seed: must be >= 0, got -1");
+  EXPECT_EQ(error_of("[optim]\nwarmup_steps = -5\n" + data_section()),
+            "inputs/x.toml:2:16: optim.warmup_steps: must be >= 0, got -5");
+}
+
+TEST_F(ConfigParse, IntFieldMustFitInInt) {
+  EXPECT_EQ(error_of("[model]\nn_layer = 2147483648\n" + data_section()),
+            "inputs/x.toml:2:11: model.n_layer: must be <= 2147483647, got 2147483648");
+}
+
+TEST_F(ConfigParse, NHeadMustDivideDModel) {
+  EXPECT_EQ(error_of("[model]\nn_head = 6\nd_model = 128\n" + data_section()),
+            "inputs/x.toml:2:10: model.n_head: must divide model.d_model (128), got 6");
+  // Only d_model given: reported at d_model, against the default n_head = 4.
+  EXPECT_EQ(error_of("[model]\nd_model = 130\n" + data_section()),
+            "inputs/x.toml:2:11: model.d_model: must be a multiple of model.n_head (4), got 130");
+}
+
+TEST_F(ConfigParse, MicroBatchNeedNotDivideBatchSize) {
+  // The trainer splits the global batch unevenly over ranks and micro-batches.
+  EXPECT_EQ(error_of("[train]\nbatch_size = 32\nmicro_batch = 6\n" + data_section()), "<no error>");
+  EXPECT_EQ(error_of("[train]\nbatch_size = 4\nmicro_batch = 64\n" + data_section()), "<no error>");
+}
+
+TEST_F(ConfigParse, MinLrAboveLr) {
+  EXPECT_EQ(error_of("[optim]\nlr = 1e-4\nmin_lr = 1e-3\n" + data_section()),
+            "inputs/x.toml:3:10: optim.min_lr: must be <= optim.lr (0.0001), got 0.001");
+  // Only lr given, below the default min_lr = 1e-4: reported at lr.
+  EXPECT_EQ(error_of("[optim]\nlr = 1e-5\n" + data_section()),
+            "inputs/x.toml:2:6: optim.lr: must be >= optim.min_lr (0.0001), got 1e-05");
+}
+
+TEST_F(ConfigParse, StepsTimesBatchSizeOverflow) {
+  EXPECT_EQ(error_of("[train]\nsteps = 4611686018427387904\nbatch_size = 2\nmicro_batch = 1\n" +
+                     data_section()),
+            "inputs/x.toml:2:9: train.steps: train.steps * train.batch_size (sequences in the "
+            "run) must fit in int64, got 4611686018427387904 * 2");
+  // One below the limit fits as sequences but not as tokens (x seq_len = 128).
+  EXPECT_EQ(error_of("[train]\nsteps = 4611686018427387903\nbatch_size = 2\nmicro_batch = 1\n" +
+                     data_section()),
+            "inputs/x.toml:2:9: train.steps: train.steps * train.batch_size * model.seq_len "
+            "(tokens in the run) must fit in int64, got 4611686018427387903 * 2 * 128");
+  // Exactly at the limit of tokens: fine.
+  EXPECT_EQ(error_of("[model]\nseq_len = 2\n[train]\nsteps = 2305843009213693951\n"
+                     "batch_size = 2\nmicro_batch = 1\n" +
+                     data_section()),
+            "<no error>");
+}
+
+TEST_F(ConfigParse, OnlyGptAndAdamw) {
+  EXPECT_EQ(error_of("[model]\ntype = \"bert\"\n" + data_section()),
+            "inputs/x.toml:2:8: model.type: must be \"gpt\" (the only model implemented so far), "
+            "got \"bert\"");
+  EXPECT_EQ(error_of("[optim]\ntype = \"sgd\"\n" + data_section()),
+            "inputs/x.toml:2:8: optim.type: must be \"adamw\" (the only optimizer implemented so "
+            "far), got \"sgd\"");
+}
+
+TEST_F(ConfigParse, ScheduleMustBeKnown) {
+  EXPECT_EQ(
+      error_of("[optim]\nschedule = \"linear\"\n" + data_section()),
+      "inputs/x.toml:2:12: optim.schedule: must be \"cosine\" or \"constant\", got \"linear\"");
+}
+
+TEST_F(ConfigParse, ZeroStagesAboveZeroAreNotImplementedYet) {
+  EXPECT_EQ(error_of("[parallel]\nzero_stage = 2\n" + data_section()),
+            "inputs/x.toml:2:14: parallel.zero_stage: ZeRO stages 1-3 are not implemented yet; "
+            "only 0 is supported, got 2");
+  EXPECT_EQ(error_of("[parallel]\nzero_stage = 7\n" + data_section()),
+            "inputs/x.toml:2:14: parallel.zero_stage: must be 0 (ZeRO stages 1-3 are not "
+            "implemented yet), got 7");
+}
+
+TEST_F(ConfigParse, EmptyRunDir) {
+  EXPECT_EQ(error_of("[train]\nrun_dir = \"\"\n" + data_section()),
+            "inputs/x.toml:2:11: train.run_dir: must not be empty");
+}
+
+// --------------------------------------------------------------------- data.path
+
+TEST_F(ConfigParse, MissingDataPath) {
+  EXPECT_EQ(error_of("[model]\nn_layer = 2\n"), "inputs/x.toml: missing required key data.path");
+  EXPECT_EQ(error_of("[model]\nn_layer = 2\n[data]\n"),
+            "inputs/x.toml:3:1: missing required key data.path");
+}
+
+TEST_F(ConfigParse, DataPathToAMissingFile) {
+  EXPECT_EQ(error_of("[data]\npath = \"does/not/exist.h5\"\n"),
+            "inputs/x.toml:2:8: data.path: no such file 'does/not/exist.h5'");
+}
+
+TEST_F(ConfigParse, DataPathToADirectory) {
+  const std::string dir = m_dir.path().string();
+  EXPECT_EQ(error_of("[data]\npath = \"" + dir + "\"\n"),
+            "inputs/x.toml:2:8: data.path: '" + dir + "' is not a regular file");
+}
+
+// ------------------------------------------------------------- several at once
+
+TEST_F(ConfigParse, EveryProblemIsReportedOnItsOwnLineInFileOrder) {
+  EXPECT_EQ(error_of("[train]\nsteps = 0\n[optim]\nlr = -1\n[model]\nn_layerz = 3\n"),
+            "inputs/x.toml:2:9: train.steps: must be >= 1, got 0\n"
+            "inputs/x.toml:4:6: optim.lr: must be > 0, got -1\n"
+            "inputs/x.toml:6:1: unknown key model.n_layerz (did you mean model.n_layer?)\n"
+            "inputs/x.toml: missing required key data.path");
+}
+
+TEST_F(ConfigParse, ErrorIsAnInputError) {
+  EXPECT_THROW(parse_run_config("[train]\nsteps = 0\n" + data_section(), "x.toml"), InputError);
+}
+
+}  // namespace
+}  // namespace shardtrain
