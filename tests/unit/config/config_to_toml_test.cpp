@@ -121,9 +121,8 @@ TEST_F(ConfigToToml, AwkwardValuesRoundTripExactly) {
   a.train.eval_windows = 7;
   a.train.log_every = 1;
   a.train.run_dir = "runs/tab\there \"quoted\" back\\slash\nnewline ü";
-  a.optim.lr = 1e-3;
-  a.optim.min_lr = 0.1 + 0.2;  // 0.30000000000000004 > lr would be rejected; swap below
   a.optim.lr = 0.7;
+  a.optim.min_lr = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
   a.optim.warmup_steps = 0;
   a.optim.schedule = "constant";
   a.optim.weight_decay = 1e300;
