@@ -1,0 +1,60 @@
+# Runs one trainer-data command and checks its exit code AND its output.
+#   cmake -DEXE=<trainer-data> -DARGS="a|b|c" -DEXPECT_RC=<n>
+#         [-DEXPECT_STDOUT=<regex>] [-DEXPECT_STDERR=<regex>]
+#         [-DEXPECT_FILE=<path>]     file must exist afterwards, with no <path>.partial
+#         [-DEXPECT_NO_FILE=<path>]  file must not exist afterwards (removed first)
+#         [-DH5DUMP=<h5dump>]        with EXPECT_FILE: its format attribute must be right
+#         -P run_trainer_data.cmake
+# Any mismatch is a FATAL_ERROR, so the test fails.
+string(REPLACE "|" ";" argv "${ARGS}")
+foreach(f IN ITEMS "${EXPECT_FILE}" "${EXPECT_NO_FILE}")
+  if(f)
+    file(REMOVE "${f}" "${f}.partial")
+    get_filename_component(dir "${f}" DIRECTORY)
+    if(NOT dir MATCHES "^/nonexistent")
+      file(MAKE_DIRECTORY "${dir}")
+    endif()
+  endif()
+endforeach()
+
+execute_process(COMMAND "${EXE}" ${argv}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "exit code: ${rc}\nstdout: ${out}\nstderr: ${err}")
+
+set(problems "")
+if(NOT rc STREQUAL "${EXPECT_RC}")
+  string(APPEND problems "exit code ${rc}, expected ${EXPECT_RC}\n")
+endif()
+if(DEFINED EXPECT_STDOUT AND NOT out MATCHES "${EXPECT_STDOUT}")
+  string(APPEND problems "stdout does not match '${EXPECT_STDOUT}'\n")
+endif()
+if(DEFINED EXPECT_STDERR AND NOT err MATCHES "${EXPECT_STDERR}")
+  string(APPEND problems "stderr does not match '${EXPECT_STDERR}'\n")
+endif()
+if(EXPECT_FILE)
+  if(NOT EXISTS "${EXPECT_FILE}")
+    string(APPEND problems "${EXPECT_FILE} was not written\n")
+  endif()
+  if(EXISTS "${EXPECT_FILE}.partial")
+    string(APPEND problems "${EXPECT_FILE}.partial was left behind\n")
+  endif()
+  if(DEFINED H5DUMP)
+    if(NOT H5DUMP)
+      string(APPEND problems "h5dump not found (install hdf5-tools)\n")
+    else()
+      execute_process(COMMAND "${H5DUMP}" -a /format -a /vocab_size "${EXPECT_FILE}"
+        RESULT_VARIABLE h5rc OUTPUT_VARIABLE h5out ERROR_VARIABLE h5err)
+      if(NOT h5rc EQUAL 0 OR NOT h5out MATCHES "\"shardtrain-tokens\"")
+        string(APPEND problems "h5dump of ${EXPECT_FILE} failed or has no format attribute: ${h5out}${h5err}\n")
+      endif()
+    endif()
+  endif()
+endif()
+if(EXPECT_NO_FILE)
+  if(EXISTS "${EXPECT_NO_FILE}" OR EXISTS "${EXPECT_NO_FILE}.partial")
+    string(APPEND problems "${EXPECT_NO_FILE} (or .partial) exists after a failed run\n")
+  endif()
+endif()
+if(problems)
+  message(FATAL_ERROR "${problems}")
+endif()
