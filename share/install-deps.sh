@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs whatever shardtrain needs to build and test that is missing, with apt-get.
+# Does nothing (and needs no network) when everything is already installed.
+# Usage: share/install-deps.sh            build + test dependencies
+#        share/install-deps.sh --quickstart  also what the quickstart needs (npm)
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libopenmpi-dev openmpi-bin
+  libhdf5-openmpi-dev hdf5-tools
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  libtomlplusplus-dev libcli11-dev libfmt-dev
+  libgtest-dev
+)
+if [[ "${1:-}" == "--quickstart" ]]; then
+  command -v npm >/dev/null 2>&1 || packages+=(npm)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all dependencies present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

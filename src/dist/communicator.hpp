@@ -1,0 +1,67 @@
+// shardtrain/dist/communicator.hpp
+// Owns the Communicator interface: the only way the model, optimizer and ZeRO
+// engine talk to other ranks. One implementation per backend (mpi/ for host
+// memory; nccl/ for device memory in the CUDA build), chosen when the run starts.
+// Invariants:
+//  - every collective is called by all ranks of the communicator in the same order;
+//  - the result of a collective is deterministic for a fixed world size;
+//  - every call adds the bytes this rank sends, by the standard algorithm
+//    (ring all-reduce sends 2(N-1)/N of the buffer), to bytes_sent().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace shardtrain {
+
+enum class DType { F32, F64, I32, I64, U8 };
+enum class ReduceOp { Sum, Max, Min };
+
+std::size_t dtype_size(DType t);
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::F32; }
+template <> constexpr DType dtype_of<double>() { return DType::F64; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::I64; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place: every rank ends with op over all ranks' buffers.
+  virtual void all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) = 0;
+  // In place: every rank ends with root's buffer.
+  virtual void broadcast(void* buffer, std::size_t count, DType type, int root) = 0;
+  virtual void barrier() = 0;
+
+  template <class T>
+  void all_reduce(std::span<T> buffer, ReduceOp op = ReduceOp::Sum) {
+    all_reduce(buffer.data(), buffer.size(), dtype_of<T>(), op);
+  }
+  template <class T>
+  T all_reduce_value(T value, ReduceOp op = ReduceOp::Sum) {
+    all_reduce(&value, 1, dtype_of<T>(), op);
+    return value;
+  }
+  template <class T>
+  void broadcast(std::span<T> buffer, int root = 0) {
+    broadcast(buffer.data(), buffer.size(), dtype_of<T>(), root);
+  }
+
+  // Bytes this rank has sent through this communicator since construction.
+  std::uint64_t bytes_sent() const { return m_bytes_sent; }
+
+ protected:
+  void count_sent(std::uint64_t bytes) { m_bytes_sent += bytes; }
+
+ private:
+  std::uint64_t m_bytes_sent = 0;
+};
+
+}  // namespace shardtrain

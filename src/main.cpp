@@ -1,0 +1,150 @@
+// trainer: the SPMD entry point. Thin on purpose:
+//   MPI init -> Kokkos init -> command line -> config (rank 0 reads, all parse)
+//   -> Trainer (set-up agreed on by all ranks) -> run -> finalize.
+// Exit codes: 0 done, 2 bad input (command line, config, data), 1 any other failure.
+// An error every rank sees is printed once, by the lowest failing rank; an error
+// during training may be rank-local, so it is printed with its rank and the job
+// is aborted, never left hanging in a collective.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/parse.hpp"
+#include "core/error.hpp"
+#include "train/trainer.hpp"
+#include "version.hpp"
+
+namespace {
+
+using namespace shardtrain;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Runs `fn` on every rank and agrees on the outcome with one all-reduce. If any
+// rank threw, the lowest such rank prints its message and every rank returns the
+// same exit code. `fn` must not start a collective after a point where it may throw
+// on a subset of ranks.
+int agree(const std::function<void()>& fn) {
+  int code = kExitOk;
+  std::string message;
+  try {
+    fn();
+  } catch (const InputError& e) {
+    code = kExitBadInput;
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = kExitFailure;
+    message = e.what();
+  }
+  const int n = world_size(), rank = world_rank();
+  int first_failing = code != kExitOk ? rank : n;
+  MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int worst = code;
+  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == first_failing) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::fflush(stderr);
+  }
+  return worst;
+}
+
+// Rank 0 reads the input file and broadcasts its text (or the reason it could not).
+std::string read_and_broadcast(const std::string& path) {
+  std::string text, error;
+  if (world_rank() == 0) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      error = path + ": cannot open input file";
+    } else {
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+  }
+  for (std::string* s : {&error, &text}) {
+    long long len = static_cast<long long>(s->size());
+    MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    s->resize(static_cast<std::size_t>(len));
+    if (len > 0) MPI_Bcast(s->data(), static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+  }
+  if (!error.empty()) throw InputError(error);
+  return text;
+}
+
+int run_main(int argc, char** argv) {
+  const bool root = world_rank() == 0;
+  CLI::App app{
+      "shardtrain trainer: trains the model described by INPUT.toml on every rank of the MPI job.\n"
+      "Launch with `mpirun -np N trainer INPUT.toml` or `srun trainer INPUT.toml`.\n"
+      "Exit codes: 0 done, 1 failure, 2 bad input (command line, config or data).",
+      "trainer"};
+  std::string input;
+  std::vector<std::string> overrides;
+  app.add_option("input", input, "TOML input file (see share/doc/config.md)")->required();
+  app.add_option("--set", overrides,
+                 "Override a config key, e.g. --set optim.lr=3e-4 (repeatable; wins over the file)")
+      ->take_all()
+      ->type_name("SECTION.KEY=VALUE");
+  app.set_version_flag("--version", std::string("shardtrain ") + kVersion);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream sink;
+    const int code = root ? app.exit(e) : app.exit(e, sink, sink);
+    return code == 0 ? kExitOk : kExitBadInput;
+  }
+
+  RunConfig config;
+  if (int code = agree([&] { config = parse_run_config(read_and_broadcast(input), input, overrides); }))
+    return code;
+
+  std::unique_ptr<Trainer> trainer;
+  if (int code = agree([&] { trainer = std::make_unique<Trainer>(config, MPI_COMM_WORLD); }))
+    return code;
+
+  try {
+    trainer->run();
+  } catch (const std::exception& e) {
+    const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
+    std::fprintf(stderr, "error (rank %d): %s\n", world_rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, input ? kExitBadInput : kExitFailure);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int code = kExitOk;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    code = run_main(argc, argv);
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,291 @@
+// Gpt: layout, initialisation, activation plan, forward and backward of the
+// GPT decoder. Every op is a kernel from kernels/; this file only wires views.
+#include "model/gpt.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/linear.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+AttentionShape attention_shape(const GptDims& d, std::int64_t batch) {
+  return AttentionShape{batch, d.seq_len, d.channels, d.n_head};
+}
+
+std::string block_name(int layer, const char* leaf) {
+  return "h." + std::to_string(layer) + "." + leaf;
+}
+
+}  // namespace
+
+std::int64_t GptActivationPlan::activations() const { return head + n_layer * per_block; }
+
+GptActivationPlan gpt_activation_plan(const GptDims& d) {
+  const std::int64_t bt = d.max_batch * d.seq_len, c = d.channels;
+  const auto att_shape = attention_shape(d, d.max_batch);
+  GptActivationPlan p;
+  p.n_layer = d.n_layer;
+  // ln1 mean/rstd/out, attention saved, att_out, resid1, ln2 mean/rstd/out, fc_pre, fc_act, out
+  p.per_block = 2 * bt + bt * c + attention_saved_elems(att_shape) + bt * c + bt * c + 2 * bt +
+                bt * c + 2 * bt * 4 * c + bt * c;
+  // embedding output, final LayerNorm mean/rstd/out, logits, losses
+  p.head = bt * c + 2 * bt + bt * c + bt * d.vocab + bt;
+  // qkv (forward) | attention workspace | dres | dsmall | dbig1 | dbig2
+  p.workspace = bt * 3 * c + attention_workspace_elems(att_shape) + bt * c + bt * c +
+                2 * bt * 4 * c;
+  return p;
+}
+
+ParamLayout gpt_layout(const GptDims& d) {
+  const std::int64_t c = d.channels;
+  ParamLayout layout;
+  layout.add("wte.weight", {d.vocab, c}, false, 0);
+  layout.add("wpe.weight", {d.seq_len, c}, false, 0);
+  for (int l = 0; l < d.n_layer; ++l) {
+    const int g = l + 1;
+    layout.add(block_name(l, "ln_1.weight"), {c}, false, g);
+    layout.add(block_name(l, "ln_1.bias"), {c}, false, g);
+    layout.add(block_name(l, "attn.c_attn.weight"), {3 * c, c}, true, g);
+    layout.add(block_name(l, "attn.c_attn.bias"), {3 * c}, false, g);
+    layout.add(block_name(l, "attn.c_proj.weight"), {c, c}, true, g);
+    layout.add(block_name(l, "attn.c_proj.bias"), {c}, false, g);
+    layout.add(block_name(l, "ln_2.weight"), {c}, false, g);
+    layout.add(block_name(l, "ln_2.bias"), {c}, false, g);
+    layout.add(block_name(l, "mlp.c_fc.weight"), {4 * c, c}, true, g);
+    layout.add(block_name(l, "mlp.c_fc.bias"), {4 * c}, false, g);
+    layout.add(block_name(l, "mlp.c_proj.weight"), {c, 4 * c}, true, g);
+    layout.add(block_name(l, "mlp.c_proj.bias"), {c}, false, g);
+  }
+  layout.add("ln_f.weight", {c}, false, static_cast<int>(d.n_layer) + 1);
+  layout.add("ln_f.bias", {c}, false, static_cast<int>(d.n_layer) + 1);
+  return layout;
+}
+
+template <class T>
+void gpt_init_params(const ParamLayout& layout, const GptDims& d, double init_std,
+                     std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi) {
+  constexpr std::uint64_t kInitStream = 0x1417;  // "init"
+  const double resid_std = init_std / std::sqrt(2.0 * static_cast<double>(d.n_layer));
+  for (std::int64_t i = lo; i < hi; ++i) params[i - lo] = T(0);
+  for (const auto& e : layout.entries()) {
+    const std::int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+    if (a >= b) continue;
+    const bool is_bias = e.name.ends_with(".bias");
+    const bool is_ln_weight = e.name.find("ln_") != std::string::npos && !is_bias;
+    const bool is_resid_proj = e.name.ends_with("c_proj.weight");
+    for (std::int64_t i = a; i < b; ++i) {
+      T v;
+      if (is_bias) v = T(0);
+      else if (is_ln_weight) v = T(1);
+      else v = static_cast<T>((is_resid_proj ? resid_std : init_std) *
+                              normal(seed, kInitStream, static_cast<std::uint64_t>(i)));
+      params[i - lo] = v;
+    }
+  }
+}
+
+template <class T>
+Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps,
+            MemoryTracker& memory)
+    : m_dims(dims), m_layout(layout), m_eps(static_cast<T>(layernorm_eps)) {
+  SHARDTRAIN_CHECK(dims.channels % dims.n_head == 0, "n_head must divide channels");
+  SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
+  const auto plan = gpt_activation_plan(dims);
+  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, plan.activations());
+  m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace);
+
+  const std::int64_t bt = dims.max_batch * dims.seq_len, c = dims.channels;
+  const std::int64_t att_saved = attention_saved_elems(attention_shape(dims, dims.max_batch));
+  T* p = m_acts.data();
+  auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
+  m_emb_out = carve(bt * c);
+  m_block_acts.resize(dims.n_layer);
+  for (auto& a : m_block_acts) {
+    a.ln1_mean = carve(bt); a.ln1_rstd = carve(bt); a.ln1_out = carve(bt * c);
+    a.att_saved = carve(att_saved);
+    a.att_out = carve(bt * c);
+    a.resid1 = carve(bt * c);
+    a.ln2_mean = carve(bt); a.ln2_rstd = carve(bt); a.ln2_out = carve(bt * c);
+    a.fc_pre = carve(bt * 4 * c); a.fc_act = carve(bt * 4 * c);
+    a.out = carve(bt * c);
+  }
+  m_lnf_mean = carve(bt); m_lnf_rstd = carve(bt); m_lnf_out = carve(bt * c);
+  m_logits = carve(bt * dims.vocab);
+  m_losses = carve(bt);
+  SHARDTRAIN_CHECK(p == m_acts.data() + m_acts.size(), "activation arena carve mismatch");
+}
+
+template <class T>
+typename Gpt<T>::BlockParams Gpt<T>::block_params(T* base, int l) const {
+  const std::int64_t c = m_dims.channels;
+  auto v1 = [&](const char* leaf, std::int64_t n) {
+    return View1<T>(base + m_layout.find(block_name(l, leaf)).offset, n);
+  };
+  auto v2 = [&](const char* leaf, std::int64_t r, std::int64_t k) {
+    return View2<T>(base + m_layout.find(block_name(l, leaf)).offset, r, k);
+  };
+  BlockParams b;
+  b.ln1_w = v1("ln_1.weight", c); b.ln1_b = v1("ln_1.bias", c);
+  b.qkv_w = v2("attn.c_attn.weight", 3 * c, c); b.qkv_b = v1("attn.c_attn.bias", 3 * c);
+  b.proj_w = v2("attn.c_proj.weight", c, c); b.proj_b = v1("attn.c_proj.bias", c);
+  b.ln2_w = v1("ln_2.weight", c); b.ln2_b = v1("ln_2.bias", c);
+  b.fc_w = v2("mlp.c_fc.weight", 4 * c, c); b.fc_b = v1("mlp.c_fc.bias", 4 * c);
+  b.fc2_w = v2("mlp.c_proj.weight", c, 4 * c); b.fc2_b = v1("mlp.c_proj.bias", c);
+  return b;
+}
+
+template <class T>
+void Gpt<T>::bind_views(T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w, View1<T>& lnf_b,
+                        std::vector<BlockParams>& blocks) const {
+  const std::int64_t c = m_dims.channels;
+  wte = View2<T>(base + m_layout.find("wte.weight").offset, m_dims.vocab, c);
+  wpe = View2<T>(base + m_layout.find("wpe.weight").offset, m_dims.seq_len, c);
+  lnf_w = View1<T>(base + m_layout.find("ln_f.weight").offset, c);
+  lnf_b = View1<T>(base + m_layout.find("ln_f.bias").offset, c);
+  blocks.clear();
+  for (int l = 0; l < m_dims.n_layer; ++l) blocks.push_back(block_params(base, l));
+}
+
+template <class T>
+void Gpt<T>::bind(T* params, T* grads) {
+  bind_views(params, m_wte, m_wpe, m_lnf_w, m_lnf_b, m_blocks);
+  bind_views(grads, m_dwte, m_dwpe, m_dlnf_w, m_dlnf_b, m_dblocks);
+}
+
+template <class T>
+void Gpt<T>::block_forward(int l, const T* x_ptr, std::int64_t batch) {
+  const std::int64_t bt = batch * m_dims.seq_len, c = m_dims.channels, t = m_dims.seq_len;
+  const BlockParams& p = m_blocks[l];
+  const BlockActs& a = m_block_acts[l];
+  const auto shape = attention_shape(m_dims, batch);
+  T* qkv = m_work.data();
+  T* att_ws = qkv + m_dims.max_batch * t * 3 * c;
+
+  CView2<T> x(x_ptr, bt, c);
+  layernorm_forward<T>(x, p.ln1_w, p.ln1_b, View2<T>(a.ln1_out, bt, c), View1<T>(a.ln1_mean, bt),
+                       View1<T>(a.ln1_rstd, bt), m_eps);
+  linear_forward<T>(CView2<T>(a.ln1_out, bt, c), p.qkv_w, p.qkv_b, View2<T>(qkv, bt, 3 * c));
+  attention_forward<T>(shape, CView3<T>(qkv, batch, t, 3 * c),
+                       View1<T>(a.att_saved, attention_saved_elems(shape)),
+                       View1<T>(att_ws, attention_workspace_elems(shape)),
+                       View3<T>(a.att_out, batch, t, c));
+  copy<T>(CView1<T>(x_ptr, bt * c), View1<T>(a.resid1, bt * c));
+  linear_forward<T>(CView2<T>(a.att_out, bt, c), p.proj_w, p.proj_b, View2<T>(a.resid1, bt, c),
+                    /*accumulate=*/true);
+  layernorm_forward<T>(CView2<T>(a.resid1, bt, c), p.ln2_w, p.ln2_b, View2<T>(a.ln2_out, bt, c),
+                       View1<T>(a.ln2_mean, bt), View1<T>(a.ln2_rstd, bt), m_eps);
+  linear_forward<T>(CView2<T>(a.ln2_out, bt, c), p.fc_w, p.fc_b, View2<T>(a.fc_pre, bt, 4 * c));
+  gelu_forward<T>(CView1<T>(a.fc_pre, bt * 4 * c), View1<T>(a.fc_act, bt * 4 * c));
+  copy<T>(CView1<T>(a.resid1, bt * c), View1<T>(a.out, bt * c));
+  linear_forward<T>(CView2<T>(a.fc_act, bt, 4 * c), p.fc2_w, p.fc2_b, View2<T>(a.out, bt, c),
+                    /*accumulate=*/true);
+}
+
+template <class T>
+double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t batch) {
+  SHARDTRAIN_CHECK(batch >= 1 && batch <= m_dims.max_batch, "micro-batch larger than planned");
+  m_tokens = tokens; m_targets = targets; m_batch = batch;
+  const std::int64_t t = m_dims.seq_len, c = m_dims.channels, bt = batch * t, v = m_dims.vocab;
+
+  embedding_forward<T>(CView2<TokenIndex>(tokens, batch, t), m_wte, m_wpe,
+                       View3<T>(m_emb_out, batch, t, c));
+  const T* x = m_emb_out;
+  for (int l = 0; l < m_dims.n_layer; ++l) {
+    block_forward(l, x, batch);
+    x = m_block_acts[l].out;
+  }
+  layernorm_forward<T>(CView2<T>(x, bt, c), m_lnf_w, m_lnf_b, View2<T>(m_lnf_out, bt, c),
+                       View1<T>(m_lnf_mean, bt), View1<T>(m_lnf_rstd, bt), m_eps);
+  linear_forward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, View1<T>(), View2<T>(m_logits, bt, v));
+  cross_entropy_forward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(targets, bt),
+                           View1<T>(m_losses, bt));
+  double sum = 0.0;  // fixed order: deterministic
+  for (std::int64_t i = 0; i < bt; ++i) sum += static_cast<double>(m_losses[i]);
+  return sum;
+}
+
+template <class T>
+void Gpt<T>::block_backward(int l, const T* x_ptr, std::int64_t batch, T* dres) {
+  const std::int64_t t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
+  const std::int64_t bt_max = m_dims.max_batch * t;
+  const BlockParams& p = m_blocks[l];
+  BlockParams& g = m_dblocks[l];
+  const BlockActs& a = m_block_acts[l];
+  const auto shape = attention_shape(m_dims, batch);
+  T* att_ws = m_work.data() + bt_max * 3 * c;
+  T* dsmall = dres + bt_max * c;
+  T* dbig1 = dsmall + bt_max * c;
+  T* dbig2 = dbig1 + bt_max * 4 * c;
+  (void)att_ws;
+
+  // out = resid1 + fc2(gelu(fc(ln2(resid1)))); dres holds d out.
+  linear_backward<T>(CView2<T>(a.fc_act, bt, 4 * c), p.fc2_w, CView2<T>(dres, bt, c),
+                     View2<T>(dbig1, bt, 4 * c), g.fc2_w, g.fc2_b);
+  gelu_backward<T>(CView1<T>(a.fc_pre, bt * 4 * c), CView1<T>(dbig1, bt * 4 * c),
+                   View1<T>(dbig2, bt * 4 * c));
+  linear_backward<T>(CView2<T>(a.ln2_out, bt, c), p.fc_w, CView2<T>(dbig2, bt, 4 * c),
+                     View2<T>(dsmall, bt, c), g.fc_w, g.fc_b);
+  layernorm_backward<T>(CView2<T>(a.resid1, bt, c), p.ln2_w, CView1<T>(a.ln2_mean, bt),
+                        CView1<T>(a.ln2_rstd, bt), CView2<T>(dsmall, bt, c),
+                        View2<T>(dres, bt, c), g.ln2_w, g.ln2_b);
+  // resid1 = x + proj(attention(qkv(ln1(x)))); dres now holds d resid1.
+  linear_backward<T>(CView2<T>(a.att_out, bt, c), p.proj_w, CView2<T>(dres, bt, c),
+                     View2<T>(dsmall, bt, c), g.proj_w, g.proj_b);
+  attention_backward<T>(shape, CView3<T>(dsmall, batch, t, c),
+                        CView1<T>(a.att_saved, attention_saved_elems(shape)),
+                        View1<T>(m_work.data() + bt_max * 3 * c, attention_workspace_elems(shape)),
+                        View3<T>(dbig1, batch, t, 3 * c));
+  linear_backward<T>(CView2<T>(a.ln1_out, bt, c), p.qkv_w, CView2<T>(dbig1, bt, 3 * c),
+                     View2<T>(dsmall, bt, c), g.qkv_w, g.qkv_b);
+  layernorm_backward<T>(CView2<T>(x_ptr, bt, c), p.ln1_w, CView1<T>(a.ln1_mean, bt),
+                        CView1<T>(a.ln1_rstd, bt), CView2<T>(dsmall, bt, c),
+                        View2<T>(dres, bt, c), g.ln1_w, g.ln1_b);
+}
+
+template <class T>
+void Gpt<T>::backward(T dloss) {
+  SHARDTRAIN_CHECK(m_batch > 0, "backward without forward");
+  const std::int64_t t = m_dims.seq_len, c = m_dims.channels, v = m_dims.vocab;
+  const std::int64_t batch = m_batch, bt = batch * t, bt_max = m_dims.max_batch * t;
+  T* dres = m_work.data() + bt_max * 3 * c +
+            attention_workspace_elems(attention_shape(m_dims, m_dims.max_batch));
+  T* dsmall = dres + bt_max * c;
+
+  // Head: logits = ln_f(x_L) wte^T; dlogits overwrite the logits in place.
+  cross_entropy_backward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(m_targets, bt), dloss,
+                            View2<T>(m_logits, bt, v));
+  linear_backward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, CView2<T>(m_logits, bt, v),
+                     View2<T>(dsmall, bt, c), m_dwte, View1<T>());
+  const T* x_last = m_dims.n_layer > 0 ? m_block_acts.back().out : m_emb_out;
+  fill<T>(View1<T>(dres, bt * c), T(0));
+  layernorm_backward<T>(CView2<T>(x_last, bt, c), m_lnf_w, CView1<T>(m_lnf_mean, bt),
+                        CView1<T>(m_lnf_rstd, bt), CView2<T>(dsmall, bt, c),
+                        View2<T>(dres, bt, c), m_dlnf_w, m_dlnf_b);
+  for (int l = static_cast<int>(m_dims.n_layer) - 1; l >= 0; --l) {
+    const T* x = l > 0 ? m_block_acts[l - 1].out : m_emb_out;
+    block_backward(l, x, batch, dres);
+  }
+  embedding_backward<T>(CView2<TokenIndex>(m_tokens, batch, t), CView3<T>(dres, batch, t, c),
+                        m_dwte, m_dwpe);
+  m_batch = 0;
+}
+
+template class Gpt<float>;
+template class Gpt<double>;
+template void gpt_init_params<float>(const ParamLayout&, const GptDims&, double, std::uint64_t,
+                                     float*, std::int64_t, std::int64_t);
+template void gpt_init_params<double>(const ParamLayout&, const GptDims&, double, std::uint64_t,
+                                      double*, std::int64_t, std::int64_t);
+
+}  // namespace shardtrain

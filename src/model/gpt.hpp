@@ -1,0 +1,121 @@
+// shardtrain/model/gpt.hpp
+// Owns the GPT-2-style decoder: token + position embeddings, L pre-LayerNorm
+// blocks (causal multi-head attention, GELU MLP), final LayerNorm, LM head tied
+// to the token embedding. Parameters and gradients are NOT owned here: the model
+// holds views into the caller's flat vectors laid out by make_layout(). It owns
+// its activation arena (category Activations: what backward needs) and its
+// workspace (category Workspace: scratch reused by every block), both sized
+// once, before the first step, for micro-batches of up to max_batch sequences.
+// Gradient convention: backward() ACCUMULATES into the gradient vector, so
+// micro-batches add up; the caller zeroes it once per optimizer step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "core/memory.hpp"
+#include "kernels/types.hpp"
+#include "model/param_layout.hpp"
+
+namespace shardtrain {
+
+struct GptDims {
+  std::int64_t n_layer = 0;   // L
+  std::int64_t channels = 0;  // C
+  std::int64_t n_head = 0;    // H
+  std::int64_t seq_len = 0;   // T
+  std::int64_t vocab = 0;     // V
+  std::int64_t max_batch = 0; // largest micro-batch B the buffers are sized for
+};
+
+// Elements of each buffer class for given dims (the memory plan of one model replica).
+struct GptActivationPlan {
+  std::int64_t per_block = 0;   // saved per transformer block
+  std::int64_t head = 0;        // embeddings output, final LayerNorm, logits, losses
+  std::int64_t workspace = 0;   // scratch shared by all blocks
+  std::int64_t activations() const;
+  std::int64_t n_layer = 0;
+};
+GptActivationPlan gpt_activation_plan(const GptDims& d);
+
+// Parameter table in nanoGPT naming; Linear weights (out, in). Not finalized.
+ParamLayout gpt_layout(const GptDims& d);
+
+// Initialises params[lo, hi) of the flat vector (indices are global, so every
+// rank computes the same values for the same index): N(0, init_std) for matrices
+// and embeddings, N(0, init_std/sqrt(2L)) for the two residual projections,
+// LayerNorm weight 1, biases and padding 0.
+template <class T>
+void gpt_init_params(const ParamLayout& layout, const GptDims& d, double init_std,
+                     std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi);
+
+template <class T>
+class Gpt {
+ public:
+  Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory);
+
+  // Points the model at the flat parameter and gradient vectors (padded_size() each).
+  void bind(T* params, T* grads);
+
+  // Forward on `batch` sequences (batch <= max_batch). tokens and targets are
+  // (batch, T) row-major; targets < 0 are ignored. Returns the SUM of the
+  // per-token losses over valid targets. Both arrays must stay alive and
+  // unchanged until backward() returns.
+  double forward(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t batch);
+
+  // Backward of the last forward: grads += d(dloss * sum of token losses)/d(params).
+  void backward(T dloss);
+
+  const GptDims& dims() const { return m_dims; }
+
+ private:
+  struct BlockParams {
+    View1<T> ln1_w, ln1_b;
+    View2<T> qkv_w;   View1<T> qkv_b;    // (3C, C), (3C)
+    View2<T> proj_w;  View1<T> proj_b;   // (C, C), (C)
+    View1<T> ln2_w, ln2_b;
+    View2<T> fc_w;    View1<T> fc_b;     // (4C, C), (4C)
+    View2<T> fc2_w;   View1<T> fc2_b;    // (C, 4C), (C)
+  };
+  struct BlockActs {   // saved for backward, per block; row count B*T
+    T* ln1_mean; T* ln1_rstd; T* ln1_out;  // (BT), (BT), (BT, C)
+    T* att_saved;                          // attention_saved_elems
+    T* att_out;                            // (BT, C) heads concatenated
+    T* resid1;                             // (BT, C) x + attn
+    T* ln2_mean; T* ln2_rstd; T* ln2_out;  // (BT), (BT), (BT, C)
+    T* fc_pre; T* fc_act;                  // (BT, 4C) before / after GELU
+    T* out;                                // (BT, C) block output = next block input
+  };
+
+  BlockParams block_params(T* base, int layer) const;
+  void bind_views(T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w, View1<T>& lnf_b,
+                  std::vector<BlockParams>& blocks) const;
+  void block_forward(int layer, const T* x, std::int64_t batch);
+  void block_backward(int layer, const T* x, std::int64_t batch, T* dres);
+
+  GptDims m_dims;
+  const ParamLayout& m_layout;
+  T m_eps;
+
+  View2<T> m_wte, m_wpe; View1<T> m_lnf_w, m_lnf_b;          // parameters
+  View2<T> m_dwte, m_dwpe; View1<T> m_dlnf_w, m_dlnf_b;      // gradients
+  std::vector<BlockParams> m_blocks, m_dblocks;
+
+  TrackedBuffer<T> m_acts;       // Activations: embeddings out, blocks, head
+  TrackedBuffer<T> m_work;       // Workspace
+  std::vector<BlockActs> m_block_acts;
+  T* m_emb_out = nullptr;        // (BT, C) block 0 input
+  T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;
+  T* m_logits = nullptr;         // (BT, V); overwritten by dlogits in backward
+  T* m_losses = nullptr;         // (BT)
+
+  const TokenIndex* m_tokens = nullptr;
+  const TokenIndex* m_targets = nullptr;
+  std::int64_t m_batch = 0;
+};
+
+extern template class Gpt<float>;
+extern template class Gpt<double>;
+
+}  // namespace shardtrain

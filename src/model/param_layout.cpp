@@ -1,0 +1,49 @@
+// ParamLayout: offsets, alignment and padding of the flat parameter vector.
+#include "model/param_layout.hpp"
+
+#include <numeric>
+
+#include "core/error.hpp"
+
+namespace shardtrain {
+
+int ParamLayout::add(std::string name, std::vector<std::int64_t> shape, bool weight_decay,
+                     int group) {
+  SHARDTRAIN_CHECK(m_padded == 0, "ParamLayout::add after finalize");
+  std::int64_t numel = 1;
+  for (auto d : shape) {
+    SHARDTRAIN_CHECK(d > 0, "parameter " + name + " has a non-positive dimension");
+    numel *= d;
+  }
+  ParamEntry e;
+  e.offset = (m_end + m_alignment - 1) / m_alignment * m_alignment;
+  e.name = std::move(name);
+  e.shape = std::move(shape);
+  e.numel = numel;
+  e.weight_decay = weight_decay;
+  e.group = group;
+  m_end = e.offset + numel;
+  m_entries.push_back(std::move(e));
+  return static_cast<int>(m_entries.size()) - 1;
+}
+
+void ParamLayout::finalize(int world_size) {
+  SHARDTRAIN_CHECK(m_padded == 0, "ParamLayout::finalize called twice");
+  SHARDTRAIN_CHECK(world_size >= 1, "world size must be >= 1");
+  m_world = world_size;
+  const std::int64_t unit = m_alignment * world_size;
+  m_padded = std::max<std::int64_t>(unit, (m_end + unit - 1) / unit * unit);
+}
+
+const ParamEntry& ParamLayout::find(const std::string& name) const {
+  for (const auto& e : m_entries)
+    if (e.name == name) return e;
+  SHARDTRAIN_FAIL("no parameter named '" + name + "'");
+}
+
+std::int64_t ParamLayout::num_parameters() const {
+  return std::accumulate(m_entries.begin(), m_entries.end(), std::int64_t{0},
+                         [](std::int64_t a, const ParamEntry& e) { return a + e.numel; });
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,30 @@
+// shardtrain/train/progress.hpp
+// Owns the rank-0 progress line: step/total, loss, learning rate, grad norm,
+// tokens/s over the last logging interval and the estimated time to finish.
+#pragma once
+
+#include <cstdint>
+
+#include "train/run_directory.hpp"
+
+namespace shardtrain {
+
+class Progress {
+ public:
+  Progress(std::int64_t total_steps, std::int64_t tokens_per_step)
+      : m_total(total_steps), m_tokens_per_step(tokens_per_step) {}
+
+  // Call after every step with the seconds elapsed since training started.
+  void step_done(double elapsed_s);
+  // Throughput since the previous print (or the start), global tokens per second.
+  double tokens_per_second() const;
+  // Prints the line and starts a new throughput interval.
+  void print(const MetricsRow& row);
+
+ private:
+  std::int64_t m_total, m_tokens_per_step;
+  std::int64_t m_done = 0, m_mark_step = 0;
+  double m_elapsed = 0.0, m_mark_time = 0.0;
+};
+
+}  // namespace shardtrain

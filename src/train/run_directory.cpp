@@ -1,0 +1,59 @@
+// RunDirectory: creates the run directory, writes the config copies, appends metrics.
+#include "train/run_directory.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "config/parse.hpp"
+#include "core/error.hpp"
+
+namespace shardtrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) SHARDTRAIN_FAIL("cannot write " + p.string());
+}
+
+}  // namespace
+
+RunDirectory::RunDirectory(const RunConfig& config) : m_path(config.train.run_dir) {
+  std::error_code ec;
+  fs::create_directories(m_path, ec);
+  if (ec || !fs::is_directory(m_path))
+    throw InputError(config.source_name + ": train.run_dir: cannot create directory '" + m_path +
+                     "': " + ec.message());
+  write_text(fs::path(m_path) / "config.toml", to_toml(config));
+  write_text(fs::path(m_path) / "input.toml", config.source_text);
+
+  const fs::path metrics = metrics_path();
+  if (fs::exists(metrics)) {
+    int n = 1;
+    while (fs::exists(metrics.string() + "." + std::to_string(n))) ++n;
+    fs::rename(metrics, metrics.string() + "." + std::to_string(n));
+  }
+  m_metrics = std::fopen(metrics.c_str(), "w");
+  if (!m_metrics) SHARDTRAIN_FAIL("cannot open " + metrics.string() + " for writing");
+  std::fputs("step,loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s\n", m_metrics);
+  std::fflush(m_metrics);
+}
+
+RunDirectory::~RunDirectory() {
+  if (m_metrics) std::fclose(m_metrics);
+}
+
+void RunDirectory::append(const MetricsRow& r) {
+  // Losses with 17 significant digits: two runs compare bitwise through this file.
+  const std::string val = r.val_loss ? fmt::format("{:.17g}", *r.val_loss) : std::string();
+  fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{:.1f},{:.3f}\n", r.step, r.loss, val, r.lr,
+             r.grad_norm, r.tokens_per_s, r.elapsed_s);
+  std::fflush(m_metrics);
+}
+
+}  // namespace shardtrain

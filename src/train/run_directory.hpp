@@ -1,0 +1,43 @@
+// shardtrain/train/run_directory.hpp
+// Owns the run directory on rank 0: `config.toml` (the resolved config),
+// `input.toml` (the input text as given) and `metrics.csv` (one row per logged
+// step). Only rank 0 constructs one. A metrics.csv left by an earlier run is
+// renamed to metrics.csv.N rather than overwritten, so no result is lost.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "config/run_config.hpp"
+
+namespace shardtrain {
+
+struct MetricsRow {
+  std::int64_t step = 0;              // 1-based: optimizer steps completed
+  double loss = 0.0;                  // mean training loss of this step (nats/token)
+  std::optional<double> val_loss;     // when a validation pass ran at this step
+  double lr = 0.0;
+  double grad_norm = 0.0;             // global norm before clipping
+  double tokens_per_s = 0.0;
+  double elapsed_s = 0.0;
+};
+
+class RunDirectory {
+ public:
+  explicit RunDirectory(const RunConfig& config);
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+
+  void append(const MetricsRow& row);  // writes and flushes one CSV row
+  const std::string& path() const { return m_path; }
+  std::string metrics_path() const { return m_path + "/metrics.csv"; }
+
+ private:
+  std::string m_path;
+  std::FILE* m_metrics = nullptr;
+};
+
+}  // namespace shardtrain

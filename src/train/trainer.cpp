@@ -1,0 +1,239 @@
+// The step loop: data -> forward/backward per micro-batch -> gradient all-reduce
+// -> clip -> AdamW, plus evaluation, progress lines, metrics and the memory report.
+#include "train/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "dist/mpi/mpi_communicator.hpp"
+#include "io/token_dataset.hpp"
+#include "model/gpt.hpp"
+#include "model/param_layout.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+#include "train/batch_sampler.hpp"
+#include "train/progress.hpp"
+#include "train/run_directory.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Checks that the data set fits the model; every rank sees the same file, so
+// every rank throws the same InputError.
+void check_data_fits(const RunConfig& cfg, const TokenDataset& data) {
+  const auto& p = cfg.data.path;
+  const std::int64_t need = cfg.model.seq_len + 1;
+  if (data.size(Split::Train) < 2 * need)
+    throw InputError(fmt::format("{}: train split has {} tokens; model.seq_len = {} needs at least {}",
+                                 p, data.size(Split::Train), cfg.model.seq_len, 2 * need));
+  if (data.size(Split::Val) < need)
+    throw InputError(fmt::format("{}: validation split has {} tokens; model.seq_len = {} needs at least {}",
+                                 p, data.size(Split::Val), cfg.model.seq_len, need));
+}
+
+}  // namespace
+
+// Holds everything one run needs.
+class Run {
+ public:
+  Run(const RunConfig& cfg, MPI_Comm world)
+      : m_cfg(cfg),
+        m_comm(world),
+        m_data(cfg.data.path, world) {
+    check_data_fits(cfg, m_data);
+    m_dims.n_layer = cfg.model.n_layer;
+    m_dims.channels = cfg.model.d_model;
+    m_dims.n_head = cfg.model.n_head;
+    m_dims.seq_len = cfg.model.seq_len;
+    m_dims.vocab = m_data.vocab_size();
+    m_dims.max_batch = std::min<std::int64_t>(
+        cfg.train.micro_batch, (cfg.train.batch_size + m_comm.size() - 1) / m_comm.size());
+
+    m_layout = std::make_unique<ParamLayout>(gpt_layout(m_dims));
+    m_layout->finalize(m_comm.size());
+    const std::int64_t n = m_layout->padded_size();
+    m_params = TrackedBuffer<float>(m_memory, MemCategory::Parameters, n);
+    m_grads = TrackedBuffer<float>(m_memory, MemCategory::Gradients, n);
+    gpt_init_params<float>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed, m_params.data(), 0, n);
+    m_model = std::make_unique<Gpt<float>>(m_dims, *m_layout, cfg.model.layernorm_eps, m_memory);
+    m_model->bind(m_params.data(), m_grads.data());
+    m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout, 0, n, m_memory);
+
+    const std::int64_t t = m_dims.seq_len, mb = m_dims.max_batch;
+    m_window_buf = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * (t + 1));
+    m_inputs = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * t);
+    m_targets = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * t);
+    m_sampler = std::make_unique<WindowSampler>(m_data.size(Split::Train), t, cfg.train.seed);
+  }
+
+  TrainResult run();
+
+ private:
+  // Reads `starts.size()` windows of T+1 tokens and splits them into inputs and targets.
+  void load_micro_batch(Split split, const std::vector<std::int64_t>& starts);
+  double train_step(std::int64_t step, double lr, double& grad_norm);
+  double evaluate(std::int64_t max_windows);
+  void report_memory() ;
+  bool is_root() const { return m_comm.rank() == 0; }
+
+  const RunConfig& m_cfg;
+  MpiCommunicator m_comm;
+  MemoryTracker m_memory;
+  TokenDataset m_data;
+  GptDims m_dims;
+  std::unique_ptr<ParamLayout> m_layout;
+  TrackedBuffer<float> m_params, m_grads;
+  std::unique_ptr<Gpt<float>> m_model;
+  std::unique_ptr<AdamW> m_optim;
+  std::unique_ptr<WindowSampler> m_sampler;
+  TrackedBuffer<TokenIndex> m_window_buf, m_inputs, m_targets;
+  std::vector<std::int64_t> m_starts;
+};
+
+void Run::load_micro_batch(Split split, const std::vector<std::int64_t>& starts) {
+  const std::int64_t t = m_dims.seq_len, b = static_cast<std::int64_t>(starts.size());
+  m_data.read_windows(split, starts, t + 1, m_window_buf.data());
+  for (std::int64_t i = 0; i < b; ++i) {
+    const TokenIndex* w = m_window_buf.data() + i * (t + 1);
+    std::copy(w, w + t, m_inputs.data() + i * t);
+    std::copy(w + 1, w + t + 1, m_targets.data() + i * t);
+  }
+}
+
+double Run::train_step(std::int64_t step, double lr, double& grad_norm) {
+  const std::int64_t global_batch = m_cfg.train.batch_size, t = m_dims.seq_len;
+  const auto [lo, hi] = rank_slice(global_batch, m_comm.rank(), m_comm.size());
+  const float dloss = static_cast<float>(1.0 / static_cast<double>(global_batch * t));
+
+  std::fill(m_grads.data(), m_grads.data() + m_grads.size(), 0.0f);
+  double loss_sum = 0.0;
+  for (std::int64_t first = lo; first < hi; first += m_dims.max_batch) {
+    const std::int64_t b = std::min(m_dims.max_batch, hi - first);
+    m_starts.resize(b);
+    for (std::int64_t i = 0; i < b; ++i)
+      m_starts[i] = m_sampler->window_start(step * global_batch + first + i);
+    load_micro_batch(Split::Train, m_starts);
+    loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
+    m_model->backward(dloss);
+  }
+
+  // ZeRO stage 0: every rank gets the summed gradient of the whole global batch.
+  m_comm.all_reduce(m_grads.span(), ReduceOp::Sum);
+  loss_sum = m_comm.all_reduce_value(loss_sum);
+
+  grad_norm = std::sqrt(sum_of_squares(*m_layout, m_grads.data(), 0, m_layout->padded_size()));
+  float clip = 1.0f;
+  if (m_cfg.optim.grad_clip > 0 && grad_norm > m_cfg.optim.grad_clip)
+    clip = static_cast<float>(m_cfg.optim.grad_clip / (grad_norm + 1e-6));
+  m_optim->step(m_params.data(), m_grads.data(), lr, clip, step);
+  return loss_sum / static_cast<double>(global_batch * t);
+}
+
+double Run::evaluate(std::int64_t max_windows) {
+  const std::int64_t t = m_dims.seq_len;
+  std::int64_t windows = eval_window_count(m_data.size(Split::Val), t);
+  if (max_windows > 0) windows = std::min(windows, max_windows);
+  const auto [lo, hi] = rank_slice(windows, m_comm.rank(), m_comm.size());
+  double loss_sum = 0.0;
+  for (std::int64_t first = lo; first < hi; first += m_dims.max_batch) {
+    const std::int64_t b = std::min(m_dims.max_batch, hi - first);
+    m_starts.resize(b);
+    for (std::int64_t i = 0; i < b; ++i) m_starts[i] = (first + i) * t;
+    load_micro_batch(Split::Val, m_starts);
+    loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
+  }
+  loss_sum = m_comm.all_reduce_value(loss_sum);
+  return loss_sum / static_cast<double>(windows * t);
+}
+
+void Run::report_memory() {
+  constexpr int kCats = MemoryTracker::kCategories;
+  const int n = m_comm.size();
+  std::vector<std::int64_t> peaks(static_cast<std::size_t>(n) * (kCats + 1), 0);
+  for (int c = 0; c < kCats; ++c)
+    peaks[m_comm.rank() * (kCats + 1) + c] = static_cast<std::int64_t>(m_memory.peak(static_cast<MemCategory>(c)));
+  peaks[m_comm.rank() * (kCats + 1) + kCats] = static_cast<std::int64_t>(m_memory.peak_total());
+  m_comm.all_reduce(std::span<std::int64_t>(peaks), ReduceOp::Sum);
+  if (!is_root()) return;
+  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  fmt::print("peak memory per rank (MiB, tracked allocator):\n");
+  fmt::print("  {:>4} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8} {:>10}\n", "rank", "params",
+             "grads", "optimizer", "activations", "workspace", "comm", "data", "total");
+  for (int r = 0; r < n; ++r) {
+    const auto* p = &peaks[r * (kCats + 1)];
+    fmt::print("  {:>4} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>10.2f} {:>8.2f} {:>8.2f} {:>10.2f}\n", r,
+               mib(p[0]), mib(p[1]), mib(p[2]), mib(p[3]), mib(p[4]), mib(p[5]), mib(p[6]), mib(p[kCats]));
+  }
+}
+
+TrainResult Run::run() {
+  const auto& tc = m_cfg.train;
+  std::optional<RunDirectory> dir;
+  if (is_root()) {
+    dir.emplace(m_cfg);
+    fmt::print("shardtrain: {} ranks | GPT L={} C={} H={} T={} V={} | {} parameters | "
+               "batch {} x {} tokens, micro-batch {} | data {} ({} train / {} val tokens)\n",
+               m_comm.size(), m_dims.n_layer, m_dims.channels, m_dims.n_head, m_dims.seq_len,
+               m_dims.vocab, m_layout->num_parameters(), tc.batch_size, m_dims.seq_len,
+               m_dims.max_batch, m_cfg.data.path, m_data.size(Split::Train), m_data.size(Split::Val));
+    fmt::print("run directory: {}\n", dir->path());
+    std::fflush(stdout);
+  }
+
+  TrainResult result;
+  Progress progress(tc.steps, tc.batch_size * m_dims.seq_len);
+  const auto t0 = Clock::now();
+  for (std::int64_t step = 0; step < tc.steps; ++step) {
+    const double lr = learning_rate(m_cfg.optim, step, tc.steps);
+    double grad_norm = 0.0;
+    const double loss = train_step(step, lr, grad_norm);
+    if (!std::isfinite(loss))
+      SHARDTRAIN_FAIL(fmt::format("training loss is {} at step {}; lower optim.lr", loss, step + 1));
+    result.final_train_loss = loss;
+    const std::int64_t done = step + 1;
+    progress.step_done(seconds_since(t0));
+
+    std::optional<double> val;
+    const bool last = done == tc.steps;
+    if (last || (tc.eval_every > 0 && done % tc.eval_every == 0))
+      val = evaluate(last ? 0 : tc.eval_windows);  // the final pass covers the whole split
+    if (is_root() && (done % tc.log_every == 0 || last || val)) {
+      MetricsRow row{done, loss, val, lr, grad_norm, progress.tokens_per_second(), seconds_since(t0)};
+      dir->append(row);
+      progress.print(row);
+    }
+    if (val) result.final_val_loss = *val;
+  }
+  result.seconds = seconds_since(t0);
+  report_memory();
+  if (is_root()) {
+    fmt::print("done: {} steps in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "
+               "(whole validation split)\n",
+               tc.steps, result.seconds, result.final_train_loss, result.final_val_loss);
+    fmt::print("metrics: {}\n", dir->metrics_path());
+    std::fflush(stdout);
+  }
+  return result;
+}
+
+Trainer::Trainer(const RunConfig& config, MPI_Comm world)
+    : m_run(std::make_unique<Run>(config, world)) {}
+Trainer::~Trainer() = default;
+TrainResult Trainer::run() { return m_run->run(); }
+
+}  // namespace shardtrain

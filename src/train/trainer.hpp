@@ -1,0 +1,45 @@
+// shardtrain/train/trainer.hpp
+// Owns one training run: builds the model on the flat ParamLayout, opens the
+// data set, runs the step loop (micro-batches, gradient all-reduce, clipping,
+// AdamW), evaluates, logs progress and metrics, and reports memory.
+// Invariants: the sample stream depends only on (seed, step), never on the
+// rank count; the loss of a step is the mean over every target token of the
+// global batch; identical inputs and rank count give bitwise-identical losses.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "config/run_config.hpp"
+
+namespace shardtrain {
+
+struct TrainResult {
+  double final_train_loss = 0.0;
+  double final_val_loss = 0.0;
+  double seconds = 0.0;
+};
+
+class Run;
+
+// One training run. Construction and run() are collective over `world`: the
+// trainer builds its Communicator on it and opens the data set on it with
+// parallel HDF5.
+class Trainer {
+ public:
+  // Opens the data, builds layout, model and optimizer. Throws InputError when
+  // the input does not fit (e.g. a data set too short for the model), the same
+  // way on every rank; Error for anything else. No collective runs after a
+  // possible throw, so the caller may agree on the outcome with one all-reduce.
+  Trainer(const RunConfig& config, MPI_Comm world);
+  ~Trainer();
+  // Trains, evaluates, logs. An exception here may be rank-local: the caller
+  // must abort the job rather than wait in a collective.
+  TrainResult run();
+
+ private:
+  std::unique_ptr<Run> m_run;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `trainer` executable, driven by CTest (tests/e2e/trainer/CMakeLists.txt).
+# Environment (set by CTest): TRAINER, INPUT (tiny.toml), DATA (tiny.h5), WORK (scratch dir),
+# MPIEXEC, NPFLAG.
+#   run NP NAME [--set ...]     train into $WORK/NAME, fail on non-zero exit
+#   equiv NP REF TOL            train at NP ranks; losses must match run REF within relative TOL
+#   determinism NP              two runs at NP ranks; losses must be bitwise identical
+#   bad-input NP CASE REGEX     a broken input must give exit 2, ONE message matching REGEX, no hang
+set -uo pipefail
+
+die() { echo "FAIL: $*" >&2; exit 1; }
+
+run_trainer() {  # NP NAME extra-args...
+  local np=$1 name=$2; shift 2
+  rm -rf "$WORK/$name"; mkdir -p "$WORK"
+  timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" \
+    --set data.path="$DATA" --set train.run_dir="$WORK/$name" "$@" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  cat "$WORK/$name.log"
+  [[ $rc -eq 0 ]] || die "trainer at $np ranks exited with $rc"
+  [[ -s "$WORK/$name/metrics.csv" ]] || die "no metrics.csv in $WORK/$name"
+}
+
+# Prints "step loss val_loss" per row of a metrics.csv.
+losses() { awk -F, 'NR > 1 { print $1, $2, ($3 == "" ? "-" : $3) }' "$1"; }
+
+compare() {  # A B TOL ; TOL = 0 means bitwise (textual) equality
+  local a=$1 b=$2 tol=$3
+  [[ $(losses "$a" | wc -l) -gt 0 ]] || die "$a has no rows"
+  paste -d' ' <(losses "$a") <(losses "$b") | awk -v tol="$tol" '
+    function rel(x, y) { d = x - y; if (d < 0) d = -d; m = (x < 0 ? -x : x); return m > 0 ? d / m : d }
+    NF != 6 { print "row count or val_loss columns differ: " $0; bad = 1; next }
+    $1 != $4 { print "step mismatch: " $0; bad = 1; next }
+    tol == 0 && ($2 != $5 || $3 != $6) { print "not bitwise equal: " $0; bad = 1; next }
+    tol > 0 { r = rel($2, $5); if (r > tol) { print "loss differs by " r ": " $0; bad = 1 }
+              if ($3 != "-" && rel($3, $6) > tol) { print "val_loss differs: " $0; bad = 1 }
+              if (r > worst) worst = r }
+    END { if (tol > 0) printf "max relative loss difference %.3g (tolerance %g)\n", worst, tol; exit bad }
+  ' || die "loss curves differ ($a vs $b)"
+}
+
+case "${1:-}" in
+  run)
+    np=$2; name=$3; shift 3
+    run_trainer "$np" "$name" "$@"
+    ;;
+  equiv)
+    np=$2; ref=$3; tol=$4
+    run_trainer "$np" "equiv_np$np"
+    compare "$WORK/$ref/metrics.csv" "$WORK/equiv_np$np/metrics.csv" "$tol"
+    # The loss must actually fall, or equal curves prove nothing.
+    awk -F, 'NR == 2 { first = $2 } END { if (!($2 < first - 0.3)) { print "loss did not fall: " first " -> " $2; exit 1 } }' \
+      "$WORK/equiv_np$np/metrics.csv" || die "training did not learn"
+    ;;
+  determinism)
+    np=$2
+    run_trainer "$np" "det_a_np$np"
+    run_trainer "$np" "det_b_np$np"
+    compare "$WORK/det_a_np$np/metrics.csv" "$WORK/det_b_np$np/metrics.csv" 0
+    echo "bitwise identical losses over $(losses "$WORK/det_a_np$np/metrics.csv" | wc -l) rows"
+    ;;
+  bad-input)
+    np=$2; case_name=$3; regex=$4
+    dir="$WORK/bad_$case_name"; rm -rf "$dir"; mkdir -p "$dir"
+    input="$dir/input.toml"
+    sed -e "s|^path = .*|path = \"$DATA\"|" "$INPUT" > "$input"
+    case "$case_name" in
+      syntax)      sed -i 's/^n_layer = 2/n_layer = 2 2/' "$input" ;;
+      unknown_key) sed -i 's/^n_layer = 2/n_layers = 2/' "$input" ;;
+      negative_lr) sed -i 's/^lr = .*/lr = -1e-3/' "$input" ;;
+      missing_data) sed -i "s|^path = .*|path = \"$dir/no_such.h5\"|" "$input" ;;
+      not_hdf5)    cp "$INPUT" "$dir/fake.h5"; sed -i "s|^path = .*|path = \"$dir/fake.h5\"|" "$input" ;;
+      *) die "unknown case $case_name" ;;
+    esac
+    start=$(date +%s)
+    timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$input" --set train.run_dir="$dir/run" \
+      > "$dir/out.log" 2> "$dir/err.log"
+    rc=$?
+    echo "exit code $rc after $(( $(date +%s) - start )) s"; echo "--- stderr:"; cat "$dir/err.log"
+    [[ $rc -ne 124 ]] || die "trainer hung"
+    [[ $rc -eq 2 ]] || die "expected exit code 2, got $rc"
+    n=$(grep -c '^error: ' "$dir/err.log")
+    [[ $n -eq 1 ]] || die "expected exactly one error line, got $n"
+    grep -Eq "$regex" "$dir/err.log" || die "error message does not match /$regex/"
+    ;;
+  *)
+    die "usage: trainer_e2e.sh run|equiv|determinism|bad-input ..." ;;
+esac

@@ -1,0 +1,169 @@
+// Whole-model tests of Gpt: float64 central-difference gradient check of every
+// parameter, gradient accumulation over micro-batches, layout invariants.
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "model/gpt.hpp"
+#include "model/param_layout.hpp"
+
+namespace shardtrain {
+namespace {
+
+class KokkosEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { Kokkos::initialize(); }
+  void TearDown() override { Kokkos::finalize(); }
+};
+const auto* const kKokkos = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+
+GptDims tiny_dims() {
+  GptDims d;
+  d.n_layer = 2; d.channels = 8; d.n_head = 2; d.seq_len = 5; d.vocab = 7; d.max_batch = 3;
+  return d;
+}
+
+struct Fixture {
+  GptDims dims = tiny_dims();
+  ParamLayout layout = gpt_layout(dims);
+  MemoryTracker memory;
+  std::vector<double> params, grads;
+  std::vector<TokenIndex> tokens, targets;
+  Fixture(int world = 1) {
+    layout.finalize(world);
+    params.assign(layout.padded_size(), 0.0);
+    grads.assign(layout.padded_size(), 0.0);
+    // A large init std makes the check exercise the non-linear regime.
+    gpt_init_params<double>(layout, dims, 0.5, 42, params.data(), 0, layout.padded_size());
+    const std::int64_t n = dims.max_batch * dims.seq_len;
+    for (std::int64_t i = 0; i < n; ++i) {
+      tokens.push_back(static_cast<TokenIndex>((i * 5 + 3) % dims.vocab));
+      targets.push_back(static_cast<TokenIndex>((i * 3 + 1) % dims.vocab));
+    }
+    targets[4] = -1;  // an ignored target
+  }
+};
+
+TEST(GptLayout, OffsetsAlignedContiguousAndPadded) {
+  for (int world : {1, 2, 3, 4, 7}) {
+    GptDims d = tiny_dims();
+    ParamLayout layout = gpt_layout(d);
+    layout.finalize(world);
+    std::int64_t prev_end = 0;
+    for (const auto& e : layout.entries()) {
+      EXPECT_EQ(e.offset % layout.alignment(), 0) << e.name;
+      EXPECT_GE(e.offset, prev_end) << e.name;
+      EXPECT_LT(e.offset - prev_end, layout.alignment()) << e.name;
+      prev_end = e.offset + e.numel;
+    }
+    EXPECT_EQ(layout.padded_size() % (world * layout.alignment()), 0);
+    EXPECT_GE(layout.padded_size(), prev_end);
+    EXPECT_EQ(layout.shard_range(world - 1).second, layout.padded_size());
+  }
+  GptDims d = tiny_dims();
+  ParamLayout layout = gpt_layout(d);
+  const std::int64_t c = d.channels, l = d.n_layer;
+  EXPECT_EQ(layout.num_parameters(),
+            d.vocab * c + d.seq_len * c + l * (12 * c * c + 13 * c) + 2 * c);
+  EXPECT_TRUE(layout.find("h.1.mlp.c_fc.weight").weight_decay);
+  EXPECT_FALSE(layout.find("h.1.mlp.c_fc.bias").weight_decay);
+  EXPECT_FALSE(layout.find("wte.weight").weight_decay);
+  EXPECT_FALSE(layout.find("ln_f.weight").weight_decay);
+  EXPECT_THROW(layout.find("nope"), Error);
+}
+
+TEST(GptInit, IndependentOfRangeSplit) {
+  // Any rank initialising any slice gets the values a single rank would.
+  Fixture f;
+  std::vector<double> part(f.layout.padded_size());
+  const std::int64_t n = f.layout.padded_size(), cut = n / 3 + 5;
+  gpt_init_params<double>(f.layout, f.dims, 0.5, 42, part.data(), 0, cut);
+  gpt_init_params<double>(f.layout, f.dims, 0.5, 42, part.data() + cut, cut, n);
+  EXPECT_EQ(part, f.params);
+  EXPECT_EQ(f.params[f.layout.find("h.0.ln_1.weight").offset], 1.0);
+  EXPECT_EQ(f.params[f.layout.find("h.0.ln_1.bias").offset], 0.0);
+}
+
+// d(objective)/d(theta) from backward() against float64 central differences
+// over EVERY parameter, objective = dloss * sum of token losses.
+TEST(GptGradient, MatchesCentralDifferencesFloat64) {
+  Fixture f;
+  Gpt<double> model(f.dims, f.layout, 1e-5, f.memory);
+  model.bind(f.params.data(), f.grads.data());
+  const std::int64_t batch = 2;
+  const double dloss = 1.0 / static_cast<double>(batch * f.dims.seq_len);
+  auto objective = [&] { return dloss * model.forward(f.tokens.data(), f.targets.data(), batch); };
+
+  objective();
+  model.backward(dloss);
+  const std::vector<double> analytic = f.grads;
+
+  double diff2 = 0.0, norm2 = 0.0, worst_tensor = 0.0;
+  const double h = 1e-5;
+  for (const auto& e : f.layout.entries()) {
+    double td2 = 0.0, tn2 = 0.0;
+    for (std::int64_t i = e.offset; i < e.offset + e.numel; ++i) {
+      const double saved = f.params[i];
+      f.params[i] = saved + h;
+      const double up = objective();
+      f.params[i] = saved - h;
+      const double down = objective();
+      f.params[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      td2 += (analytic[i] - numeric) * (analytic[i] - numeric);
+      tn2 += analytic[i] * analytic[i] + numeric * numeric;
+    }
+    const double rel = std::sqrt(td2) / std::max(std::sqrt(tn2), 1e-12);
+    EXPECT_LE(rel, 1e-6) << e.name;
+    worst_tensor = std::max(worst_tensor, rel);
+    diff2 += td2;
+    norm2 += tn2;
+  }
+  const double rel = std::sqrt(diff2) / std::sqrt(norm2);
+  RecordProperty("max_tensor_relative_error", std::to_string(worst_tensor));
+  std::printf("whole-model gradient: relative error %.3g (worst tensor %.3g)\n", rel, worst_tensor);
+  EXPECT_LE(rel, 1e-6);
+  // Padding carries no gradient.
+  for (std::int64_t i = f.layout.entries().back().offset + f.layout.entries().back().numel;
+       i < f.layout.padded_size(); ++i)
+    EXPECT_EQ(analytic[i], 0.0);
+}
+
+// Splitting a batch into micro-batches and accumulating gives the full-batch gradient.
+TEST(GptGradient, MicroBatchesAccumulate) {
+  Fixture f;
+  Gpt<double> model(f.dims, f.layout, 1e-5, f.memory);
+  model.bind(f.params.data(), f.grads.data());
+  const std::int64_t t = f.dims.seq_len;
+  const double dloss = 1.0 / static_cast<double>(3 * t);
+  const double full = model.forward(f.tokens.data(), f.targets.data(), 3);
+  model.backward(dloss);
+  const std::vector<double> g_full = f.grads;
+
+  std::fill(f.grads.begin(), f.grads.end(), 0.0);
+  double split = model.forward(f.tokens.data(), f.targets.data(), 2);
+  model.backward(dloss);
+  split += model.forward(f.tokens.data() + 2 * t, f.targets.data() + 2 * t, 1);
+  model.backward(dloss);
+  EXPECT_NEAR(full, split, 1e-12 * std::abs(full));
+  for (std::size_t i = 0; i < g_full.size(); ++i)
+    ASSERT_NEAR(g_full[i], f.grads[i], 1e-12 + 1e-10 * std::abs(g_full[i])) << i;
+}
+
+// The activation arena is sized from the plan and counted by the tracker.
+TEST(GptMemory, ArenaMatchesPlan) {
+  Fixture f;
+  Gpt<float> model(f.dims, f.layout, 1e-5, f.memory);
+  const auto plan = gpt_activation_plan(f.dims);
+  EXPECT_EQ(f.memory.current(MemCategory::Activations),
+            static_cast<std::size_t>(plan.activations()) * sizeof(float));
+  EXPECT_EQ(f.memory.current(MemCategory::Workspace),
+            static_cast<std::size_t>(plan.workspace) * sizeof(float));
+}
+
+}  // namespace
+}  // namespace shardtrain
