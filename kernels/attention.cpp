@@ -1,0 +1,202 @@
+// shardtrain/kernels/attention.cpp
+// Owns causal multi-head self-attention between the qkv and output projections.
+//
+// saved (attention_saved_elems = 3*B*T*C + B*H*T*T), written by forward, read by backward:
+//   [ q (B,H,T,hd) | k (B,H,T,hd) | v (B,H,T,hd) | probs (B,H,T,T) ]
+//   q/k/v are qkv's [q | k | v] column blocks permuted head-major, so every (b, h)
+//   slice is a contiguous (T, hd) matrix; probs(b,h,t,s) = softmax over s <= t of
+//   q.k / sqrt(hd), and is exactly 0 for s > t.
+// workspace (attention_workspace_elems = T*T), scratch valid only during one call:
+//   forward:  unused;
+//   backward: [ dP / dS (T,T) ] for the (b, h) pair being processed.
+// The (b, h) pairs are processed one after another from the host: each issues its
+// GEMMs (one BLAS call each) and one row-parallel softmax kernel, which keeps the
+// (T,T) block hot in cache and makes the workspace independent of B and H.
+//
+// GEMM operands that live inside qkv/out/dout/dqkv are 2-D LayoutRight subviews
+// with a row stride (C or 3C) — still row-major, so KokkosBlas passes the stride
+// as BLAS's leading dimension and no head gather/scatter copies are needed:
+//   forward:  S = (1/sqrt(hd)) Q K^T -> probs (softmax in place), out[b,:,h] = P V
+//   backward: dV = P^T dY, dP = dY V^T, dS = P * (dP - rowsum(dP * P)) / sqrt(hd)
+//             (0 where masked), dQ = dS K, dK = dS^T Q, written straight into dqkv.
+// Invariants: out and dqkv are OVERWRITTEN (every element is written once);
+// deterministic (fixed order everywhere, no atomics); no allocation.
+#include "kernels/attention.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/vec_math.hpp"
+
+namespace shardtrain {
+namespace {
+
+const std::string kLabelSplitHeads = "Attention::forward_split_heads";
+const std::string kLabelSoftmax = "Attention::forward_softmax";
+const std::string kLabelSoftmaxGrad = "Attention::backward_softmax";
+
+struct Dims {
+  std::int64_t b, t, c, h, hd;
+};
+
+Dims check_shape(const AttentionShape& s) {
+  SHARDTRAIN_CHECK(s.batch >= 0 && s.seq_len >= 0 && s.channels >= 0 && s.n_head > 0,
+                   "attention: negative size or n_head <= 0");
+  SHARDTRAIN_CHECK(s.channels % s.n_head == 0, "attention: n_head " + std::to_string(s.n_head) +
+                                                   " does not divide channels " +
+                                                   std::to_string(s.channels));
+  return {s.batch, s.seq_len, s.channels, s.n_head, s.channels / s.n_head};
+}
+
+template <class V>
+bool has_extents(const V& v, std::int64_t e0, std::int64_t e1, std::int64_t e2) {
+  return static_cast<std::int64_t>(v.extent(0)) == e0 &&
+         static_cast<std::int64_t>(v.extent(1)) == e1 &&
+         static_cast<std::int64_t>(v.extent(2)) == e2 && v.span_is_contiguous();
+}
+
+// Row t of a causal softmax, in place: p[0..len) = softmax(p[0..len)), p[len..n) = 0.
+template <class T>
+void causal_softmax_row(T* __restrict p, std::int64_t len, std::int64_t n) {
+  const T m = vec::max(p, len);
+  for (std::int64_t j = 0; j < len; ++j) p[j] = vec::exp_fast<T>(p[j] - m);
+  const T inv = T(1) / vec::sum(p, len);
+  for (std::int64_t j = 0; j < len; ++j) p[j] *= inv;
+  for (std::int64_t j = len; j < n; ++j) p[j] = T(0);
+}
+
+// Row t of the softmax backward, in place on dp: dp = scale * p * (dp - <dp, p>) on
+// [0, len), 0 on [len, n).
+template <class T>
+void causal_softmax_grad_row(const T* __restrict p, T* __restrict dp, T scale, std::int64_t len,
+                             std::int64_t n) {
+  const T c = vec::dot(dp, p, len);
+  for (std::int64_t j = 0; j < len; ++j) dp[j] = scale * p[j] * (dp[j] - c);
+  for (std::int64_t j = len; j < n; ++j) dp[j] = T(0);
+}
+
+}  // namespace
+
+std::int64_t attention_saved_elems(const AttentionShape& s) {
+  const Dims d = check_shape(s);
+  return 3 * d.b * d.t * d.c + d.b * d.h * d.t * d.t;
+}
+
+std::int64_t attention_workspace_elems(const AttentionShape& s) {
+  const Dims d = check_shape(s);
+  return d.t * d.t;
+}
+
+template <class T>
+void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, View1<T> workspace,
+                       View3<T> out) {
+  const Dims d = check_shape(s);
+  SHARDTRAIN_CHECK(has_extents(qkv, d.b, d.t, 3 * d.c), "attention_forward: qkv is not (B,T,3C)");
+  SHARDTRAIN_CHECK(has_extents(out, d.b, d.t, d.c), "attention_forward: out is not (B,T,C)");
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(saved.extent(0)) >= attention_saved_elems(s),
+                   "attention_forward: saved has " + std::to_string(saved.extent(0)) +
+                       " elements, needs " + std::to_string(attention_saved_elems(s)));
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(workspace.extent(0)) >= attention_workspace_elems(s),
+                   "attention_forward: workspace too small");
+  if (d.b == 0 || d.t == 0 || d.c == 0) return;
+  const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
+  const std::int64_t head_elems = nt * hd;       // one (T, hd) slice
+  const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v: (B,H,T,hd)
+  const T* src = qkv.data();
+  T* q = saved.data();
+  T* k = q + qkv_elems;
+  T* v = k + qkv_elems;
+  T* probs = v + qkv_elems;
+
+  // qkv(b, t, [q|k|v], h, :) -> q/k/v(b, h, t, :)
+  Kokkos::parallel_for(kLabelSplitHeads, range(d.b * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
+    const std::int64_t b = bt / nt, t = bt % nt;
+    const T* row = src + bt * 3 * nc;
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const std::int64_t dst = ((b * nh + h) * nt + t) * hd;
+      for (std::int64_t i = 0; i < hd; ++i) q[dst + i] = row[h * hd + i];
+      for (std::int64_t i = 0; i < hd; ++i) k[dst + i] = row[nc + h * hd + i];
+      for (std::int64_t i = 0; i < hd; ++i) v[dst + i] = row[2 * nc + h * hd + i];
+    }
+  });
+
+  const T scale = T(1) / std::sqrt(T(hd));
+  for (std::int64_t b = 0; b < d.b; ++b) {
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const std::int64_t bh = b * nh + h;
+      CView2<T> qh(q + bh * head_elems, nt, hd);
+      CView2<T> kh(k + bh * head_elems, nt, hd);
+      CView2<T> vh(v + bh * head_elems, nt, hd);
+      T* pp = probs + bh * nt * nt;
+      View2<T> ph(pp, nt, nt);
+      gemm<T>(Trans::N, Trans::T, scale, qh, kh, T(0), ph);
+      Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+        causal_softmax_row(pp + t * nt, t + 1, nt);
+      });
+      View2<T> yh = Kokkos::subview(out, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
+      gemm<T>(Trans::N, Trans::N, T(1), ph, vh, T(0), yh);
+    }
+  }
+}
+
+template <class T>
+void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved,
+                        View1<T> workspace, View3<T> dqkv) {
+  const Dims d = check_shape(s);
+  SHARDTRAIN_CHECK(has_extents(dout, d.b, d.t, d.c), "attention_backward: dout is not (B,T,C)");
+  SHARDTRAIN_CHECK(has_extents(dqkv, d.b, d.t, 3 * d.c),
+                   "attention_backward: dqkv is not (B,T,3C)");
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(saved.extent(0)) >= attention_saved_elems(s),
+                   "attention_backward: saved has " + std::to_string(saved.extent(0)) +
+                       " elements, needs " + std::to_string(attention_saved_elems(s)));
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(workspace.extent(0)) >= attention_workspace_elems(s),
+                   "attention_backward: workspace has " + std::to_string(workspace.extent(0)) +
+                       " elements, needs " + std::to_string(attention_workspace_elems(s)));
+  if (d.b == 0 || d.t == 0 || d.c == 0) return;
+  const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
+  const std::int64_t head_elems = nt * hd;
+  const std::int64_t qkv_elems = d.b * nt * nc;
+  const T* q = saved.data();
+  const T* k = q + qkv_elems;
+  const T* v = k + qkv_elems;
+  const T* probs = v + qkv_elems;
+  T* dpp = workspace.data();
+  View2<T> dp(dpp, nt, nt);
+  const T scale = T(1) / std::sqrt(T(hd));
+  for (std::int64_t b = 0; b < d.b; ++b) {
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const std::int64_t bh = b * nh + h;
+      CView2<T> qh(q + bh * head_elems, nt, hd);
+      CView2<T> kh(k + bh * head_elems, nt, hd);
+      CView2<T> vh(v + bh * head_elems, nt, hd);
+      const T* pp = probs + bh * nt * nt;
+      CView2<T> ph(pp, nt, nt);
+      CView2<T> dyh = Kokkos::subview(dout, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
+      View2<T> dqh = Kokkos::subview(dqkv, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
+      View2<T> dkh = Kokkos::subview(dqkv, b, Kokkos::ALL,
+                                     Kokkos::make_pair(nc + h * hd, nc + (h + 1) * hd));
+      View2<T> dvh = Kokkos::subview(dqkv, b, Kokkos::ALL,
+                                     Kokkos::make_pair(2 * nc + h * hd, 2 * nc + (h + 1) * hd));
+      gemm<T>(Trans::T, Trans::N, T(1), ph, dyh, T(0), dvh);  // dV = P^T dY
+      gemm<T>(Trans::N, Trans::T, T(1), dyh, vh, T(0), dp);   // dP = dY V^T
+      Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+        causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, t + 1, nt);
+      });
+      gemm<T>(Trans::N, Trans::N, T(1), dp, kh, T(0), dqh);  // dQ = dS K
+      gemm<T>(Trans::T, Trans::N, T(1), dp, qh, T(0), dkh);  // dK = dS^T Q
+    }
+  }
+}
+
+#define SHARDTRAIN_INSTANTIATE_ATTENTION(T)                                                   \
+  template void attention_forward<T>(const AttentionShape&, CView3<T>, View1<T>, View1<T>,   \
+                                     View3<T>);                                              \
+  template void attention_backward<T>(const AttentionShape&, CView3<T>, CView1<T>, View1<T>, \
+                                      View3<T>);
+SHARDTRAIN_INSTANTIATE_ATTENTION(float)
+SHARDTRAIN_INSTANTIATE_ATTENTION(double)
+#undef SHARDTRAIN_INSTANTIATE_ATTENTION
+
+}  // namespace shardtrain

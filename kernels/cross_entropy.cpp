@@ -1,0 +1,132 @@
+// shardtrain/kernels/cross_entropy.cpp
+// Owns fused softmax cross-entropy over rows of logits (N, V).
+// Invariants (see cross_entropy.hpp):
+//  - log-sum-exp subtracts the row max first, so no exp overflows;
+//  - a row whose target is negative is ignored: loss 0, gradient row 0; a target
+//    >= V throws (checked with one cheap pass before anything is written);
+//  - backward OVERWRITES dlogits and may run in place (dlogits == logits): each row
+//    reads its max first, then every element is read before the same index is
+//    written (exp), and later passes only touch dlogits;
+//  - rows are independent (rows in parallel); sums use vec_math's fixed lanes, so
+//    results are deterministic.
+#include "kernels/cross_entropy.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/vec_math.hpp"
+
+namespace shardtrain {
+namespace {
+
+const std::string kLabelValidate = "CrossEntropy::validate_targets";
+const std::string kLabelForward = "CrossEntropy::forward";
+const std::string kLabelBackward = "CrossEntropy::backward";
+
+template <class... V>
+bool contiguous(const V&... v) {
+  return (v.span_is_contiguous() && ...);
+}
+
+std::int64_t count_bad_targets(const TokenIndex* tgt, std::int64_t n, std::int64_t vocab) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      kLabelValidate, range(n),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& acc) { acc += tgt[i] >= vocab ? 1 : 0; },
+      bad);
+  return bad;
+}
+
+// sum_j exp(x[j] - m)
+template <class T>
+T sum_exp(const T* __restrict x, T m, std::int64_t v) {
+  T acc[vec::kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + vec::kLanes <= v; j += vec::kLanes)
+    for (int l = 0; l < vec::kLanes; ++l) acc[l] += vec::exp_fast<T>(x[j + l] - m);
+  T tail = T(0);
+  for (; j < v; ++j) tail += vec::exp_fast<T>(x[j] - m);
+  return vec::combine_lanes(acc) + tail;
+}
+
+template <class T>
+T row_loss(const T* __restrict x, TokenIndex target, std::int64_t v) {
+  if (target < 0) return T(0);
+  const T m = vec::max(x, v);
+  return std::log(sum_exp(x, m, v)) - (x[target] - m);
+}
+
+// dl = scale * (softmax(x) - onehot(target)); dl may equal x.
+template <class T>
+void row_grad(const T* x, TokenIndex target, T scale, T* dl, std::int64_t v) {
+  if (target < 0) {
+    for (std::int64_t j = 0; j < v; ++j) dl[j] = T(0);
+    return;
+  }
+  const T m = vec::max(x, v);
+  SHARDTRAIN_IVDEP
+  for (std::int64_t j = 0; j < v; ++j) dl[j] = vec::exp_fast<T>(x[j] - m);
+  const T factor = scale / vec::sum(dl, v);
+  for (std::int64_t j = 0; j < v; ++j) dl[j] *= factor;
+  dl[target] -= scale;
+}
+
+}  // namespace
+
+template <class T>
+void cross_entropy_forward(CView2<T> logits, CView1<TokenIndex> targets, View1<T> losses) {
+  const std::int64_t n = static_cast<std::int64_t>(logits.extent(0));
+  const std::int64_t v = static_cast<std::int64_t>(logits.extent(1));
+  SHARDTRAIN_CHECK(targets.extent(0) == logits.extent(0) && losses.extent(0) == logits.extent(0),
+                   "cross_entropy_forward: logits(" + std::to_string(n) + "," +
+                       std::to_string(v) + ") targets(" + std::to_string(targets.extent(0)) +
+                       ") losses(" + std::to_string(losses.extent(0)) + ")");
+  SHARDTRAIN_CHECK(contiguous(logits, targets, losses),
+                   "cross_entropy_forward: views must be contiguous");
+  SHARDTRAIN_CHECK(v > 0 || n == 0, "cross_entropy_forward: zero classes");
+  const TokenIndex* tgt = targets.data();
+  const std::int64_t bad = count_bad_targets(tgt, n, v);
+  SHARDTRAIN_CHECK(bad == 0, std::to_string(bad) + " targets >= number of classes " +
+                                 std::to_string(v));
+  const T* xp = logits.data();
+  T* lp = losses.data();
+  Kokkos::parallel_for(kLabelForward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+    lp[i] = row_loss(xp + i * v, tgt[i], v);
+  });
+}
+
+template <class T>
+void cross_entropy_backward(CView2<T> logits, CView1<TokenIndex> targets, T scale,
+                            View2<T> dlogits) {
+  const std::int64_t n = static_cast<std::int64_t>(logits.extent(0));
+  const std::int64_t v = static_cast<std::int64_t>(logits.extent(1));
+  SHARDTRAIN_CHECK(targets.extent(0) == logits.extent(0) &&
+                       dlogits.extent(0) == logits.extent(0) &&
+                       dlogits.extent(1) == logits.extent(1),
+                   "cross_entropy_backward: logits(" + std::to_string(n) + "," +
+                       std::to_string(v) + ") targets(" + std::to_string(targets.extent(0)) +
+                       ") dlogits(" + std::to_string(dlogits.extent(0)) + "," +
+                       std::to_string(dlogits.extent(1)) + ")");
+  SHARDTRAIN_CHECK(contiguous(logits, targets, dlogits),
+                   "cross_entropy_backward: views must be contiguous");
+  SHARDTRAIN_CHECK(v > 0 || n == 0, "cross_entropy_backward: zero classes");
+  const TokenIndex* tgt = targets.data();
+  const std::int64_t bad = count_bad_targets(tgt, n, v);
+  SHARDTRAIN_CHECK(bad == 0, std::to_string(bad) + " targets >= number of classes " +
+                                 std::to_string(v));
+  const T* xp = logits.data();
+  T* dp = dlogits.data();
+  Kokkos::parallel_for(kLabelBackward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+    row_grad(xp + i * v, tgt[i], scale, dp + i * v, v);
+  });
+}
+
+#define SHARDTRAIN_INSTANTIATE_CROSS_ENTROPY(T)                                        \
+  template void cross_entropy_forward<T>(CView2<T>, CView1<TokenIndex>, View1<T>);    \
+  template void cross_entropy_backward<T>(CView2<T>, CView1<TokenIndex>, T, View2<T>);
+SHARDTRAIN_INSTANTIATE_CROSS_ENTROPY(float)
+SHARDTRAIN_INSTANTIATE_CROSS_ENTROPY(double)
+#undef SHARDTRAIN_INSTANTIATE_CROSS_ENTROPY
+
+}  // namespace shardtrain

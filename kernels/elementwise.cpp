@@ -1,0 +1,79 @@
+// shardtrain/kernels/elementwise.cpp
+// Owns the flat elementwise helpers of the residual stream: copy, accumulate, fill.
+// Invariants: sizes must match exactly (a mismatch throws); y may be the same
+// memory as x (partial overlap is not supported); work is split into fixed chunks
+// of the index range, each a simple loop the compiler vectorises.
+#include "kernels/elementwise.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/vec_math.hpp"
+
+namespace shardtrain {
+namespace {
+
+const std::string kLabelCopy = "Elementwise::copy";
+const std::string kLabelAccumulate = "Elementwise::accumulate";
+const std::string kLabelFill = "Elementwise::fill";
+
+constexpr std::int64_t kChunk = 8192;  // elements per work item
+
+inline std::int64_t chunks(std::int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+void check_sizes(const char* op, std::size_t nx, std::size_t ny) {
+  SHARDTRAIN_CHECK(nx == ny, std::string(op) + ": x has " + std::to_string(nx) +
+                                 " elements, y has " + std::to_string(ny));
+}
+
+}  // namespace
+
+template <class T>
+void copy(CView1<T> x, View1<T> y) {
+  check_sizes("copy", x.extent(0), y.extent(0));
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  T* yp = y.data();
+  if (n == 0 || xp == yp) return;
+  Kokkos::parallel_for(kLabelCopy, range(chunks(n)), KOKKOS_LAMBDA(const std::int64_t c) {
+    const std::int64_t i0 = c * kChunk;
+    const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
+    SHARDTRAIN_IVDEP
+    for (std::int64_t i = i0; i < i1; ++i) yp[i] = xp[i];
+  });
+}
+
+template <class T>
+void accumulate(CView1<T> x, View1<T> y) {
+  check_sizes("accumulate", x.extent(0), y.extent(0));
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  T* yp = y.data();
+  Kokkos::parallel_for(kLabelAccumulate, range(chunks(n)), KOKKOS_LAMBDA(const std::int64_t c) {
+    const std::int64_t i0 = c * kChunk;
+    const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
+    SHARDTRAIN_IVDEP
+    for (std::int64_t i = i0; i < i1; ++i) yp[i] += xp[i];
+  });
+}
+
+template <class T>
+void fill(View1<T> y, T value) {
+  const std::int64_t n = static_cast<std::int64_t>(y.extent(0));
+  T* yp = y.data();
+  Kokkos::parallel_for(kLabelFill, range(chunks(n)), KOKKOS_LAMBDA(const std::int64_t c) {
+    const std::int64_t i0 = c * kChunk;
+    const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
+    for (std::int64_t i = i0; i < i1; ++i) yp[i] = value;
+  });
+}
+
+#define SHARDTRAIN_INSTANTIATE_ELEMENTWISE(T)          \
+  template void copy<T>(CView1<T>, View1<T>);          \
+  template void accumulate<T>(CView1<T>, View1<T>);    \
+  template void fill<T>(View1<T>, T);
+SHARDTRAIN_INSTANTIATE_ELEMENTWISE(float)
+SHARDTRAIN_INSTANTIATE_ELEMENTWISE(double)
+#undef SHARDTRAIN_INSTANTIATE_ELEMENTWISE
+
+}  // namespace shardtrain

@@ -1,0 +1,103 @@
+// shardtrain/kernels/gelu.cpp
+// Owns GELU with the tanh approximation (GPT-2, nn.GELU(approximate="tanh")).
+// Evaluated through the identity 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)):
+//   y  = x s,                        s = 1 / (1 + exp(-2u)),  u = k (x + 0.044715 x^3)
+//   y' = s + 2 x s (1 - s) u',       u' = k (1 + 3 * 0.044715 x^2),  k = sqrt(2 / pi)
+// (1 - tanh^2 = 4 s (1 - s)), so each element costs one exp and one division in
+// both passes, and with vec::exp_fast<float> the float loops vectorise.
+// Invariants: forward OVERWRITES y and y may alias x; backward OVERWRITES dx (dx
+// may alias dy). Work is split into fixed chunks of the flat index range.
+#include "kernels/gelu.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/vec_math.hpp"
+
+namespace shardtrain {
+namespace {
+
+const std::string kLabelForward = "Gelu::forward";
+const std::string kLabelBackward = "Gelu::backward";
+
+constexpr std::int64_t kChunk = 2048;  // elements per work item
+
+template <class T>
+constexpr T kSqrt2OverPi = T(0.7978845608028654);
+template <class T>
+constexpr T kCubic = T(0.044715);
+
+// No restrict: y may be x (same index read-then-write, no loop-carried dependence).
+template <class T>
+void forward_span(const T* x, T* y, std::int64_t n) {
+  SHARDTRAIN_IVDEP
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T xi = x[i];
+    const T u = kSqrt2OverPi<T> * (xi + kCubic<T> * xi * xi * xi);
+    y[i] = xi / (T(1) + vec::exp_fast<T>(T(-2) * u));
+  }
+}
+
+// Beyond +-kDerivClip, s is exactly 0 or 1 in T, so the derivative is exactly 0 or
+// 1; clamping there changes no result but keeps x^3 from overflowing into inf * 0.
+template <class T>
+constexpr T kDerivClip = T(30);
+template <>
+constexpr float kDerivClip<float> = 12.0f;
+
+template <class T>
+void backward_span(const T* x, const T* dy, T* dx, std::int64_t n) {
+  SHARDTRAIN_IVDEP
+  for (std::int64_t i = 0; i < n; ++i) {
+    T xi = x[i] < -kDerivClip<T> ? -kDerivClip<T> : x[i];
+    xi = xi > kDerivClip<T> ? kDerivClip<T> : xi;
+    const T x2 = xi * xi;
+    const T u = kSqrt2OverPi<T> * (xi + kCubic<T> * x2 * xi);
+    const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kCubic<T> * x2);
+    const T s = T(1) / (T(1) + vec::exp_fast<T>(T(-2) * u));
+    dx[i] = dy[i] * (s + T(2) * xi * s * (T(1) - s) * du);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void gelu_forward(CView1<T> x, View1<T> y) {
+  SHARDTRAIN_CHECK(x.extent(0) == y.extent(0), "gelu_forward: x has " +
+                                                   std::to_string(x.extent(0)) + " elements, y " +
+                                                   std::to_string(y.extent(0)));
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  T* yp = y.data();
+  Kokkos::parallel_for(kLabelForward, range((n + kChunk - 1) / kChunk),
+                       KOKKOS_LAMBDA(const std::int64_t chunk) {
+                         const std::int64_t i0 = chunk * kChunk;
+                         const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                         forward_span(xp + i0, yp + i0, len);
+                       });
+}
+
+template <class T>
+void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
+  SHARDTRAIN_CHECK(x.extent(0) == dy.extent(0) && x.extent(0) == dx.extent(0),
+                   "gelu_backward: x, dy, dx have " + std::to_string(x.extent(0)) + ", " +
+                       std::to_string(dy.extent(0)) + ", " + std::to_string(dx.extent(0)) +
+                       " elements");
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  const T* dyp = dy.data();
+  T* dxp = dx.data();
+  Kokkos::parallel_for(kLabelBackward, range((n + kChunk - 1) / kChunk),
+                       KOKKOS_LAMBDA(const std::int64_t chunk) {
+                         const std::int64_t i0 = chunk * kChunk;
+                         const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                         backward_span(xp + i0, dyp + i0, dxp + i0, len);
+                       });
+}
+
+template void gelu_forward<float>(CView1<float>, View1<float>);
+template void gelu_forward<double>(CView1<double>, View1<double>);
+template void gelu_backward<float>(CView1<float>, CView1<float>, View1<float>);
+template void gelu_backward<double>(CView1<double>, CView1<double>, View1<double>);
+
+}  // namespace shardtrain

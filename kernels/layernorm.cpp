@@ -1,0 +1,163 @@
+// shardtrain/kernels/layernorm.cpp
+// Owns LayerNorm over the last dimension of (N, C) rows with affine w, b.
+// Invariants (see layernorm.hpp):
+//  - forward OVERWRITES y, mean, rstd; statistics are two-pass (mean, then the
+//    biased variance of x - mean), accumulated in T with 8 fixed lanes
+//    (vec_math.hpp) so they are deterministic and vectorise;
+//  - backward ACCUMULATES into dx, dw and db (+=), like llm.c's layernorm: dx +=
+//    lets the caller fold the residual gradient in without an extra pass, dw/db +=
+//    lets micro-batches add up;
+//  - dx is computed per row (rows in parallel); dw/db per block of columns with
+//    the rows visited in order, so no atomics and results do not depend on the
+//    thread count. x-hat is recomputed from (x, mean, rstd), never stored.
+#include "kernels/layernorm.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/vec_math.hpp"
+
+namespace shardtrain {
+namespace {
+
+const std::string kLabelForward = "LayerNorm::forward";
+const std::string kLabelBackwardInput = "LayerNorm::backward_input";
+const std::string kLabelBackwardParams = "LayerNorm::backward_params";
+
+constexpr std::int64_t kColBlock = 64;  // columns per work item of the dw/db reduction
+
+template <class... V>
+bool contiguous(const V&... v) {
+  return (v.span_is_contiguous() && ...);
+}
+
+template <class T>
+void forward_row(const T* __restrict x, const T* __restrict w, const T* __restrict b,
+                 T* __restrict y, T* __restrict mean, T* __restrict rstd, T eps, std::int64_t c) {
+  const T mu = vec::sum(x, c) / T(c);
+  const T var = vec::sum_sq_dev(x, mu, c) / T(c);
+  const T rs = T(1) / std::sqrt(var + eps);
+  for (std::int64_t j = 0; j < c; ++j) y[j] = (x[j] - mu) * rs * w[j] + b[j];
+  *mean = mu;
+  *rstd = rs;
+}
+
+// dx += rs * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mu) * rs
+template <class T>
+void backward_input_row(const T* __restrict x, const T* __restrict w, const T* __restrict dy,
+                        T mu, T rs, T* __restrict dx, std::int64_t c) {
+  T acc_g[vec::kLanes] = {};
+  T acc_gx[vec::kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + vec::kLanes <= c; j += vec::kLanes)
+    for (int l = 0; l < vec::kLanes; ++l) {
+      const T g = dy[j + l] * w[j + l];
+      acc_g[l] += g;
+      acc_gx[l] += g * ((x[j + l] - mu) * rs);
+    }
+  T tail_g = T(0), tail_gx = T(0);
+  for (; j < c; ++j) {
+    const T g = dy[j] * w[j];
+    tail_g += g;
+    tail_gx += g * ((x[j] - mu) * rs);
+  }
+  const T mean_g = (vec::combine_lanes(acc_g) + tail_g) / T(c);
+  const T mean_gx = (vec::combine_lanes(acc_gx) + tail_gx) / T(c);
+  for (std::int64_t k = 0; k < c; ++k)
+    dx[k] += rs * (dy[k] * w[k] - mean_g - (x[k] - mu) * rs * mean_gx);
+}
+
+// dw[j] += sum_i dy(i,j) xhat(i,j),  db[j] += sum_i dy(i,j),  for j in [j0, j0 + nj)
+template <class T>
+void backward_params_block(const T* __restrict x, const T* __restrict dy,
+                           const T* __restrict mean, const T* __restrict rstd, T* __restrict dw,
+                           T* __restrict db, std::int64_t n, std::int64_t c, std::int64_t j0,
+                           std::int64_t nj) {
+  T acc_w[kColBlock];
+  T acc_b[kColBlock];
+  for (std::int64_t j = 0; j < nj; ++j) acc_w[j] = acc_b[j] = T(0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * c + j0;
+    const T* dyr = dy + i * c + j0;
+    const T mu = mean[i], rs = rstd[i];
+    for (std::int64_t j = 0; j < nj; ++j) {
+      acc_w[j] += dyr[j] * ((xr[j] - mu) * rs);
+      acc_b[j] += dyr[j];
+    }
+  }
+  for (std::int64_t j = 0; j < nj; ++j) {
+    dw[j0 + j] += acc_w[j];
+    db[j0 + j] += acc_b[j];
+  }
+}
+
+}  // namespace
+
+template <class T>
+void layernorm_forward(CView2<T> x, CView1<T> w, CView1<T> b, View2<T> y, View1<T> mean,
+                       View1<T> rstd, T eps) {
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t c = static_cast<std::int64_t>(x.extent(1));
+  SHARDTRAIN_CHECK(w.extent(0) == x.extent(1) && b.extent(0) == x.extent(1) &&
+                       y.extent(0) == x.extent(0) && y.extent(1) == x.extent(1) &&
+                       mean.extent(0) == x.extent(0) && rstd.extent(0) == x.extent(0),
+                   "layernorm_forward: shapes do not match x(" + std::to_string(n) + "," +
+                       std::to_string(c) + ")");
+  SHARDTRAIN_CHECK(contiguous(x, w, b, y, mean, rstd),
+                   "layernorm_forward: views must be contiguous");
+  SHARDTRAIN_CHECK(c > 0 || n == 0, "layernorm_forward: zero channels");
+  const T* xp = x.data();
+  const T* wp = w.data();
+  const T* bp = b.data();
+  T* yp = y.data();
+  T* meanp = mean.data();
+  T* rstdp = rstd.data();
+  Kokkos::parallel_for(kLabelForward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+    forward_row(xp + i * c, wp, bp, yp + i * c, meanp + i, rstdp + i, eps, c);
+  });
+}
+
+template <class T>
+void layernorm_backward(CView2<T> x, CView1<T> w, CView1<T> mean, CView1<T> rstd, CView2<T> dy,
+                        View2<T> dx, View1<T> dw, View1<T> db) {
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t c = static_cast<std::int64_t>(x.extent(1));
+  SHARDTRAIN_CHECK(w.extent(0) == x.extent(1) && mean.extent(0) == x.extent(0) &&
+                       rstd.extent(0) == x.extent(0) && dy.extent(0) == x.extent(0) &&
+                       dy.extent(1) == x.extent(1) && dx.extent(0) == x.extent(0) &&
+                       dx.extent(1) == x.extent(1) && dw.extent(0) == x.extent(1) &&
+                       db.extent(0) == x.extent(1),
+                   "layernorm_backward: shapes do not match x(" + std::to_string(n) + "," +
+                       std::to_string(c) + ")");
+  SHARDTRAIN_CHECK(contiguous(x, w, mean, rstd, dy, dx, dw, db),
+                   "layernorm_backward: views must be contiguous");
+  const T* xp = x.data();
+  const T* wp = w.data();
+  const T* meanp = mean.data();
+  const T* rstdp = rstd.data();
+  const T* dyp = dy.data();
+  T* dxp = dx.data();
+  T* dwp = dw.data();
+  T* dbp = db.data();
+  Kokkos::parallel_for(kLabelBackwardInput, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+    backward_input_row(xp + i * c, wp, dyp + i * c, meanp[i], rstdp[i], dxp + i * c, c);
+  });
+  const std::int64_t blocks = (c + kColBlock - 1) / kColBlock;
+  Kokkos::parallel_for(kLabelBackwardParams, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
+    const std::int64_t j0 = blk * kColBlock;
+    const std::int64_t nj = (c - j0) < kColBlock ? (c - j0) : kColBlock;
+    backward_params_block(xp, dyp, meanp, rstdp, dwp, dbp, n, c, j0, nj);
+  });
+}
+
+#define SHARDTRAIN_INSTANTIATE_LAYERNORM(T)                                                   \
+  template void layernorm_forward<T>(CView2<T>, CView1<T>, CView1<T>, View2<T>, View1<T>,    \
+                                     View1<T>, T);                                           \
+  template void layernorm_backward<T>(CView2<T>, CView1<T>, CView1<T>, CView1<T>, CView2<T>, \
+                                      View2<T>, View1<T>, View1<T>);
+SHARDTRAIN_INSTANTIATE_LAYERNORM(float)
+SHARDTRAIN_INSTANTIATE_LAYERNORM(double)
+#undef SHARDTRAIN_INSTANTIATE_LAYERNORM
+
+}  // namespace shardtrain
