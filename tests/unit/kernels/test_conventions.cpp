@@ -1,0 +1,113 @@
+// Tests conventions shared by all kernels: every Kokkos kernel launch carries a
+// "Op::method" label (checked through the Kokkos Tools callbacks while each kernel
+// runs once, in float and double), and no launch is left unnamed.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/linear.hpp"
+
+namespace shardtrain {
+namespace {
+
+using test::cview1;
+using test::cview2;
+using test::cview3;
+using test::view1;
+using test::view2;
+using test::view3;
+
+std::vector<std::string>* g_labels = nullptr;
+void on_begin(const char* name, const std::uint32_t, std::uint64_t* id) {
+  *id = 0;
+  if (g_labels) g_labels->push_back(name);
+}
+void on_end(const std::uint64_t) {}
+
+template <class T>
+void run_every_kernel() {
+  const int n = 8, c = 12, m = 6, v = 7;
+  std::vector<T> x(n * c, T(0.5)), w(m * c, T(0.25)), b(m, T(0.1)), y(n * m), dy(n * m, T(1));
+  std::vector<T> dx(n * c), dw(m * c), db(m);
+  linear_forward<T>(cview2(x, n, c), cview2(w, m, c), cview1(b), view2(y, n, m));
+  linear_backward<T>(cview2(x, n, c), cview2(w, m, c), cview2(dy, n, m), view2(dx, n, c),
+                     view2(dw, m, c), view1(db));
+  std::vector<T> lw(c, T(1)), lb(c, T(0)), ly(n * c), mean(n), rstd(n), ldw(c), ldb(c);
+  for (int i = 0; i < n * c; ++i) x[i] = T(i % 5);
+  layernorm_forward<T>(cview2(x, n, c), cview1(lw), cview1(lb), view2(ly, n, c), view1(mean),
+                       view1(rstd), T(1e-5));
+  layernorm_backward<T>(cview2(x, n, c), cview1(lw), cview1(mean), cview1(rstd), cview2(ly, n, c),
+                        view2(dx, n, c), view1(ldw), view1(ldb));
+  gelu_forward<T>(cview1(x), view1(ly));
+  gelu_backward<T>(cview1(x), cview1(ly), view1(dx));
+  const std::vector<TokenIndex> tokens = {0, 1, 2, 3, 4, 5, 6, 0};
+  std::vector<T> wte(v * c, T(1)), wpe(4 * c, T(2)), emb(2 * 4 * c), dwte(v * c), dwpe(4 * c);
+  embedding_forward<T>(cview2(tokens, 2, 4), cview2(wte, v, c), cview2(wpe, 4, c),
+                       view3(emb, 2, 4, c));
+  embedding_backward<T>(cview2(tokens, 2, 4), cview3(emb, 2, 4, c), view2(dwte, v, c),
+                        view2(dwpe, 4, c));
+  const AttentionShape s{2, 4, c, 3};
+  std::vector<T> qkv(2 * 4 * 3 * c, T(0.1)), saved(attention_saved_elems(s)),
+      ws(attention_workspace_elems(s)), out(2 * 4 * c), dqkv(2 * 4 * 3 * c);
+  attention_forward<T>(s, cview3(qkv, 2, 4, 3 * c), view1(saved), view1(ws), view3(out, 2, 4, c));
+  attention_backward<T>(s, cview3(out, 2, 4, c), cview1(saved), view1(ws),
+                        view3(dqkv, 2, 4, 3 * c));
+  const std::vector<TokenIndex> targets = {0, -1, 2, 3, 4, 5, 6, 1};
+  std::vector<T> logits(n * v, T(0.3)), losses(n);
+  cross_entropy_forward<T>(cview2(logits, n, v), cview1(targets), view1(losses));
+  cross_entropy_backward<T>(cview2(logits, n, v), cview1(targets), T(1), view2(logits, n, v));
+  copy<T>(cview1(x), view1(dx));
+  accumulate<T>(cview1(x), view1(dx));
+  fill<T>(view1(dx), T(0));
+  // K == 0 gemm launches the wrapper's own scaling kernel.
+  std::vector<T> c0(6, T(1));
+  gemm<T>(Trans::N, Trans::N, T(1), CView2<T>(x.data(), 2, 0), CView2<T>(x.data(), 0, 3), T(0),
+          view2(c0, 2, 3));
+}
+
+TEST(KernelConventions, EveryLaunchIsLabelledOpMethod) {
+  std::vector<std::string> labels;
+  const auto saved = Kokkos::Tools::Experimental::get_callbacks();
+  g_labels = &labels;
+  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(on_begin);
+  Kokkos::Tools::Experimental::set_end_parallel_for_callback(on_end);
+  Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(on_begin);
+  Kokkos::Tools::Experimental::set_end_parallel_reduce_callback(on_end);
+  Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(on_begin);
+  Kokkos::Tools::Experimental::set_end_parallel_scan_callback(on_end);
+  run_every_kernel<float>();
+  run_every_kernel<double>();
+  Kokkos::Tools::Experimental::set_callbacks(saved);
+  g_labels = nullptr;
+
+  const std::regex pattern("^[A-Z][A-Za-z]*::[a-z][a-z_]*$");
+  std::set<std::string> distinct;
+  for (const auto& l : labels) {
+    EXPECT_TRUE(std::regex_match(l, pattern)) << "badly labelled kernel: '" << l << "'";
+    distinct.insert(l);
+  }
+  // Every op shows up (guards against the callbacks silently not firing).
+  for (const char* op : {"Linear::", "LayerNorm::", "Gelu::", "Embedding::", "Attention::",
+                         "CrossEntropy::", "Elementwise::", "Gemm::"}) {
+    bool found = false;
+    for (const auto& l : distinct) found = found || l.rfind(op, 0) == 0;
+    EXPECT_TRUE(found) << "no launch labelled " << op << "*";
+  }
+  std::string all;
+  for (const auto& l : distinct) all += l + " ";
+  std::cout << "[labels] " << all << std::endl;
+}
+
+}  // namespace
+}  // namespace shardtrain

@@ -1,0 +1,136 @@
+// Tests gelu_forward / gelu_backward against the tanh formula of gelu.hpp (evaluated
+// naively in long double), in double and float (the float path uses the vectorised
+// exp), across several chunks; float64 central-difference check of dx; in-place
+// forward (y == x) and backward (dx == dy); extreme inputs; size errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/gelu.hpp"
+
+namespace shardtrain {
+namespace {
+
+using test::cast_vector;
+using test::cview1;
+using test::view1;
+
+long double naive_gelu(long double x) {
+  const long double k = std::sqrt(2.0L / 3.14159265358979323846264338327950288L);
+  return 0.5L * x * (1.0L + std::tanh(k * (x + 0.044715L * x * x * x)));
+}
+
+long double naive_gelu_grad(long double x) {
+  const long double k = std::sqrt(2.0L / 3.14159265358979323846264338327950288L);
+  const long double t = std::tanh(k * (x + 0.044715L * x * x * x));
+  return 0.5L * (1.0L + t) + 0.5L * x * (1.0L - t * t) * k * (1.0L + 3.0L * 0.044715L * x * x);
+}
+
+// Inputs spanning [-10, 10] densely plus the chunk boundary (n > 2 chunks of 2048).
+std::vector<double> inputs() {
+  std::vector<double> x;
+  const int n = 5001;
+  for (int i = 0; i < n; ++i) x.push_back(-10.0 + 20.0 * i / (n - 1));
+  return x;
+}
+
+TEST(Gelu, ForwardMatchesTanhFormula) {
+  const auto x = inputs();
+  std::vector<double> ref(x.size()), ref_grad(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ref[i] = static_cast<double>(naive_gelu(x[i]));
+    ref_grad[i] = static_cast<double>(naive_gelu_grad(x[i]));
+  }
+  std::vector<double> y(x.size()), dx(x.size());
+  const std::vector<double> ones(x.size(), 1.0);
+  gelu_forward<double>(cview1(x), view1(y));
+  gelu_backward<double>(cview1(x), cview1(ones), view1(dx));
+  EXPECT_LE(test::tolerance_ratio(y, ref, 1e-15, 1e-14), 1.0);
+  EXPECT_LE(test::tolerance_ratio(dx, ref_grad, 1e-15, 1e-14), 1.0);
+
+  // float: compare against the reference at the float-rounded input, so only the
+  // kernel's own error is measured.
+  auto xf = cast_vector<float>(x);
+  std::vector<double> ref_f(x.size()), ref_grad_f(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ref_f[i] = static_cast<double>(naive_gelu(xf[i]));
+    ref_grad_f[i] = static_cast<double>(naive_gelu_grad(xf[i]));
+  }
+  std::vector<float> yf(x.size()), dxf(x.size());
+  const std::vector<float> onesf(x.size(), 1.0f);
+  gelu_forward<float>(cview1(xf), view1(yf));
+  gelu_backward<float>(cview1(xf), cview1(onesf), view1(dxf));
+  // ~1 float ulp of the inputs' scale: 1e-6 absolute + 2e-6 relative.
+  EXPECT_LE(test::tolerance_ratio(yf, ref_f, 1e-6, 2e-6), 1.0);
+  EXPECT_LE(test::tolerance_ratio(dxf, ref_grad_f, 1e-6, 2e-6), 1.0);
+}
+
+TEST(Gelu, Gradient) {
+  const auto x = test::random_vector(37, 31, -4.0, 4.0);
+  const auto r = test::random_vector(37, 32);
+  std::vector<double> dx(37, 55.0);
+  gelu_backward<double>(cview1(x), cview1(r), view1(dx));
+  auto loss = [&](std::span<const double> v) {
+    std::vector<double> xv(v.begin(), v.end()), y(v.size());
+    gelu_forward<double>(cview1(xv), view1(y));
+    return test::weighted_sum(y, r);
+  };
+  EXPECT_TRUE(test::gradient_ok("gelu dx", test::gradcheck(loss, x, dx)));
+}
+
+TEST(Gelu, InPlace) {
+  const auto x = test::random_vector(3000, 33, -5.0, 5.0);
+  const auto dy = test::random_vector(3000, 34);
+  for (int pass = 0; pass < 2; ++pass) {
+    // Same bits in place and out of place, for both element types.
+    std::vector<double> y(x.size()), yin = x, dx(x.size()), dxin = dy;
+    gelu_forward<double>(cview1(x), view1(y));
+    gelu_forward<double>(cview1(yin), view1(yin));
+    EXPECT_EQ(y, yin);
+    gelu_backward<double>(cview1(x), cview1(dy), view1(dx));
+    gelu_backward<double>(cview1(x), cview1(dxin), view1(dxin));
+    EXPECT_EQ(dx, dxin);
+    auto xf = cast_vector<float>(x), dyf = cast_vector<float>(dy);
+    std::vector<float> yf(x.size()), yfin = xf, dxf(x.size()), dxfin = dyf;
+    gelu_forward<float>(cview1(xf), view1(yf));
+    gelu_forward<float>(cview1(yfin), view1(yfin));
+    EXPECT_EQ(yf, yfin);
+    gelu_backward<float>(cview1(xf), cview1(dyf), view1(dxf));
+    gelu_backward<float>(cview1(xf), cview1(dxfin), view1(dxfin));
+    EXPECT_EQ(dxf, dxfin);
+  }
+}
+
+TEST(Gelu, ExtremeInputsStayFinite) {
+  for (float v : {-1e30f, -1000.0f, -30.0f, 30.0f, 1000.0f, 1e30f}) {
+    std::vector<float> x = {v}, y(1), dx(1), one = {1.0f};
+    gelu_forward<float>(cview1(x), view1(y));
+    gelu_backward<float>(cview1(x), cview1(one), view1(dx));
+    const float y_expect = v > 0 ? v : 0.0f;
+    EXPECT_NEAR(y[0], y_expect, 1e-30f + 1e-6f * std::abs(y_expect)) << v;
+    EXPECT_NEAR(dx[0], v > 0 ? 1.0f : 0.0f, 1e-6f) << v;
+    std::vector<double> xd = {double(v)}, yd(1), dxd(1), oned = {1.0};
+    gelu_forward<double>(cview1(xd), view1(yd));
+    gelu_backward<double>(cview1(xd), cview1(oned), view1(dxd));
+    EXPECT_NEAR(yd[0], v > 0 ? double(v) : 0.0, 1e-300 + 1e-15 * std::abs(double(v))) << v;
+    EXPECT_NEAR(dxd[0], v > 0 ? 1.0 : 0.0, 1e-15) << v;
+  }
+  std::vector<float> nan = {std::numeric_limits<float>::quiet_NaN()}, y(1), dx(1), one = {1.0f};
+  gelu_forward<float>(cview1(nan), view1(y));
+  gelu_backward<float>(cview1(nan), cview1(one), view1(dx));
+  EXPECT_TRUE(std::isnan(y[0]));  // NaN must reach the loss scaler's overflow check
+  EXPECT_TRUE(std::isnan(dx[0]));
+}
+
+TEST(Gelu, SizeMismatchThrows) {
+  std::vector<double> x(4), y(5);
+  EXPECT_THROW(gelu_forward<double>(cview1(x), view1(y)), Error);
+  EXPECT_THROW(gelu_backward<double>(cview1(x), cview1(x), view1(y)), Error);
+}
+
+}  // namespace
+}  // namespace shardtrain
