@@ -158,21 +158,3 @@ TEST_F(ReadWindowsMpi, ValidationWindowsEqualSerialRead) {
 
 }  // namespace
 }  // namespace shardtrain
-
-// MPI-aware main: only rank 0 prints GoogleTest output; the exit code is
-// non-zero on every rank if any rank failed.
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && rank == 0) std::fprintf(stderr, "read_windows_mpi_test: a rank failed\n");
-  MPI_Finalize();
-  return any;
-}
