@@ -11,6 +11,8 @@
 //    >= 0x80 alone are not UTF-8. Decoding a byte token is just the byte.
 #pragma once
 
+#include "core/types.hpp"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,7 +20,6 @@
 
 namespace shardtrain {
 
-using TokenIndex = std::int32_t;  // as in kernels/types.hpp
 
 enum class TextTokenizer { Char, Byte };
 std::string_view to_string(TextTokenizer t);  // "char" / "byte"

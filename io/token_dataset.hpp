@@ -14,6 +14,8 @@
 // Not thread-safe (HDF5 is not): use from one thread per rank.
 #pragma once
 
+#include "core/types.hpp"
+
 #include <mpi.h>
 
 #include <cstdint>
@@ -25,9 +27,6 @@
 
 namespace shardtrain {
 
-// Token ids and class labels; must match kernels/types.hpp (repeated here so the
-// data layer does not pull in Kokkos; an identical alias redeclaration is legal).
-using TokenIndex = std::int32_t;
 
 enum class Split : int { Train = 0, Val = 1 };
 std::string_view to_string(Split s);  // "train" / "val"

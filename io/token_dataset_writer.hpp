@@ -7,6 +7,8 @@
 // val = the last val_token_count(n, val_fraction) tokens.
 #pragma once
 
+#include "core/types.hpp"
+
 #include <cstdint>
 #include <span>
 #include <string>
@@ -14,7 +16,6 @@
 
 namespace shardtrain {
 
-using TokenIndex = std::int32_t;  // as in kernels/types.hpp
 
 struct TokenDatasetSpec {
   std::string tokenizer;            // "char" or "byte"

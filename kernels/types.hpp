@@ -6,6 +6,8 @@
 // onto BLAS without copies and a (rows, cols) view equals a flat buffer.
 #pragma once
 
+#include "core/types.hpp"
+
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
@@ -25,7 +27,6 @@ template <class T> using CView2 = View2<const T>;
 template <class T> using CView3 = View3<const T>;
 template <class T> using CView4 = View4<const T>;
 
-using TokenIndex = std::int32_t;  // token ids and class labels; negative = ignored
 
 inline Kokkos::RangePolicy<ExecSpace> range(std::int64_t n) {
   return Kokkos::RangePolicy<ExecSpace>(0, n);
