@@ -40,7 +40,7 @@ std::int64_t count_bad_targets(const TokenIndex* tgt, std::int64_t n, std::int64
 
 // sum_j exp(x[j] - m)
 template <class T>
-T sum_exp(const T* __restrict x, T m, std::int64_t v) {
+SHARDTRAIN_ALWAYS_INLINE T sum_exp(const T* __restrict x, T m, std::int64_t v) {
   T acc[vec::kLanes] = {};
   std::int64_t j = 0;
   for (; j + vec::kLanes <= v; j += vec::kLanes)
@@ -51,6 +51,7 @@ T sum_exp(const T* __restrict x, T m, std::int64_t v) {
 }
 
 template <class T>
+SHARDTRAIN_TARGET_CLONES
 T row_loss(const T* __restrict x, TokenIndex target, std::int64_t v) {
   if (target < 0) return T(0);
   const T m = vec::max(x, v);
@@ -59,6 +60,7 @@ T row_loss(const T* __restrict x, TokenIndex target, std::int64_t v) {
 
 // dl = scale * (softmax(x) - onehot(target)); dl may equal x.
 template <class T>
+SHARDTRAIN_TARGET_CLONES
 void row_grad(const T* x, TokenIndex target, T scale, T* dl, std::int64_t v) {
   if (target < 0) {
     for (std::int64_t j = 0; j < v; ++j) dl[j] = T(0);

@@ -29,6 +29,7 @@ constexpr T kCubic = T(0.044715);
 
 // No restrict: y may be x (same index read-then-write, no loop-carried dependence).
 template <class T>
+SHARDTRAIN_TARGET_CLONES
 void forward_span(const T* x, T* y, std::int64_t n) {
   SHARDTRAIN_IVDEP
   for (std::int64_t i = 0; i < n; ++i) {
@@ -46,6 +47,7 @@ template <>
 constexpr float kDerivClip<float> = 12.0f;
 
 template <class T>
+SHARDTRAIN_TARGET_CLONES
 void backward_span(const T* x, const T* dy, T* dx, std::int64_t n) {
   SHARDTRAIN_IVDEP
   for (std::int64_t i = 0; i < n; ++i) {

@@ -6,6 +6,8 @@
 //    type triple is what KokkosKernels' TPL specialisation matches, so the call
 //    lands in OpenBLAS sgemm_/dgemm_ (checked at compile time below; a
 //    LayoutStride view would silently fall back to a ~2 GFLOP/s loop).
+//  - Row-strided LayoutRight views (stride(0) > extent(1), from subviews) are
+//    passed through with the stride as BLAS's leading dimension.
 //  - Shapes are checked on every call (cheap) and a mismatch throws shardtrain::Error.
 //  - Degenerate shapes follow BLAS semantics: K == 0 gives C = beta * C (KokkosBlas
 //    itself would return without touching C), M == 0 or N == 0 does nothing.

@@ -4,6 +4,9 @@
 // views; kept in one translation unit because KokkosKernels headers are costly.
 // Invariant: A, B, C are contiguous row-major 2-D views (never LayoutStride,
 // which would fall back to a ~2 GFLOP/s loop). Deterministic for a fixed thread count.
+// Note: a LayoutRight view whose row stride exceeds its width (e.g. Kokkos::subview
+// of a column range of a row-major matrix) is also fine: BLAS gets the row stride
+// as its leading dimension. attention.cpp relies on this to address heads in place.
 #pragma once
 
 #include "types.hpp"

@@ -33,6 +33,7 @@ bool contiguous(const V&... v) {
 }
 
 template <class T>
+SHARDTRAIN_TARGET_CLONES
 void forward_row(const T* __restrict x, const T* __restrict w, const T* __restrict b,
                  T* __restrict y, T* __restrict mean, T* __restrict rstd, T eps, std::int64_t c) {
   const T mu = vec::sum(x, c) / T(c);
@@ -43,33 +44,34 @@ void forward_row(const T* __restrict x, const T* __restrict w, const T* __restri
   *rstd = rs;
 }
 
-// dx += rs * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mu) * rs
+// sum_j dy[j] w[j] (x[j] - mu): one accumulator array per pass keeps the lanes in
+// registers (two arrays in one loop spill to the stack under GCC 12).
 template <class T>
-void backward_input_row(const T* __restrict x, const T* __restrict w, const T* __restrict dy,
-                        T mu, T rs, T* __restrict dx, std::int64_t c) {
-  T acc_g[vec::kLanes] = {};
-  T acc_gx[vec::kLanes] = {};
+SHARDTRAIN_ALWAYS_INLINE T dot_centered(const T* __restrict dy, const T* __restrict w,
+                                        const T* __restrict x, T mu, std::int64_t c) {
+  T acc[vec::kLanes] = {};
   std::int64_t j = 0;
   for (; j + vec::kLanes <= c; j += vec::kLanes)
-    for (int l = 0; l < vec::kLanes; ++l) {
-      const T g = dy[j + l] * w[j + l];
-      acc_g[l] += g;
-      acc_gx[l] += g * ((x[j + l] - mu) * rs);
-    }
-  T tail_g = T(0), tail_gx = T(0);
-  for (; j < c; ++j) {
-    const T g = dy[j] * w[j];
-    tail_g += g;
-    tail_gx += g * ((x[j] - mu) * rs);
-  }
-  const T mean_g = (vec::combine_lanes(acc_g) + tail_g) / T(c);
-  const T mean_gx = (vec::combine_lanes(acc_gx) + tail_gx) / T(c);
+    for (int l = 0; l < vec::kLanes; ++l) acc[l] += dy[j + l] * w[j + l] * (x[j + l] - mu);
+  T tail = T(0);
+  for (; j < c; ++j) tail += dy[j] * w[j] * (x[j] - mu);
+  return vec::combine_lanes(acc) + tail;
+}
+
+// dx += rs * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mu) * rs
+template <class T>
+SHARDTRAIN_TARGET_CLONES
+void backward_input_row(const T* __restrict x, const T* __restrict w, const T* __restrict dy,
+                        T mu, T rs, T* __restrict dx, std::int64_t c) {
+  const T mean_g = vec::dot(dy, w, c) / T(c);
+  const T mean_gx = rs * dot_centered(dy, w, x, mu, c) / T(c);
   for (std::int64_t k = 0; k < c; ++k)
     dx[k] += rs * (dy[k] * w[k] - mean_g - (x[k] - mu) * rs * mean_gx);
 }
 
 // dw[j] += sum_i dy(i,j) xhat(i,j),  db[j] += sum_i dy(i,j),  for j in [j0, j0 + nj)
 template <class T>
+SHARDTRAIN_TARGET_CLONES
 void backward_params_block(const T* __restrict x, const T* __restrict dy,
                            const T* __restrict mean, const T* __restrict rstd, T* __restrict dw,
                            T* __restrict db, std::int64_t n, std::int64_t c, std::int64_t j0,

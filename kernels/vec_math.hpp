@@ -2,8 +2,8 @@
 // INTERNAL to kernels/*.cpp (not part of the kernel API; nothing outside kernels/
 // should include it). Small inline row primitives written so that GCC/Clang
 // vectorise them at -O2/-O3 without -ffast-math:
-//  - sums and dot products use kLanes independent partial sums combined in a
-//    fixed tree, so the result is deterministic (same bits on every call and every
+//  - sums and dot products use kLanes (16) independent partial sums combined in
+//    a fixed tree, so the result is deterministic (same bits on every call and every
 //    thread count) and more accurate than one serial accumulator;
 //  - exp_fast<float> is a branch-free exp (range reduction + degree-7 Taylor
 //    polynomial, max error ~2 ulp on the clamped range) that vectorises, unlike
@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 // Tells the compiler that a loop carries no dependence through memory. Used on
@@ -28,18 +29,46 @@
 #define SHARDTRAIN_IVDEP
 #endif
 
+// Marks a hot row/span function to be compiled for AVX-512 (x86-64-v4), AVX2
+// (x86-64-v3) and baseline x86-64, with the best one picked once at load time
+// (GCC ifunc). The kernels are built with -ffp-contract=off, so no clone fuses
+// a*b+c into an FMA and every clone returns the same bits: only vector width
+// differs. Other compilers/targets get the plain function.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && \
+    defined(__linux__) && !defined(SHARDTRAIN_NO_TARGET_CLONES)
+#define SHARDTRAIN_TARGET_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SHARDTRAIN_TARGET_CLONES
+#endif
+
+// The helpers below are forced inline so that they are compiled inside each
+// clone (a plain call would run the baseline version).
+#if defined(__GNUC__)
+#define SHARDTRAIN_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define SHARDTRAIN_ALWAYS_INLINE inline
+#endif
+
 namespace shardtrain::vec {
 
-inline constexpr int kLanes = 8;
+// 16 lanes: one AVX-512 register of floats. With 8, GCC 12's AVX-512 clones turn
+// the lane loop into in-order (scalar) reductions and run 2x slower than SSE2.
+inline constexpr int kLanes = 16;
 
+// Fixed halving tree: lane l + w is added to lane l for w = 8, 4, 2, 1.
 template <class T>
-inline T combine_lanes(const T (&acc)[kLanes]) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+SHARDTRAIN_ALWAYS_INLINE T combine_lanes(const T (&acc)[kLanes]) {
+  T t[kLanes];
+  for (int l = 0; l < kLanes; ++l) t[l] = acc[l];
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) t[l] += t[l + w];
+  return t[0];
 }
 
 // sum_j p[j]
 template <class T>
-inline T sum(const T* __restrict p, std::int64_t n) {
+SHARDTRAIN_ALWAYS_INLINE T sum(const T* __restrict p, std::int64_t n) {
   T acc[kLanes] = {};
   std::int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -51,7 +80,7 @@ inline T sum(const T* __restrict p, std::int64_t n) {
 
 // sum_j (p[j] - c)^2
 template <class T>
-inline T sum_sq_dev(const T* __restrict p, T c, std::int64_t n) {
+SHARDTRAIN_ALWAYS_INLINE T sum_sq_dev(const T* __restrict p, T c, std::int64_t n) {
   T acc[kLanes] = {};
   std::int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -66,7 +95,7 @@ inline T sum_sq_dev(const T* __restrict p, T c, std::int64_t n) {
 
 // sum_j a[j] * b[j]
 template <class T>
-inline T dot(const T* __restrict a, const T* __restrict b, std::int64_t n) {
+SHARDTRAIN_ALWAYS_INLINE T dot(const T* __restrict a, const T* __restrict b, std::int64_t n) {
   T acc[kLanes] = {};
   std::int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -76,30 +105,68 @@ inline T dot(const T* __restrict a, const T* __restrict b, std::int64_t n) {
   return combine_lanes(acc) + tail;
 }
 
-// max_j p[j] (n >= 1). NaN handling: a NaN element may or may not win, but it
-// then reappears through the callers' (x - max) arithmetic, so it is never lost.
+// max_j p[j] (n >= 1). A NaN element is skipped here, but it then reappears
+// through the callers' (x - max) arithmetic, so it is never lost. GCC does not
+// vectorise scalar float max (NaN rules), so the GNU vector extension spells out
+// the packed compare/select (maxps) on 16-byte vectors.
+#if defined(__GNUC__)
 template <class T>
-inline T max(const T* __restrict p, std::int64_t n) {
-  T acc[kLanes];
-  for (int l = 0; l < kLanes; ++l) acc[l] = p[0];
+struct Vec16Of;
+template <>
+struct Vec16Of<float> {
+  typedef float type __attribute__((vector_size(16)));
+};
+template <>
+struct Vec16Of<double> {
+  typedef double type __attribute__((vector_size(16)));
+};
+
+template <class T>
+SHARDTRAIN_ALWAYS_INLINE T max(const T* __restrict p, std::int64_t n) {
+  using V = typename Vec16Of<T>::type;
+  constexpr int kWidth = 16 / sizeof(T);
+  constexpr int kBlock = 4 * kWidth;  // four independent vectors
+  T m = p[0];
   std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] = p[j + l] > acc[l] ? p[j + l] : acc[l];
-  T m = acc[0];
-  for (int l = 1; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
+  if (n >= kBlock) {
+    V acc[4];
+    std::memcpy(acc, p, sizeof acc);
+    for (j = kBlock; j + kBlock <= n; j += kBlock) {
+      V x[4];
+      std::memcpy(x, p + j, sizeof x);
+      for (int k = 0; k < 4; ++k) acc[k] = x[k] > acc[k] ? x[k] : acc[k];
+    }
+    // Tree combine (a serial chain over the lanes costs ~60 cycles of latency).
+    acc[0] = acc[1] > acc[0] ? acc[1] : acc[0];
+    acc[2] = acc[3] > acc[2] ? acc[3] : acc[2];
+    acc[0] = acc[2] > acc[0] ? acc[2] : acc[0];
+    T lanes[kWidth];
+    std::memcpy(lanes, &acc[0], sizeof lanes);
+    for (int w = kWidth / 2; w >= 1; w /= 2)
+      for (int l = 0; l < w; ++l) lanes[l] = lanes[l + w] > lanes[l] ? lanes[l + w] : lanes[l];
+    m = lanes[0];
+  }
   for (; j < n; ++j) m = p[j] > m ? p[j] : m;
   return m;
 }
+#else
+template <class T>
+inline T max(const T* p, std::int64_t n) {
+  T m = p[0];
+  for (std::int64_t j = 1; j < n; ++j) m = p[j] > m ? p[j] : m;
+  return m;
+}
+#endif
 
 // exp(x). float: vectorisable polynomial on [-87.3, 88.3]; below that range the
 // result is 0 (no denormals), above it +inf; NaN propagates.
 template <class T>
-inline T exp_fast(T x) {
+SHARDTRAIN_ALWAYS_INLINE T exp_fast(T x) {
   return std::exp(x);
 }
 
 template <>
-inline float exp_fast<float>(float x_in) {
+SHARDTRAIN_ALWAYS_INLINE float exp_fast<float>(float x_in) {
   constexpr float kLo = -87.3f, kHi = 88.3f;
   float x = x_in < kLo ? kLo : x_in;
   x = x > kHi ? kHi : x;
