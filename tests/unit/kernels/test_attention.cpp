@@ -111,7 +111,9 @@ TEST(Attention, SizesAndShapeErrors) {
 
 TEST(Attention, ForwardMatchesNaive) {
   std::uint64_t seed = 50;
-  for (const AttentionShape& s : {kSquare, kWideHead, kLongSeq, AttentionShape{1, 64, 32, 4}}) {
+  // T = 64, 130: one causal block of 64 rows, and three (the last one partial).
+  for (const AttentionShape& s : {kSquare, kWideHead, kLongSeq, AttentionShape{1, 64, 32, 4},
+                                  AttentionShape{2, 130, 16, 2}}) {
     const auto qkv = qkv_for(s, ++seed);
     const Ref ref = naive_attention(s, qkv);
     const std::int64_t BTC = s.batch * s.seq_len * s.channels;
@@ -174,13 +176,18 @@ void check_gradient(const AttentionShape& s, const std::string& label) {
 TEST(Attention, GradientSquare) { check_gradient(kSquare, "attention B2 T5 C6 H2 dqkv"); }
 TEST(Attention, GradientWideHead) { check_gradient(kWideHead, "attention B1 T3 C16 H2 dqkv"); }
 TEST(Attention, GradientLongSequence) { check_gradient(kLongSeq, "attention B2 T7 C12 H3 dqkv"); }
+// T = 130 spans three causal row blocks (64, 64, 2) of the blocked GEMMs.
+TEST(Attention, GradientSeveralCausalBlocks) {
+  check_gradient(AttentionShape{1, 130, 4, 2}, "attention B1 T130 C4 H2 dqkv");
+}
 
 TEST(Attention, BackwardOverwritesAndIsDeterministic) {
-  const AttentionShape s = kLongSeq;
+  const AttentionShape s{2, 130, 12, 3};  // several causal blocks
   const auto qkv = qkv_for(s, 70);
   const auto r = test::random_vector(s.batch * s.seq_len * s.channels, 71);
   const auto fwd = run_forward<double>(s, qkv);
   const auto a = run_backward<double>(s, fwd.saved, r, 0.0);
+  ASSERT_FALSE(a.empty());
   const auto b = run_backward<double>(s, fwd.saved, r, std::numeric_limits<double>::quiet_NaN());
   const auto c = run_backward<double>(s, fwd.saved, r, 1e30);
   EXPECT_EQ(a, b);  // bitwise: every element written, nothing read from dqkv
@@ -188,7 +195,7 @@ TEST(Attention, BackwardOverwritesAndIsDeterministic) {
 }
 
 TEST(Attention, FloatBackwardMatchesDouble) {
-  const AttentionShape s{2, 16, 32, 4};
+  const AttentionShape s{2, 80, 32, 4};
   const auto qkv = qkv_for(s, 80);
   const auto r = test::random_vector(s.batch * s.seq_len * s.channels, 81);
   const auto qkvf = cast_vector<float>(qkv);
