@@ -1,6 +1,6 @@
-// shardtrain/tests/unit/kernels/kokkos_environment.cpp
+// shardtrain/tests/support/kokkos_environment.cpp
 // Initialises Kokkos once per test executable (GTest global environment registered
-// by a static initializer). Linked as an object file into every kernel test, next
+// by a static initializer). Linked (library shardtrain_kokkos_gtest_env) into every test that uses Kokkos, next
 // to GTest::gtest_main, so tests need no main() of their own.
 #include <gtest/gtest.h>
 

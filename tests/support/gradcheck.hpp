@@ -1,4 +1,4 @@
-// shardtrain/tests/unit/kernels/gradcheck.hpp
+// shardtrain/tests/support/gradcheck.hpp
 // Reusable finite-difference gradient check (header-only, no Kokkos), for kernel
 // tests now and model tests later.
 //
