@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/parse.hpp"
@@ -99,7 +100,8 @@ int run_main(int argc, char** argv) {
   CLI::App app{
       "shardtrain trainer: trains the model described by INPUT.toml on every rank of the MPI job.\n"
       "Launch with `mpirun -np N trainer INPUT.toml` or `srun trainer INPUT.toml`.\n"
-      "Exit codes: 0 done, 1 failure, 2 bad input (command line, config or data).",
+      "Exit codes: 0 done, 1 failure, 2 bad input (command line, config or data).\n"
+      "Arguments starting with --kokkos- go to Kokkos::initialize (e.g. --kokkos-help).",
       "trainer"};
   std::string input;
   std::vector<std::string> overrides;
@@ -140,10 +142,17 @@ int run_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  // Kokkos sees only the --kokkos-* arguments (it would also act on a plain
+  // --help); the trainer's own command line sees everything else.
+  std::vector<char*> kokkos_args{argv[0]}, app_args{argv[0]};
+  for (int i = 1; i < argc; ++i)
+    (std::string_view(argv[i]).starts_with("--kokkos-") ? kokkos_args : app_args).push_back(argv[i]);
+  int kokkos_argc = static_cast<int>(kokkos_args.size());
+  kokkos_args.push_back(nullptr);
   int code = kExitOk;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    code = run_main(argc, argv);
+    Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
+    code = run_main(static_cast<int>(app_args.size()), app_args.data());
   }
   MPI_Finalize();
   return code;
