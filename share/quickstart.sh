@@ -10,7 +10,7 @@ build=${BUILD_DIR:-$root/build}
 echo "== 1/4 dependencies"
 share/install-deps.sh --quickstart
 echo "== 2/4 build (Release) into $build"
-BUILD_DIR="$build" share/build.sh
+BUILD_DIR="$build" TARGETS="trainer trainer-data" share/build.sh
 echo "== 3/4 data"
 share/data/fetch-mobydick.sh "$build/trainer-data" "$build/data/mobydick.h5"
 echo "== 4/4 train on 2 ranks (inputs/quickstart.toml)"
