@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace shardtrain {
@@ -27,6 +28,18 @@ template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::I64; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
 
+// A pending non-blocking collective. wait() completes it (and rethrows a
+// failure); destroying an incomplete request waits for it first, so buffers are
+// never released under a running collective.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void wait() = 0;
+  // True once complete (wait() is then free); never blocks.
+  virtual bool test() = 0;
+};
+using RequestPtr = std::unique_ptr<Request>;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -40,6 +53,22 @@ class Communicator {
   virtual void broadcast(void* buffer, std::size_t count, DType type, int root) = 0;
   virtual void barrier() = 0;
 
+  // `send` holds size() blocks of `recv_count` elements; rank r receives in
+  // `recv` the op-reduction over all ranks of block r. send and recv must not overlap.
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                              ReduceOp op) = 0;
+  // Every rank contributes `send_count` elements; `recv` (size() * send_count)
+  // receives them in rank order. In place when send == recv + rank() * send_count.
+  virtual void all_gather(const void* send, void* recv, std::size_t send_count, DType type) = 0;
+
+  // Non-blocking variants: same contracts; buffers stay untouched by the caller
+  // until the request completes.
+  virtual RequestPtr iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) = 0;
+  virtual RequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                     DType type, ReduceOp op) = 0;
+  virtual RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
+                                 DType type) = 0;
+
   template <class T>
   void all_reduce(std::span<T> buffer, ReduceOp op = ReduceOp::Sum) {
     all_reduce(buffer.data(), buffer.size(), dtype_of<T>(), op);
@@ -52,6 +81,15 @@ class Communicator {
   template <class T>
   void broadcast(std::span<T> buffer, int root = 0) {
     broadcast(buffer.data(), buffer.size(), dtype_of<T>(), root);
+  }
+
+  template <class T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter(send.data(), recv.data(), recv.size(), dtype_of<T>(), op);
+  }
+  template <class T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
+    all_gather(send.data(), recv.data(), send.size(), dtype_of<T>());
   }
 
   // Bytes this rank has sent through this communicator since construction.

@@ -55,6 +55,31 @@ MPI_Op to_mpi(ReduceOp op) {
 
 constexpr std::size_t kMaxChunk = static_cast<std::size_t>(INT_MAX);
 
+int block_count(std::size_t count, const char* what) {
+  if (count > kMaxChunk)
+    SHARDTRAIN_FAIL(std::string(what) + ": " + std::to_string(count) +
+                    " elements per rank exceed the MPI limit of 2^31 - 1; use more ranks");
+  return static_cast<int>(count);
+}
+
+class MpiRequest final : public Request {
+ public:
+  MpiRequest() = default;
+  ~MpiRequest() override {
+    if (m_request != MPI_REQUEST_NULL) MPI_Wait(&m_request, MPI_STATUS_IGNORE);
+  }
+  MPI_Request* handle() { return &m_request; }
+  void wait() override { MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE)); }
+  bool test() override {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+
+ private:
+  MPI_Request m_request = MPI_REQUEST_NULL;
+};
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) : m_comm(comm) {
@@ -87,5 +112,52 @@ void MpiCommunicator::broadcast(void* buffer, std::size_t count, DType type, int
 }
 
 void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(m_comm)); }
+
+// Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                     DType type, ReduceOp op) {
+  MPI_CHECK(MPI_Reduce_scatter_block(send, recv, block_count(recv_count, "reduce_scatter"),
+                                     to_mpi(type), to_mpi(op), m_comm));
+  count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
+                                 DType type) {
+  const std::size_t block_bytes = send_count * dtype_size(type);
+  const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
+  const int n = block_count(send_count, "all_gather");
+  MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n, to_mpi(type),
+                          m_comm));
+  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
+}
+
+RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
+  auto request = std::make_unique<MpiRequest>();
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer, block_count(count, "iall_reduce"), to_mpi(type),
+                           to_mpi(op), m_comm, request->handle()));
+  if (m_size > 1) count_sent(2 * count * dtype_size(type) * (m_size - 1) / m_size);
+  return request;
+}
+
+RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                            DType type, ReduceOp op) {
+  auto request = std::make_unique<MpiRequest>();
+  MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, block_count(recv_count, "ireduce_scatter"),
+                                      to_mpi(type), to_mpi(op), m_comm, request->handle()));
+  count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
+  return request;
+}
+
+RequestPtr MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count,
+                                        DType type) {
+  auto request = std::make_unique<MpiRequest>();
+  const std::size_t block_bytes = send_count * dtype_size(type);
+  const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
+  const int n = block_count(send_count, "iall_gather");
+  MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n,
+                           to_mpi(type), m_comm, request->handle()));
+  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
+  return request;
+}
 
 }  // namespace shardtrain

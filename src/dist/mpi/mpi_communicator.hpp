@@ -1,6 +1,8 @@
 // shardtrain/dist/mpi/mpi_communicator.hpp
 // Communicator over MPI for host memory. Wraps (does not own) an MPI_Comm.
 // Every MPI call is checked; a failure throws shardtrain::Error naming the call.
+// Blocking calls split buffers above INT_MAX elements into chunks; reduce-scatter
+// and all-gather blocks must fit in an int (2^31 - 1 elements per rank).
 #pragma once
 
 #include <mpi.h>
@@ -18,9 +20,19 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) override;
   void broadcast(void* buffer, std::size_t count, DType type, int root) override;
   void barrier() override;
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                      ReduceOp op) override;
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType type) override;
+  RequestPtr iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) override;
+  RequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                             ReduceOp op) override;
+  RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
+                         DType type) override;
 
+  using Communicator::all_gather;
   using Communicator::all_reduce;
   using Communicator::broadcast;
+  using Communicator::reduce_scatter;
 
   MPI_Comm comm() const { return m_comm; }
 

@@ -59,5 +59,68 @@ TEST(MpiCommunicator, CountsBytesOfRingAllReduce) {
   EXPECT_EQ(comm.bytes_sent() - before, expected);
 }
 
+// Block r of the reduce-scatter result equals the sum over ranks of block r.
+TEST(MpiCommunicator, ReduceScatterBlockingAndNonBlocking) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  const std::size_t block = 7;  // 7 per rank: the full buffer 7n divides by no other count
+  std::vector<float> send(block * n);
+  for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(i + 100 * r);
+  auto expect = [&](const std::vector<float>& recv) {
+    for (std::size_t j = 0; j < block; ++j)
+      EXPECT_FLOAT_EQ(recv[j], static_cast<float>(n * (r * block + j)) + 50.0f * n * (n - 1)) << j;
+  };
+  std::vector<float> recv(block, -1.0f);
+  const auto before = comm.bytes_sent();
+  comm.reduce_scatter(std::span<const float>(send), std::span<float>(recv));
+  expect(recv);
+  EXPECT_EQ(comm.bytes_sent() - before, (n - 1) * block * sizeof(float));
+
+  std::vector<float> recv2(block, -1.0f);
+  RequestPtr req = comm.ireduce_scatter(send.data(), recv2.data(), block, DType::F32, ReduceOp::Sum);
+  req->wait();
+  expect(recv2);  // (blocking and non-blocking may use different algorithms: not bitwise)
+}
+
+TEST(MpiCommunicator, AllGatherOutOfPlaceInPlaceAndNonBlocking) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  const std::size_t block = 5;
+  std::vector<double> mine(block);
+  for (std::size_t j = 0; j < block; ++j) mine[j] = r * 10.0 + j;
+  std::vector<double> expected(block * n);
+  for (int q = 0; q < n; ++q)
+    for (std::size_t j = 0; j < block; ++j) expected[q * block + j] = q * 10.0 + j;
+
+  std::vector<double> out(block * n, -1.0);
+  const auto before = comm.bytes_sent();
+  comm.all_gather(std::span<const double>(mine), std::span<double>(out));
+  EXPECT_EQ(out, expected);
+  EXPECT_EQ(comm.bytes_sent() - before, (n - 1) * block * sizeof(double));
+
+  // In place: the rank's own block already sits at its offset (a ZeRO shard).
+  std::vector<double> inplace(block * n, -1.0);
+  std::copy(mine.begin(), mine.end(), inplace.begin() + r * block);
+  comm.all_gather(inplace.data() + r * block, inplace.data(), block, DType::F64);
+  EXPECT_EQ(inplace, expected);
+
+  std::vector<double> out2(block * n, -1.0);
+  RequestPtr req = comm.iall_gather(mine.data(), out2.data(), block, DType::F64);
+  while (!req->test()) {
+  }
+  EXPECT_EQ(out2, expected);
+}
+
+TEST(MpiCommunicator, NonBlockingAllReduceOverlapsAndMatchesBlocking) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  std::vector<float> a(1003), b;
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = 0.001f * static_cast<float>(i * (comm.rank() + 1));
+  b = a;
+  RequestPtr req = comm.iall_reduce(a.data(), a.size(), DType::F32, ReduceOp::Sum);
+  comm.all_reduce(std::span<float>(b));  // another collective while the first is pending
+  req->wait();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6f * std::abs(b[i])) << i;
+}
+
 }  // namespace
 }  // namespace shardtrain
