@@ -70,6 +70,7 @@ case "${1:-}" in
       negative_lr) sed -i 's/^lr = .*/lr = -1e-3/' "$input" ;;
       missing_data) sed -i "s|^path = .*|path = \"$dir/no_such.h5\"|" "$input" ;;
       not_hdf5)    cp "$INPUT" "$dir/fake.h5"; sed -i "s|^path = .*|path = \"$dir/fake.h5\"|" "$input" ;;
+      data_too_short) sed -i 's/^seq_len = .*/seq_len = 512/' "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)
