@@ -223,11 +223,10 @@ void Gpt<T>::block_backward(int l, const T* x_ptr, std::int64_t batch, T* dres) 
   BlockParams& g = m_dblocks[l];
   const BlockActs& a = m_block_acts[l];
   const auto shape = attention_shape(m_dims, batch);
-  T* att_ws = m_work.data() + bt_max * 3 * c;
+  T* att_ws = m_work.data() + bt_max * 3 * c;  // workspace: qkv | attention | dres | dsmall | dbig1 | dbig2
   T* dsmall = dres + bt_max * c;
   T* dbig1 = dsmall + bt_max * c;
   T* dbig2 = dbig1 + bt_max * 4 * c;
-  (void)att_ws;
 
   // out = resid1 + fc2(gelu(fc(ln2(resid1)))); dres holds d out.
   linear_backward<T>(CView2<T>(a.fc_act, bt, 4 * c), p.fc2_w, CView2<T>(dres, bt, c),
@@ -244,7 +243,7 @@ void Gpt<T>::block_backward(int l, const T* x_ptr, std::int64_t batch, T* dres) 
                      View2<T>(dsmall, bt, c), g.proj_w, g.proj_b);
   attention_backward<T>(shape, CView3<T>(dsmall, batch, t, c),
                         CView1<T>(a.att_saved, attention_saved_elems(shape)),
-                        View1<T>(m_work.data() + bt_max * 3 * c, attention_workspace_elems(shape)),
+                        View1<T>(att_ws, attention_workspace_elems(shape)),
                         View3<T>(dbig1, batch, t, 3 * c));
   linear_backward<T>(CView2<T>(a.ln1_out, bt, c), p.qkv_w, CView2<T>(dbig1, bt, 3 * c),
                      View2<T>(dsmall, bt, c), g.qkv_w, g.qkv_b);

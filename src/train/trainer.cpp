@@ -88,7 +88,7 @@ class Run {
   void load_micro_batch(Split split, const std::vector<std::int64_t>& starts);
   double train_step(std::int64_t step, double lr, double& grad_norm);
   double evaluate(std::int64_t max_windows);
-  void report_memory() ;
+  void report_memory();
   bool is_root() const { return m_comm.rank() == 0; }
 
   const RunConfig& m_cfg;
