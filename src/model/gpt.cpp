@@ -124,43 +124,66 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   m_logits = carve(bt * dims.vocab);
   m_losses = carve(bt);
   SHARDTRAIN_CHECK(p == m_acts.data() + m_acts.size(), "activation arena carve mismatch");
+
+  const auto& entries = layout.entries();
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(entries.size()) == 2 + kBlockTensors * dims.n_layer + 2,
+                   "layout is not a gpt_layout() of these dims");
+  for (const auto& e : entries) m_rel.push_back(e.offset - layout.group_range(e.group).first);
 }
 
 template <class T>
-typename Gpt<T>::BlockParams Gpt<T>::block_params(T* base, int l) const {
+typename Gpt<T>::BlockParams Gpt<T>::block_views(T* base, int l) const {
   const std::int64_t c = m_dims.channels;
-  auto v1 = [&](const char* leaf, std::int64_t n) {
-    return View1<T>(base + m_layout.find(block_name(l, leaf)).offset, n);
-  };
-  auto v2 = [&](const char* leaf, std::int64_t r, std::int64_t k) {
-    return View2<T>(base + m_layout.find(block_name(l, leaf)).offset, r, k);
-  };
+  const std::int64_t* rel = m_rel.data() + 2 + l * kBlockTensors;  // gpt_layout() order
+  auto v1 = [&](int k, std::int64_t n) { return View1<T>(base + rel[k], n); };
+  auto v2 = [&](int k, std::int64_t r, std::int64_t n) { return View2<T>(base + rel[k], r, n); };
   BlockParams b;
-  b.ln1_w = v1("ln_1.weight", c); b.ln1_b = v1("ln_1.bias", c);
-  b.qkv_w = v2("attn.c_attn.weight", 3 * c, c); b.qkv_b = v1("attn.c_attn.bias", 3 * c);
-  b.proj_w = v2("attn.c_proj.weight", c, c); b.proj_b = v1("attn.c_proj.bias", c);
-  b.ln2_w = v1("ln_2.weight", c); b.ln2_b = v1("ln_2.bias", c);
-  b.fc_w = v2("mlp.c_fc.weight", 4 * c, c); b.fc_b = v1("mlp.c_fc.bias", 4 * c);
-  b.fc2_w = v2("mlp.c_proj.weight", c, 4 * c); b.fc2_b = v1("mlp.c_proj.bias", c);
+  b.ln1_w = v1(0, c); b.ln1_b = v1(1, c);
+  b.qkv_w = v2(2, 3 * c, c); b.qkv_b = v1(3, 3 * c);
+  b.proj_w = v2(4, c, c); b.proj_b = v1(5, c);
+  b.ln2_w = v1(6, c); b.ln2_b = v1(7, c);
+  b.fc_w = v2(8, 4 * c, c); b.fc_b = v1(9, 4 * c);
+  b.fc2_w = v2(10, c, 4 * c); b.fc2_b = v1(11, c);
   return b;
 }
 
 template <class T>
-void Gpt<T>::bind_views(T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w, View1<T>& lnf_b,
-                        std::vector<BlockParams>& blocks) const {
+void Gpt<T>::bind_group(int g, T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w,
+                        View1<T>& lnf_b, std::vector<BlockParams>& blocks) const {
   const std::int64_t c = m_dims.channels;
-  wte = View2<T>(base + m_layout.find("wte.weight").offset, m_dims.vocab, c);
-  wpe = View2<T>(base + m_layout.find("wpe.weight").offset, m_dims.seq_len, c);
-  lnf_w = View1<T>(base + m_layout.find("ln_f.weight").offset, c);
-  lnf_b = View1<T>(base + m_layout.find("ln_f.bias").offset, c);
-  blocks.clear();
-  for (int l = 0; l < m_dims.n_layer; ++l) blocks.push_back(block_params(base, l));
+  if (g == 0) {
+    wte = View2<T>(base + m_rel[0], m_dims.vocab, c);
+    wpe = View2<T>(base + m_rel[1], m_dims.seq_len, c);
+  } else if (g == lnf_group()) {
+    const std::size_t e = m_rel.size() - 2;
+    lnf_w = View1<T>(base + m_rel[e], c);
+    lnf_b = View1<T>(base + m_rel[e + 1], c);
+  } else {
+    blocks[g - 1] = block_views(base, g - 1);
+  }
+}
+
+template <class T>
+void Gpt<T>::bind(ParamProvider<T>& provider) {
+  m_provider = &provider;
+  m_blocks.assign(m_dims.n_layer, BlockParams{});
+  m_dblocks.assign(m_dims.n_layer, BlockParams{});
 }
 
 template <class T>
 void Gpt<T>::bind(T* params, T* grads) {
-  bind_views(params, m_wte, m_wpe, m_lnf_w, m_lnf_b, m_blocks);
-  bind_views(grads, m_dwte, m_dwpe, m_dlnf_w, m_dlnf_b, m_dblocks);
+  m_flat = std::make_unique<FlatParams<T>>(m_layout, params, grads);
+  bind(*m_flat);
+}
+
+template <class T>
+void Gpt<T>::acquire_params(int g) {
+  bind_group(g, m_provider->acquire_params(g), m_wte, m_wpe, m_lnf_w, m_lnf_b, m_blocks);
+}
+
+template <class T>
+void Gpt<T>::acquire_grads(int g) {
+  bind_group(g, m_provider->acquire_grads(g), m_dwte, m_dwpe, m_dlnf_w, m_dlnf_b, m_dblocks);
 }
 
 template <class T>
@@ -195,19 +218,26 @@ void Gpt<T>::block_forward(int l, const T* x_ptr, std::int64_t batch) {
 template <class T>
 double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t batch) {
   SHARDTRAIN_CHECK(batch >= 1 && batch <= m_dims.max_batch, "micro-batch larger than planned");
+  SHARDTRAIN_CHECK(m_provider != nullptr, "Gpt::forward before bind");
   m_tokens = tokens; m_targets = targets; m_batch = batch;
   const std::int64_t t = m_dims.seq_len, c = m_dims.channels, bt = batch * t, v = m_dims.vocab;
 
+  acquire_params(0);  // kept until the tied LM head has used wte
   embedding_forward<T>(CView2<TokenIndex>(tokens, batch, t), m_wte, m_wpe,
                        View3<T>(m_emb_out, batch, t, c));
   const T* x = m_emb_out;
   for (int l = 0; l < m_dims.n_layer; ++l) {
+    acquire_params(l + 1);
     block_forward(l, x, batch);
+    m_provider->release_params(l + 1);
     x = m_block_acts[l].out;
   }
+  acquire_params(lnf_group());
   layernorm_forward<T>(CView2<T>(x, bt, c), m_lnf_w, m_lnf_b, View2<T>(m_lnf_out, bt, c),
                        View1<T>(m_lnf_mean, bt), View1<T>(m_lnf_rstd, bt), m_eps);
+  m_provider->release_params(lnf_group());
   linear_forward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, View1<T>(), View2<T>(m_logits, bt, v));
+  m_provider->release_params(0);
   cross_entropy_forward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(targets, bt),
                            View1<T>(m_losses, bt));
   double sum = 0.0;  // fixed order: deterministic
@@ -264,19 +294,32 @@ void Gpt<T>::backward(T dloss) {
   // Head: logits = ln_f(x_L) wte^T; dlogits overwrite the logits in place.
   cross_entropy_backward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(m_targets, bt), dloss,
                             View2<T>(m_logits, bt, v));
+  acquire_params(0);
+  acquire_grads(0);  // wte collects from the LM head now and from the embedding at the end
   linear_backward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, CView2<T>(m_logits, bt, v),
                      View2<T>(dsmall, bt, c), m_dwte, View1<T>());
+  m_provider->release_params(0);
+
   const T* x_last = m_dims.n_layer > 0 ? m_block_acts.back().out : m_emb_out;
   fill<T>(View1<T>(dres, bt * c), T(0));
+  acquire_params(lnf_group());
+  acquire_grads(lnf_group());
   layernorm_backward<T>(CView2<T>(x_last, bt, c), m_lnf_w, CView1<T>(m_lnf_mean, bt),
                         CView1<T>(m_lnf_rstd, bt), CView2<T>(dsmall, bt, c),
                         View2<T>(dres, bt, c), m_dlnf_w, m_dlnf_b);
+  m_provider->grads_ready(lnf_group());
+  m_provider->release_params(lnf_group());
   for (int l = static_cast<int>(m_dims.n_layer) - 1; l >= 0; --l) {
     const T* x = l > 0 ? m_block_acts[l - 1].out : m_emb_out;
+    acquire_params(l + 1);
+    acquire_grads(l + 1);
     block_backward(l, x, batch, dres);
+    m_provider->grads_ready(l + 1);
+    m_provider->release_params(l + 1);
   }
   embedding_backward<T>(CView2<TokenIndex>(m_tokens, batch, t), CView3<T>(dres, batch, t, c),
                         m_dwte, m_dwpe);
+  m_provider->grads_ready(0);
   m_batch = 0;
 }
 

@@ -2,7 +2,10 @@
 // Owns the GPT-2-style decoder: token + position embeddings, L pre-LayerNorm
 // blocks (causal multi-head attention, GELU MLP), final LayerNorm, LM head tied
 // to the token embedding. Parameters and gradients are NOT owned here: the model
-// holds views into the caller's flat vectors laid out by make_layout(). It owns
+// acquires each parameter group from a ParamProvider right before using it and
+// releases it right after (so a ZeRO engine can gather groups just in time and
+// reduce gradients group by group); groups are 0 = embeddings, 1..L = blocks,
+// L+1 = final LayerNorm, in gpt_layout() order. It owns
 // its activation arena (category Activations: what backward needs) and its
 // workspace (category Workspace: scratch reused by every block), both sized
 // once, before the first step, for micro-batches of up to max_batch sequences.
@@ -10,13 +13,16 @@
 // micro-batches add up; the caller zeroes it once per optimizer step.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
 #include "kernels/types.hpp"
 #include "model/param_layout.hpp"
+#include "model/param_provider.hpp"
 
 namespace shardtrain {
 
@@ -55,7 +61,9 @@ class Gpt {
  public:
   Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory);
 
-  // Points the model at the flat parameter and gradient vectors (padded_size() each).
+  // Takes parameters and gradients from `provider` (which must outlive the model's use).
+  void bind(ParamProvider<T>& provider);
+  // Convenience: full flat parameter and gradient vectors (padded_size() each).
   void bind(T* params, T* grads);
 
   // Forward on `batch` sequences (batch <= max_batch). tokens and targets are
@@ -88,15 +96,23 @@ class Gpt {
     T* out;                                // (BT, C) block output = next block input
   };
 
-  BlockParams block_params(T* base, int layer) const;
-  void bind_views(T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w, View1<T>& lnf_b,
+  static constexpr int kBlockTensors = 12;
+  BlockParams block_views(T* group_base, int layer) const;
+  // Binds the views of group g (parameters or gradients) to storage starting at `base`.
+  void bind_group(int g, T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w, View1<T>& lnf_b,
                   std::vector<BlockParams>& blocks) const;
+  void acquire_params(int g);
+  void acquire_grads(int g);
+  int lnf_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
   void block_forward(int layer, const T* x, std::int64_t batch);
   void block_backward(int layer, const T* x, std::int64_t batch, T* dres);
 
   GptDims m_dims;
   const ParamLayout& m_layout;
   T m_eps;
+  std::vector<std::int64_t> m_rel;             // entry offset relative to its group's start
+  ParamProvider<T>* m_provider = nullptr;
+  std::unique_ptr<FlatParams<T>> m_flat;       // owned provider of bind(params, grads)
 
   View2<T> m_wte, m_wpe; View1<T> m_lnf_w, m_lnf_b;          // parameters
   View2<T> m_dwte, m_dwpe; View1<T> m_dlnf_w, m_dlnf_b;      // gradients

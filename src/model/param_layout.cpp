@@ -15,6 +15,9 @@ int ParamLayout::add(std::string name, std::vector<std::int64_t> shape, bool wei
     SHARDTRAIN_CHECK(d > 0, "parameter " + name + " has a non-positive dimension");
     numel *= d;
   }
+  const int last = m_entries.empty() ? -1 : m_entries.back().group;
+  SHARDTRAIN_CHECK(group == last || group == last + 1,
+                   "parameter " + name + ": groups must be contiguous and numbered from 0");
   ParamEntry e;
   e.offset = (m_end + m_alignment - 1) / m_alignment * m_alignment;
   e.name = std::move(name);
@@ -33,6 +36,10 @@ void ParamLayout::finalize(int world_size) {
   m_world = world_size;
   const std::int64_t unit = m_alignment * world_size;
   m_padded = std::max<std::int64_t>(unit, (m_end + unit - 1) / unit * unit);
+  for (const auto& e : m_entries) {
+    if (e.group == static_cast<int>(m_groups.size())) m_groups.emplace_back(e.offset, e.offset);
+    m_groups.back().second = e.offset + e.numel;
+  }
 }
 
 const ParamEntry& ParamLayout::find(const std::string& name) const {

@@ -6,7 +6,8 @@
 // Invariants: offsets are multiples of `alignment` elements and increase in
 // insertion order; tensors of one group (a transformer block) are contiguous;
 // padded_size() is a multiple of world_size * alignment; padding is never a
-// parameter (zero, no gradient, no weight decay).
+// parameter (zero, no gradient, no weight decay). Groups are numbered 0, 1, 2, ...
+// in insertion order without gaps (the unit ZeRO stage 3 gathers).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,11 @@ class ParamLayout {
   std::pair<std::int64_t, std::int64_t> shard_range(int rank) const {
     return {rank * shard_size(), (rank + 1) * shard_size()};
   }
+  // Groups are numbered 0..num_groups()-1 in layout order; group g occupies
+  // [group_range(g).first, group_range(g).second) (first tensor's offset to the
+  // last tensor's end). Valid after finalize().
+  int num_groups() const { return static_cast<int>(m_groups.size()); }
+  std::pair<std::int64_t, std::int64_t> group_range(int g) const { return m_groups.at(g); }
 
  private:
   std::int64_t m_alignment;
@@ -54,6 +60,7 @@ class ParamLayout {
   std::int64_t m_padded = 0;   // 0 until finalize()
   int m_world = 0;
   std::vector<ParamEntry> m_entries;
+  std::vector<std::pair<std::int64_t, std::int64_t>> m_groups;
 };
 
 }  // namespace shardtrain

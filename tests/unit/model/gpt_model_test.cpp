@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "gradcheck.hpp"
@@ -11,6 +13,7 @@
 #include "core/memory.hpp"
 #include "model/gpt.hpp"
 #include "model/param_layout.hpp"
+#include "model/param_provider.hpp"
 
 namespace shardtrain {
 namespace {
@@ -68,6 +71,15 @@ TEST(GptLayout, OffsetsAlignedContiguousAndPadded) {
   EXPECT_FALSE(layout.find("wte.weight").weight_decay);
   EXPECT_FALSE(layout.find("ln_f.weight").weight_decay);
   EXPECT_THROW(layout.find("nope"), Error);
+  EXPECT_THROW(layout.add("x", {1}, false, 7), Error);  // groups must not skip numbers
+  layout.finalize(2);
+  ASSERT_EQ(layout.num_groups(), d.n_layer + 2);
+  EXPECT_EQ(layout.group_range(0).first, 0);
+  EXPECT_EQ(layout.group_range(1).first, layout.find("h.0.ln_1.weight").offset);
+  EXPECT_EQ(layout.group_range(1).second,
+            layout.find("h.0.mlp.c_proj.bias").offset + layout.find("h.0.mlp.c_proj.bias").numel);
+  EXPECT_EQ(layout.group_range(d.n_layer + 1).second,
+            layout.find("ln_f.bias").offset + layout.find("ln_f.bias").numel);
 }
 
 TEST(GptInit, IndependentOfRangeSplit) {
@@ -135,6 +147,60 @@ TEST(GptGradient, MicroBatchesAccumulate) {
   EXPECT_NEAR(full, split, 1e-12 * std::abs(full));
   for (std::size_t i = 0; i < g_full.size(); ++i)
     ASSERT_NEAR(g_full[i], f.grads[i], 1e-12 + 1e-10 * std::abs(g_full[i])) << i;
+}
+
+// A provider that hands out every group in its own buffer (as a sharded ZeRO
+// engine would), records the call order and snapshots gradients at grads_ready.
+class SeparateGroups final : public ParamProvider<double> {
+ public:
+  SeparateGroups(const ParamLayout& layout, const std::vector<double>& params) : m_layout(layout) {
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      const auto [a, b] = layout.group_range(g);
+      m_params.emplace_back(params.begin() + a, params.begin() + b);
+      m_grads.emplace_back(b - a, 0.0);
+    }
+    m_ready = m_grads;
+  }
+  double* acquire_params(int g) override { log("P+", g); ++m_held[g]; return m_params[g].data(); }
+  void release_params(int g) override { log("P-", g); --m_held[g]; }
+  double* acquire_grads(int g) override { log("G+", g); return m_grads[g].data(); }
+  void grads_ready(int g) override { log("G!", g); m_ready[g] = m_grads[g]; }
+
+  std::vector<std::vector<double>> m_params, m_grads, m_ready;
+  std::map<int, int> m_held;
+  std::string m_log;
+
+ private:
+  void log(const char* what, int g) { m_log += std::string(what) + std::to_string(g) + " "; }
+  const ParamLayout& m_layout;
+};
+
+// The model acquires each group just before use, releases it after, and reports
+// gradients ready only when they are final; results equal the flat vector's.
+TEST(GptProvider, GroupsAcquiredJustInTimeAndGradientsFinalWhenReady) {
+  Fixture f;
+  const std::int64_t t = f.dims.seq_len;
+  const double dloss = 1.0 / static_cast<double>(3 * t);
+  Gpt<double> flat(f.dims, f.layout, 1e-5, f.memory);
+  flat.bind(f.params.data(), f.grads.data());
+  const double loss_flat = flat.forward(f.tokens.data(), f.targets.data(), 3);
+  flat.backward(dloss);
+
+  SeparateGroups groups(f.layout, f.params);
+  Gpt<double> model(f.dims, f.layout, 1e-5, f.memory);
+  model.bind(groups);
+  EXPECT_EQ(model.forward(f.tokens.data(), f.targets.data(), 3), loss_flat);
+  EXPECT_EQ(groups.m_log, "P+0 P+1 P-1 P+2 P-2 P+3 P-3 P-0 ");
+  groups.m_log.clear();
+  model.backward(dloss);
+  EXPECT_EQ(groups.m_log, "P+0 G+0 P-0 P+3 G+3 G!3 P-3 P+2 G+2 G!2 P-2 P+1 G+1 G!1 P-1 G!0 ");
+  for (const auto& [g, held] : groups.m_held) EXPECT_EQ(held, 0) << "group " << g << " not released";
+  for (int g = 0; g < f.layout.num_groups(); ++g) {
+    const auto [a, b] = f.layout.group_range(g);
+    const std::vector<double> expected(f.grads.begin() + a, f.grads.begin() + b);
+    EXPECT_EQ(groups.m_grads[g], expected) << "group " << g;
+    EXPECT_EQ(groups.m_ready[g], expected) << "group " << g << " changed after grads_ready";
+  }
 }
 
 // The activation arena is sized from the plan and counted by the tracker.

@@ -30,8 +30,8 @@ TEST(LearningRate, WarmupThenCosineToMin) {
 
 TEST(AdamW, MatchesReferenceAndDecaysOnlyMatrices) {
   ParamLayout layout(4);
-  layout.add("w", {2, 3}, /*weight_decay=*/true, 1);
-  layout.add("b", {3}, false, 1);
+  layout.add("w", {2, 3}, /*weight_decay=*/true, 0);
+  layout.add("b", {3}, false, 0);
   layout.finalize(2);
   const std::int64_t n = layout.padded_size();
   OptimConfig o;
@@ -72,8 +72,8 @@ TEST(AdamW, MatchesReferenceAndDecaysOnlyMatrices) {
 
 TEST(AdamW, ShardRangeEqualsSliceOfFullUpdate) {
   ParamLayout layout(4);
-  layout.add("w", {5, 3}, true, 1);
-  layout.add("b", {5}, false, 1);
+  layout.add("w", {5, 3}, true, 0);
+  layout.add("b", {5}, false, 0);
   layout.finalize(3);
   const std::int64_t n = layout.padded_size();
   OptimConfig o;
