@@ -54,7 +54,9 @@ class Communicator {
   virtual void barrier() = 0;
 
   // `send` holds size() blocks of `recv_count` elements; rank r receives in
-  // `recv` the op-reduction over all ranks of block r. send and recv must not overlap.
+  // `recv` the op-reduction over all ranks of block r. In place when
+  // recv == send + rank() * recv_count (the rank's own block of a flat vector);
+  // otherwise send and recv must not overlap.
   virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
                               ReduceOp op) = 0;
   // Every rank contributes `send_count` elements; `recv` (size() * send_count)
@@ -68,6 +70,19 @@ class Communicator {
                                      DType type, ReduceOp op) = 0;
   virtual RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
                                  DType type) = 0;
+
+  // Variable block sizes (ZeRO buckets that straddle shard boundaries):
+  // counts.size() == size(); blocks follow each other in rank order.
+  // ireduce_scatter_v: `send` holds sum(counts) elements; rank r receives in
+  // `recv` the reduction of its counts[r] elements (counts may be 0).
+  virtual RequestPtr ireduce_scatter_v(const void* send, void* recv,
+                                       std::span<const std::size_t> counts, DType type,
+                                       ReduceOp op) = 0;
+  // iall_gather_v: rank r contributes counts[r] elements from `send`; every rank
+  // receives all blocks in `recv` (sum(counts) elements). The counts span must
+  // stay valid only for the call.
+  virtual RequestPtr iall_gather_v(const void* send, void* recv,
+                                   std::span<const std::size_t> counts, DType type) = 0;
 
   template <class T>
   void all_reduce(std::span<T> buffer, ReduceOp op = ReduceOp::Sum) {

@@ -3,7 +3,9 @@
 #include "dist/mpi/mpi_communicator.hpp"
 
 #include <climits>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -69,6 +71,8 @@ class MpiRequest final : public Request {
     if (m_request != MPI_REQUEST_NULL) MPI_Wait(&m_request, MPI_STATUS_IGNORE);
   }
   MPI_Request* handle() { return &m_request; }
+  // Count and displacement arrays MPI reads until the request completes.
+  std::vector<int> counts, displs;
   void wait() override { MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE)); }
   bool test() override {
     int done = 0;
@@ -116,8 +120,16 @@ void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(m_comm)); }
 // Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                      DType type, ReduceOp op) {
-  MPI_CHECK(MPI_Reduce_scatter_block(send, recv, block_count(recv_count, "reduce_scatter"),
-                                     to_mpi(type), to_mpi(op), m_comm));
+  const std::size_t block_bytes = recv_count * dtype_size(type);
+  const int n = block_count(recv_count, "reduce_scatter");
+  if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
+    // MPI's in-place form leaves the result at the start of the buffer.
+    void* base = const_cast<void*>(send);
+    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), to_mpi(op), m_comm));
+    if (m_rank != 0) std::memmove(recv, base, block_bytes);
+  } else {
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, to_mpi(type), to_mpi(op), m_comm));
+  }
   count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
 }
 
@@ -157,6 +169,47 @@ RequestPtr MpiCommunicator::iall_gather(const void* send, void* recv, std::size_
   MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n,
                            to_mpi(type), m_comm, request->handle()));
   count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
+  return request;
+}
+
+}  // namespace shardtrain
+
+namespace shardtrain {
+
+RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
+                                              std::span<const std::size_t> counts, DType type,
+                                              ReduceOp op) {
+  SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
+  auto request = std::make_unique<MpiRequest>();
+  std::size_t total = 0;
+  for (std::size_t c : counts) {
+    request->counts.push_back(block_count(c, "ireduce_scatter_v"));
+    total += c;
+  }
+  MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type), to_mpi(op),
+                                m_comm, request->handle()));
+  // Ring reduce-scatter: every block but the rank's own leaves it once.
+  count_sent((total - counts[m_rank]) * dtype_size(type));
+  return request;
+}
+
+RequestPtr MpiCommunicator::iall_gather_v(const void* send, void* recv,
+                                          std::span<const std::size_t> counts, DType type) {
+  SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
+  auto request = std::make_unique<MpiRequest>();
+  std::size_t displ = 0;
+  for (std::size_t c : counts) {
+    request->counts.push_back(block_count(c, "iall_gather_v"));
+    request->displs.push_back(block_count(displ, "iall_gather_v displacement"));
+    displ += c;
+  }
+  const std::size_t esize = dtype_size(type);
+  const bool in_place = send == static_cast<const char*>(recv) + request->displs[m_rank] * esize;
+  MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, request->counts[m_rank], to_mpi(type),
+                            recv, request->counts.data(), request->displs.data(), to_mpi(type),
+                            m_comm, request->handle()));
+  // Ring all-gather: the rank's own block travels to the N-1 others.
+  count_sent(counts[m_rank] * (m_size - 1) * esize);
   return request;
 }
 

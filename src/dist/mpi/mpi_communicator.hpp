@@ -28,6 +28,10 @@ class MpiCommunicator final : public Communicator {
                              ReduceOp op) override;
   RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
                          DType type) override;
+  RequestPtr ireduce_scatter_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                               DType type, ReduceOp op) override;
+  RequestPtr iall_gather_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                           DType type) override;
 
   using Communicator::all_gather;
   using Communicator::all_reduce;

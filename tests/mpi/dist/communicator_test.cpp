@@ -82,6 +82,49 @@ TEST(MpiCommunicator, ReduceScatterBlockingAndNonBlocking) {
   expect(recv2);  // (blocking and non-blocking may use different algorithms: not bitwise)
 }
 
+TEST(MpiCommunicator, ReduceScatterInPlaceLeavesResultAtOwnBlock) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  const std::size_t block = 6;
+  std::vector<double> buf(block * n), ref(block);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = 0.5 * static_cast<double>(i) + r;
+  for (std::size_t j = 0; j < block; ++j)
+    ref[j] = n * 0.5 * static_cast<double>(r * block + j) + 0.5 * n * (n - 1);
+  comm.reduce_scatter(buf.data(), buf.data() + r * block, block, DType::F64, ReduceOp::Sum);
+  for (std::size_t j = 0; j < block; ++j) EXPECT_DOUBLE_EQ(buf[r * block + j], ref[j]) << j;
+}
+
+// Variable blocks, including empty ones, as ZeRO buckets straddling shards need.
+TEST(MpiCommunicator, VariableBlockReduceScatterAndAllGather) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  std::vector<std::size_t> counts(n);
+  for (int q = 0; q < n; ++q) counts[q] = (q % 2 == 0) ? 3 + q : 0;  // odd ranks own nothing
+  std::size_t total = 0, displ = 0;
+  for (int q = 0; q < n; ++q) { if (q < r) displ += counts[q]; total += counts[q]; }
+  std::vector<float> send(total);
+  for (std::size_t i = 0; i < total; ++i) send[i] = static_cast<float>(i) + 0.25f * r;
+  std::vector<float> recv(counts[r] + 1, -7.0f);
+  const auto before = comm.bytes_sent();
+  comm.ireduce_scatter_v(send.data(), recv.data(), counts, DType::F32, ReduceOp::Sum)->wait();
+  EXPECT_EQ(comm.bytes_sent() - before, (total - counts[r]) * sizeof(float));
+  for (std::size_t j = 0; j < counts[r]; ++j)
+    EXPECT_FLOAT_EQ(recv[j], n * static_cast<float>(displ + j) + 0.125f * n * (n - 1)) << j;
+  EXPECT_EQ(recv[counts[r]], -7.0f);  // nothing written past the block
+
+  std::vector<float> mine(counts[r]);
+  for (std::size_t j = 0; j < counts[r]; ++j) mine[j] = 100.0f * r + j;
+  std::vector<float> all(total, -1.0f), expected;
+  for (int q = 0; q < n; ++q)
+    for (std::size_t j = 0; j < counts[q]; ++j) expected.push_back(100.0f * q + j);
+  comm.iall_gather_v(mine.data(), all.data(), counts, DType::F32)->wait();
+  EXPECT_EQ(all, expected);
+  std::vector<float> inplace(total, -1.0f);
+  std::copy(mine.begin(), mine.end(), inplace.begin() + displ);
+  comm.iall_gather_v(inplace.data() + displ, inplace.data(), counts, DType::F32)->wait();
+  EXPECT_EQ(inplace, expected);
+}
+
 TEST(MpiCommunicator, AllGatherOutOfPlaceInPlaceAndNonBlocking) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   const int r = comm.rank(), n = comm.size();

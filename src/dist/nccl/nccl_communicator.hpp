@@ -1,0 +1,134 @@
+// shardtrain/dist/nccl/nccl_communicator.hpp
+// Communicator over NCCL for DEVICE memory (CUDA build only, target shardtrain_nccl).
+// One NCCL communicator over the ranks of an MPI communicator, one GPU per rank.
+//
+// Construction (collective over the MPI communicator):
+//  1. cudaGetDeviceCount is checked first. No device, a CUDA error (35 =
+//     insufficient driver on a machine without a GPU), or fewer devices than
+//     ranks on this node throws shardtrain::Error ("no CUDA device available to
+//     rank R (cudaGetDeviceCount: error 35 ...)") before anything is allocated.
+//     The outcome is agreed on with one MPI_Allreduce, so when one rank has no
+//     device EVERY rank throws (the others name the failing rank) and none is
+//     left waiting in the ncclUniqueId broadcast.
+//  2. The device is the node-local rank (MPI_Comm_split_type SHARED), made current
+//     with cudaSetDevice for the calling thread.
+//  3. Rank 0's ncclUniqueId is broadcast over MPI; ncclCommInitRank; a
+//     non-blocking communication stream of its own.
+// The MPI communicator is wrapped, not owned (as MpiCommunicator): it must
+// outlive this object; barrier() uses it.
+//
+// Streams and ordering (the Communicator interface has no stream argument):
+//  - Every collective runs on stream(). It does NOT wait for work the caller
+//    queued on other streams: before a collective reads a buffer that a kernel
+//    on a compute stream wrote, call wait_for_stream(compute) (or
+//    wait_for_event(ev) with an event recorded after the producer). Synchronising
+//    the producer on the host also works.
+//  - Blocking calls return when the result is in place (the comm stream is
+//    synchronised), so any stream may read it afterwards.
+//  - Non-blocking calls return a Request backed by a cudaEvent recorded on the
+//    comm stream after the collective: test() = cudaEventQuery, wait() =
+//    cudaEventSynchronize, destruction waits. To let a compute stream consume a
+//    result without blocking the host, call make_stream_wait(compute) after the
+//    i* call (it orders `compute` after everything queued on the comm stream).
+//  - Overlap pattern per bucket (as llm.c's zero.cuh): record/queue backward on
+//    `compute`, wait_for_stream(compute), ireduce_scatter(...), continue backward.
+//
+// Memory: buffers are device (or managed) memory. Plain host memory is accepted
+// only by the BLOCKING all_reduce and broadcast, which stage it through a device
+// scratch buffer, so the base class's all_reduce_value(x) (loss, inf/NaN flag)
+// works; every other call throws on plain host memory rather than let NCCL fail
+// obscurely.
+//
+// Byte accounting is MpiCommunicator's (ring algorithm): all_reduce 2(N-1)/N of
+// the buffer; reduce_scatter and all_gather (N-1) blocks; broadcast the buffer at
+// the root; barrier nothing. Counted when the call is issued.
+//
+// Destruction synchronises the comm stream and finalises the NCCL communicator
+// (collective). While an exception is unwinding it calls ncclCommAbort instead,
+// which never waits for other ranks.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <span>
+
+#include "dist/communicator.hpp"
+
+namespace shardtrain {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  explicit NcclCommunicator(MPI_Comm comm);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return m_rank; }
+  int size() const override { return m_size; }
+  void all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) override;
+  void broadcast(void* buffer, std::size_t count, DType type, int root) override;
+  // Synchronises the comm stream, then MPI_Barrier on the wrapped communicator.
+  void barrier() override;
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                      ReduceOp op) override;
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType type) override;
+  RequestPtr iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) override;
+  RequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                             ReduceOp op) override;
+  RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
+                         DType type) override;
+
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+  // --- Several buckets in one NCCL group (ncclGroupStart/End): one launch, one
+  // Request completing when all parts have. Same contracts and byte accounting as
+  // the single calls, summed over the parts; all parts share `type` (and `op`).
+  struct ReduceScatterPart {
+    const void* send;        // size() * recv_count elements
+    void* recv;              // recv_count elements
+    std::size_t recv_count;
+  };
+  struct AllGatherPart {
+    const void* send;        // send_count elements (may be recv + rank() * send_count)
+    void* recv;              // size() * send_count elements
+    std::size_t send_count;
+  };
+  RequestPtr ireduce_scatter_group(std::span<const ReduceScatterPart> parts, DType type,
+                                   ReduceOp op);
+  RequestPtr iall_gather_group(std::span<const AllGatherPart> parts, DType type);
+
+  // --- Streams (see the ordering notes at the top).
+  cudaStream_t stream() const { return m_stream; }
+  int device() const { return m_device; }
+  ncclComm_t nccl_comm() const { return m_nccl; }
+  // The comm stream waits (on the device, the host does not block) for `ready`.
+  void wait_for_event(cudaEvent_t ready);
+  // The comm stream waits for everything queued on `producer` so far.
+  void wait_for_stream(cudaStream_t producer);
+  // `consumer` waits for everything queued on the comm stream so far.
+  void make_stream_wait(cudaStream_t consumer);
+  // The host waits for everything queued on the comm stream.
+  void synchronize();
+
+ private:
+  // Returns a device pointer holding `bytes` (grown on demand; comm-stream ordered).
+  void* scratch(std::size_t bytes);
+
+  MPI_Comm m_comm;
+  int m_rank = 0;
+  int m_size = 1;
+  int m_device = -1;
+  ncclComm_t m_nccl = nullptr;
+  cudaStream_t m_stream = nullptr;
+  cudaEvent_t m_ordering_event = nullptr;  // reused by wait_for_stream / make_stream_wait
+  void* m_scratch = nullptr;
+  std::size_t m_scratch_bytes = 0;
+};
+
+}  // namespace shardtrain
