@@ -11,9 +11,15 @@
 //     device EVERY rank throws (the others name the failing rank) and none is
 //     left waiting in the ncclUniqueId broadcast.
 //  2. The device is the node-local rank (MPI_Comm_split_type SHARED), made current
-//     with cudaSetDevice for the calling thread.
-//  3. Rank 0's ncclUniqueId is broadcast over MPI; ncclCommInitRank; a
-//     non-blocking communication stream of its own.
+//     with cudaSetDevice for the calling thread. Exception: a rank that sees
+//     exactly one device uses it, because launchers that bind one GPU per task
+//     (srun --gpus-per-task=1) hide the others; if ranks then really share one
+//     GPU, ncclCommInitRank fails with NCCL's "Duplicate GPU detected".
+//     The communication stream (non-blocking, its own) is created there too;
+//     the ranks agree on the outcome again before the bootstrap.
+//  3. Rank 0's ncclUniqueId (and its ncclGetUniqueId status) is broadcast over
+//     MPI, then ncclCommInitRank (collective: a rank failing inside it can leave
+//     the others waiting until the job is aborted; NCCL's own limitation).
 // The MPI communicator is wrapped, not owned (as MpiCommunicator): it must
 // outlive this object; barrier() uses it.
 //
@@ -40,8 +46,11 @@
 // obscurely.
 //
 // Byte accounting is MpiCommunicator's (ring algorithm): all_reduce 2(N-1)/N of
-// the buffer; reduce_scatter and all_gather (N-1) blocks; broadcast the buffer at
-// the root; barrier nothing. Counted when the call is issued.
+// the buffer; reduce_scatter and all_gather (N-1) blocks; ireduce_scatter_v every
+// block but the own one; iall_gather_v the own block N-1 times; broadcast the
+// buffer at the root; barrier nothing. Counted when the call is issued. In-place
+// reduce_scatter / all_gather (the own block of a flat vector) are NCCL's own
+// in-place forms.
 //
 // Destruction synchronises the comm stream and finalises the NCCL communicator
 // (collective). While an exception is unwinding it calls ncclCommAbort instead,
@@ -80,6 +89,13 @@ class NcclCommunicator final : public Communicator {
                              ReduceOp op) override;
   RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
                          DType type) override;
+  // NCCL has no -v collectives: a group of ncclReduce (resp. ncclBroadcast), one
+  // per rank with a non-empty block. Correct for any counts, but slower than the
+  // ring ncclReduceScatter/ncclAllGather; prefer equal blocks for large buckets.
+  RequestPtr ireduce_scatter_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                               DType type, ReduceOp op) override;
+  RequestPtr iall_gather_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                           DType type) override;
 
   using Communicator::all_gather;
   using Communicator::all_reduce;
@@ -117,8 +133,10 @@ class NcclCommunicator final : public Communicator {
   void synchronize();
 
  private:
-  // Returns a device pointer holding `bytes` (grown on demand; comm-stream ordered).
+  // Returns a device pointer holding `bytes` (grown on demand; blocking calls only).
   void* scratch(std::size_t bytes);
+  // Frees everything; abort = ncclCommAbort (local) instead of finalize + destroy.
+  void release(bool abort) noexcept;
 
   MPI_Comm m_comm;
   int m_rank = 0;

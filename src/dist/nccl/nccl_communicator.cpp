@@ -1,0 +1,450 @@
+// NcclCommunicator: device-memory collectives over NCCL on a communication stream
+// of its own, bootstrapped over MPI, with MpiCommunicator's byte accounting.
+// Every CUDA, NCCL and MPI call is checked. See the header for the stream rules.
+#include "dist/nccl/nccl_communicator.hpp"
+
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+
+// Same as dist/mpi/mpi_communicator.cpp (kept local there too).
+#define MPI_CHECK(call)                                                              \
+  do {                                                                               \
+    int mpi_check_rc_ = (call);                                                      \
+    if (mpi_check_rc_ != MPI_SUCCESS) {                                              \
+      char mpi_check_msg_[MPI_MAX_ERROR_STRING];                                     \
+      int mpi_check_len_ = 0;                                                        \
+      MPI_Error_string(mpi_check_rc_, mpi_check_msg_, &mpi_check_len_);              \
+      SHARDTRAIN_FAIL(std::string(#call) + " failed: " + mpi_check_msg_);            \
+    }                                                                                \
+  } while (0)
+
+namespace shardtrain {
+namespace {
+
+// Element size. (dtype_size() is defined in the MPI backend's translation unit,
+// which this library does not link; see share/doc/gpu.md.)
+std::size_t element_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::U8: return 1;
+  }
+  SHARDTRAIN_FAIL("unknown DType");
+}
+
+ncclDataType_t to_nccl(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::U8: return ncclUint8;
+  }
+  SHARDTRAIN_FAIL("unknown DType");
+}
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  SHARDTRAIN_FAIL("unknown ReduceOp");
+}
+
+// True for plain (unregistered, pageable) host memory. Device, managed and
+// registered/pinned host memory are all addressable by NCCL kernels.
+bool is_plain_host_memory(const void* p) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t rc = cudaPointerGetAttributes(&attributes, p);
+  if (rc == cudaErrorInvalidValue) {  // runtimes before 11.0 answered so for host memory
+    cudaGetLastError();
+    return true;
+  }
+  if (rc != cudaSuccess)
+    detail::throw_gpu_error(__FILE__, __LINE__, "cudaPointerGetAttributes",
+                            detail::cuda_error_text(rc));
+  return attributes.type == cudaMemoryTypeUnregistered;
+}
+
+void require_device_memory(const void* p, const char* call) {
+  if (is_plain_host_memory(p))
+    SHARDTRAIN_FAIL(std::string("NcclCommunicator::") + call +
+                    ": buffer is plain host memory; NCCL needs device memory (only the "
+                    "blocking all_reduce and broadcast stage host buffers)");
+}
+
+// Throws for a failed NCCL call made in a loop or group (the macros take a call).
+void check_nccl(ncclResult_t rc, const char* file, int line, const std::string& what) {
+  if (rc != ncclSuccess) detail::throw_gpu_error(file, line, what.c_str(), detail::nccl_error_text(rc));
+}
+
+// Queues the NCCL calls made by `enqueue` (which returns the first failure) as one
+// group: ncclGroupStart, the calls, and always ncclGroupEnd, so a failed call
+// never leaves the thread inside a group. `what` names the calls in errors.
+template <class Enqueue>
+void nccl_group(const char* what, Enqueue&& enqueue) {
+  SHARDTRAIN_NCCL_CHECK(ncclGroupStart());
+  const ncclResult_t rc = enqueue();
+  const ncclResult_t end_rc = ncclGroupEnd();
+  check_nccl(rc, __FILE__, __LINE__, what);
+  check_nccl(end_rc, __FILE__, __LINE__, std::string("ncclGroupEnd (after ") + what + ")");
+}
+
+// A collective queued on the comm stream, completed by an event recorded after it.
+class NcclRequest final : public Request {
+ public:
+  // The event is created before the collective is queued, so a failure here
+  // leaves nothing running.
+  NcclRequest() { SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&m_event, cudaEventDisableTiming)); }
+  ~NcclRequest() override {
+    if (m_pending) cudaEventSynchronize(m_event);  // never release buffers under a collective
+    cudaEventDestroy(m_event);
+  }
+  NcclRequest(const NcclRequest&) = delete;
+  NcclRequest& operator=(const NcclRequest&) = delete;
+
+  void record(cudaStream_t stream) {
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(m_event, stream));
+    m_pending = true;
+  }
+  void wait() override {
+    if (!m_pending) return;
+    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(m_event));
+    m_pending = false;
+  }
+  bool test() override {
+    if (!m_pending) return true;
+    const cudaError_t rc = cudaEventQuery(m_event);
+    if (rc == cudaErrorNotReady) return false;
+    if (rc != cudaSuccess)
+      detail::throw_gpu_error(__FILE__, __LINE__, "cudaEventQuery", detail::cuda_error_text(rc));
+    m_pending = false;
+    return true;
+  }
+
+ private:
+  cudaEvent_t m_event = nullptr;
+  bool m_pending = false;
+};
+
+// What rank 0 broadcasts: its ncclGetUniqueId result and the id, so a failure
+// there reaches every rank instead of leaving them in ncclCommInitRank.
+struct UniqueIdMessage {
+  int status = ncclSuccess;
+  ncclUniqueId id{};
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
+  MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
+  MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
+
+  // 1. Devices, before anything is allocated.
+  int devices = 0;
+  const cudaError_t count_rc = cudaGetDeviceCount(&devices);
+  if (count_rc != cudaSuccess) {
+    cudaGetLastError();
+    devices = 0;
+  }
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(m_comm, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &node));
+  int local_rank = 0, local_size = 1;
+  MPI_CHECK(MPI_Comm_rank(node, &local_rank));
+  MPI_CHECK(MPI_Comm_size(node, &local_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+
+  const std::string who = "rank " + std::to_string(m_rank);
+  std::string problem;
+  if (count_rc != cudaSuccess)
+    problem = "no CUDA device available to " + who +
+              " (cudaGetDeviceCount: " + detail::cuda_error_text(count_rc) + ")";
+  else if (devices == 0)
+    problem = "no CUDA device available to " + who + " (cudaGetDeviceCount: 0 devices)";
+  else if (devices < local_size && devices != 1)
+    problem = who + ": " + std::to_string(local_size) + " ranks share this node but only " +
+              std::to_string(devices) +
+              " CUDA device(s) are visible; NcclCommunicator needs one device per rank";
+  // Every rank throws if any rank failed, so none waits in a later collective.
+  const auto agree = [&](const std::string& local_problem, const char* what) {
+    int first_failing = local_problem.empty() ? m_size : m_rank;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, m_comm));
+    if (!local_problem.empty()) SHARDTRAIN_FAIL(local_problem);
+    if (first_failing < m_size)
+      SHARDTRAIN_FAIL(who + ": rank " + std::to_string(first_failing) + " " + what +
+                      " (see its error); NcclCommunicator not created");
+  };
+  agree(problem, "has no usable CUDA device");
+
+  try {
+    // 2. One device per node-local rank; the comm stream and ordering event on it.
+    try {
+      m_device = devices == 1 ? 0 : local_rank;
+      SHARDTRAIN_CUDA_CHECK(cudaSetDevice(m_device));
+      SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+      SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&m_ordering_event, cudaEventDisableTiming));
+      problem.clear();
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    agree(problem, "could not set up its CUDA device");
+
+    // 3. NCCL bootstrap over MPI.
+    UniqueIdMessage message;
+    if (m_rank == 0) message.status = ncclGetUniqueId(&message.id);
+    MPI_CHECK(MPI_Bcast(&message, sizeof message, MPI_BYTE, 0, m_comm));
+    check_nccl(static_cast<ncclResult_t>(message.status), __FILE__, __LINE__,
+               "ncclGetUniqueId (on rank 0)");
+    SHARDTRAIN_NCCL_CHECK(ncclCommInitRank(&m_nccl, m_size, message.id, m_rank));
+  } catch (...) {
+    release(/*abort=*/true);
+    throw;
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() { release(std::uncaught_exceptions() > 0); }
+
+void NcclCommunicator::release(bool abort) noexcept {
+  if (m_nccl != nullptr) {
+    bool clean = !abort && cudaStreamSynchronize(m_stream) == cudaSuccess;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+    clean = clean && ncclCommFinalize(m_nccl) == ncclSuccess;
+#endif
+    if (clean)
+      ncclCommDestroy(m_nccl);
+    else
+      ncclCommAbort(m_nccl);  // local: never waits for other ranks
+    m_nccl = nullptr;
+  }
+  if (m_scratch != nullptr) cudaFree(m_scratch);
+  if (m_ordering_event != nullptr) cudaEventDestroy(m_ordering_event);
+  if (m_stream != nullptr) cudaStreamDestroy(m_stream);
+  m_scratch = nullptr;
+  m_ordering_event = nullptr;
+  m_stream = nullptr;
+}
+
+void* NcclCommunicator::scratch(std::size_t bytes) {
+  if (bytes > m_scratch_bytes) {
+    // Only blocking calls use the scratch buffer, so nothing is queued on it here.
+    if (m_scratch != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFree(m_scratch));
+    m_scratch = nullptr;
+    m_scratch_bytes = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&m_scratch, bytes));
+    m_scratch_bytes = bytes;
+  }
+  return m_scratch;
+}
+
+void NcclCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
+  if (count == 0) return;
+  const std::size_t bytes = count * element_size(type);
+  if (is_plain_host_memory(buffer)) {
+    void* staged = scratch(bytes);
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged, buffer, bytes, cudaMemcpyHostToDevice, m_stream));
+    SHARDTRAIN_NCCL_CHECK(
+        ncclAllReduce(staged, staged, count, to_nccl(type), to_nccl(op), m_nccl, m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(buffer, staged, bytes, cudaMemcpyDeviceToHost, m_stream));
+  } else {
+    SHARDTRAIN_NCCL_CHECK(
+        ncclAllReduce(buffer, buffer, count, to_nccl(type), to_nccl(op), m_nccl, m_stream));
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+  // Ring all-reduce: reduce-scatter then all-gather, each sending (N-1)/N of the data.
+  if (m_size > 1) count_sent(2 * bytes * (m_size - 1) / m_size);
+}
+
+void NcclCommunicator::broadcast(void* buffer, std::size_t count, DType type, int root) {
+  if (count == 0) return;
+  const std::size_t bytes = count * element_size(type);
+  if (is_plain_host_memory(buffer)) {
+    void* staged = scratch(bytes);
+    if (m_rank == root)
+      SHARDTRAIN_CUDA_CHECK(
+          cudaMemcpyAsync(staged, buffer, bytes, cudaMemcpyHostToDevice, m_stream));
+    SHARDTRAIN_NCCL_CHECK(ncclBroadcast(staged, staged, count, to_nccl(type), root, m_nccl, m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(buffer, staged, bytes, cudaMemcpyDeviceToHost, m_stream));
+  } else {
+    SHARDTRAIN_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, to_nccl(type), root, m_nccl, m_stream));
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+  if (m_rank == root && m_size > 1) count_sent(bytes);
+}
+
+void NcclCommunicator::barrier() {
+  synchronize();
+  MPI_CHECK(MPI_Barrier(m_comm));
+}
+
+// Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                      DType type, ReduceOp op) {
+  ireduce_scatter(send, recv, recv_count, type, op)->wait();
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
+                                  DType type) {
+  iall_gather(send, recv, send_count, type)->wait();
+}
+
+RequestPtr NcclCommunicator::iall_reduce(void* buffer, std::size_t count, DType type,
+                                         ReduceOp op) {
+  auto request = std::make_unique<NcclRequest>();
+  if (count > 0) {
+    require_device_memory(buffer, "iall_reduce");
+    SHARDTRAIN_NCCL_CHECK(
+        ncclAllReduce(buffer, buffer, count, to_nccl(type), to_nccl(op), m_nccl, m_stream));
+  }
+  request->record(m_stream);
+  if (m_size > 1) count_sent(2 * count * element_size(type) * (m_size - 1) / m_size);
+  return request;
+}
+
+RequestPtr NcclCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                             DType type, ReduceOp op) {
+  const ReduceScatterPart part{send, recv, recv_count};
+  return ireduce_scatter_group(std::span<const ReduceScatterPart>(&part, 1), type, op);
+}
+
+RequestPtr NcclCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count,
+                                         DType type) {
+  const AllGatherPart part{send, recv, send_count};
+  return iall_gather_group(std::span<const AllGatherPart>(&part, 1), type);
+}
+
+RequestPtr NcclCommunicator::ireduce_scatter_group(std::span<const ReduceScatterPart> parts,
+                                                   DType type, ReduceOp op) {
+  auto request = std::make_unique<NcclRequest>();
+  std::size_t block_bytes = 0;
+  for (const auto& part : parts) {
+    if (part.recv_count == 0) continue;
+    require_device_memory(part.send, "reduce_scatter");
+    require_device_memory(part.recv, "reduce_scatter");
+    block_bytes += part.recv_count * element_size(type);
+  }
+  // In place when part.recv == part.send + rank * recv_count: NCCL's own rule.
+  nccl_group("ncclReduceScatter", [&] {
+    for (const auto& part : parts) {
+      if (part.recv_count == 0) continue;
+      const ncclResult_t rc = ncclReduceScatter(part.send, part.recv, part.recv_count,
+                                                to_nccl(type), to_nccl(op), m_nccl, m_stream);
+      if (rc != ncclSuccess) return rc;
+    }
+    return ncclSuccess;
+  });
+  request->record(m_stream);
+  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
+  return request;
+}
+
+RequestPtr NcclCommunicator::iall_gather_group(std::span<const AllGatherPart> parts, DType type) {
+  auto request = std::make_unique<NcclRequest>();
+  std::size_t block_bytes = 0;
+  for (const auto& part : parts) {
+    if (part.send_count == 0) continue;
+    require_device_memory(part.send, "all_gather");
+    require_device_memory(part.recv, "all_gather");
+    block_bytes += part.send_count * element_size(type);
+  }
+  // In place when part.send == part.recv + rank * send_count: NCCL's own rule.
+  nccl_group("ncclAllGather", [&] {
+    for (const auto& part : parts) {
+      if (part.send_count == 0) continue;
+      const ncclResult_t rc =
+          ncclAllGather(part.send, part.recv, part.send_count, to_nccl(type), m_nccl, m_stream);
+      if (rc != ncclSuccess) return rc;
+    }
+    return ncclSuccess;
+  });
+  request->record(m_stream);
+  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
+  return request;
+}
+
+// NCCL has no variable-block reduce-scatter: one ncclReduce per rank q (root q
+// receives the reduction of block q), all in one group. Counted as MPI counts it
+// (ring): every block but the rank's own leaves it once.
+RequestPtr NcclCommunicator::ireduce_scatter_v(const void* send, void* recv,
+                                               std::span<const std::size_t> counts, DType type,
+                                               ReduceOp op) {
+  SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
+  auto request = std::make_unique<NcclRequest>();
+  const std::size_t esize = element_size(type);
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  if (total > 0) require_device_memory(send, "ireduce_scatter_v");
+  if (counts[m_rank] > 0) require_device_memory(recv, "ireduce_scatter_v");
+  nccl_group("ncclReduce (ireduce_scatter_v)", [&] {
+    std::size_t displ = 0;
+    for (int q = 0; q < m_size; ++q) {
+      const std::size_t c = counts[q];
+      if (c > 0) {
+        const ncclResult_t rc = ncclReduce(static_cast<const char*>(send) + displ * esize, recv, c,
+                                           to_nccl(type), to_nccl(op), q, m_nccl, m_stream);
+        if (rc != ncclSuccess) return rc;
+      }
+      displ += c;
+    }
+    return ncclSuccess;
+  });
+  request->record(m_stream);
+  count_sent((total - counts[m_rank]) * esize);
+  return request;
+}
+
+// One ncclBroadcast per rank q (root q sends its block to its offset in every
+// rank's recv), all in one group; in place when send == recv + displ(rank).
+// Counted as MPI counts it (ring): the rank's own block travels to the N-1 others.
+RequestPtr NcclCommunicator::iall_gather_v(const void* send, void* recv,
+                                           std::span<const std::size_t> counts, DType type) {
+  SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
+  auto request = std::make_unique<NcclRequest>();
+  const std::size_t esize = element_size(type);
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  if (counts[m_rank] > 0) require_device_memory(send, "iall_gather_v");
+  if (total > 0) require_device_memory(recv, "iall_gather_v");
+  nccl_group("ncclBroadcast (iall_gather_v)", [&] {
+    std::size_t displ = 0;
+    for (int q = 0; q < m_size; ++q) {
+      const std::size_t c = counts[q];
+      if (c > 0) {
+        void* block = static_cast<char*>(recv) + displ * esize;
+        const ncclResult_t rc = ncclBroadcast(q == m_rank ? send : block, block, c, to_nccl(type),
+                                              q, m_nccl, m_stream);
+        if (rc != ncclSuccess) return rc;
+      }
+      displ += c;
+    }
+    return ncclSuccess;
+  });
+  request->record(m_stream);
+  count_sent(counts[m_rank] * (m_size - 1) * esize);
+  return request;
+}
+
+void NcclCommunicator::wait_for_event(cudaEvent_t ready) {
+  SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(m_stream, ready, 0));
+}
+
+void NcclCommunicator::wait_for_stream(cudaStream_t producer) {
+  // cudaStreamWaitEvent captures the event's latest record, so one event is reused.
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(m_ordering_event, producer));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(m_stream, m_ordering_event, 0));
+}
+
+void NcclCommunicator::make_stream_wait(cudaStream_t consumer) {
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(m_ordering_event, m_stream));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(consumer, m_ordering_event, 0));
+}
+
+void NcclCommunicator::synchronize() { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
+
+}  // namespace shardtrain
