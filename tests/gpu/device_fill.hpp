@@ -1,0 +1,20 @@
+// Test-only device kernel (compiled by nvcc): fills a device buffer with a
+// rank-dependent pattern on a given stream, so the gpu tests exercise stream
+// ordering against real kernel work, not only host-to-device copies.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace shardtrain::gpu_test {
+
+// out[i] = offset + scale * (i % 97), queued on `stream`. Returns the launch error.
+cudaError_t fill_pattern(float* out, std::size_t n, float scale, float offset, cudaStream_t stream);
+
+// Host mirror of fill_pattern, for expected values.
+inline float pattern_value(std::size_t i, float scale, float offset) {
+  return offset + scale * static_cast<float>(i % 97);
+}
+
+}  // namespace shardtrain::gpu_test
