@@ -21,6 +21,7 @@ if [[ -x /usr/local/cuda/bin/nvcc ]] || command -v nvcc >/dev/null 2>&1; then
   echo "test.sh: CUDA build (compile, link, no-device checks) in $cuda_build"
   BUILD_DIR=$cuda_build TARGETS=cuda-build JOBS=${CUDA_JOBS:-2} \
     "$root/share/build.sh" -DSHARDTRAIN_ENABLE_CUDA=ON
+  echo '*' > "$cuda_build/.gitignore"  # the top-level .gitignore only covers build/
   (cd "$cuda_build" && ctest -L cuda-build --no-tests=error --output-on-failure -j "${CTEST_JOBS:-2}")
   echo "test.sh: CUDA build and cuda-build tests took $((SECONDS - start)) s (no GPU test was run)"
 else
