@@ -619,16 +619,9 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
   // [parallel]
   std::int64_t stage = c.parallel.zero_stage;
   r.read_int("parallel.zero_stage", stage, 0);
-  if (!r.failed("parallel.zero_stage") && stage != 0) {
-    const Origin o = r.origin("parallel.zero_stage");
-    if (stage <= 3)
-      r.report(o, "parallel.zero_stage",
-               fmt::format("ZeRO stages 1-3 are not implemented yet; only 0 is supported, got {}",
-                           stage));
-    else
-      r.report(o, "parallel.zero_stage",
-               fmt::format("must be 0 (ZeRO stages 1-3 are not implemented yet), got {}", stage));
-  }
+  if (!r.failed("parallel.zero_stage") && (stage < 0 || stage > 3))
+    r.report(r.origin("parallel.zero_stage"), "parallel.zero_stage",
+             fmt::format("must be 0, 1, 2 or 3, got {}", stage));
   if (!r.failed("parallel.zero_stage")) c.parallel.zero_stage = static_cast<int>(stage);
 }
 

@@ -217,29 +217,36 @@ void Gpt<T>::block_forward(int l, const T* x_ptr, std::int64_t batch) {
 
 template <class T>
 double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t batch) {
-  SHARDTRAIN_CHECK(batch >= 1 && batch <= m_dims.max_batch, "micro-batch larger than planned");
+  SHARDTRAIN_CHECK(batch >= 0 && batch <= m_dims.max_batch, "micro-batch larger than planned");
   SHARDTRAIN_CHECK(m_provider != nullptr, "Gpt::forward before bind");
-  m_tokens = tokens; m_targets = targets; m_batch = batch;
+  m_tokens = tokens; m_targets = targets; m_batch = batch; m_forward_done = true;
   const std::int64_t t = m_dims.seq_len, c = m_dims.channels, bt = batch * t, v = m_dims.vocab;
+  // batch == 0 (a rank with no sample in this micro-batch) runs no kernel but
+  // makes every provider call, so it takes part in the provider's collectives.
+  const bool work = batch > 0;
 
   acquire_params(0);  // kept until the tied LM head has used wte
-  embedding_forward<T>(CView2<TokenIndex>(tokens, batch, t), m_wte, m_wpe,
-                       View3<T>(m_emb_out, batch, t, c));
+  if (work)
+    embedding_forward<T>(CView2<TokenIndex>(tokens, batch, t), m_wte, m_wpe,
+                         View3<T>(m_emb_out, batch, t, c));
   const T* x = m_emb_out;
   for (int l = 0; l < m_dims.n_layer; ++l) {
     acquire_params(l + 1);
-    block_forward(l, x, batch);
+    if (work) block_forward(l, x, batch);
     m_provider->release_params(l + 1);
     x = m_block_acts[l].out;
   }
   acquire_params(lnf_group());
-  layernorm_forward<T>(CView2<T>(x, bt, c), m_lnf_w, m_lnf_b, View2<T>(m_lnf_out, bt, c),
-                       View1<T>(m_lnf_mean, bt), View1<T>(m_lnf_rstd, bt), m_eps);
+  if (work)
+    layernorm_forward<T>(CView2<T>(x, bt, c), m_lnf_w, m_lnf_b, View2<T>(m_lnf_out, bt, c),
+                         View1<T>(m_lnf_mean, bt), View1<T>(m_lnf_rstd, bt), m_eps);
   m_provider->release_params(lnf_group());
-  linear_forward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, View1<T>(), View2<T>(m_logits, bt, v));
+  if (work) {
+    linear_forward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, View1<T>(), View2<T>(m_logits, bt, v));
+    cross_entropy_forward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(targets, bt),
+                             View1<T>(m_losses, bt));
+  }
   m_provider->release_params(0);
-  cross_entropy_forward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(targets, bt),
-                           View1<T>(m_losses, bt));
   double sum = 0.0;  // fixed order: deterministic
   for (std::int64_t i = 0; i < bt; ++i) sum += static_cast<double>(m_losses[i]);
   return sum;
@@ -284,43 +291,48 @@ void Gpt<T>::block_backward(int l, const T* x_ptr, std::int64_t batch, T* dres) 
 
 template <class T>
 void Gpt<T>::backward(T dloss) {
-  SHARDTRAIN_CHECK(m_batch > 0, "backward without forward");
+  SHARDTRAIN_CHECK(m_forward_done, "backward without forward");
   const std::int64_t t = m_dims.seq_len, c = m_dims.channels, v = m_dims.vocab;
   const std::int64_t batch = m_batch, bt = batch * t, bt_max = m_dims.max_batch * t;
+  const bool work = batch > 0;  // see forward()
   T* dres = m_work.data() + bt_max * 3 * c +
             attention_workspace_elems(attention_shape(m_dims, m_dims.max_batch));
   T* dsmall = dres + bt_max * c;
 
   // Head: logits = ln_f(x_L) wte^T; dlogits overwrite the logits in place.
-  cross_entropy_backward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(m_targets, bt), dloss,
-                            View2<T>(m_logits, bt, v));
+  if (work)
+    cross_entropy_backward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(m_targets, bt),
+                              dloss, View2<T>(m_logits, bt, v));
   acquire_params(0);
   acquire_grads(0);  // wte collects from the LM head now and from the embedding at the end
-  linear_backward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, CView2<T>(m_logits, bt, v),
-                     View2<T>(dsmall, bt, c), m_dwte, View1<T>());
+  if (work)
+    linear_backward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, CView2<T>(m_logits, bt, v),
+                       View2<T>(dsmall, bt, c), m_dwte, View1<T>());
   m_provider->release_params(0);
 
   const T* x_last = m_dims.n_layer > 0 ? m_block_acts.back().out : m_emb_out;
-  fill<T>(View1<T>(dres, bt * c), T(0));
+  if (work) fill<T>(View1<T>(dres, bt * c), T(0));
   acquire_params(lnf_group());
   acquire_grads(lnf_group());
-  layernorm_backward<T>(CView2<T>(x_last, bt, c), m_lnf_w, CView1<T>(m_lnf_mean, bt),
-                        CView1<T>(m_lnf_rstd, bt), CView2<T>(dsmall, bt, c),
-                        View2<T>(dres, bt, c), m_dlnf_w, m_dlnf_b);
+  if (work)
+    layernorm_backward<T>(CView2<T>(x_last, bt, c), m_lnf_w, CView1<T>(m_lnf_mean, bt),
+                          CView1<T>(m_lnf_rstd, bt), CView2<T>(dsmall, bt, c),
+                          View2<T>(dres, bt, c), m_dlnf_w, m_dlnf_b);
   m_provider->grads_ready(lnf_group());
   m_provider->release_params(lnf_group());
   for (int l = static_cast<int>(m_dims.n_layer) - 1; l >= 0; --l) {
     const T* x = l > 0 ? m_block_acts[l - 1].out : m_emb_out;
     acquire_params(l + 1);
     acquire_grads(l + 1);
-    block_backward(l, x, batch, dres);
+    if (work) block_backward(l, x, batch, dres);
     m_provider->grads_ready(l + 1);
     m_provider->release_params(l + 1);
   }
-  embedding_backward<T>(CView2<TokenIndex>(m_tokens, batch, t), CView3<T>(dres, batch, t, c),
-                        m_dwte, m_dwpe);
+  if (work)
+    embedding_backward<T>(CView2<TokenIndex>(m_tokens, batch, t), CView3<T>(dres, batch, t, c),
+                          m_dwte, m_dwpe);
   m_provider->grads_ready(0);
-  m_batch = 0;
+  m_forward_done = false;
 }
 
 template class Gpt<float>;

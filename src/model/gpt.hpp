@@ -66,7 +66,9 @@ class Gpt {
   // Convenience: full flat parameter and gradient vectors (padded_size() each).
   void bind(T* params, T* grads);
 
-  // Forward on `batch` sequences (batch <= max_batch). tokens and targets are
+  // Forward on `batch` sequences (0 <= batch <= max_batch; 0 computes nothing but
+  // makes the same provider calls, so a rank without samples still takes part in
+  // a sharded provider's collectives). tokens and targets are
   // (batch, T) row-major; targets < 0 are ignored. Returns the SUM of the
   // per-token losses over valid targets. Both arrays must stay alive and
   // unchanged until backward() returns.
@@ -129,6 +131,7 @@ class Gpt {
   const TokenIndex* m_tokens = nullptr;
   const TokenIndex* m_targets = nullptr;
   std::int64_t m_batch = 0;
+  bool m_forward_done = false;
 };
 
 extern template class Gpt<float>;

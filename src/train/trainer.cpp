@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
+#include "dist/zero_engine.hpp"
 #include "io/token_dataset.hpp"
 #include "model/gpt.hpp"
 #include "model/param_layout.hpp"
@@ -66,13 +67,14 @@ class Run {
 
     m_layout = std::make_unique<ParamLayout>(gpt_layout(m_dims));
     m_layout->finalize(m_comm.size());
-    const std::int64_t n = m_layout->padded_size();
-    m_params = TrackedBuffer<float>(m_memory, MemCategory::Parameters, n);
-    m_grads = TrackedBuffer<float>(m_memory, MemCategory::Gradients, n);
-    gpt_init_params<float>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed, m_params.data(), 0, n);
+    m_zero = std::make_unique<ZeroEngine>(*m_layout, cfg.parallel.zero_stage, m_comm, m_memory);
+    const auto [plo, phi] = m_zero->stored_param_range();
+    gpt_init_params<float>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed,
+                           m_zero->stored_params(), plo, phi);
     m_model = std::make_unique<Gpt<float>>(m_dims, *m_layout, cfg.model.layernorm_eps, m_memory);
-    m_model->bind(m_params.data(), m_grads.data());
-    m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout, 0, n, m_memory);
+    m_model->bind(*m_zero);
+    const auto [olo, ohi] = m_zero->optimizer_range();
+    m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout, olo, ohi, m_memory);
 
     const std::int64_t t = m_dims.seq_len, mb = m_dims.max_batch;
     m_window_buf = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * (t + 1));
@@ -90,6 +92,11 @@ class Run {
   double evaluate(std::int64_t max_windows);
   void report_memory();
   bool is_root() const { return m_comm.rank() == 0; }
+  // Micro-batches per rank for `count` samples split over the ranks (the largest slice).
+  std::int64_t micro_batches(std::int64_t count) const {
+    const std::int64_t largest = (count + m_comm.size() - 1) / m_comm.size();
+    return (largest + m_dims.max_batch - 1) / m_dims.max_batch;
+  }
 
   const RunConfig& m_cfg;
   MpiCommunicator m_comm;
@@ -97,7 +104,7 @@ class Run {
   TokenDataset m_data;
   GptDims m_dims;
   std::unique_ptr<ParamLayout> m_layout;
-  TrackedBuffer<float> m_params, m_grads;
+  std::unique_ptr<ZeroEngine> m_zero;
   std::unique_ptr<Gpt<float>> m_model;
   std::unique_ptr<AdamW> m_optim;
   std::unique_ptr<WindowSampler> m_sampler;
@@ -120,27 +127,29 @@ double Run::train_step(std::int64_t step, double lr, double& grad_norm) {
   const auto [lo, hi] = rank_slice(global_batch, m_comm.rank(), m_comm.size());
   const float dloss = static_cast<float>(1.0 / static_cast<double>(global_batch * t));
 
-  std::fill(m_grads.data(), m_grads.data() + m_grads.size(), 0.0f);
+  m_zero->begin_step();
   double loss_sum = 0.0;
-  for (std::int64_t first = lo; first < hi; first += m_dims.max_batch) {
-    const std::int64_t b = std::min(m_dims.max_batch, hi - first);
+  // Every rank runs the same number of micro-batches (sharded stages reduce per
+  // micro-batch); a rank whose slice is used up runs empty ones.
+  for (std::int64_t m = 0; m < micro_batches(global_batch); ++m) {
+    const std::int64_t first = lo + m * m_dims.max_batch;
+    const std::int64_t b = std::clamp<std::int64_t>(hi - first, 0, m_dims.max_batch);
     m_starts.resize(b);
     for (std::int64_t i = 0; i < b; ++i)
       m_starts[i] = m_sampler->window_start(step * global_batch + first + i);
-    load_micro_batch(Split::Train, m_starts);
+    if (b > 0) load_micro_batch(Split::Train, m_starts);
     loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
     m_model->backward(dloss);
   }
 
-  // ZeRO stage 0: every rank gets the summed gradient of the whole global batch.
-  m_comm.all_reduce(m_grads.span(), ReduceOp::Sum);
+  // The summed gradient of the whole global batch: all-reduced (stage 0) or
+  // reduce-scattered into each rank's shard (stages 1-3).
+  grad_norm = std::sqrt(m_zero->finish_gradients());
   loss_sum = m_comm.all_reduce_value(loss_sum);
-
-  grad_norm = std::sqrt(sum_of_squares(*m_layout, m_grads.data(), 0, m_layout->padded_size()));
   float clip = 1.0f;
   if (m_cfg.optim.grad_clip > 0 && grad_norm > m_cfg.optim.grad_clip)
     clip = static_cast<float>(m_cfg.optim.grad_clip / (grad_norm + 1e-6));
-  m_optim->step(m_params.data(), m_grads.data(), lr, clip, step);
+  m_zero->apply_optimizer(*m_optim, lr, clip, step);
   return loss_sum / static_cast<double>(global_batch * t);
 }
 
@@ -150,11 +159,12 @@ double Run::evaluate(std::int64_t max_windows) {
   if (max_windows > 0) windows = std::min(windows, max_windows);
   const auto [lo, hi] = rank_slice(windows, m_comm.rank(), m_comm.size());
   double loss_sum = 0.0;
-  for (std::int64_t first = lo; first < hi; first += m_dims.max_batch) {
-    const std::int64_t b = std::min(m_dims.max_batch, hi - first);
+  for (std::int64_t m = 0; m < micro_batches(windows); ++m) {
+    const std::int64_t first = lo + m * m_dims.max_batch;
+    const std::int64_t b = std::clamp<std::int64_t>(hi - first, 0, m_dims.max_batch);
     m_starts.resize(b);
     for (std::int64_t i = 0; i < b; ++i) m_starts[i] = (first + i) * t;
-    load_micro_batch(Split::Val, m_starts);
+    if (b > 0) load_micro_batch(Split::Val, m_starts);
     loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
   }
   loss_sum = m_comm.all_reduce_value(loss_sum);
@@ -186,9 +196,9 @@ TrainResult Run::run() {
   std::optional<RunDirectory> dir;
   if (is_root()) {
     dir.emplace(m_cfg);
-    fmt::print("shardtrain: {} ranks | GPT L={} C={} H={} T={} V={} | {} parameters | "
+    fmt::print("shardtrain: {} ranks, ZeRO stage {} | GPT L={} C={} H={} T={} V={} | {} parameters | "
                "batch {} x {} tokens, micro-batch {} | data {} ({} train / {} val tokens)\n",
-               m_comm.size(), m_dims.n_layer, m_dims.channels, m_dims.n_head, m_dims.seq_len,
+               m_comm.size(), m_cfg.parallel.zero_stage, m_dims.n_layer, m_dims.channels, m_dims.n_head, m_dims.seq_len,
                m_dims.vocab, m_layout->num_parameters(), tc.batch_size, m_dims.seq_len,
                m_dims.max_batch, m_cfg.data.path, m_data.size(Split::Train), m_data.size(Split::Val));
     fmt::print("run directory: {}\n", dir->path());

@@ -3,7 +3,7 @@
 # Environment (set by CTest): TRAINER, INPUT (tiny.toml), DATA (tiny.h5), WORK (scratch dir),
 # MPIEXEC, NPFLAG.
 #   run NP NAME [--set ...]     train into $WORK/NAME, fail on non-zero exit
-#   equiv NP REF TOL            train at NP ranks; losses must match run REF within relative TOL
+#   equiv NAME NP REF TOL [--set ...]  train at NP ranks; losses must match run REF within relative TOL
 #   determinism NP              two runs at NP ranks; losses must be bitwise identical
 #   bad-input NP CASE REGEX     a broken input must give exit 2, ONE message matching REGEX, no hang
 set -uo pipefail
@@ -45,12 +45,12 @@ case "${1:-}" in
     run_trainer "$np" "$name" "$@"
     ;;
   equiv)
-    np=$2; ref=$3; tol=$4
-    run_trainer "$np" "equiv_np$np"
-    compare "$WORK/$ref/metrics.csv" "$WORK/equiv_np$np/metrics.csv" "$tol"
+    name=$2; np=$3; ref=$4; tol=$5; shift 5
+    run_trainer "$np" "$name" "$@"
+    compare "$WORK/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol"
     # The loss must actually fall, or equal curves prove nothing.
     awk -F, 'NR == 2 { first = $2 } END { if (!($2 < first - 0.3)) { print "loss did not fall: " first " -> " $2; exit 1 } }' \
-      "$WORK/equiv_np$np/metrics.csv" || die "training did not learn"
+      "$WORK/$name/metrics.csv" || die "training did not learn"
     ;;
   determinism)
     np=$2

@@ -310,13 +310,15 @@ TEST_F(ConfigParse, ScheduleMustBeKnown) {
       "inputs/x.toml:2:12: optim.schedule: must be \"cosine\" or \"constant\", got \"linear\"");
 }
 
-TEST_F(ConfigParse, ZeroStagesAboveZeroAreNotImplementedYet) {
-  EXPECT_EQ(error_of("[parallel]\nzero_stage = 2\n" + data_section()),
-            "inputs/x.toml:2:14: parallel.zero_stage: ZeRO stages 1-3 are not implemented yet; "
-            "only 0 is supported, got 2");
+TEST_F(ConfigParse, ZeroStageRange) {
+  for (int stage = 0; stage <= 3; ++stage)
+    EXPECT_EQ(parse_run_config("[parallel]\nzero_stage = " + std::to_string(stage) + "\n" + data_section(), "x.toml")
+                  .parallel.zero_stage,
+              stage);
   EXPECT_EQ(error_of("[parallel]\nzero_stage = 7\n" + data_section()),
-            "inputs/x.toml:2:14: parallel.zero_stage: must be 0 (ZeRO stages 1-3 are not "
-            "implemented yet), got 7");
+            "inputs/x.toml:2:14: parallel.zero_stage: must be 0, 1, 2 or 3, got 7");
+  EXPECT_EQ(error_of("[parallel]\nzero_stage = -1\n" + data_section()),
+            "inputs/x.toml:2:14: parallel.zero_stage: must be >= 0, got -1");
 }
 
 TEST_F(ConfigParse, EmptyRunDir) {

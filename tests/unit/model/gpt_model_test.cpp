@@ -203,6 +203,23 @@ TEST(GptProvider, GroupsAcquiredJustInTimeAndGradientsFinalWhenReady) {
   }
 }
 
+// An empty micro-batch (a rank without samples) makes exactly the provider calls
+// of a real one, so it takes part in every collective, and adds no gradient.
+TEST(GptProvider, EmptyMicroBatchMakesTheSameCallsAndAddsNothing) {
+  Fixture f;
+  SeparateGroups real(f.layout, f.params), empty(f.layout, f.params);
+  Gpt<double> a(f.dims, f.layout, 1e-5, f.memory), b(f.dims, f.layout, 1e-5, f.memory);
+  a.bind(real);
+  b.bind(empty);
+  a.forward(f.tokens.data(), f.targets.data(), 2);
+  a.backward(0.1);
+  EXPECT_EQ(b.forward(nullptr, nullptr, 0), 0.0);
+  b.backward(0.1);
+  EXPECT_EQ(real.m_log, empty.m_log);
+  for (const auto& g : empty.m_grads)
+    for (double x : g) ASSERT_EQ(x, 0.0);
+}
+
 // The activation arena is sized from the plan and counted by the tracker.
 TEST(GptMemory, ArenaMatchesPlan) {
   Fixture f;
