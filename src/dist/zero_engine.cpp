@@ -229,9 +229,8 @@ void ZeroEngine::start_gather(Bucket& b, int g) {
   b.pending = m_comm.iall_gather_v(mine, b.data.data(), shard_counts(g), DType::F32);
 }
 
-void ZeroEngine::prefetch_after(int g) {
-  const int next = g > m_last_acquired ? g + 1 : g - 1;
-  m_last_acquired = g;
+void ZeroEngine::prefetch(int next) {
+  if (m_stage < 3) return;
   if (next < 0 || next >= m_layout.num_groups() || find_param_bucket(next)) return;
   const std::int64_t need = group_size(next);
   if (std::none_of(m_param_buckets.begin(), m_param_buckets.end(), [&](const Bucket& b) {
@@ -254,7 +253,6 @@ float* ZeroEngine::acquire_params(int g) {
   }
   ++b->users;
   b->order = ++m_clock;
-  prefetch_after(g);
   return b->data.data();
 }
 

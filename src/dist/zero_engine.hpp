@@ -12,8 +12,8 @@
 //            ready (non-blocking, overlapped with the rest of backward) and
 //            added into the rank's gradient shard.
 //   stage 3  stage 2, and parameters too are sharded: each group is gathered
-//            just before use into a bucket and freed after; the next group is
-//            prefetched while the current one computes.
+//            just before use into a bucket and freed after; the group the
+//            model says it needs next is prefetched while the current one computes.
 // A shard is the contiguous range layout.shard_range(rank) of the padded flat
 // vector; buckets straddling shard boundaries use variable-block collectives.
 // Optimizer moments live with the optimizer (AdamW over optimizer_range()).
@@ -53,6 +53,7 @@ class ZeroEngine final : public ParamProvider<float> {
   void release_params(int group) override;
   float* acquire_grads(int group) override;
   void grads_ready(int group) override;
+  void prefetch(int group) override;
 
   // Zeroes the gradient accumulators; call before the first micro-batch of a step.
   void begin_step();
@@ -85,7 +86,6 @@ class ZeroEngine final : public ParamProvider<float> {
   Bucket* find_param_bucket(int g);
   Bucket& take_param_bucket(int g);
   void start_gather(Bucket& b, int g);
-  void prefetch_after(int g);
 
   const ParamLayout& m_layout;
   int m_stage;
@@ -96,7 +96,6 @@ class ZeroEngine final : public ParamProvider<float> {
   TrackedBuffer<float> m_grads;         // stages 0-1: full; stages 2-3: shard accumulator
   std::vector<Bucket> m_grad_buckets;   // stages 2-3: [0] embeddings group, [1], [2] the rest
   std::vector<Bucket> m_param_buckets;  // stage 3: [0] embeddings group, [1], [2] the rest
-  int m_last_acquired = -1;             // stage 3 prefetch direction
   std::uint64_t m_clock = 0;            // orders bucket events
 };
 

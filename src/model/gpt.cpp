@@ -226,12 +226,14 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
   const bool work = batch > 0;
 
   acquire_params(0);  // kept until the tied LM head has used wte
+  m_provider->prefetch(1);
   if (work)
     embedding_forward<T>(CView2<TokenIndex>(tokens, batch, t), m_wte, m_wpe,
                          View3<T>(m_emb_out, batch, t, c));
   const T* x = m_emb_out;
   for (int l = 0; l < m_dims.n_layer; ++l) {
     acquire_params(l + 1);
+    m_provider->prefetch(l + 2);  // the next block, or the final LayerNorm
     if (work) block_forward(l, x, batch);
     m_provider->release_params(l + 1);
     x = m_block_acts[l].out;
@@ -313,6 +315,7 @@ void Gpt<T>::backward(T dloss) {
   const T* x_last = m_dims.n_layer > 0 ? m_block_acts.back().out : m_emb_out;
   if (work) fill<T>(View1<T>(dres, bt * c), T(0));
   acquire_params(lnf_group());
+  if (m_dims.n_layer > 0) m_provider->prefetch(static_cast<int>(m_dims.n_layer));
   acquire_grads(lnf_group());
   if (work)
     layernorm_backward<T>(CView2<T>(x_last, bt, c), m_lnf_w, CView1<T>(m_lnf_mean, bt),
@@ -323,6 +326,7 @@ void Gpt<T>::backward(T dloss) {
   for (int l = static_cast<int>(m_dims.n_layer) - 1; l >= 0; --l) {
     const T* x = l > 0 ? m_block_acts[l - 1].out : m_emb_out;
     acquire_params(l + 1);
+    if (l > 0) m_provider->prefetch(l);  // the block below; embeddings need no parameters
     acquire_grads(l + 1);
     if (work) block_backward(l, x, batch, dres);
     m_provider->grads_ready(l + 1);

@@ -26,6 +26,9 @@ class ParamProvider {
   virtual T* acquire_grads(int group) = 0;
   // The backward pass has finished writing group g's gradients.
   virtual void grads_ready(int group) = 0;
+  // Hint: group g's parameters will be acquired next (a sharded provider starts
+  // gathering them now). Providers that hold everything ignore it.
+  virtual void prefetch(int /*group*/) {}
 };
 
 // The plain provider: one full parameter vector and one full gradient vector

@@ -22,6 +22,7 @@ struct MetricsRow {
   double grad_norm = 0.0;             // global norm before clipping
   double tokens_per_s = 0.0;
   double elapsed_s = 0.0;
+  std::uint64_t comm_bytes = 0;       // bytes this rank (rank 0) sent during the step's collectives
 };
 
 class RunDirectory {

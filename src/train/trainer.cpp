@@ -91,6 +91,7 @@ class Run {
   double train_step(std::int64_t step, double lr, double& grad_norm);
   double evaluate(std::int64_t max_windows);
   void report_memory();
+  void report_communication(std::uint64_t bytes_per_step);
   bool is_root() const { return m_comm.rank() == 0; }
   // Micro-batches per rank for `count` samples split over the ranks (the largest slice).
   std::int64_t micro_batches(std::int64_t count) const {
@@ -191,6 +192,20 @@ void Run::report_memory() {
   }
 }
 
+// Rank 0's bytes per step against ZeRO's theory: 2 Psi (N-1)/N elements per
+// step for stages 0-2 (reduce-scatter + all-gather, or all-reduce), 3 Psi (N-1)/N
+// for stage 3 (parameters gathered for forward and again for backward), with
+// Psi the padded parameter count and one micro-batch per step; stages 2 and 3
+// reduce gradients once per micro-batch.
+void Run::report_communication(std::uint64_t bytes_per_step) {
+  if (!is_root()) return;
+  const double n = m_comm.size(), psi = static_cast<double>(m_layout->padded_size());
+  const double per_elem = m_cfg.parallel.zero_stage == 3 ? 3.0 : 2.0;
+  const double theory = per_elem * psi * (n - 1) / n * sizeof(float);
+  fmt::print("communication per step per rank (rank 0): {:.3f} MB sent; ZeRO theory {:.0f}*Psi*(N-1)/N = {:.3f} MB\n",
+             static_cast<double>(bytes_per_step) / 1e6, per_elem, theory / 1e6);
+}
+
 TrainResult Run::run() {
   const auto& tc = m_cfg.train;
   std::optional<RunDirectory> dir;
@@ -206,12 +221,16 @@ TrainResult Run::run() {
   }
 
   TrainResult result;
+  std::uint64_t comm_total = 0;  // bytes this rank sent in training steps (not evaluation)
   Progress progress(tc.steps, tc.batch_size * m_dims.seq_len);
   const auto t0 = Clock::now();
   for (std::int64_t step = 0; step < tc.steps; ++step) {
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
     double grad_norm = 0.0;
+    const std::uint64_t sent_before = m_comm.bytes_sent();
     const double loss = train_step(step, lr, grad_norm);
+    const std::uint64_t step_bytes = m_comm.bytes_sent() - sent_before;
+    comm_total += step_bytes;
     if (!std::isfinite(loss))
       SHARDTRAIN_FAIL(fmt::format("training loss is {} at step {}; lower optim.lr", loss, step + 1));
     result.final_train_loss = loss;
@@ -223,7 +242,8 @@ TrainResult Run::run() {
     if (last || (tc.eval_every > 0 && done % tc.eval_every == 0))
       val = evaluate(last ? 0 : tc.eval_windows);  // the final pass covers the whole split
     if (is_root() && (done % tc.log_every == 0 || last || val)) {
-      MetricsRow row{done, loss, val, lr, grad_norm, progress.tokens_per_second(), seconds_since(t0)};
+      MetricsRow row{done, loss, val, lr, grad_norm, progress.tokens_per_second(), seconds_since(t0),
+                     step_bytes};
       dir->append(row);
       progress.print(row);
     }
@@ -231,6 +251,7 @@ TrainResult Run::run() {
   }
   result.seconds = seconds_since(t0);
   report_memory();
+  report_communication(comm_total / static_cast<std::uint64_t>(tc.steps));
   if (is_root()) {
     fmt::print("done: {} steps in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "
                "(whole validation split)\n",
