@@ -19,7 +19,16 @@ namespace shardtrain {
 enum class DType { F32, F64, I32, I64, U8 };
 enum class ReduceOp { Sum, Max, Min };
 
-std::size_t dtype_size(DType t);
+constexpr std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::U8: return 1;
+  }
+  return 0;
+}
 
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::F32; }

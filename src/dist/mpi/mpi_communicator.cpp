@@ -8,30 +8,9 @@
 #include <vector>
 
 #include "core/error.hpp"
-
-#define MPI_CHECK(call)                                                              \
-  do {                                                                               \
-    int mpi_check_rc_ = (call);                                                      \
-    if (mpi_check_rc_ != MPI_SUCCESS) {                                              \
-      char mpi_check_msg_[MPI_MAX_ERROR_STRING];                                     \
-      int mpi_check_len_ = 0;                                                        \
-      MPI_Error_string(mpi_check_rc_, mpi_check_msg_, &mpi_check_len_);              \
-      SHARDTRAIN_FAIL(std::string(#call) + " failed: " + mpi_check_msg_);            \
-    }                                                                                \
-  } while (0)
+#include "core/mpi_check.hpp"
 
 namespace shardtrain {
-
-std::size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
-  }
-  return 0;
-}
 
 namespace {
 
@@ -73,10 +52,10 @@ class MpiRequest final : public Request {
   MPI_Request* handle() { return &m_request; }
   // Count and displacement arrays MPI reads until the request completes.
   std::vector<int> counts, displs;
-  void wait() override { MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE)); }
+  void wait() override { SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE)); }
   bool test() override {
     int done = 0;
-    MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
+    SHARDTRAIN_MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
     return done != 0;
   }
 
@@ -87,8 +66,8 @@ class MpiRequest final : public Request {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) : m_comm(comm) {
-  MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
-  MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
 }
 
 void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
@@ -96,7 +75,7 @@ void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, Re
   auto* bytes = static_cast<char*>(buffer);
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(kMaxChunk, count - done);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done * esize, static_cast<int>(n), to_mpi(type),
+    SHARDTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done * esize, static_cast<int>(n), to_mpi(type),
                             to_mpi(op), m_comm));
     done += n;
   }
@@ -109,13 +88,13 @@ void MpiCommunicator::broadcast(void* buffer, std::size_t count, DType type, int
   auto* bytes = static_cast<char*>(buffer);
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(kMaxChunk, count - done);
-    MPI_CHECK(MPI_Bcast(bytes + done * esize, static_cast<int>(n), to_mpi(type), root, m_comm));
+    SHARDTRAIN_MPI_CHECK(MPI_Bcast(bytes + done * esize, static_cast<int>(n), to_mpi(type), root, m_comm));
     done += n;
   }
   if (m_rank == root && m_size > 1) count_sent(count * esize);
 }
 
-void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(m_comm)); }
+void MpiCommunicator::barrier() { SHARDTRAIN_MPI_CHECK(MPI_Barrier(m_comm)); }
 
 // Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
@@ -125,10 +104,10 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
     // MPI's in-place form leaves the result at the start of the buffer.
     void* base = const_cast<void*>(send);
-    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), to_mpi(op), m_comm));
+    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), to_mpi(op), m_comm));
     if (m_rank != 0) std::memmove(recv, base, block_bytes);
   } else {
-    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, to_mpi(type), to_mpi(op), m_comm));
+    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, to_mpi(type), to_mpi(op), m_comm));
   }
   count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
 }
@@ -138,14 +117,14 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
   const std::size_t block_bytes = send_count * dtype_size(type);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "all_gather");
-  MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n, to_mpi(type),
+  SHARDTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n, to_mpi(type),
                           m_comm));
   count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
 }
 
 RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
   auto request = std::make_unique<MpiRequest>();
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer, block_count(count, "iall_reduce"), to_mpi(type),
+  SHARDTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer, block_count(count, "iall_reduce"), to_mpi(type),
                            to_mpi(op), m_comm, request->handle()));
   if (m_size > 1) count_sent(2 * count * dtype_size(type) * (m_size - 1) / m_size);
   return request;
@@ -154,7 +133,7 @@ RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType t
 RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                             DType type, ReduceOp op) {
   auto request = std::make_unique<MpiRequest>();
-  MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, block_count(recv_count, "ireduce_scatter"),
+  SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, block_count(recv_count, "ireduce_scatter"),
                                       to_mpi(type), to_mpi(op), m_comm, request->handle()));
   count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
   return request;
@@ -166,7 +145,7 @@ RequestPtr MpiCommunicator::iall_gather(const void* send, void* recv, std::size_
   const std::size_t block_bytes = send_count * dtype_size(type);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "iall_gather");
-  MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n,
+  SHARDTRAIN_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n,
                            to_mpi(type), m_comm, request->handle()));
   count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
   return request;
@@ -186,7 +165,7 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
     request->counts.push_back(block_count(c, "ireduce_scatter_v"));
     total += c;
   }
-  MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type), to_mpi(op),
+  SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type), to_mpi(op),
                                 m_comm, request->handle()));
   // Ring reduce-scatter: every block but the rank's own leaves it once.
   count_sent((total - counts[m_rank]) * dtype_size(type));
@@ -205,7 +184,7 @@ RequestPtr MpiCommunicator::iall_gather_v(const void* send, void* recv,
   }
   const std::size_t esize = dtype_size(type);
   const bool in_place = send == static_cast<const char*>(recv) + request->displs[m_rank] * esize;
-  MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, request->counts[m_rank], to_mpi(type),
+  SHARDTRAIN_MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, request->counts[m_rank], to_mpi(type),
                             recv, request->counts.data(), request->displs.data(), to_mpi(type),
                             m_comm, request->handle()));
   // Ring all-gather: the rank's own block travels to the N-1 others.

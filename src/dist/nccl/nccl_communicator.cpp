@@ -9,34 +9,12 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "core/mpi_check.hpp"
 
-// Same as dist/mpi/mpi_communicator.cpp (kept local there too).
-#define MPI_CHECK(call)                                                              \
-  do {                                                                               \
-    int mpi_check_rc_ = (call);                                                      \
-    if (mpi_check_rc_ != MPI_SUCCESS) {                                              \
-      char mpi_check_msg_[MPI_MAX_ERROR_STRING];                                     \
-      int mpi_check_len_ = 0;                                                        \
-      MPI_Error_string(mpi_check_rc_, mpi_check_msg_, &mpi_check_len_);              \
-      SHARDTRAIN_FAIL(std::string(#call) + " failed: " + mpi_check_msg_);            \
-    }                                                                                \
-  } while (0)
 
 namespace shardtrain {
 namespace {
 
-// Element size. (dtype_size() is defined in the MPI backend's translation unit,
-// which this library does not link; see share/doc/gpu.md.)
-std::size_t element_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
-  }
-  SHARDTRAIN_FAIL("unknown DType");
-}
 
 ncclDataType_t to_nccl(DType t) {
   switch (t) {
@@ -144,8 +122,8 @@ struct UniqueIdMessage {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
-  MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
-  MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
 
   // 1. Devices, before anything is allocated.
   int devices = 0;
@@ -155,11 +133,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
     devices = 0;
   }
   MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(m_comm, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &node));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_split_type(m_comm, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &node));
   int local_rank = 0, local_size = 1;
-  MPI_CHECK(MPI_Comm_rank(node, &local_rank));
-  MPI_CHECK(MPI_Comm_size(node, &local_size));
-  MPI_CHECK(MPI_Comm_free(&node));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(node, &local_rank));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_size(node, &local_size));
+  SHARDTRAIN_MPI_CHECK(MPI_Comm_free(&node));
 
   const std::string who = "rank " + std::to_string(m_rank);
   std::string problem;
@@ -175,7 +153,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
   // Every rank throws if any rank failed, so none waits in a later collective.
   const auto agree = [&](const std::string& local_problem, const char* what) {
     int first_failing = local_problem.empty() ? m_size : m_rank;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, m_comm));
+    SHARDTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, m_comm));
     if (!local_problem.empty()) SHARDTRAIN_FAIL(local_problem);
     if (first_failing < m_size)
       SHARDTRAIN_FAIL(who + ": rank " + std::to_string(first_failing) + " " + what +
@@ -199,7 +177,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
     // 3. NCCL bootstrap over MPI.
     UniqueIdMessage message;
     if (m_rank == 0) message.status = ncclGetUniqueId(&message.id);
-    MPI_CHECK(MPI_Bcast(&message, sizeof message, MPI_BYTE, 0, m_comm));
+    SHARDTRAIN_MPI_CHECK(MPI_Bcast(&message, sizeof message, MPI_BYTE, 0, m_comm));
     check_nccl(static_cast<ncclResult_t>(message.status), __FILE__, __LINE__,
                "ncclGetUniqueId (on rank 0)");
     SHARDTRAIN_NCCL_CHECK(ncclCommInitRank(&m_nccl, m_size, message.id, m_rank));
@@ -245,7 +223,7 @@ void* NcclCommunicator::scratch(std::size_t bytes) {
 
 void NcclCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
   if (count == 0) return;
-  const std::size_t bytes = count * element_size(type);
+  const std::size_t bytes = count * dtype_size(type);
   if (is_plain_host_memory(buffer)) {
     void* staged = scratch(bytes);
     SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(staged, buffer, bytes, cudaMemcpyHostToDevice, m_stream));
@@ -263,7 +241,7 @@ void NcclCommunicator::all_reduce(void* buffer, std::size_t count, DType type, R
 
 void NcclCommunicator::broadcast(void* buffer, std::size_t count, DType type, int root) {
   if (count == 0) return;
-  const std::size_t bytes = count * element_size(type);
+  const std::size_t bytes = count * dtype_size(type);
   if (is_plain_host_memory(buffer)) {
     void* staged = scratch(bytes);
     if (m_rank == root)
@@ -280,7 +258,7 @@ void NcclCommunicator::broadcast(void* buffer, std::size_t count, DType type, in
 
 void NcclCommunicator::barrier() {
   synchronize();
-  MPI_CHECK(MPI_Barrier(m_comm));
+  SHARDTRAIN_MPI_CHECK(MPI_Barrier(m_comm));
 }
 
 // Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
@@ -303,7 +281,7 @@ RequestPtr NcclCommunicator::iall_reduce(void* buffer, std::size_t count, DType 
         ncclAllReduce(buffer, buffer, count, to_nccl(type), to_nccl(op), m_nccl, m_stream));
   }
   request->record(m_stream);
-  if (m_size > 1) count_sent(2 * count * element_size(type) * (m_size - 1) / m_size);
+  if (m_size > 1) count_sent(2 * count * dtype_size(type) * (m_size - 1) / m_size);
   return request;
 }
 
@@ -327,7 +305,7 @@ RequestPtr NcclCommunicator::ireduce_scatter_group(std::span<const ReduceScatter
     if (part.recv_count == 0) continue;
     require_device_memory(part.send, "reduce_scatter");
     require_device_memory(part.recv, "reduce_scatter");
-    block_bytes += part.recv_count * element_size(type);
+    block_bytes += part.recv_count * dtype_size(type);
   }
   // In place when part.recv == part.send + rank * recv_count: NCCL's own rule.
   nccl_group("ncclReduceScatter", [&] {
@@ -351,7 +329,7 @@ RequestPtr NcclCommunicator::iall_gather_group(std::span<const AllGatherPart> pa
     if (part.send_count == 0) continue;
     require_device_memory(part.send, "all_gather");
     require_device_memory(part.recv, "all_gather");
-    block_bytes += part.send_count * element_size(type);
+    block_bytes += part.send_count * dtype_size(type);
   }
   // In place when part.send == part.recv + rank * send_count: NCCL's own rule.
   nccl_group("ncclAllGather", [&] {
@@ -376,7 +354,7 @@ RequestPtr NcclCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                                ReduceOp op) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
   auto request = std::make_unique<NcclRequest>();
-  const std::size_t esize = element_size(type);
+  const std::size_t esize = dtype_size(type);
   std::size_t total = 0;
   for (std::size_t c : counts) total += c;
   if (total > 0) require_device_memory(send, "ireduce_scatter_v");
@@ -406,7 +384,7 @@ RequestPtr NcclCommunicator::iall_gather_v(const void* send, void* recv,
                                            std::span<const std::size_t> counts, DType type) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
   auto request = std::make_unique<NcclRequest>();
-  const std::size_t esize = element_size(type);
+  const std::size_t esize = dtype_size(type);
   std::size_t total = 0;
   for (std::size_t c : counts) total += c;
   if (counts[m_rank] > 0) require_device_memory(send, "iall_gather_v");
