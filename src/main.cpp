@@ -21,6 +21,8 @@
 
 #include "config/parse.hpp"
 #include "core/error.hpp"
+#include "io/token_dataset.hpp"
+#include "plan/memory_plan.hpp"
 #include "train/trainer.hpp"
 #include "version.hpp"
 
@@ -110,6 +112,13 @@ int run_main(int argc, char** argv) {
                  "Override a config key, e.g. --set optim.lr=3e-4 (repeatable; wins over the file)")
       ->take_all()
       ->type_name("SECTION.KEY=VALUE");
+  bool plan_only = false;
+  int plan_ranks = 0;
+  app.add_flag("--plan", plan_only,
+               "Print the memory plan per rank (bytes per category) and exit without training; "
+               "exit code 2 if it exceeds train.memory_limit_mb");
+  app.add_option("--ranks", plan_ranks, "With --plan: plan for this many ranks (default: the MPI job's)")
+      ->check(CLI::PositiveNumber);
   app.set_version_flag("--version", std::string("shardtrain ") + kVersion);
   try {
     app.parse(argc, argv);
@@ -122,6 +131,16 @@ int run_main(int argc, char** argv) {
   RunConfig config;
   if (int code = agree([&] { config = parse_run_config(read_and_broadcast(input), input, overrides); }))
     return code;
+
+  if (plan_only) {
+    return agree([&] {
+      const TokenDataset data(config.data.path, MPI_COMM_WORLD);  // for the vocabulary size
+      const MemoryPlan plan = plan_memory(config, data.vocab_size(), plan_ranks > 0 ? plan_ranks : world_size());
+      if (world_rank() == 0) std::fputs(format_plan(plan).c_str(), stdout);
+      std::fflush(stdout);
+      check_memory_limit(plan, config);
+    });
+  }
 
   std::unique_ptr<Trainer> trainer;
   if (int code = agree([&] { trainer = std::make_unique<Trainer>(config, MPI_COMM_WORLD); }))

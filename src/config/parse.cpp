@@ -44,7 +44,7 @@ struct KeySpec {
 constexpr std::array<std::string_view, 5> k_sections = {"model", "data", "train", "optim",
                                                         "parallel"};
 
-constexpr std::array<KeySpec, 27> k_keys = {{
+constexpr std::array<KeySpec, 28> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -61,6 +61,7 @@ constexpr std::array<KeySpec, 27> k_keys = {{
     {"train", "eval_windows", Kind::integer},
     {"train", "log_every", Kind::integer},
     {"train", "run_dir", Kind::string},
+    {"train", "memory_limit_mb", Kind::number},
     {"optim", "type", Kind::string},
     {"optim", "lr", Kind::number},
     {"optim", "min_lr", Kind::number},
@@ -576,6 +577,7 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
   r.read_int("train.eval_windows", c.train.eval_windows, 0);
   r.read_int("train.log_every", c.train.log_every, 1);
   r.read_string("train.run_dir", c.train.run_dir);
+  r.read_number("train.memory_limit_mb", c.train.memory_limit_mb, {0, false, {}});
   if (!r.failed("train.steps") && !r.failed("train.batch_size") && !r.failed("model.seq_len")) {
     std::int64_t sequences = 0, tokens = 0;
     auto [where, first] = r.pick("train.steps", "train.batch_size");
@@ -663,9 +665,9 @@ std::string to_toml(const RunConfig& c) {
   s += fmt::format("\n[data]\npath = {}\n", toml_string(c.data.path));
   s += fmt::format(
       "\n[train]\nsteps = {}\nbatch_size = {}\nmicro_batch = {}\nseed = {}\n"
-      "eval_every = {}\neval_windows = {}\nlog_every = {}\nrun_dir = {}\n",
+      "eval_every = {}\neval_windows = {}\nlog_every = {}\nrun_dir = {}\nmemory_limit_mb = {}\n",
       t.steps, t.batch_size, t.micro_batch, t.seed, t.eval_every, t.eval_windows, t.log_every,
-      toml_string(t.run_dir));
+      toml_string(t.run_dir), toml_float(t.memory_limit_mb));
   s += fmt::format(
       "\n[optim]\ntype = {}\nlr = {}\nmin_lr = {}\nwarmup_steps = {}\nschedule = {}\n"
       "weight_decay = {}\nbeta1 = {}\nbeta2 = {}\neps = {}\ngrad_clip = {}\n",

@@ -32,6 +32,7 @@ struct TrainConfig {
   std::int64_t eval_windows = 0;   // validation windows per pass; 0 = the whole split
   std::int64_t log_every = 10;     // steps between progress lines, >= 1
   std::string run_dir;             // default "runs/<input file stem>"
+  double memory_limit_mb = 0.0;    // per-rank cap on the planned bytes (MiB); 0 = none; >= 0
 };
 
 struct OptimConfig {

@@ -8,6 +8,7 @@
 
 #include "config/parse.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 
 namespace shardtrain {
 
@@ -54,6 +55,23 @@ void RunDirectory::append(const MetricsRow& r) {
   fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{:.1f},{:.3f},{}\n", r.step, r.loss, val, r.lr,
              r.grad_norm, r.tokens_per_s, r.elapsed_s, r.comm_bytes);
   std::fflush(m_metrics);
+}
+
+void RunDirectory::write_memory(const std::vector<std::int64_t>& peaks,
+                                const std::vector<std::int64_t>& plan) {
+  std::string text = "rank";
+  for (int c = 0; c < MemoryTracker::kCategories; ++c)
+    text += fmt::format(",{}", to_string(static_cast<MemCategory>(c)));
+  text += ",total\n";
+  const std::size_t width = plan.size();
+  auto row = [&text](const std::string& who, const std::int64_t* p, std::size_t n) {
+    text += who;
+    for (std::size_t i = 0; i < n; ++i) text += fmt::format(",{}", p[i]);
+    text += "\n";
+  };
+  for (std::size_t r = 0; r * width < peaks.size(); ++r) row(std::to_string(r), &peaks[r * width], width);
+  row("plan", plan.data(), width);
+  write_text(fs::path(m_path) / "memory.csv", text);
 }
 
 }  // namespace shardtrain

@@ -1,7 +1,7 @@
 // shardtrain/train/run_directory.hpp
 // Owns the run directory on rank 0: `config.toml` (the resolved config),
-// `input.toml` (the input text as given) and `metrics.csv` (one row per logged
-// step). Only rank 0 constructs one. A metrics.csv left by an earlier run is
+// `input.toml` (the input text as given), `metrics.csv` (one row per logged
+// step) and `memory.csv` (peak bytes per category and rank, and the plan). Only rank 0 constructs one. A metrics.csv left by an earlier run is
 // renamed to metrics.csv.N rather than overwritten, so no result is lost.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/run_config.hpp"
 
@@ -33,6 +34,9 @@ class RunDirectory {
   RunDirectory& operator=(const RunDirectory&) = delete;
 
   void append(const MetricsRow& row);  // writes and flushes one CSV row
+  // memory.csv: peak bytes per category for each rank (rows of `categories + 1`
+  // values, the last the total), then the plan's row.
+  void write_memory(const std::vector<std::int64_t>& peaks, const std::vector<std::int64_t>& plan);
   const std::string& path() const { return m_path; }
   std::string metrics_path() const { return m_path + "/metrics.csv"; }
 

@@ -20,6 +20,7 @@
 #include "model/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "plan/memory_plan.hpp"
 #include "train/batch_sampler.hpp"
 #include "train/progress.hpp"
 #include "train/run_directory.hpp"
@@ -57,13 +58,9 @@ class Run {
         m_comm(world),
         m_data(cfg.data.path, world) {
     check_data_fits(cfg, m_data);
-    m_dims.n_layer = cfg.model.n_layer;
-    m_dims.channels = cfg.model.d_model;
-    m_dims.n_head = cfg.model.n_head;
-    m_dims.seq_len = cfg.model.seq_len;
-    m_dims.vocab = m_data.vocab_size();
-    m_dims.max_batch = std::min<std::int64_t>(
-        cfg.train.micro_batch, (cfg.train.batch_size + m_comm.size() - 1) / m_comm.size());
+    m_plan = plan_memory(cfg, m_data.vocab_size(), m_comm.size());
+    check_memory_limit(m_plan, cfg);  // before anything large is allocated
+    m_dims = m_plan.dims;
 
     m_layout = std::make_unique<ParamLayout>(gpt_layout(m_dims));
     m_layout->finalize(m_comm.size());
@@ -90,7 +87,7 @@ class Run {
   void load_micro_batch(Split split, const std::vector<std::int64_t>& starts);
   double train_step(std::int64_t step, double lr, double& grad_norm);
   double evaluate(std::int64_t max_windows);
-  void report_memory();
+  void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
   void report_communication(std::uint64_t bytes_per_step);
   bool is_root() const { return m_comm.rank() == 0; }
   // Micro-batches per rank for `count` samples split over the ranks (the largest slice).
@@ -103,6 +100,7 @@ class Run {
   MpiCommunicator m_comm;
   MemoryTracker m_memory;
   TokenDataset m_data;
+  MemoryPlan m_plan;
   GptDims m_dims;
   std::unique_ptr<ParamLayout> m_layout;
   std::unique_ptr<ZeroEngine> m_zero;
@@ -172,7 +170,7 @@ double Run::evaluate(std::int64_t max_windows) {
   return loss_sum / static_cast<double>(windows * t);
 }
 
-void Run::report_memory() {
+void Run::report_memory(RunDirectory* dir) {
   constexpr int kCats = MemoryTracker::kCategories;
   const int n = m_comm.size();
   std::vector<std::int64_t> peaks(static_cast<std::size_t>(n) * (kCats + 1), 0);
@@ -181,15 +179,19 @@ void Run::report_memory() {
   peaks[m_comm.rank() * (kCats + 1) + kCats] = static_cast<std::int64_t>(m_memory.peak_total());
   m_comm.all_reduce(std::span<std::int64_t>(peaks), ReduceOp::Sum);
   if (!is_root()) return;
-  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
-  fmt::print("peak memory per rank (MiB, tracked allocator):\n");
+  std::vector<std::int64_t> plan(m_plan.bytes.begin(), m_plan.bytes.end());
+  plan.push_back(m_plan.total());
+  dir->write_memory(peaks, plan);
+  auto row = [](const std::string& who, const std::int64_t* p) {
+    auto mib = [p](int i) { return static_cast<double>(p[i]) / (1024.0 * 1024.0); };
+    fmt::print("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>10.3f} {:>8.3f} {:>8.3f} {:>10.3f}\n", who,
+               mib(0), mib(1), mib(2), mib(3), mib(4), mib(5), mib(6), mib(kCats));
+  };
+  fmt::print("peak memory per rank (MiB, tracked allocator; also {}/memory.csv):\n", dir->path());
   fmt::print("  {:>4} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8} {:>10}\n", "rank", "params",
              "grads", "optimizer", "activations", "workspace", "comm", "data", "total");
-  for (int r = 0; r < n; ++r) {
-    const auto* p = &peaks[r * (kCats + 1)];
-    fmt::print("  {:>4} {:>10.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>10.2f} {:>8.2f} {:>8.2f} {:>10.2f}\n", r,
-               mib(p[0]), mib(p[1]), mib(p[2]), mib(p[3]), mib(p[4]), mib(p[5]), mib(p[6]), mib(p[kCats]));
-  }
+  for (int r = 0; r < n; ++r) row(std::to_string(r), &peaks[r * (kCats + 1)]);
+  row("plan", plan.data());
 }
 
 // Rank 0's bytes per step against ZeRO's theory: 2 Psi (N-1)/N elements per
@@ -216,6 +218,7 @@ TrainResult Run::run() {
                m_comm.size(), m_cfg.parallel.zero_stage, m_dims.n_layer, m_dims.channels, m_dims.n_head, m_dims.seq_len,
                m_dims.vocab, m_layout->num_parameters(), tc.batch_size, m_dims.seq_len,
                m_dims.max_batch, m_cfg.data.path, m_data.size(Split::Train), m_data.size(Split::Val));
+    fmt::print("{}", format_plan(m_plan));
     fmt::print("run directory: {}\n", dir->path());
     std::fflush(stdout);
   }
@@ -250,7 +253,7 @@ TrainResult Run::run() {
     if (val) result.final_val_loss = *val;
   }
   result.seconds = seconds_since(t0);
-  report_memory();
+  report_memory(dir ? &*dir : nullptr);
   report_communication(comm_total / static_cast<std::uint64_t>(tc.steps));
   if (is_root()) {
     fmt::print("done: {} steps in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "

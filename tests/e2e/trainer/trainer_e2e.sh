@@ -6,6 +6,8 @@
 #   equiv NAME NP REF TOL [--set ...]  train at NP ranks; losses must match run REF within relative TOL
 #   determinism NP              two runs at NP ranks; losses must be bitwise identical
 #   bad-input NP CASE REGEX     a broken input must give exit 2, ONE message matching REGEX, no hang
+#   zero-accounting NP STAGE    measured peak bytes per rank == the plan, model state == the ZeRO
+#                               formula (fp32) within 2%, bytes sent per step == theory within 5%
 set -uo pipefail
 
 die() { echo "FAIL: $*" >&2; exit 1; }
@@ -71,6 +73,7 @@ case "${1:-}" in
       missing_data) sed -i "s|^path = .*|path = \"$dir/no_such.h5\"|" "$input" ;;
       not_hdf5)    cp "$INPUT" "$dir/fake.h5"; sed -i "s|^path = .*|path = \"$dir/fake.h5\"|" "$input" ;;
       data_too_short) sed -i 's/^seq_len = .*/seq_len = 512/' "$input" ;;
+      memory_limit) sed -i 's/^log_every = .*/log_every = 5\nmemory_limit_mb = 0.1/' "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)
@@ -84,6 +87,40 @@ case "${1:-}" in
     [[ $n -eq 1 ]] || die "expected exactly one error line, got $n"
     grep -Eq "$regex" "$dir/err.log" || die "error message does not match /$regex/"
     ;;
+  zero-accounting)
+    np=$2; stage=$3; name="accounting_s${stage}_np$np"
+    # One micro-batch per step: stages 2 and 3 reduce gradients once per micro-batch.
+    run_trainer "$np" "$name" --set parallel.zero_stage="$stage" --set train.micro_batch=8 \
+      --set train.eval_every=0
+    log="$WORK/$name.log"
+    psi=$(sed -n 's/^memory plan per rank: .*(\([0-9]*\) padded).*/\1/p' "$log")
+    comm=$(grep '^communication per step per rank' "$log")
+    [[ -n "$psi" && -n "$comm" ]] || die "no plan or communication line in the log"
+    awk -F, -v n="$np" -v stage="$stage" -v psi="$psi" -v comm="$comm" '
+      function rel(a, b) { d = a - b; if (d < 0) d = -d; return b > 0 ? d / b : d }
+      NR == 1 { next }
+      $1 == "plan" { for (i = 2; i <= NF; ++i) plan[i] = $i; next }
+      { rows++; for (i = 2; i <= NF; ++i) v[rows, i] = $i; cols = NF }
+      END {
+        if (rows != n) { print "expected " n " rank rows, got " rows; exit 1 }
+        for (r = 1; r <= rows; ++r) for (i = 2; i <= cols; ++i)
+          if (rel(v[r, i], plan[i]) > 0.02) { print "rank " r - 1 " column " i ": " v[r, i] " bytes vs plan " plan[i]; bad = 1 }
+        # fp32 ZeRO model state in bytes per (padded) parameter
+        f = (stage == 0) ? 16 : (stage == 1) ? 8 + 8 / n : (stage == 2) ? 4 + 12 / n : 16 / n
+        for (r = 1; r <= rows; ++r) {
+          state = v[r, 2] + v[r, 3] + v[r, 4]
+          if (rel(state, f * psi) > 0.02) { print "rank " r - 1 ": model state " state " bytes vs ZeRO " f * psi; bad = 1 }
+        }
+        printf "model state %d bytes per rank; ZeRO formula %.4g x Psi = %d bytes (Psi = %d)\n", v[1, 2] + v[1, 3] + v[1, 4], f, f * psi, psi
+        split(comm, w, " "); sent = w[8]; theory = w[length(w) - 1]
+        printf "sent %s MB per step per rank (rank 0); theory %s MB\n", sent, theory
+        if (n > 1 && stage < 3 && rel(sent, theory) > 0.05) { print "communication off by more than 5%"; bad = 1 }
+        # Stage 3 gathers each group for forward and again for backward unless it is
+        # still cached: between 2 and 3 Psi (N-1)/N.
+        if (n > 1 && stage == 3 && !(sent > theory * 2 / 3 && sent <= theory * 1.05)) { print "stage-3 volume outside [2, 3] Psi (N-1)/N"; bad = 1 }
+        exit bad
+      }' "$WORK/$name/memory.csv" || die "accounting does not match"
+    ;;
   *)
-    die "usage: trainer_e2e.sh run|equiv|determinism|bad-input ..." ;;
+    die "usage: trainer_e2e.sh run|equiv|determinism|bad-input|zero-accounting ..." ;;
 esac

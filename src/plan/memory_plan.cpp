@@ -1,0 +1,85 @@
+// The memory plan: per-category bytes per rank from config, vocabulary and rank count.
+#include "plan/memory_plan.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "dist/zero_engine.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+}  // namespace
+
+std::int64_t MemoryPlan::total() const {
+  std::int64_t t = 0;
+  for (auto b : bytes) t += b;
+  return t;
+}
+
+GptDims gpt_dims(const RunConfig& c, std::int64_t vocab, int world) {
+  GptDims d;
+  d.n_layer = c.model.n_layer;
+  d.channels = c.model.d_model;
+  d.n_head = c.model.n_head;
+  d.seq_len = c.model.seq_len;
+  d.vocab = vocab;
+  d.max_batch = std::min<std::int64_t>(c.train.micro_batch, (c.train.batch_size + world - 1) / world);
+  return d;
+}
+
+MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
+  MemoryPlan p;
+  p.world = world;
+  p.zero_stage = c.parallel.zero_stage;
+  p.dims = gpt_dims(c, vocab, world);
+  ParamLayout layout = gpt_layout(p.dims);
+  layout.finalize(world);
+  p.num_parameters = layout.num_parameters();
+  p.padded_parameters = layout.padded_size();
+
+  const std::int64_t psi = layout.padded_size(), shard = layout.shard_size(), f = sizeof(float);
+  const int s = p.zero_stage;
+  auto set = [&p](MemCategory cat, std::int64_t b) { p.bytes[static_cast<int>(cat)] = b; };
+  set(MemCategory::Parameters, f * (s == 3 ? shard : psi));
+  set(MemCategory::Gradients, f * (s >= 2 ? shard : psi));
+  set(MemCategory::OptimizerState, 2 * f * (s == 0 ? psi : shard));  // AdamW m and v
+  set(MemCategory::Communication, f * ZeroEngine::bucket_elems(layout, s));
+  const auto acts = gpt_activation_plan(p.dims);
+  set(MemCategory::Activations, f * acts.activations());
+  set(MemCategory::Workspace, f * acts.workspace);
+  const std::int64_t mb = p.dims.max_batch, t = p.dims.seq_len;
+  set(MemCategory::Data, static_cast<std::int64_t>(sizeof(TokenIndex)) * (mb * (t + 1) + 2 * mb * t));
+  return p;
+}
+
+std::string format_plan(const MemoryPlan& p) {
+  std::string out = fmt::format(
+      "memory plan per rank: {} ranks, ZeRO stage {}, {} parameters ({} padded), micro-batch {}\n",
+      p.world, p.zero_stage, p.num_parameters, p.padded_parameters, p.dims.max_batch);
+  for (int c = 0; c < MemoryTracker::kCategories; ++c)
+    out += fmt::format("  {:<16} {:>12.3f} MiB\n", to_string(static_cast<MemCategory>(c)),
+                       static_cast<double>(p.bytes[c]) / kMiB);
+  out += fmt::format("  {:<16} {:>12.3f} MiB\n", "total", static_cast<double>(p.total()) / kMiB);
+  return out;
+}
+
+void check_memory_limit(const MemoryPlan& p, const RunConfig& c) {
+  const double limit = c.train.memory_limit_mb;
+  const double need = static_cast<double>(p.total()) / kMiB;
+  if (limit <= 0 || need <= limit) return;
+  throw InputError(fmt::format(
+      "{}: train.memory_limit_mb = {} MiB, but the plan needs {:.2f} MiB per rank ({:.2f} MiB "
+      "short: parameters {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations {:.2f}, "
+      "workspace {:.2f}, communication {:.2f}, data {:.2f}); use a higher parallel.zero_stage, "
+      "more ranks, a smaller train.micro_batch, or raise the limit",
+      c.source_name, limit, need, need - limit, p.of(MemCategory::Parameters) / kMiB,
+      p.of(MemCategory::Gradients) / kMiB, p.of(MemCategory::OptimizerState) / kMiB,
+      p.of(MemCategory::Activations) / kMiB, p.of(MemCategory::Workspace) / kMiB,
+      p.of(MemCategory::Communication) / kMiB, p.of(MemCategory::Data) / kMiB));
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,47 @@
+// shardtrain/plan/memory_plan.hpp
+// Owns the memory plan: the bytes per rank of every buffer category a run will
+// allocate, computed from the config, the data set's vocabulary and the rank
+// count alone -- nothing of the model is allocated. The trainer allocates
+// exactly these buffers (the same functions size both), so the plan is checked
+// against the tracked allocator's measured peaks at the end of every run.
+//   parameters, gradients, optimizer state: ZeroEngine / AdamW by stage
+//   (fp32: stage 0 16 Psi, 1 8 Psi + 8 Psi/N, 2 4 Psi + 12 Psi/N, 3 16 Psi/N,
+//   Psi = padded parameter count), communication: ZeroEngine's buckets,
+//   activations and workspace: gpt_activation_plan, data: the token buffers.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "config/run_config.hpp"
+#include "core/memory.hpp"
+#include "model/gpt.hpp"
+
+namespace shardtrain {
+
+struct MemoryPlan {
+  std::array<std::int64_t, MemoryTracker::kCategories> bytes{};  // per rank
+  std::int64_t num_parameters = 0;   // Psi as a user counts it
+  std::int64_t padded_parameters = 0;
+  int world = 1;
+  int zero_stage = 0;
+  GptDims dims;
+
+  std::int64_t total() const;
+  std::int64_t of(MemCategory c) const { return bytes[static_cast<int>(c)]; }
+};
+
+// The model dimensions a run uses (max_batch = min(micro_batch, ceil(batch_size / world))).
+GptDims gpt_dims(const RunConfig& config, std::int64_t vocab, int world);
+
+MemoryPlan plan_memory(const RunConfig& config, std::int64_t vocab, int world);
+
+// Human-readable plan (for `trainer --plan` and the start of a run).
+std::string format_plan(const MemoryPlan& plan);
+
+// Throws InputError naming the shortfall if train.memory_limit_mb is set and the
+// plan's total exceeds it.
+void check_memory_limit(const MemoryPlan& plan, const RunConfig& config);
+
+}  // namespace shardtrain
