@@ -33,7 +33,7 @@ namespace {
 // ---------------------------------------------------------------------------------
 // Schema
 
-enum class Kind { integer, number, string };
+enum class Kind { integer, number, string, boolean };
 
 struct KeySpec {
   std::string_view section;
@@ -44,7 +44,7 @@ struct KeySpec {
 constexpr std::array<std::string_view, 5> k_sections = {"model", "data", "train", "optim",
                                                         "parallel"};
 
-constexpr std::array<KeySpec, 28> k_keys = {{
+constexpr std::array<KeySpec, 29> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -73,6 +73,7 @@ constexpr std::array<KeySpec, 28> k_keys = {{
     {"optim", "eps", Kind::number},
     {"optim", "grad_clip", Kind::number},
     {"parallel", "zero_stage", Kind::integer},
+    {"parallel", "overlap", Kind::boolean},
 }};
 
 std::string dotted(const KeySpec& k) { return fmt::format("{}.{}", k.section, k.key); }
@@ -481,6 +482,14 @@ class Resolver {
   }
 
   // Reads a string; when `allowed` is not empty the value must be one of them.
+  void read_bool(std::string_view key, bool& out) {
+    const Origin o = origin(key);
+    if (!o.given()) return;
+    const auto* b = o.node->as_boolean();
+    if (!b) return report(o, key, fmt::format("expected a boolean, got {}", type_name(o.node->type())));
+    out = b->get();
+  }
+
   void read_string(std::string_view key, std::string& out,
                    std::initializer_list<std::string_view> allowed = {},
                    std::string_view why = {}) {
@@ -624,6 +633,7 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
   if (!r.failed("parallel.zero_stage") && (stage < 0 || stage > 3))
     r.report(r.origin("parallel.zero_stage"), "parallel.zero_stage",
              fmt::format("must be 0, 1, 2 or 3, got {}", stage));
+  r.read_bool("parallel.overlap", c.parallel.overlap);
   if (!r.failed("parallel.zero_stage")) c.parallel.zero_stage = static_cast<int>(stage);
 }
 
@@ -674,7 +684,8 @@ std::string to_toml(const RunConfig& c) {
       toml_string(o.type), toml_float(o.lr), toml_float(o.min_lr), o.warmup_steps,
       toml_string(o.schedule), toml_float(o.weight_decay), toml_float(o.beta1), toml_float(o.beta2),
       toml_float(o.eps), toml_float(o.grad_clip));
-  s += fmt::format("\n[parallel]\nzero_stage = {}\n", c.parallel.zero_stage);
+  s += fmt::format("\n[parallel]\nzero_stage = {}\noverlap = {}\n", c.parallel.zero_stage,
+                   c.parallel.overlap ? "true" : "false");
   return s;
 }
 

@@ -49,7 +49,8 @@ struct OptimConfig {
 };
 
 struct ParallelConfig {
-  int zero_stage = 0;              // only 0 for now (data parallel, all-reduce)
+  int zero_stage = 0;              // 0-3 (dist/zero_engine.hpp)
+  bool overlap = true;             // stages 2-3: reduce gradients while backward goes on
 };
 
 struct RunConfig {

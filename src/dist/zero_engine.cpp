@@ -31,8 +31,8 @@ std::vector<std::int64_t> pool_sizes(const ParamLayout& layout) {
 }  // namespace
 
 ZeroEngine::ZeroEngine(const ParamLayout& layout, int stage, Communicator& comm,
-                       MemoryTracker& memory)
-    : m_layout(layout), m_stage(stage), m_comm(comm) {
+                       MemoryTracker& memory, bool overlap)
+    : m_layout(layout), m_stage(stage), m_comm(comm), m_overlap(overlap) {
   SHARDTRAIN_CHECK(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3");
   SHARDTRAIN_CHECK(layout.world_size() == comm.size(), "layout padded for another world size");
   std::tie(m_lo, m_hi) = layout.shard_range(comm.rank());
@@ -156,6 +156,7 @@ void ZeroEngine::grads_ready(int g) {
     b.order = ++m_clock;
     b.pending = m_comm.ireduce_scatter_v(b.data.data(), b.recv.data(), shard_counts(g), DType::F32,
                                          ReduceOp::Sum);
+    if (!m_overlap) complete_grad_bucket(b);
     return;
   }
   SHARDTRAIN_FAIL("grads_ready(" + std::to_string(g) + ") without acquire_grads");

@@ -37,7 +37,9 @@ class AdamW;
 
 class ZeroEngine final : public ParamProvider<float> {
  public:
-  ZeroEngine(const ParamLayout& layout, int stage, Communicator& comm, MemoryTracker& memory);
+  // overlap (stages 2-3): start gradient reductions without waiting for them.
+  ZeroEngine(const ParamLayout& layout, int stage, Communicator& comm, MemoryTracker& memory,
+             bool overlap = true);
   ~ZeroEngine() override;
 
   int stage() const { return m_stage; }
@@ -90,6 +92,7 @@ class ZeroEngine final : public ParamProvider<float> {
   const ParamLayout& m_layout;
   int m_stage;
   Communicator& m_comm;
+  bool m_overlap;
   std::int64_t m_lo = 0, m_hi = 0;     // this rank's shard
 
   TrackedBuffer<float> m_params;        // stages 0-2: full; stage 3: shard

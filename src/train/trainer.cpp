@@ -64,7 +64,8 @@ class Run {
 
     m_layout = std::make_unique<ParamLayout>(gpt_layout(m_dims));
     m_layout->finalize(m_comm.size());
-    m_zero = std::make_unique<ZeroEngine>(*m_layout, cfg.parallel.zero_stage, m_comm, m_memory);
+    m_zero = std::make_unique<ZeroEngine>(*m_layout, cfg.parallel.zero_stage, m_comm, m_memory,
+                                          cfg.parallel.overlap);
     const auto [plo, phi] = m_zero->stored_param_range();
     gpt_init_params<float>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed,
                            m_zero->stored_params(), plo, phi);

@@ -169,7 +169,7 @@ TEST_F(ConfigParse, UnknownKeySuggestsAKeyOfAnotherSection) {
 TEST_F(ConfigParse, UnknownKeyWithoutCloseMatchListsTheSectionsKeys) {
   EXPECT_EQ(error_of("[parallel]\ntensor_parallel = 2\n" + data_section()),
             "inputs/x.toml:2:1: unknown key parallel.tensor_parallel (keys of [parallel] are "
-            "zero_stage)");
+            "zero_stage, overlap)");
 }
 
 TEST_F(ConfigParse, UnknownSection) {
@@ -315,6 +315,9 @@ TEST_F(ConfigParse, ZeroStageRange) {
     EXPECT_EQ(parse_run_config("[parallel]\nzero_stage = " + std::to_string(stage) + "\n" + data_section(), "x.toml")
                   .parallel.zero_stage,
               stage);
+  EXPECT_FALSE(parse_run_config("[parallel]\noverlap = false\n" + data_section(), "x.toml").parallel.overlap);
+  EXPECT_EQ(error_of("[parallel]\noverlap = 1\n" + data_section()),
+            "inputs/x.toml:2:11: parallel.overlap: expected a boolean, got integer");
   EXPECT_EQ(error_of("[parallel]\nzero_stage = 7\n" + data_section()),
             "inputs/x.toml:2:14: parallel.zero_stage: must be 0, 1, 2 or 3, got 7");
   EXPECT_EQ(error_of("[parallel]\nzero_stage = -1\n" + data_section()),
