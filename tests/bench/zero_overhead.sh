@@ -2,6 +2,10 @@
 # Benchmark: the time of one training step under ZeRO stages 0-3 on 2 ranks.
 # Acceptance being measured: "with overlap on 2 ranks, a step of ZeRO stage 2
 # costs at most 1.1x a step of stage 0".
+# Variants (ORDER): 0, 1, 2, 3 = that ZeRO stage (2 and 3 with parallel.overlap=true);
+# 2w, 3w = stage 2 or 3 with parallel.overlap=false (each gradient reduction waited
+# for: what overlap buys). A trainer without the parallel.overlap key runs 2 and 3
+# with its built-in behaviour, and the w variants are skipped.
 #
 # Usage: tests/bench/zero_overhead.sh [--check] [TRAINER [DATA [INPUT [OUT]]]]
 #   TRAINER  trainer executable      (default: $BUILD_DIR/trainer, BUILD_DIR defaults to <repo>/build)
@@ -20,15 +24,16 @@
 #     metrics.csv row per step);
 #   - per-step time = difference of consecutive elapsed_s; steps 1..WARMUP are dropped
 #     (warm-up) and so is the last step (its elapsed_s includes the final evaluation);
-#   - per run: the median step time; per stage: the median over its runs, and the ratio
-#     to stage 0; also the median over rounds of (stage S / stage 0 of the same round);
-#   - rounds: the stages in ORDER, then reversed in the next round (0 2 1 3, 3 1 2 0, ...),
-#     so stage 0 and stage 2 alternate A B A B and no stage always runs first;
+#   - per run: the median step time; per variant: the median over its runs, and the ratio
+#     to stage 0; also the median over rounds of (variant / stage 0 of the same round);
+#   - rounds: the variants in ORDER, then reversed in the next round (0 2 1 3 2w,
+#     2w 3 1 2 0, ...), so stage 0 and stage 2 alternate A B A B and no variant always
+#     runs first;
 #   - comm bytes per step per rank: median of metrics.csv comm_bytes (rank 0, training
 #     steps only); peak memory: the largest "total" of the trainer's peak-memory table.
 #
 # Environment knobs (defaults in brackets):
-#   NP [2]  STAGES/ORDER ["0 2 1 3"]  WARMUP [5]  MAX_RATIO [1.1]  MPIEXEC [mpirun]
+#   NP [2]  STAGES/ORDER ["0 2 1 3 2w"]  WARMUP [5]  MAX_RATIO [1.1]  MPIEXEC [mpirun]
 #   STEPS [60] ROUNDS [5]          quickstart model as in INPUT
 #   BIG [1]  BIG_STEPS [40] BIG_ROUNDS [3] BIG_SET ["model.n_layer=8 model.d_model=256"]
 #            a larger model where communication matters more (BIG=0 skips it)
@@ -45,7 +50,7 @@ input=${3:-$root/inputs/quickstart.toml}
 out=${4:--}
 
 NP=${NP:-2}
-ORDER=${STAGES:-${ORDER:-0 2 1 3}}
+ORDER=${STAGES:-${ORDER:-0 2 1 3 2w}}
 WARMUP=${WARMUP:-5}
 MAX_RATIO=${MAX_RATIO:-1.1}
 MPIEXEC=${MPIEXEC:-mpirun}
@@ -63,6 +68,7 @@ log() { echo "zero_overhead: $*" >&2; }
 [[ -f "$input" ]] || die "no input file $input"
 read -r -a order <<< "$ORDER"
 [[ " ${order[*]} " == *" 0 "* ]] || die "ORDER must contain stage 0 (the reference)"
+for v in "${order[@]}"; do [[ $v =~ ^([0-3]|[23]w)$ ]] || die "unknown variant '$v' in ORDER (0 1 2 3 2w 3w)"; done
 (( STEPS >= WARMUP + 2 && BIG_STEPS >= WARMUP + 2 )) || die "STEPS must exceed WARMUP + 1"
 
 # The data set: fetch and convert it if it is absent.
@@ -90,6 +96,15 @@ trainer_src=$trainer
 trainer=$work/trainer
 cp -p "$trainer_src" "$trainer"
 
+# Does this trainer know parallel.overlap? (--plan checks the config and exits.)
+has_overlap=0
+if "$trainer" --plan --ranks "$NP" "$input" --set data.path="$data" --set parallel.overlap=true >/dev/null 2>&1; then
+  has_overlap=1
+else
+  log "this trainer has no parallel.overlap key: stages 2 and 3 run as built, w variants skipped"
+  kept=(); for v in "${order[@]}"; do [[ $v == *w ]] || kept+=("$v"); done; order=("${kept[@]}")
+fi
+
 # micro_batch = batch_size / NP, with batch_size from INPUT (the trainer's default, 32, if absent).
 batch=$(awk -F= '
   /^\[/ { sec = $0 } sec == "[train]" && $1 ~ /^[ \t]*batch_size[ \t]*$/ { v = $2; sub(/#.*/, "", v); gsub(/[ \t]/, "", v); print v }' "$input")
@@ -100,19 +115,23 @@ micro=$(( batch / NP ))
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit }
   print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
-results=$work/results.txt   # model stage round median_step_s steady_steps comm_bytes peak_mib load1
+results=$work/results.txt   # model variant round median_step_s steady_steps comm_bytes peak_mib load1
 : > "$results"
 commands=()
 
-# run_one MODEL STAGE ROUND STEPS [--set overrides...]
+# run_one MODEL VARIANT ROUND STEPS [--set overrides...]
 run_one() {
-  local model=$1 stage=$2 round=$3 steps=$4; shift 4
-  local dir=$work/$model-s$stage-r$round
+  local model=$1 variant=$2 round=$3 steps=$4; shift 4
+  local stage=${variant%w} ov=()
+  if (( has_overlap && stage >= 2 )); then
+    if [[ $variant == *w ]]; then ov=(--set parallel.overlap=false); else ov=(--set parallel.overlap=true); fi
+  fi
+  local dir=$work/$model-s$variant-r$round
   rm -rf "$dir"
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   local cmd=("$MPIEXEC" -n "$NP" "$trainer" "$input" --set data.path="$data" --set train.run_dir="$dir"
              --set train.steps="$steps" --set train.eval_every=0 --set train.log_every=1
-             --set train.micro_batch="$micro" --set parallel.zero_stage="$stage" "$@")
+             --set train.micro_batch="$micro" --set parallel.zero_stage="$stage" "${ov[@]}" "$@")
   if ! timeout 900 "${cmd[@]}" > "$dir.log" 2>&1; then
     cat "$dir.log" >&2; die "trainer failed: ${cmd[*]}"
   fi
@@ -129,9 +148,9 @@ run_one() {
   local peak; peak=$(awk '/^peak memory per rank/ { t = 1; next }
     t && $1 ~ /^[0-9]+$/ && NF >= 9 { if ($NF > m) m = $NF; next } t && $1 != "rank" { t = 0 }
     END { print (m == "" ? "nan" : m) }' "$dir.log")
-  echo "$model $stage $round $med $n $comm $peak $load" >> "$results"
-  log "$(printf '%-10s stage %s round %s: median step %.1f ms over %d steps (load %s)' \
-    "$model" "$stage" "$round" "$(awk -v x="$med" 'BEGIN { print x * 1000 }')" "$n" "$load")"
+  echo "$model $variant $round $med $n $comm $peak $load" >> "$results"
+  log "$(printf '%-10s variant %-2s round %s: median step %.1f ms over %d steps (load %s)' \
+    "$model" "$variant" "$round" "$(awk -v x="$med" 'BEGIN { print x * 1000 }')" "$n" "$load")"
 }
 
 # run_model MODEL STEPS ROUNDS [--set overrides...]
@@ -181,9 +200,15 @@ report() {
   echo "- **Command:** \`${knobs}tests/bench/zero_overhead.sh$shown\`"
   echo "- **Method:** $NP ranks, train.micro_batch = $micro (batch_size $batch / $NP ranks: one micro-batch per rank per step)," \
        "per-step time from consecutive \`elapsed_s\` in metrics.csv, steps 1-$WARMUP (warm-up) and the last step" \
-       "(final evaluation) dropped; stages interleaved in rounds (order \`${order[*]}\`, reversed every other round)."
+       "(final evaluation) dropped; variants interleaved in rounds (order \`${order[*]}\`, reversed every other round)."
+  if (( has_overlap )); then
+    echo "  Stages 2 and 3 run with \`--set parallel.overlap=true\`; variants 2w and 3w with \`parallel.overlap=false\`" \
+         "(each gradient reduce-scatter waited for before backward continues)."
+  else
+    echo "  This trainer has no \`parallel.overlap\` key: stages 2 and 3 run with its built-in behaviour."
+  fi
   echo "  Median step = median over runs of each run's median step. Paired ratio = median over rounds of" \
-       "(stage S / stage 0 of the same round), with its min-max. Comm = bytes sent per training step by rank 0;" \
+       "(variant / stage 0 of the same round), with its min-max. Comm = bytes sent per training step by rank 0;" \
        "peak = largest per-rank total of the tracked allocator."
   for m in "${models[@]}"; do
     local steps=$STEPS rounds=$ROUNDS extra=""
@@ -197,9 +222,9 @@ report() {
     local c; for c in "${commands[@]}"; do [[ $c == *"run_dir=$work/$m-s0-r1 "* ]] && { echo "$c"; break; }; done
     echo '```'
     echo
-    echo "| ZeRO stage | median step (ms) | per-run medians (ms) | ratio to stage 0 | paired ratio (min-max) | comm per step per rank (MB) | peak memory per rank (MiB) |"
-    echo "|---|---|---|---|---|---|---|"
-    awk -v m="$m" '
+    echo "| ZeRO stage | overlap | median step (ms) | per-run medians (ms) | ratio to stage 0 | paired ratio (min-max) | comm per step per rank (MB) | peak memory per rank (MiB) |"
+    echo "|---|---|---|---|---|---|---|---|"
+    awk -v m="$m" -v hv="$has_overlap" '
       $1 != m { next }
       { key = $2; runs[key] = runs[key] sprintf("%s%.1f", (nrun[key]++ ? " " : ""), $4 * 1000); t[key, $3] = $4
         comm[key] = $6; peak[key] = $7; if (!(key in seen)) { seen[key] = 1; stages[++ns] = key } if ($3 > nr) nr = $3 }
@@ -207,13 +232,16 @@ report() {
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
       END {
         for (k = 1; k <= ns; k++) { s = stages[k]; n = 0; for (r = 1; r <= nr; r++) if ((s, r) in t) v[++n] = t[s, r]; M[s] = med(v, n) }
-        # rows in stage order 0..3
-        for (s = 0; s <= 3; s++) {
-          if (!((s "") in M)) continue
+        # rows in the order 0 1 2 2w 3 3w
+        nl = split("0 1 2 2w 3 3w", list, " ")
+        for (li = 1; li <= nl; li++) {
+          s = list[li]
+          if (!(s in M)) continue
           n = 0; lo = 1e9; hi = 0
           for (r = 1; r <= nr; r++) if (((s "", r) in t) && (("0", r) in t)) { q = t[s "", r] / t["0", r]; p[++n] = q; if (q < lo) lo = q; if (q > hi) hi = q }
           pr = n ? sprintf("%.3f (%.3f-%.3f)", med(p, n), lo, hi) : "-"
-          printf "| %d | %.1f | %s | %.3f | %s | %.3f | %.2f |\n", s, M[s ""] * 1000, runs[s ""], M[s ""] / M["0"], pr, comm[s ""] / 1e6, peak[s ""]
+          ov = s ~ /w$/ ? "off" : (s + 0 >= 2 ? (hv ? "on" : "built-in") : "-")
+          printf "| %d | %s | %.1f | %s | %.3f | %s | %.3f | %.2f |\n", s + 0, ov, M[s ""] * 1000, runs[s ""], M[s ""] / M["0"], pr, comm[s ""] / 1e6, peak[s ""]
         }
       }' "$results"
   done
@@ -223,7 +251,7 @@ report() {
   for m in "${models[@]}"; do
     local line
     line=$(awk -v m="$m" -v lim="$MAX_RATIO" '
-      $1 == m && ($2 == 0 || $2 == 2) { v[$2, ++n[$2]] = $4 }
+      $1 == m && ($2 == "0" || $2 == "2") { v[$2, ++n[$2]] = $4 }
       function med(a, k,   i, j, x) { for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
         return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
       END {
@@ -236,9 +264,9 @@ report() {
     echo "- \`$m\`: ${line%% *}: stage 2 / stage 0 = ${line#* } (limit $MAX_RATIO)"
   done
   echo
-  echo "<details><summary>Every run (model, stage, round, median step ms, steady steps, 1-min load average before the run)</summary>"
+  echo "<details><summary>Every run (model, variant, round, median step ms, steady steps, 1-min load average before the run)</summary>"
   echo
-  echo "| model | stage | round | median step (ms) | steps | load |"
+  echo "| model | variant | round | median step (ms) | steps | load |"
   echo "|---|---|---|---|---|---|"
   awk '{ printf "| %s | %s | %s | %.1f | %s | %s |\n", $1, $2, $3, $4 * 1000, $5, $8 }' "$results"
   echo
