@@ -41,6 +41,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, int stage, Communicator& comm,
   const std::int64_t n = layout.padded_size(), shard = m_hi - m_lo;
   m_params = TrackedBuffer<float>(memory, MemCategory::Parameters, stage == 3 ? shard : n);
   m_grads = TrackedBuffer<float>(memory, MemCategory::Gradients, stage >= 2 ? shard : n);
+  for (int g = 0; g < layout.num_groups(); ++g) m_counts.push_back(shard_counts(g));
   if (stage >= 2) {
     for (std::int64_t size : pool_sizes(layout)) {
       Bucket b;
@@ -156,7 +157,7 @@ void ZeroEngine::grads_ready(int g) {
   for (auto& b : m_grad_buckets) {
     if (b.group != g || b.pending) continue;
     b.order = ++m_clock;
-    b.pending = m_comm.ireduce_scatter_v(b.data.data(), b.recv.data(), shard_counts(g), DType::F32,
+    b.pending = m_comm.ireduce_scatter_v(b.data.data(), b.recv.data(), m_counts[g], DType::F32,
                                          ReduceOp::Sum);
     if (!m_overlap) complete_grad_bucket(b);
     return;
@@ -229,7 +230,7 @@ ZeroEngine::Bucket& ZeroEngine::take_param_bucket(int g) {
 void ZeroEngine::start_gather(Bucket& b, int g) {
   const auto [lo, hi] = shard_part(g);
   const float* mine = hi > lo ? m_params.data() + (lo - m_lo) : m_params.data();
-  b.pending = m_comm.iall_gather_v(mine, b.data.data(), shard_counts(g), DType::F32);
+  b.pending = m_comm.iall_gather_v(mine, b.data.data(), m_counts[g], DType::F32);
 }
 
 void ZeroEngine::prefetch(int next) {

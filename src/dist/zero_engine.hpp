@@ -79,7 +79,7 @@ class ZeroEngine final : public ParamProvider<float> {
   };
 
   std::int64_t group_size(int g) const;
-  std::vector<std::size_t> shard_counts(int g) const;  // elements of group g per rank
+  std::vector<std::size_t> shard_counts(int g) const;  // elements of group g per rank (set-up)
   std::pair<std::int64_t, std::int64_t> shard_part(int g) const;  // group g ∩ own shard
   Bucket& take_grad_bucket(int g);
   Bucket* oldest_pending_grad_bucket();
@@ -96,6 +96,7 @@ class ZeroEngine final : public ParamProvider<float> {
 
   TrackedBuffer<float> m_params;        // stages 0-2: full; stage 3: shard
   TrackedBuffer<float> m_grads;         // stages 0-1: full; stages 2-3: shard accumulator
+  std::vector<std::vector<std::size_t>> m_counts;  // shard_counts(g) per group, fixed by the layout
   std::vector<Bucket> m_grad_buckets;   // stages 2-3: [0] embeddings group, [1], [2] the rest
   std::vector<Bucket> m_param_buckets;  // stage 3: [0] embeddings group, [1], [2] the rest
   std::uint64_t m_clock = 0;            // orders bucket events

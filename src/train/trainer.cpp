@@ -84,8 +84,12 @@ class Run {
   TrainResult run();
 
  private:
-  // Reads `starts.size()` windows of T+1 tokens and splits them into inputs and targets.
-  void load_micro_batch(Split split, const std::vector<std::int64_t>& starts);
+  // Micro-batch m of this rank's slice [lo, hi): reads the windows of samples
+  // first..first+b-1 (first token of sample k at start_of(k)) and splits them into
+  // inputs and targets. Returns b, 0 once the slice is used up.
+  template <class StartOf>
+  std::int64_t load_micro_batch(Split split, std::int64_t lo, std::int64_t hi, std::int64_t m,
+                                StartOf start_of);
   double train_step(std::int64_t step, double lr, double& grad_norm);
   double evaluate(std::int64_t max_windows);
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
@@ -112,14 +116,21 @@ class Run {
   std::vector<std::int64_t> m_starts;
 };
 
-void Run::load_micro_batch(Split split, const std::vector<std::int64_t>& starts) {
-  const std::int64_t t = m_dims.seq_len, b = static_cast<std::int64_t>(starts.size());
-  m_data.read_windows(split, starts, t + 1, m_window_buf.data());
+template <class StartOf>
+std::int64_t Run::load_micro_batch(Split split, std::int64_t lo, std::int64_t hi, std::int64_t m,
+                                   StartOf start_of) {
+  const std::int64_t t = m_dims.seq_len, first = lo + m * m_dims.max_batch;
+  const std::int64_t b = std::clamp<std::int64_t>(hi - first, 0, m_dims.max_batch);
+  if (b == 0) return 0;
+  m_starts.resize(b);
+  for (std::int64_t i = 0; i < b; ++i) m_starts[i] = start_of(first + i);
+  m_data.read_windows(split, m_starts, t + 1, m_window_buf.data());
   for (std::int64_t i = 0; i < b; ++i) {
     const TokenIndex* w = m_window_buf.data() + i * (t + 1);
     std::copy(w, w + t, m_inputs.data() + i * t);
     std::copy(w + 1, w + t + 1, m_targets.data() + i * t);
   }
+  return b;
 }
 
 double Run::train_step(std::int64_t step, double lr, double& grad_norm) {
@@ -132,12 +143,9 @@ double Run::train_step(std::int64_t step, double lr, double& grad_norm) {
   // Every rank runs the same number of micro-batches (sharded stages reduce per
   // micro-batch); a rank whose slice is used up runs empty ones.
   for (std::int64_t m = 0; m < micro_batches(global_batch); ++m) {
-    const std::int64_t first = lo + m * m_dims.max_batch;
-    const std::int64_t b = std::clamp<std::int64_t>(hi - first, 0, m_dims.max_batch);
-    m_starts.resize(b);
-    for (std::int64_t i = 0; i < b; ++i)
-      m_starts[i] = m_sampler->window_start(step * global_batch + first + i);
-    if (b > 0) load_micro_batch(Split::Train, m_starts);
+    const std::int64_t b = load_micro_batch(Split::Train, lo, hi, m, [&](std::int64_t k) {
+      return m_sampler->window_start(step * global_batch + k);
+    });
     loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
     m_model->backward(dloss);
   }
@@ -160,11 +168,8 @@ double Run::evaluate(std::int64_t max_windows) {
   const auto [lo, hi] = rank_slice(windows, m_comm.rank(), m_comm.size());
   double loss_sum = 0.0;
   for (std::int64_t m = 0; m < micro_batches(windows); ++m) {
-    const std::int64_t first = lo + m * m_dims.max_batch;
-    const std::int64_t b = std::clamp<std::int64_t>(hi - first, 0, m_dims.max_batch);
-    m_starts.resize(b);
-    for (std::int64_t i = 0; i < b; ++i) m_starts[i] = (first + i) * t;
-    if (b > 0) load_micro_batch(Split::Val, m_starts);
+    const std::int64_t b =
+        load_micro_batch(Split::Val, lo, hi, m, [t](std::int64_t k) { return k * t; });
     loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
   }
   loss_sum = m_comm.all_reduce_value(loss_sum);
