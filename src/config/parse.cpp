@@ -44,7 +44,7 @@ struct KeySpec {
 constexpr std::array<std::string_view, 5> k_sections = {"model", "data", "train", "optim",
                                                         "parallel"};
 
-constexpr std::array<KeySpec, 29> k_keys = {{
+constexpr std::array<KeySpec, 30> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -74,6 +74,7 @@ constexpr std::array<KeySpec, 29> k_keys = {{
     {"optim", "grad_clip", Kind::number},
     {"parallel", "zero_stage", Kind::integer},
     {"parallel", "overlap", Kind::boolean},
+    {"parallel", "bucket_mb", Kind::number},
 }};
 
 std::string dotted(const KeySpec& k) { return fmt::format("{}.{}", k.section, k.key); }
@@ -634,6 +635,7 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
     r.report(r.origin("parallel.zero_stage"), "parallel.zero_stage",
              fmt::format("must be 0, 1, 2 or 3, got {}", stage));
   r.read_bool("parallel.overlap", c.parallel.overlap);
+  r.read_number("parallel.bucket_mb", c.parallel.bucket_mb, {0, false, {}});
   if (!r.failed("parallel.zero_stage")) c.parallel.zero_stage = static_cast<int>(stage);
 }
 
@@ -684,8 +686,9 @@ std::string to_toml(const RunConfig& c) {
       toml_string(o.type), toml_float(o.lr), toml_float(o.min_lr), o.warmup_steps,
       toml_string(o.schedule), toml_float(o.weight_decay), toml_float(o.beta1), toml_float(o.beta2),
       toml_float(o.eps), toml_float(o.grad_clip));
-  s += fmt::format("\n[parallel]\nzero_stage = {}\noverlap = {}\n", c.parallel.zero_stage,
-                   c.parallel.overlap ? "true" : "false");
+  s += fmt::format("\n[parallel]\nzero_stage = {}\noverlap = {}\nbucket_mb = {}\n",
+                   c.parallel.zero_stage, c.parallel.overlap ? "true" : "false",
+                   show(c.parallel.bucket_mb));
   return s;
 }
 

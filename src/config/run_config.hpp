@@ -51,6 +51,7 @@ struct OptimConfig {
 struct ParallelConfig {
   int zero_stage = 0;              // 0-3 (dist/zero_engine.hpp)
   bool overlap = true;             // stages 2-3: reduce gradients while backward goes on
+  double bucket_mb = 4.0;          // stages 2-3: coalesce groups into buckets up to this; >= 0
 };
 
 struct RunConfig {

@@ -83,7 +83,9 @@ class Communicator {
   // Variable block sizes (ZeRO buckets that straddle shard boundaries):
   // counts.size() == size(); blocks follow each other in rank order.
   // ireduce_scatter_v: `send` holds sum(counts) elements; rank r receives in
-  // `recv` the reduction of its counts[r] elements (counts may be 0).
+  // `recv` the reduction of its counts[r] elements (counts may be 0). In place
+  // when recv == send + displ(rank()) (the rank's own block, where
+  // displ(r) = counts[0] + ... + counts[r-1]); otherwise no overlap.
   virtual RequestPtr ireduce_scatter_v(const void* send, void* recv,
                                        std::span<const std::size_t> counts, DType type,
                                        ReduceOp op) = 0;

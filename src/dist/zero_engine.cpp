@@ -15,64 +15,99 @@ namespace shardtrain {
 
 namespace {
 
-constexpr int kBuckets = 3;  // one held through backward (tied embeddings) + current + next
-
-// Sizes of the bucket pool: the largest group, then twice the second largest.
-std::vector<std::int64_t> pool_sizes(const ParamLayout& layout) {
-  std::vector<std::int64_t> sizes;
-  for (int g = 0; g < layout.num_groups(); ++g) {
-    const auto [a, b] = layout.group_range(g);
-    sizes.push_back(b - a);
-  }
+// Sizes of a buffer pool: the largest bucket, then twice the second largest
+// (one buffer held through backward for the tied embeddings, one being written,
+// one in flight); fewer when there are fewer buckets.
+std::vector<std::int64_t> pool_sizes(std::vector<std::int64_t> sizes) {
   std::sort(sizes.begin(), sizes.end(), std::greater<>());
-  const std::int64_t first = sizes.empty() ? 0 : sizes[0];
-  const std::int64_t second = sizes.size() > 1 ? sizes[1] : first;
-  return {first, second, second};
+  std::vector<std::int64_t> pool;
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, sizes.size()); ++i)
+    pool.push_back(sizes[std::min<std::size_t>(i, 1)]);
+  return pool;
+}
+
+std::vector<std::int64_t> span_sizes(const ParamLayout& layout, double bucket_mb) {
+  std::vector<std::int64_t> sizes;
+  for (const auto& [first, last] : ZeroEngine::plan_buckets(layout, bucket_mb))
+    sizes.push_back(layout.group_range(last).second - layout.group_range(first).first);
+  return sizes;
 }
 
 }  // namespace
 
-ZeroEngine::ZeroEngine(const ParamLayout& layout, int stage, Communicator& comm,
-                       MemoryTracker& memory, bool overlap)
-    : m_layout(layout), m_stage(stage), m_comm(comm), m_overlap(overlap) {
-  SHARDTRAIN_CHECK(stage >= 0 && stage <= 3, "ZeRO stage must be 0, 1, 2 or 3");
+std::vector<std::pair<int, int>> ZeroEngine::plan_buckets(const ParamLayout& layout,
+                                                          double bucket_mb) {
+  const double cap = bucket_mb * 1024.0 * 1024.0 / sizeof(float);  // elements
+  std::vector<std::pair<int, int>> spans;
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    if (!spans.empty()) {
+      const std::int64_t merged = layout.group_range(g).second -
+                                  layout.group_range(spans.back().first).first;
+      if (static_cast<double>(merged) <= cap) {
+        spans.back().second = g;
+        continue;
+      }
+    }
+    spans.emplace_back(g, g);
+  }
+  return spans;
+}
+
+std::int64_t ZeroEngine::bucket_elems(const ParamLayout& layout, int stage, double bucket_mb) {
+  if (stage < 2) return 0;
+  std::int64_t total = 0;
+  for (std::int64_t size : pool_sizes(span_sizes(layout, bucket_mb)))
+    total += (stage == 3 ? 2 : 1) * size;
+  return total;
+}
+
+ZeroEngine::ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
+                       MemoryTracker& memory)
+    : m_layout(layout), m_stage(options.stage), m_comm(comm), m_overlap(options.overlap) {
+  SHARDTRAIN_CHECK(m_stage >= 0 && m_stage <= 3, "ZeRO stage must be 0, 1, 2 or 3");
+  SHARDTRAIN_CHECK(options.bucket_mb >= 0, "bucket_mb must be >= 0");
   SHARDTRAIN_CHECK(layout.world_size() == comm.size(), "layout padded for another world size");
   std::tie(m_lo, m_hi) = layout.shard_range(comm.rank());
   const std::int64_t n = layout.padded_size(), shard = m_hi - m_lo;
-  m_params = TrackedBuffer<float>(memory, MemCategory::Parameters, stage == 3 ? shard : n);
-  m_grads = TrackedBuffer<float>(memory, MemCategory::Gradients, stage >= 2 ? shard : n);
-  for (int g = 0; g < layout.num_groups(); ++g) m_counts.push_back(shard_counts(g));
-  if (stage >= 2) {
-    for (std::int64_t size : pool_sizes(layout)) {
-      Bucket b;
-      b.data = TrackedBuffer<float>(memory, MemCategory::Communication, size);
-      b.recv = TrackedBuffer<float>(memory, MemCategory::Communication, std::min(size, shard));
-      m_grad_buckets.push_back(std::move(b));
+  m_params = TrackedBuffer<float>(memory, MemCategory::Parameters, m_stage == 3 ? shard : n);
+  m_grads = TrackedBuffer<float>(memory, MemCategory::Gradients, m_stage >= 2 ? shard : n);
+
+  m_span_of_group.assign(layout.num_groups(), -1);
+  for (const auto& [first, last] : plan_buckets(layout, options.bucket_mb)) {
+    Span sp;
+    sp.first = first;
+    sp.last = last;
+    sp.lo = layout.group_range(first).first;
+    sp.hi = layout.group_range(last).second;
+    std::int64_t displ = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      const auto [lo, hi] = layout.shard_range(r);
+      const std::int64_t c = std::max<std::int64_t>(0, std::min(sp.hi, hi) - std::max(sp.lo, lo));
+      sp.counts.push_back(static_cast<std::size_t>(c));
+      if (r < comm.rank()) displ += c;
     }
+    sp.own_displ = displ;
+    for (int g = first; g <= last; ++g) m_span_of_group[g] = static_cast<int>(m_spans.size());
+    m_spans.push_back(std::move(sp));
   }
-  if (stage == 3) {
-    for (std::int64_t size : pool_sizes(layout)) {
-      Bucket b;
+
+  std::vector<std::int64_t> sizes;
+  for (int s = 0; s < num_buckets(); ++s) sizes.push_back(span_size(s));
+  auto make_pool = [&](std::vector<Buffer>& pool) {
+    for (std::int64_t size : pool_sizes(sizes)) {
+      Buffer b;
       b.data = TrackedBuffer<float>(memory, MemCategory::Communication, size);
-      m_param_buckets.push_back(std::move(b));
+      pool.push_back(std::move(b));
     }
-  }
+  };
+  if (m_stage >= 2) make_pool(m_grad_buffers);
+  if (m_stage == 3) make_pool(m_param_buffers);
 }
 
 ZeroEngine::~ZeroEngine() {
   // Requests wait in their destructors; make sure none outlives its buffers.
-  for (auto& b : m_grad_buckets) b.pending.reset();
-  for (auto& b : m_param_buckets) b.pending.reset();
-}
-
-std::int64_t ZeroEngine::bucket_elems(const ParamLayout& layout, int stage) {
-  if (stage < 2) return 0;
-  const std::int64_t shard = layout.shard_size();
-  std::int64_t total = 0;
-  for (std::int64_t size : pool_sizes(layout)) total += size + std::min(size, shard);
-  if (stage == 3)
-    for (std::int64_t size : pool_sizes(layout)) total += size;
-  return total;
+  for (auto& b : m_grad_buffers) b.pending.reset();
+  for (auto& b : m_param_buffers) b.pending.reset();
 }
 
 std::pair<std::int64_t, std::int64_t> ZeroEngine::optimizer_range() const {
@@ -87,82 +122,79 @@ std::pair<std::int64_t, std::int64_t> ZeroEngine::stored_param_range() const {
 
 float* ZeroEngine::stored_params() { return m_params.data(); }
 
-std::int64_t ZeroEngine::group_size(int g) const {
-  const auto [a, b] = m_layout.group_range(g);
-  return b - a;
-}
-
-std::vector<std::size_t> ZeroEngine::shard_counts(int g) const {
-  const auto [a, b] = m_layout.group_range(g);
-  std::vector<std::size_t> counts(m_comm.size());
-  for (int r = 0; r < m_comm.size(); ++r) {
-    const auto [lo, hi] = m_layout.shard_range(r);
-    counts[r] = static_cast<std::size_t>(std::max<std::int64_t>(0, std::min(b, hi) - std::max(a, lo)));
-  }
-  return counts;
-}
-
-std::pair<std::int64_t, std::int64_t> ZeroEngine::shard_part(int g) const {
-  const auto [a, b] = m_layout.group_range(g);
-  const std::int64_t lo = std::max(a, m_lo), hi = std::min(b, m_hi);
-  return {lo, std::max(lo, hi)};
+std::int64_t ZeroEngine::offset_in_span(int g) const {
+  return m_layout.group_range(g).first - m_spans[m_span_of_group[g]].lo;
 }
 
 // ---------------------------------------------------------------- gradients
 
-ZeroEngine::Bucket& ZeroEngine::take_grad_bucket(int g) {
-  const std::int64_t need = group_size(g);
+ZeroEngine::Buffer& ZeroEngine::take_grad_buffer(int s) {
+  const std::int64_t need = span_size(s);
   for (;;) {
-    Bucket* best = nullptr;
-    for (auto& b : m_grad_buckets)
-      if (b.group < 0 && static_cast<std::int64_t>(b.data.size()) >= need &&
+    Buffer* best = nullptr;
+    for (auto& b : m_grad_buffers)
+      if (b.span < 0 && static_cast<std::int64_t>(b.data.size()) >= need &&
           (!best || b.data.size() < best->data.size()))
         best = &b;
     if (best) {
-      best->group = g;
+      best->span = s;
+      best->ready = 0;
       std::memset(best->data.data(), 0, static_cast<std::size_t>(need) * sizeof(float));
       return *best;
     }
-    // All fitting buckets are busy: complete the oldest in-flight reduction.
-    Bucket* oldest = oldest_pending_grad_bucket();
-    SHARDTRAIN_CHECK(oldest != nullptr, "no gradient bucket free for group " + std::to_string(g));
-    complete_grad_bucket(*oldest);
+    // All fitting buffers are busy: complete the oldest in-flight reduction.
+    Buffer* oldest = oldest_pending_grad_buffer();
+    SHARDTRAIN_CHECK(oldest != nullptr, "no gradient buffer free for bucket " + std::to_string(s));
+    complete_grad_buffer(*oldest);
   }
 }
 
-ZeroEngine::Bucket* ZeroEngine::oldest_pending_grad_bucket() {
-  Bucket* oldest = nullptr;
-  for (auto& b : m_grad_buckets)
+ZeroEngine::Buffer* ZeroEngine::active_grad_buffer(int s) {
+  for (auto& b : m_grad_buffers)
+    if (b.span == s && !b.pending) return &b;
+  return nullptr;
+}
+
+ZeroEngine::Buffer* ZeroEngine::oldest_pending_grad_buffer() {
+  Buffer* oldest = nullptr;
+  for (auto& b : m_grad_buffers)
     if (b.pending && (!oldest || b.order < oldest->order)) oldest = &b;
   return oldest;
 }
 
-void ZeroEngine::complete_grad_bucket(Bucket& b) {
+void ZeroEngine::complete_grad_buffer(Buffer& b) {
   b.pending->wait();
   b.pending.reset();
-  const auto [lo, hi] = shard_part(b.group);
-  float* dst = m_grads.data() + (lo - m_lo);
-  const float* src = b.recv.data();
-  for (std::int64_t i = 0; i < hi - lo; ++i) dst[i] += src[i];
-  b.group = -1;
+  const Span& sp = m_spans[b.span];
+  const std::int64_t count = static_cast<std::int64_t>(sp.counts[m_comm.rank()]);
+  if (count > 0) {
+    // The reduced block sits at the rank's own place in the buffer (in place).
+    float* dst = m_grads.data() + (std::max(sp.lo, m_lo) - m_lo);
+    const float* src = b.data.data() + sp.own_displ;
+    for (std::int64_t i = 0; i < count; ++i) dst[i] += src[i];
+  }
+  b.span = -1;
 }
 
 float* ZeroEngine::acquire_grads(int g) {
   if (m_stage < 2) return m_grads.data() + m_layout.group_range(g).first;
-  return take_grad_bucket(g).data.data();
+  const int s = m_span_of_group[g];
+  Buffer* b = active_grad_buffer(s);
+  if (!b) b = &take_grad_buffer(s);
+  return b->data.data() + offset_in_span(g);
 }
 
 void ZeroEngine::grads_ready(int g) {
   if (m_stage < 2) return;
-  for (auto& b : m_grad_buckets) {
-    if (b.group != g || b.pending) continue;
-    b.order = ++m_clock;
-    b.pending = m_comm.ireduce_scatter_v(b.data.data(), b.recv.data(), m_counts[g], DType::F32,
-                                         ReduceOp::Sum);
-    if (!m_overlap) complete_grad_bucket(b);
-    return;
-  }
-  SHARDTRAIN_FAIL("grads_ready(" + std::to_string(g) + ") without acquire_grads");
+  const int s = m_span_of_group[g];
+  Buffer* b = active_grad_buffer(s);
+  if (!b) SHARDTRAIN_FAIL("grads_ready(" + std::to_string(g) + ") without acquire_grads");
+  const Span& sp = m_spans[s];
+  if (++b->ready < sp.last - sp.first + 1) return;  // the bucket waits for its other groups
+  b->order = ++m_clock;
+  b->pending = m_comm.ireduce_scatter_v(b->data.data(), b->data.data() + sp.own_displ, sp.counts,
+                                        DType::F32, ReduceOp::Sum);
+  if (!m_overlap) complete_grad_buffer(*b);
 }
 
 void ZeroEngine::begin_step() {
@@ -179,7 +211,9 @@ double ZeroEngine::finish_gradients() {
                             static_cast<std::size_t>(m_hi - m_lo), DType::F32, ReduceOp::Sum);
       return m_comm.all_reduce_value(sum_of_squares(m_layout, m_grads.data() + m_lo, m_lo, m_hi));
     default:
-      while (Bucket* oldest = oldest_pending_grad_bucket()) complete_grad_bucket(*oldest);
+      for (const auto& b : m_grad_buffers)
+        SHARDTRAIN_CHECK(b.span < 0 || b.pending, "a gradient bucket was never reported ready");
+      while (Buffer* oldest = oldest_pending_grad_buffer()) complete_grad_buffer(*oldest);
       return m_comm.all_reduce_value(sum_of_squares(m_layout, m_grads.data(), m_lo, m_hi));
   }
 }
@@ -194,62 +228,66 @@ void ZeroEngine::apply_optimizer(AdamW& optim, double lr, float grad_scale, std:
     m_comm.all_gather(m_params.data() + m_lo, m_params.data(),
                       static_cast<std::size_t>(m_hi - m_lo), DType::F32);
   if (m_stage == 3)
-    for (auto& b : m_param_buckets) {
+    for (auto& b : m_param_buffers) {
       SHARDTRAIN_CHECK(b.users == 0, "optimizer step while parameters are in use");
       b.pending.reset();
-      b.group = -1;  // cached groups are stale now
+      b.span = -1;  // cached buckets are stale now
     }
 }
 
 // ---------------------------------------------------------------- parameters
 
-ZeroEngine::Bucket* ZeroEngine::find_param_bucket(int g) {
-  for (auto& b : m_param_buckets)
-    if (b.group == g) return &b;
+ZeroEngine::Buffer* ZeroEngine::find_param_buffer(int s) {
+  for (auto& b : m_param_buffers)
+    if (b.span == s) return &b;
   return nullptr;
 }
 
-ZeroEngine::Bucket& ZeroEngine::take_param_bucket(int g) {
-  const std::int64_t need = group_size(g);
-  // An unused bucket that fits: empty ones first, then the least recently used.
-  Bucket* best = nullptr;
-  for (auto& b : m_param_buckets) {
+ZeroEngine::Buffer& ZeroEngine::take_param_buffer(int s) {
+  const std::int64_t need = span_size(s);
+  // An unused buffer that fits: empty ones first, then the least recently used.
+  Buffer* best = nullptr;
+  for (auto& b : m_param_buffers) {
     if (b.users > 0 || static_cast<std::int64_t>(b.data.size()) < need) continue;
-    const bool better = !best || (best->group >= 0 && b.group < 0) ||
-                        ((best->group >= 0) == (b.group >= 0) && b.order < best->order);
+    const bool better = !best || (best->span >= 0 && b.span < 0) ||
+                        ((best->span >= 0) == (b.span >= 0) && b.order < best->order);
     if (better) best = &b;
   }
-  SHARDTRAIN_CHECK(best != nullptr, "no parameter bucket free for group " + std::to_string(g));
+  SHARDTRAIN_CHECK(best != nullptr, "no parameter buffer free for bucket " + std::to_string(s));
   if (best->pending) best->pending->wait();  // a prefetch being evicted
   best->pending.reset();
-  best->group = g;
+  best->span = s;
   best->order = ++m_clock;
   return *best;
 }
 
-void ZeroEngine::start_gather(Bucket& b, int g) {
-  const auto [lo, hi] = shard_part(g);
-  const float* mine = hi > lo ? m_params.data() + (lo - m_lo) : m_params.data();
-  b.pending = m_comm.iall_gather_v(mine, b.data.data(), m_counts[g], DType::F32);
+void ZeroEngine::start_gather(Buffer& b, int s) {
+  const Span& sp = m_spans[s];
+  const float* mine = sp.counts[m_comm.rank()] > 0 ? m_params.data() + (std::max(sp.lo, m_lo) - m_lo)
+                                                   : m_params.data();
+  b.pending = m_comm.iall_gather_v(mine, b.data.data(), sp.counts, DType::F32);
 }
 
 void ZeroEngine::prefetch(int next) {
   if (m_stage < 3) return;
-  if (next < 0 || next >= m_layout.num_groups() || find_param_bucket(next)) return;
-  const std::int64_t need = group_size(next);
-  if (std::none_of(m_param_buckets.begin(), m_param_buckets.end(), [&](const Bucket& b) {
+  if (next < 0 || next >= m_layout.num_groups()) return;
+  const int s = m_span_of_group[next];
+  if (find_param_buffer(s)) return;
+  const std::int64_t need = span_size(s);
+  if (std::none_of(m_param_buffers.begin(), m_param_buffers.end(), [&](const Buffer& b) {
         return b.users == 0 && static_cast<std::int64_t>(b.data.size()) >= need;
       }))
-    return;  // every bucket that fits is in use: gather on demand instead
-  start_gather(take_param_bucket(next), next);
+    return;  // every buffer that fits is in use: gather on demand instead
+  start_gather(take_param_buffer(s), s);
 }
 
 float* ZeroEngine::acquire_params(int g) {
   if (m_stage < 3) return m_params.data() + m_layout.group_range(g).first;
-  Bucket* b = find_param_bucket(g);
+  const int s = m_span_of_group[g];
+  Buffer* b = find_param_buffer(s);
   if (!b) {
-    b = &take_param_bucket(g);
-    start_gather(*b, g);
+    b = &take_param_buffer(s);
+    start_gather(*b, s);
   }
   if (b->pending) {
     b->pending->wait();
@@ -257,12 +295,12 @@ float* ZeroEngine::acquire_params(int g) {
   }
   ++b->users;
   b->order = ++m_clock;
-  return b->data.data();
+  return b->data.data() + offset_in_span(g);
 }
 
 void ZeroEngine::release_params(int g) {
   if (m_stage < 3) return;
-  Bucket* b = find_param_bucket(g);
+  Buffer* b = find_param_buffer(m_span_of_group[g]);
   SHARDTRAIN_CHECK(b && b->users > 0, "release_params(" + std::to_string(g) + ") without acquire");
   --b->users;
 }

@@ -6,19 +6,24 @@
 //   stage 1  full parameters, full gradients; gradients reduce-scattered (in
 //            place) once per step; the optimizer updates the rank's shard;
 //            parameters all-gathered (in place) after the update.
-//   stage 2  full parameters; gradients live in group-sized staging buckets
+//   stage 2  full parameters; gradients live in bucket-sized staging buffers
 //            only while the backward pass writes them; each bucket is
-//            reduce-scattered to its owners as soon as the model reports it
-//            ready (non-blocking, overlapped with the rest of backward) and
-//            added into the rank's gradient shard.
-//   stage 3  stage 2, and parameters too are sharded: each group is gathered
-//            just before use into a bucket and freed after; the group the
-//            model says it needs next is prefetched while the current one computes.
+//            reduce-scattered (in place) to its owners as soon as the model
+//            has reported every group in it ready (non-blocking, overlapped
+//            with the rest of backward) and added into the rank's gradient shard.
+//   stage 3  stage 2, and parameters too are sharded: each bucket is gathered
+//            just before use and freed after; the bucket the model says it
+//            needs next is prefetched while the current one computes.
+// Buckets: consecutive parameter groups (a transformer block each) coalesced
+// while the bucket stays within bucket_mb MiB; a group larger than that is a
+// bucket alone (bucket_mb = 0: one bucket per group). The model never sees
+// buckets: it asks for groups.
 // A shard is the contiguous range layout.shard_range(rank) of the padded flat
 // vector; buckets straddling shard boundaries use variable-block collectives.
 // Optimizer moments live with the optimizer (AdamW over optimizer_range()).
-// Memory: every buffer is tracked; stage buffers (staging, gather) are in the
-// Communication category, declared by bucket_elems().
+// Memory: every buffer is tracked; the bucket pools (three gradient buffers in
+// stages 2-3, three gather buffers in stage 3, sized by the largest buckets)
+// are in the Communication category, declared by bucket_elems().
 #pragma once
 
 #include <cstdint>
@@ -36,9 +41,13 @@ class AdamW;
 
 class ZeroEngine final : public ParamProvider<float> {
  public:
-  // overlap (stages 2-3): start gradient reductions without waiting for them.
-  ZeroEngine(const ParamLayout& layout, int stage, Communicator& comm, MemoryTracker& memory,
-             bool overlap = true);
+  struct Options {
+    int stage = 0;          // 0-3
+    bool overlap = true;    // stages 2-3: start gradient reductions without waiting for them
+    double bucket_mb = 0;   // coalesce consecutive groups up to this many MiB (0: one per group)
+  };
+  ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
+             MemoryTracker& memory);
   ~ZeroEngine() override;
 
   int stage() const { return m_stage; }
@@ -65,28 +74,39 @@ class ZeroEngine final : public ParamProvider<float> {
   // parameters are all-gathered again.
   void apply_optimizer(AdamW& optim, double lr, float grad_scale, std::int64_t step);
 
-  // Elements of the stage buffers (staging + gather), for the memory plan.
-  static std::int64_t bucket_elems(const ParamLayout& layout, int stage);
+  // The buckets: [first, last] group of each, in layout order.
+  static std::vector<std::pair<int, int>> plan_buckets(const ParamLayout& layout, double bucket_mb);
+  int num_buckets() const { return static_cast<int>(m_spans.size()); }
+  // Elements of the bucket pools (gradient staging + parameter gather), for the memory plan.
+  static std::int64_t bucket_elems(const ParamLayout& layout, int stage, double bucket_mb);
 
  private:
-  struct Bucket {
-    TrackedBuffer<float> data;     // group-sized staging (grads) or gather (params) storage
-    TrackedBuffer<float> recv;     // reduce-scatter result (gradient buckets)
-    int group = -1;                // group held, -1 when free
-    int users = 0;                 // acquisitions not yet released (gather buckets)
+  // One bucket of the plan: groups [first, last], elements [lo, hi) of the flat vector.
+  struct Span {
+    int first = 0, last = 0;
+    std::int64_t lo = 0, hi = 0;
+    std::vector<std::size_t> counts;  // elements of [lo, hi) per rank's shard
+    std::int64_t own_displ = 0;       // offset of this rank's block within the bucket
+  };
+  // A pool buffer holding one span's gradients (staging) or parameters (gather).
+  struct Buffer {
+    TrackedBuffer<float> data;
+    int span = -1;                 // span held, -1 when free
+    int users = 0;                 // params: acquisitions not yet released
+    int ready = 0;                 // grads: groups reported ready
     std::uint64_t order = 0;       // grads: start order of the reduction; params: last use
-    RequestPtr pending;            // in-flight collective on this bucket
+    RequestPtr pending;            // in-flight collective on this buffer
   };
 
-  std::int64_t group_size(int g) const;
-  std::vector<std::size_t> shard_counts(int g) const;  // elements of group g per rank (set-up)
-  std::pair<std::int64_t, std::int64_t> shard_part(int g) const;  // group g ∩ own shard
-  Bucket& take_grad_bucket(int g);
-  Bucket* oldest_pending_grad_bucket();
-  void complete_grad_bucket(Bucket& b);
-  Bucket* find_param_bucket(int g);
-  Bucket& take_param_bucket(int g);
-  void start_gather(Bucket& b, int g);
+  std::int64_t span_size(int s) const { return m_spans[s].hi - m_spans[s].lo; }
+  std::int64_t offset_in_span(int g) const;
+  Buffer& take_grad_buffer(int s);
+  Buffer* active_grad_buffer(int s);
+  Buffer* oldest_pending_grad_buffer();
+  void complete_grad_buffer(Buffer& b);
+  Buffer* find_param_buffer(int s);
+  Buffer& take_param_buffer(int s);
+  void start_gather(Buffer& b, int s);
 
   const ParamLayout& m_layout;
   int m_stage;
@@ -96,10 +116,11 @@ class ZeroEngine final : public ParamProvider<float> {
 
   TrackedBuffer<float> m_params;        // stages 0-2: full; stage 3: shard
   TrackedBuffer<float> m_grads;         // stages 0-1: full; stages 2-3: shard accumulator
-  std::vector<std::vector<std::size_t>> m_counts;  // shard_counts(g) per group, fixed by the layout
-  std::vector<Bucket> m_grad_buckets;   // stages 2-3: [0] embeddings group, [1], [2] the rest
-  std::vector<Bucket> m_param_buckets;  // stage 3: [0] embeddings group, [1], [2] the rest
-  std::uint64_t m_clock = 0;            // orders bucket events
+  std::vector<Span> m_spans;            // the buckets, fixed by layout and bucket_mb
+  std::vector<int> m_span_of_group;
+  std::vector<Buffer> m_grad_buffers;   // stages 2-3: sized [largest, second, second] span
+  std::vector<Buffer> m_param_buffers;  // stage 3: the same sizes
+  std::uint64_t m_clock = 0;            // orders buffer events
 };
 
 }  // namespace shardtrain

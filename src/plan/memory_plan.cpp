@@ -47,7 +47,7 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
   set(MemCategory::Parameters, f * (s == 3 ? shard : psi));
   set(MemCategory::Gradients, f * (s >= 2 ? shard : psi));
   set(MemCategory::OptimizerState, 2 * f * (s == 0 ? psi : shard));  // AdamW m and v
-  set(MemCategory::Communication, f * ZeroEngine::bucket_elems(layout, s));
+  set(MemCategory::Communication, f * ZeroEngine::bucket_elems(layout, s, c.parallel.bucket_mb));
   const auto acts = gpt_activation_plan(p.dims);
   set(MemCategory::Activations, f * acts.activations());
   set(MemCategory::Workspace, f * acts.workspace);

@@ -64,8 +64,10 @@ class Run {
 
     m_layout = std::make_unique<ParamLayout>(gpt_layout(m_dims));
     m_layout->finalize(m_comm.size());
-    m_zero = std::make_unique<ZeroEngine>(*m_layout, cfg.parallel.zero_stage, m_comm, m_memory,
-                                          cfg.parallel.overlap);
+    m_zero = std::make_unique<ZeroEngine>(
+        *m_layout,
+        ZeroEngine::Options{cfg.parallel.zero_stage, cfg.parallel.overlap, cfg.parallel.bucket_mb},
+        m_comm, m_memory);
     const auto [plo, phi] = m_zero->stored_param_range();
     gpt_init_params<float>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed,
                            m_zero->stored_params(), plo, phi);

@@ -48,18 +48,32 @@ class MpiRequest final : public Request {
   MpiRequest() = default;
   ~MpiRequest() override {
     if (m_request != MPI_REQUEST_NULL) MPI_Wait(&m_request, MPI_STATUS_IGNORE);
+    finish();
   }
   MPI_Request* handle() { return &m_request; }
   // Count and displacement arrays MPI reads until the request completes.
   std::vector<int> counts, displs;
-  void wait() override { SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE)); }
+  // In-place reduce-scatter: MPI leaves the result at the start of the buffer;
+  // on completion it moves `move_bytes` from `move_from` to `move_to` (once).
+  const void* move_from = nullptr;
+  void* move_to = nullptr;
+  std::size_t move_bytes = 0;
+  void wait() override {
+    SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE));
+    finish();
+  }
   bool test() override {
     int done = 0;
     SHARDTRAIN_MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
+    if (done) finish();
     return done != 0;
   }
 
  private:
+  void finish() {
+    if (move_bytes > 0 && move_to != move_from) std::memmove(move_to, move_from, move_bytes);
+    move_bytes = 0;
+  }
   MPI_Request m_request = MPI_REQUEST_NULL;
 };
 
@@ -133,8 +147,19 @@ RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType t
 RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                             DType type, ReduceOp op) {
   auto request = std::make_unique<MpiRequest>();
-  SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, block_count(recv_count, "ireduce_scatter"),
-                                      to_mpi(type), to_mpi(op), m_comm, request->handle()));
+  const std::size_t block_bytes = recv_count * dtype_size(type);
+  const int n = block_count(recv_count, "ireduce_scatter");
+  if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
+    void* base = const_cast<void*>(send);
+    request->move_from = base;
+    request->move_to = recv;
+    request->move_bytes = block_bytes;
+    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), to_mpi(op),
+                                                   m_comm, request->handle()));
+  } else {
+    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, to_mpi(type), to_mpi(op), m_comm,
+                                                   request->handle()));
+  }
   count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
   return request;
 }
@@ -160,15 +185,28 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                               ReduceOp op) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
   auto request = std::make_unique<MpiRequest>();
-  std::size_t total = 0;
-  for (std::size_t c : counts) {
-    request->counts.push_back(block_count(c, "ireduce_scatter_v"));
-    total += c;
+  std::size_t total = 0, own_displ = 0;
+  for (int q = 0; q < m_size; ++q) {
+    request->counts.push_back(block_count(counts[q], "ireduce_scatter_v"));
+    if (q < m_rank) own_displ += counts[q];
+    total += counts[q];
   }
-  SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type), to_mpi(op),
-                                m_comm, request->handle()));
+  const std::size_t esize = dtype_size(type);
+  if (recv == static_cast<const char*>(send) + own_displ * esize) {
+    // In place: MPI leaves the result at the start of the buffer; move it to
+    // the rank's own block when the request completes.
+    void* base = const_cast<void*>(send);
+    request->move_from = base;
+    request->move_to = recv;
+    request->move_bytes = counts[m_rank] * esize;
+    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, base, request->counts.data(),
+                                             to_mpi(type), to_mpi(op), m_comm, request->handle()));
+  } else {
+    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type),
+                                             to_mpi(op), m_comm, request->handle()));
+  }
   // Ring reduce-scatter: every block but the rank's own leaves it once.
-  count_sent((total - counts[m_rank]) * dtype_size(type));
+  count_sent((total - counts[m_rank]) * esize);
   return request;
 }
 

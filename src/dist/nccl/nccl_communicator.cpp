@@ -347,8 +347,9 @@ RequestPtr NcclCommunicator::iall_gather_group(std::span<const AllGatherPart> pa
 }
 
 // NCCL has no variable-block reduce-scatter: one ncclReduce per rank q (root q
-// receives the reduction of block q), all in one group. Counted as MPI counts it
-// (ring): every block but the rank's own leaves it once.
+// receives the reduction of block q), all in one group; in place when
+// recv == send + displ(rank) (ncclReduce's own in-place form at the root).
+// Counted as MPI counts it (ring): every block but the rank's own leaves it once.
 RequestPtr NcclCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                                std::span<const std::size_t> counts, DType type,
                                                ReduceOp op) {

@@ -125,6 +125,43 @@ TEST(MpiCommunicator, VariableBlockReduceScatterAndAllGather) {
   EXPECT_EQ(inplace, expected);
 }
 
+// In place, non-blocking: the result must land in the rank's own block (MPI
+// leaves it at the buffer start; the request moves it on completion, whether
+// completion is seen by wait() or by test()).
+TEST(MpiCommunicator, NonBlockingReduceScatterInPlaceLeavesResultAtOwnBlock) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  // Uneven blocks (rank q owns q + 2 elements) and a fixed-block variant.
+  std::vector<std::size_t> counts(n);
+  std::size_t total = 0, displ = 0;
+  for (int q = 0; q < n; ++q) {
+    counts[q] = static_cast<std::size_t>(q) + 2;
+    if (q < r) displ += counts[q];
+    total += counts[q];
+  }
+  for (int poll = 0; poll < 2; ++poll) {
+    std::vector<float> buf(total);
+    for (std::size_t i = 0; i < total; ++i) buf[i] = static_cast<float>(i) + 0.5f * r;
+    RequestPtr req = comm.ireduce_scatter_v(buf.data(), buf.data() + displ, counts, DType::F32,
+                                            ReduceOp::Sum);
+    if (poll) {
+      while (!req->test()) {}
+    } else {
+      req->wait();
+    }
+    for (std::size_t j = 0; j < counts[r]; ++j)
+      EXPECT_FLOAT_EQ(buf[displ + j], n * static_cast<float>(displ + j) + 0.25f * n * (n - 1))
+          << "poll " << poll << " element " << j;
+  }
+  const std::size_t block = 5;
+  std::vector<double> buf(block * n);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<double>(i) - r;
+  comm.ireduce_scatter(buf.data(), buf.data() + r * block, block, DType::F64, ReduceOp::Sum)->wait();
+  for (std::size_t j = 0; j < block; ++j)
+    EXPECT_DOUBLE_EQ(buf[r * block + j], n * static_cast<double>(r * block + j) - 0.5 * n * (n - 1))
+        << j;
+}
+
 TEST(MpiCommunicator, AllGatherOutOfPlaceInPlaceAndNonBlocking) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   const int r = comm.rank(), n = comm.size();
