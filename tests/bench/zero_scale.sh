@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# ZeRO scale: how large a GPT each stage can train at NP ranks in the same
+# per-rank memory budget. Acceptance being measured: "at 4 ranks, stage 3 trains
+# a model at least 3x larger than stage 0 can in the same per-rank memory
+# budget; shown with --plan and with a real run under a memory_limit_mb the
+# trainer enforces (it refuses to start when the plan exceeds the limit)".
+#
+# Usage: tests/bench/zero_scale.sh [--run] TRAINER DATA INPUT [OUT]
+#   TRAINER  trainer executable
+#   DATA     an HDF5 token data set (Moby Dick in the bench; any in the plan-only test)
+#   INPUT    base input file (the model shape below overrides it)
+#   OUT      markdown report path, or - for stdout (default: -)
+#   --run    also train: for stage 0 and stage 3, the largest model that fits trains
+#            STEPS steps under train.memory_limit_mb = BUDGET_MB (its tracked peak per
+#            rank must stay within the budget), and one more layer is refused with exit
+#            code 2 and the memory_limit_mb message, before anything large is allocated.
+# Without --run only `trainer --plan` is used (seconds; no model is allocated).
+# Exit 1 when the stage-3 / stage-0 parameter ratio is below MIN_RATIO, or a run fails.
+#
+# Method: the model is widened to MODEL (d_model 512, 8 heads, 64 tokens, one
+# sequence per micro-batch: parameters dominate, as in the models ZeRO is for);
+# for each stage a binary search over n_layer finds the deepest model whose plan
+# (`trainer --plan --ranks NP --set train.memory_limit_mb=BUDGET_MB`) is accepted.
+#
+# Environment knobs: NP [4]  BUDGET_MB [640]  MIN_RATIO [3]  STEPS [3]  MPIEXEC [mpirun]
+#   MODEL ["model.d_model=512 model.n_head=8 model.seq_len=64 train.micro_batch=1 train.batch_size=4"]
+#   WORK [mktemp -d] scratch directory (kept when set)
+set -euo pipefail
+
+run=0
+if [[ "${1:-}" == "--run" ]]; then run=1; shift; fi
+[[ $# -ge 3 ]] || { sed -n '2,25p' "$0"; exit 2; }
+trainer=$1; data=$2; input=$3; out=${4:--}
+NP=${NP:-4}
+BUDGET_MB=${BUDGET_MB:-640}
+MIN_RATIO=${MIN_RATIO:-3}
+STEPS=${STEPS:-3}
+MPIEXEC=${MPIEXEC:-mpirun}
+MODEL=${MODEL:-model.d_model=512 model.n_head=8 model.seq_len=64 train.micro_batch=1 train.batch_size=4}
+if [[ -n "${WORK:-}" ]]; then mkdir -p "$WORK"; else WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT; fi
+
+sets=(--set "data.path=$data" --set "train.memory_limit_mb=$BUDGET_MB")
+for kv in $MODEL; do sets+=(--set "$kv"); done
+
+# plan STAGE LAYERS: prints "<parameters> <total MiB>"; exit status 0 when it fits the budget.
+plan() {
+  local log="$WORK/plan_s$1_L$2.log" rc=0
+  "$trainer" --plan "$input" --ranks "$NP" "${sets[@]}" --set "parallel.zero_stage=$1" \
+    --set "model.n_layer=$2" > "$log" 2>&1 || rc=$?
+  awk '/^memory plan per rank/ { for (i = 1; i <= NF; ++i) if ($i == "parameters") p = $(i - 1) }
+       /^  total/ { t = $2 } END { print p, t }' "$log"
+  if [[ $rc -ne 0 && $rc -ne 2 ]]; then echo "trainer --plan failed (exit $rc):" >&2; cat "$log" >&2; exit 1; fi
+  return $rc
+}
+
+# deepest STAGE: largest n_layer whose plan fits (0 if none does).
+deepest() {
+  local lo=0 hi=1
+  while plan "$1" "$hi" > /dev/null; do lo=$hi; hi=$((hi * 2)); [[ $hi -le 4096 ]] || break; done
+  while [[ $((hi - lo)) -gt 1 ]]; do
+    local mid=$(((lo + hi) / 2))
+    if plan "$1" "$mid" > /dev/null; then lo=$mid; else hi=$mid; fi
+  done
+  echo "$lo"
+}
+
+report=$WORK/report.md
+{
+  echo "### ZeRO scale: largest GPT per stage at $NP ranks in $BUDGET_MB MiB per rank"
+  echo
+  echo "Model: \`$MODEL\`, n_layer searched with \`trainer --plan --ranks $NP\`."
+  echo
+  echo "| stage | max n_layer | parameters | plan per rank (MiB) | one more layer (MiB) |"
+  echo "|---|---|---|---|---|"
+} > "$report"
+declare -A layers params
+for stage in 0 1 2 3; do
+  L=$(deepest "$stage")
+  [[ $L -gt 0 ]] || { echo "stage $stage: not even one layer fits $BUDGET_MB MiB" >&2; exit 1; }
+  read -r p t < <(plan "$stage" "$L")
+  read -r _ t1 < <(plan "$stage" $((L + 1)) || true)
+  layers[$stage]=$L; params[$stage]=$p
+  echo "| $stage | $L | $p | $t | $t1 |" >> "$report"
+  echo "stage $stage: n_layer $L, $p parameters, plan $t MiB per rank (n_layer $((L + 1)): $t1 MiB)"
+done
+ratio=$(awk -v a="${params[3]}" -v b="${params[0]}" 'BEGIN { printf "%.2f", a / b }')
+{ echo; echo "Stage 3 / stage 0 parameters: **${ratio}x** (required: >= ${MIN_RATIO}x)."; } >> "$report"
+echo "stage 3 / stage 0 parameters: ${ratio}x"
+bad=0
+awk -v r="$ratio" -v m="$MIN_RATIO" 'BEGIN { exit !(r >= m) }' || { echo "ratio below $MIN_RATIO" >&2; bad=1; }
+
+if [[ $run -eq 1 ]]; then
+  {
+    echo
+    echo "Real runs, \`$MPIEXEC -n $NP trainer\` with \`train.memory_limit_mb = $BUDGET_MB\`, $STEPS steps:"
+    echo
+    echo "| stage | n_layer | parameters | result | tracked peak per rank, max over ranks (MiB) | final loss | wall (s) |"
+    echo "|---|---|---|---|---|---|---|"
+  } >> "$report"
+  for stage in 0 3; do
+    L=${layers[$stage]}
+    dir=$WORK/run_s${stage}
+    start=$(date +%s)
+    rc=0
+    "$MPIEXEC" -n "$NP" "$trainer" "$input" "${sets[@]}" --set "parallel.zero_stage=$stage" \
+      --set "model.n_layer=$L" --set "train.steps=$STEPS" --set train.eval_every=0 \
+      --set train.log_every=1 --set optim.warmup_steps=1 --set "train.run_dir=$dir" \
+      > "$dir.log" 2>&1 || rc=$?
+    wall=$(( $(date +%s) - start ))
+    cat "$dir.log"
+    if [[ $rc -ne 0 ]]; then echo "stage $stage at n_layer $L failed (exit $rc)" >&2; bad=1; continue; fi
+    peak=$(awk -F, '$1 ~ /^[0-9]+$/ && $NF > m { m = $NF } END { printf "%.1f", m / 1048576 }' "$dir/memory.csv")
+    loss=$(awk -F, 'NR > 1 { l = $2 } END { printf "%.4f", l }' "$dir/metrics.csv")
+    awk -v p="$peak" -v b="$BUDGET_MB" 'BEGIN { exit !(p <= b) }' || { echo "stage $stage peak $peak MiB over budget" >&2; bad=1; }
+    echo "| $stage | $L | ${params[$stage]} | trained | $peak | $loss | $wall |" >> "$report"
+
+    # One more layer: refused before allocation, exit 2, naming the limit.
+    rc=0
+    "$MPIEXEC" -n "$NP" "$trainer" "$input" "${sets[@]}" --set "parallel.zero_stage=$stage" \
+      --set "model.n_layer=$((L + 1))" --set "train.run_dir=$dir.over" > "$dir.over.log" 2>&1 || rc=$?
+    cat "$dir.over.log"
+    if [[ $rc -ne 2 ]] || ! grep -q 'memory_limit_mb' "$dir.over.log"; then
+      echo "stage $stage at n_layer $((L + 1)): expected a refusal (exit 2), got exit $rc" >&2; bad=1
+    fi
+    echo "| $stage | $((L + 1)) | | refused (exit $rc) | | | |" >> "$report"
+  done
+  # The stage-3 model under stage 0: refused too.
+  rc=0
+  "$MPIEXEC" -n "$NP" "$trainer" "$input" "${sets[@]}" --set parallel.zero_stage=0 \
+    --set "model.n_layer=${layers[3]}" --set "train.run_dir=$WORK/run_s0_big" > "$WORK/s0_big.log" 2>&1 || rc=$?
+  msg=$(grep -m1 '^error' "$WORK/s0_big.log" || true)
+  echo "stage 0 with the stage-3 model: exit $rc: $msg"
+  [[ $rc -eq 2 ]] || { echo "expected exit 2" >&2; bad=1; }
+  { echo; echo "The stage-3 model (n_layer ${layers[3]}) under stage 0: exit $rc,"; echo; echo "    $msg"; } >> "$report"
+fi
+
+if [[ "$out" == "-" ]]; then cat "$report"; else cp "$report" "$out"; echo "report: $out"; fi
+exit $bad
