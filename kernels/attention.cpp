@@ -25,6 +25,20 @@
 // whatever the skipped GEMM blocks left in `saved` never survives.
 // Invariants: out and dqkv are OVERWRITTEN (every element is written once);
 // deterministic (fixed order everywhere, no atomics); no allocation.
+//
+// T = f16 / bf16 (half_tiles.hpp): one (sequence b, head h) pair at a time, the fp32
+// kernel runs with AttentionShape{1, T, hd, 1} on fp32 tiles in the scratch arena:
+//   forward:  qkv tile (T, 3hd) = [q_h | k_h | v_h] columns of qkv[b] -> fp32;
+//             attention_forward<float> -> saved tile [q | k | v | probs] and out
+//             tile (T, hd); the saved tile is rounded into q/k/v/probs(b, h) of the
+//             16-bit saved (same layout and element count as for float; q, k, v
+//             round-trip exactly), the out tile into out[b, :, h*hd:(h+1)*hd];
+//   backward: saved(b, h) and dout[b, :, h] -> fp32; attention_backward<float> ->
+//             dqkv tile (T, 3hd), rounded into the q/k/v columns of dqkv[b, :, h].
+// A single head is the same math as the multi-head kernel (heads are independent
+// and the scale is 1/sqrt(hd) in both); tiling per head instead of per sequence
+// makes the scratch 7*T*hd + 2*T^2 floats rather than 7*T*C + (H+1)*T^2 (GPT-2
+// small, T = 1024: 10 MB instead of 76 MB). The 16-bit `workspace` is not used.
 #include "kernels/attention.hpp"
 
 #include <cmath>
@@ -33,6 +47,7 @@
 
 #include "core/error.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/half_tiles.hpp"
 #include "kernels/vec_math.hpp"
 
 namespace shardtrain {
@@ -105,7 +120,88 @@ void causal_softmax_grad_row(const T* __restrict p, T* __restrict dp, T scale, s
   for (std::int64_t j = len; j < n; ++j) dp[j] = T(0);
 }
 
+// fp32 tiles of one (sequence, head) pair for the 16-bit path. Forward: qkv tile
+// (T, 3hd) | saved tile (3 T hd + T^2) | out tile (T, hd) | workspace (T^2).
+// Backward: the same sizes as dqkv tile | saved tile | dout tile | workspace.
+struct HalfAttentionTiles {
+  std::int64_t t, hd;
+  std::int64_t saved_elems() const { return 3 * t * hd + t * t; }
+  std::int64_t elems() const { return 3 * t * hd + saved_elems() + t * hd + t * t; }
+};
+
+// Shapes checked by attention_forward; B, T, C > 0.
+template <class H>
+void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<H> out) {
+  using namespace half_tiles;
+  check_host("attention_forward");
+  const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
+  const HalfAttentionTiles tiles{nt, hd};
+  Scratch scratch(tiles.elems(), "attention_forward");
+  float* qkvt = scratch.take(3 * nt * hd);
+  float* st = scratch.take(tiles.saved_elems());
+  float* ot = scratch.take(nt * hd);
+  float* wt = scratch.take(nt * nt);
+  const AttentionShape head{1, nt, hd, 1};
+  const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v in saved
+  for (std::int64_t b = 0; b < d.b; ++b) {
+    for (std::int64_t h = 0; h < nh; ++h) {
+      for (std::int64_t t = 0; t < nt; ++t) {
+        const H* row = qkv.data() + (b * nt + t) * 3 * nc + h * hd;
+        for (std::int64_t part = 0; part < 3; ++part)  // q, k, v
+          to_f32(row + part * nc, qkvt + (3 * t + part) * hd, hd);
+      }
+      attention_forward<float>(head, CView3<float>(qkvt, 1, nt, 3 * hd),
+                               View1<float>(st, tiles.saved_elems()), View1<float>(wt, nt * nt),
+                               View3<float>(ot, 1, nt, hd));
+      const std::int64_t bh = b * nh + h;
+      for (std::int64_t part = 0; part < 3; ++part)
+        from_f32(st + part * nt * hd, saved.data() + part * qkv_elems + bh * nt * hd, nt * hd);
+      from_f32(st + 3 * nt * hd, saved.data() + 3 * qkv_elems + bh * nt * nt, nt * nt);
+      store_block(ot, nt, hd, out.data() + b * nt * nc + h * hd, nc);
+    }
+  }
+}
+
+// Shapes checked by attention_backward; B, T, C > 0.
+template <class H>
+void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, View3<H> dqkv) {
+  using namespace half_tiles;
+  check_host("attention_backward");
+  const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
+  const HalfAttentionTiles tiles{nt, hd};
+  Scratch scratch(tiles.elems(), "attention_backward");
+  float* dqkvt = scratch.take(3 * nt * hd);
+  float* st = scratch.take(tiles.saved_elems());
+  float* dot = scratch.take(nt * hd);
+  float* wt = scratch.take(nt * nt);
+  const AttentionShape head{1, nt, hd, 1};
+  const std::int64_t qkv_elems = d.b * nt * nc;
+  for (std::int64_t b = 0; b < d.b; ++b) {
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const std::int64_t bh = b * nh + h;
+      for (std::int64_t part = 0; part < 3; ++part)
+        to_f32(saved.data() + part * qkv_elems + bh * nt * hd, st + part * nt * hd, nt * hd);
+      to_f32(saved.data() + 3 * qkv_elems + bh * nt * nt, st + 3 * nt * hd, nt * nt);
+      load_block(dout.data() + b * nt * nc + h * hd, nc, nt, hd, dot);
+      attention_backward<float>(head, CView3<float>(dot, 1, nt, hd),
+                                CView1<float>(st, tiles.saved_elems()), View1<float>(wt, nt * nt),
+                                View3<float>(dqkvt, 1, nt, 3 * hd));
+      for (std::int64_t t = 0; t < nt; ++t) {
+        H* row = dqkv.data() + (b * nt + t) * 3 * nc + h * hd;
+        for (std::int64_t part = 0; part < 3; ++part)  // dq, dk, dv
+          from_f32(dqkvt + (3 * t + part) * hd, row + part * nc, hd);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+std::int64_t attention_half_scratch_elems(const AttentionShape& s) {
+  const Dims d = check_shape(s);
+  if (d.b == 0 || d.t == 0 || d.c == 0) return 0;
+  return HalfAttentionTiles{d.t, d.hd}.elems();
+}
 
 std::int64_t attention_saved_elems(const AttentionShape& s) {
   const Dims d = check_shape(s);
@@ -129,52 +225,56 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
   SHARDTRAIN_CHECK(static_cast<std::int64_t>(workspace.extent(0)) >= attention_workspace_elems(s),
                    "attention_forward: workspace too small");
   if (d.b == 0 || d.t == 0 || d.c == 0) return;
-  const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
-  const std::int64_t head_elems = nt * hd;       // one (T, hd) slice
-  const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v: (B,H,T,hd)
-  const T* src = qkv.data();
-  T* q = saved.data();
-  T* k = q + qkv_elems;
-  T* v = k + qkv_elems;
-  T* probs = v + qkv_elems;
+  if constexpr (is_half_v<T>) {
+    attention_forward_half(d, qkv, saved, out);
+  } else {
+    const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
+    const std::int64_t head_elems = nt * hd;       // one (T, hd) slice
+    const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v: (B,H,T,hd)
+    const T* src = qkv.data();
+    T* q = saved.data();
+    T* k = q + qkv_elems;
+    T* v = k + qkv_elems;
+    T* probs = v + qkv_elems;
 
-  // qkv(b, t, [q|k|v], h, :) -> q/k/v(b, h, t, :)
-  Kokkos::parallel_for(kLabelSplitHeads, range(d.b * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
-    const std::int64_t b = bt / nt, t = bt % nt;
-    const T* row = src + bt * 3 * nc;
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const std::int64_t dst = ((b * nh + h) * nt + t) * hd;
-      for (std::int64_t i = 0; i < hd; ++i) q[dst + i] = row[h * hd + i];
-      for (std::int64_t i = 0; i < hd; ++i) k[dst + i] = row[nc + h * hd + i];
-      for (std::int64_t i = 0; i < hd; ++i) v[dst + i] = row[2 * nc + h * hd + i];
-    }
-  });
-
-  const T scale = T(1) / std::sqrt(T(hd));
-  for (std::int64_t b = 0; b < d.b; ++b) {
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const std::int64_t bh = b * nh + h;
-      CView2<T> qh(q + bh * head_elems, nt, hd);
-      CView2<T> kh(k + bh * head_elems, nt, hd);
-      CView2<T> vh(v + bh * head_elems, nt, hd);
-      T* pp = probs + bh * nt * nt;
-      View2<T> ph(pp, nt, nt);
-      View2<T> yh = Kokkos::subview(out, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
-      // S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T: blocks right of the diagonal
-      // block are masked, so they are neither computed nor read.
-      for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {
-        const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-        gemm<T>(Trans::N, Trans::T, scale, rows(qh, r0, r1), rows(kh, 0, r1), T(0),
-                block(ph, r0, r1, 0, r1));
+    // qkv(b, t, [q|k|v], h, :) -> q/k/v(b, h, t, :)
+    Kokkos::parallel_for(kLabelSplitHeads, range(d.b * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
+      const std::int64_t b = bt / nt, t = bt % nt;
+      const T* row = src + bt * 3 * nc;
+      for (std::int64_t h = 0; h < nh; ++h) {
+        const std::int64_t dst = ((b * nh + h) * nt + t) * hd;
+        for (std::int64_t i = 0; i < hd; ++i) q[dst + i] = row[h * hd + i];
+        for (std::int64_t i = 0; i < hd; ++i) k[dst + i] = row[nc + h * hd + i];
+        for (std::int64_t i = 0; i < hd; ++i) v[dst + i] = row[2 * nc + h * hd + i];
       }
-      Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-        causal_softmax_row(pp + t * nt, t + 1, nt);
-      });
-      // Y[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
-      for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {
-        const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-        gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(ph), r0, r1, 0, r1), rows(vh, 0, r1),
-                T(0), rows(yh, r0, r1));
+    });
+
+    const T scale = T(1) / std::sqrt(T(hd));
+    for (std::int64_t b = 0; b < d.b; ++b) {
+      for (std::int64_t h = 0; h < nh; ++h) {
+        const std::int64_t bh = b * nh + h;
+        CView2<T> qh(q + bh * head_elems, nt, hd);
+        CView2<T> kh(k + bh * head_elems, nt, hd);
+        CView2<T> vh(v + bh * head_elems, nt, hd);
+        T* pp = probs + bh * nt * nt;
+        View2<T> ph(pp, nt, nt);
+        View2<T> yh = Kokkos::subview(out, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
+        // S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T: blocks right of the diagonal
+        // block are masked, so they are neither computed nor read.
+        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {
+          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
+          gemm<T>(Trans::N, Trans::T, scale, rows(qh, r0, r1), rows(kh, 0, r1), T(0),
+                  block(ph, r0, r1, 0, r1));
+        }
+        Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+          causal_softmax_row(pp + t * nt, t + 1, nt);
+        });
+        // Y[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
+        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {
+          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
+          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(ph), r0, r1, 0, r1), rows(vh, 0, r1),
+                  T(0), rows(yh, r0, r1));
+        }
       }
     }
   }
@@ -194,54 +294,60 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
                    "attention_backward: workspace has " + std::to_string(workspace.extent(0)) +
                        " elements, needs " + std::to_string(attention_workspace_elems(s)));
   if (d.b == 0 || d.t == 0 || d.c == 0) return;
-  const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
-  const std::int64_t head_elems = nt * hd;
-  const std::int64_t qkv_elems = d.b * nt * nc;
-  const T* q = saved.data();
-  const T* k = q + qkv_elems;
-  const T* v = k + qkv_elems;
-  const T* probs = v + qkv_elems;
-  T* dpp = workspace.data();
-  View2<T> dp(dpp, nt, nt);
-  const T scale = T(1) / std::sqrt(T(hd));
-  for (std::int64_t b = 0; b < d.b; ++b) {
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const std::int64_t bh = b * nh + h;
-      CView2<T> qh(q + bh * head_elems, nt, hd);
-      CView2<T> kh(k + bh * head_elems, nt, hd);
-      CView2<T> vh(v + bh * head_elems, nt, hd);
-      const T* pp = probs + bh * nt * nt;
-      CView2<T> ph(pp, nt, nt);
-      CView2<T> dyh = Kokkos::subview(dout, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
-      View2<T> dqh = Kokkos::subview(dqkv, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
-      View2<T> dkh = Kokkos::subview(dqkv, b, Kokkos::ALL,
-                                     Kokkos::make_pair(nc + h * hd, nc + (h + 1) * hd));
-      View2<T> dvh = Kokkos::subview(dqkv, b, Kokkos::ALL,
-                                     Kokkos::make_pair(2 * nc + h * hd, 2 * nc + (h + 1) * hd));
-      // Row blocks [r0, r1) touch columns [0, r1); column blocks [c0, c1) touch rows
-      // [c0, T): only the lower block triangle of P, dP and dS is used.
-      for (std::int64_t c0 = 0; c0 < nt; c0 += kCausalBlock) {  // dV = P^T dY
-        const std::int64_t c1 = c0 + kCausalBlock < nt ? c0 + kCausalBlock : nt;
-        gemm<T>(Trans::T, Trans::N, T(1), block(ph, c0, nt, c0, c1), rows(dyh, c0, nt), T(0),
-                rows(dvh, c0, c1));
-      }
-      for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {  // dP = dY V^T
-        const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-        gemm<T>(Trans::N, Trans::T, T(1), rows(dyh, r0, r1), rows(vh, 0, r1), T(0),
-                block(dp, r0, r1, 0, r1));
-      }
-      Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-        causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, t + 1, nt);
-      });
-      for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {  // dQ = dS K
-        const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-        gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(dp), r0, r1, 0, r1), rows(kh, 0, r1),
-                T(0), rows(dqh, r0, r1));
-      }
-      for (std::int64_t c0 = 0; c0 < nt; c0 += kCausalBlock) {  // dK = dS^T Q
-        const std::int64_t c1 = c0 + kCausalBlock < nt ? c0 + kCausalBlock : nt;
-        gemm<T>(Trans::T, Trans::N, T(1), block(CView2<T>(dp), c0, nt, c0, c1), rows(qh, c0, nt),
-                T(0), rows(dkh, c0, c1));
+  if constexpr (is_half_v<T>) {
+    attention_backward_half(d, dout, saved, dqkv);
+  } else {
+    const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
+    const std::int64_t head_elems = nt * hd;
+    const std::int64_t qkv_elems = d.b * nt * nc;
+    const T* q = saved.data();
+    const T* k = q + qkv_elems;
+    const T* v = k + qkv_elems;
+    const T* probs = v + qkv_elems;
+    T* dpp = workspace.data();
+    View2<T> dp(dpp, nt, nt);
+    const T scale = T(1) / std::sqrt(T(hd));
+    for (std::int64_t b = 0; b < d.b; ++b) {
+      for (std::int64_t h = 0; h < nh; ++h) {
+        const std::int64_t bh = b * nh + h;
+        CView2<T> qh(q + bh * head_elems, nt, hd);
+        CView2<T> kh(k + bh * head_elems, nt, hd);
+        CView2<T> vh(v + bh * head_elems, nt, hd);
+        const T* pp = probs + bh * nt * nt;
+        CView2<T> ph(pp, nt, nt);
+        CView2<T> dyh =
+            Kokkos::subview(dout, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
+        View2<T> dqh =
+            Kokkos::subview(dqkv, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
+        View2<T> dkh = Kokkos::subview(dqkv, b, Kokkos::ALL,
+                                       Kokkos::make_pair(nc + h * hd, nc + (h + 1) * hd));
+        View2<T> dvh = Kokkos::subview(dqkv, b, Kokkos::ALL,
+                                       Kokkos::make_pair(2 * nc + h * hd, 2 * nc + (h + 1) * hd));
+        // Row blocks [r0, r1) touch columns [0, r1); column blocks [c0, c1) touch rows
+        // [c0, T): only the lower block triangle of P, dP and dS is used.
+        for (std::int64_t c0 = 0; c0 < nt; c0 += kCausalBlock) {  // dV = P^T dY
+          const std::int64_t c1 = c0 + kCausalBlock < nt ? c0 + kCausalBlock : nt;
+          gemm<T>(Trans::T, Trans::N, T(1), block(ph, c0, nt, c0, c1), rows(dyh, c0, nt), T(0),
+                  rows(dvh, c0, c1));
+        }
+        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {  // dP = dY V^T
+          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
+          gemm<T>(Trans::N, Trans::T, T(1), rows(dyh, r0, r1), rows(vh, 0, r1), T(0),
+                  block(dp, r0, r1, 0, r1));
+        }
+        Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+          causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, t + 1, nt);
+        });
+        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {  // dQ = dS K
+          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
+          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(dp), r0, r1, 0, r1), rows(kh, 0, r1),
+                  T(0), rows(dqh, r0, r1));
+        }
+        for (std::int64_t c0 = 0; c0 < nt; c0 += kCausalBlock) {  // dK = dS^T Q
+          const std::int64_t c1 = c0 + kCausalBlock < nt ? c0 + kCausalBlock : nt;
+          gemm<T>(Trans::T, Trans::N, T(1), block(CView2<T>(dp), c0, nt, c0, c1), rows(qh, c0, nt),
+                  T(0), rows(dkh, c0, c1));
+        }
       }
     }
   }
@@ -254,6 +360,8 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
                                       View3<T>);
 SHARDTRAIN_INSTANTIATE_ATTENTION(float)
 SHARDTRAIN_INSTANTIATE_ATTENTION(double)
+SHARDTRAIN_INSTANTIATE_ATTENTION(f16)
+SHARDTRAIN_INSTANTIATE_ATTENTION(bf16)
 #undef SHARDTRAIN_INSTANTIATE_ATTENTION
 
 }  // namespace shardtrain

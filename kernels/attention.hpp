@@ -8,8 +8,13 @@
 // probabilities (B,H,T,T)); `workspace` is scratch valid only during the call.
 // Per (b, h) the products are GEMMs on contiguous (T, hd) / (T, T) slices.
 // backward OVERWRITES dqkv. Deterministic.
+// T = f16 / bf16: `saved` has the same layout and number of elements of T as for
+// float (q, k, v, probs stored in T); the math runs in fp32 one (sequence, head)
+// pair at a time on converted tiles (attention.cpp); `workspace` is not used (its
+// size is still checked) — the fp32 tiles live in the 16-bit scratch arena.
 #pragma once
 
+#include "half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {
@@ -31,5 +36,21 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
 template <class T>
 void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved,
                         View1<T> workspace, View3<T> dqkv);
+
+#define SHARDTRAIN_DECLARE_ATTENTION(T)                                                       \
+  extern template void attention_forward<T>(const AttentionShape&, CView3<T>, View1<T>,      \
+                                            View1<T>, View3<T>);                             \
+  extern template void attention_backward<T>(const AttentionShape&, CView3<T>, CView1<T>,    \
+                                             View1<T>, View3<T>);
+SHARDTRAIN_DECLARE_ATTENTION(float)
+SHARDTRAIN_DECLARE_ATTENTION(double)
+SHARDTRAIN_DECLARE_ATTENTION(f16)
+SHARDTRAIN_DECLARE_ATTENTION(bf16)
+#undef SHARDTRAIN_DECLARE_ATTENTION
+
+// Floats of 16-bit scratch (half_scratch.hpp) that attention_forward and
+// attention_backward with T = f16 / bf16 need: 7*T*hd + 2*T*T (one (sequence,
+// head) pair), independent of B and H. float and double calls need none.
+std::int64_t attention_half_scratch_elems(const AttentionShape& s);
 
 }  // namespace shardtrain

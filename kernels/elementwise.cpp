@@ -3,6 +3,9 @@
 // Invariants: sizes must match exactly (a mismatch throws); y may be the same
 // memory as x (partial overlap is not supported); work is split into fixed chunks
 // of the index range, each a simple loop the compiler vectorises.
+// T = f16 / bf16: copy and fill are the same code (16-bit values are moved, never
+// converted, so they are exact); accumulate computes y = round(float(y) + float(x))
+// per element: the fp32 sum of the 16-bit inputs, rounded once, without scratch.
 #include "kernels/elementwise.hpp"
 
 #include <string>
@@ -52,8 +55,13 @@ void accumulate(CView1<T> x, View1<T> y) {
   Kokkos::parallel_for(kLabelAccumulate, range(chunks(n)), KOKKOS_LAMBDA(const std::int64_t c) {
     const std::int64_t i0 = c * kChunk;
     const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
-    SHARDTRAIN_IVDEP
-    for (std::int64_t i = i0; i < i1; ++i) yp[i] += xp[i];
+    if constexpr (is_half_v<T>) {
+      SHARDTRAIN_IVDEP
+      for (std::int64_t i = i0; i < i1; ++i) yp[i] = T(to_float(yp[i]) + to_float(xp[i]));
+    } else {
+      SHARDTRAIN_IVDEP
+      for (std::int64_t i = i0; i < i1; ++i) yp[i] += xp[i];
+    }
   });
 }
 
@@ -74,6 +82,8 @@ void fill(View1<T> y, T value) {
   template void fill<T>(View1<T>, T);
 SHARDTRAIN_INSTANTIATE_ELEMENTWISE(float)
 SHARDTRAIN_INSTANTIATE_ELEMENTWISE(double)
+SHARDTRAIN_INSTANTIATE_ELEMENTWISE(f16)
+SHARDTRAIN_INSTANTIATE_ELEMENTWISE(bf16)
 #undef SHARDTRAIN_INSTANTIATE_ELEMENTWISE
 
 }  // namespace shardtrain

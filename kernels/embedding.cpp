@@ -9,11 +9,25 @@
 //  - token ids are checked to lie in [0, V) with one cheap pass before they are
 //    used as indices (a bad id throws instead of reading out of bounds);
 //  - wpe may have more rows than T (the model's block size); rows >= T are unused.
+//  - T = f16 / bf16 (half_tiles.hpp). The math here is a gather and a scatter-add,
+//    so the 16-bit path does it directly on converted values instead of calling
+//    the fp32 kernel on tiles (that would need the whole of wte in fp32), with the
+//    same visiting order, so results equal the fp32 kernel's on the 16-bit inputs
+//    rounded once, bit for bit:
+//      forward:  out = round(float(wte row) + float(wpe row)), no scratch;
+//      backward: per block of kVocabBlock vocabulary rows, the rows that occur in
+//                tokens are loaded into fp32 accumulators, every (b, t) adds its
+//                dout row in row-major order, and the rows are rounded back once
+//                (rows that do not occur are not touched); dwpe likewise per tile
+//                of tile_rows(C) positions, visiting b in order.
+//    Scratch: embedding_half_scratch_elems.
 #include "kernels/embedding.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/half_tiles.hpp"
 
 namespace shardtrain {
 namespace {
@@ -52,7 +66,99 @@ void accumulate_row(const T* __restrict src, T* __restrict dst, std::int64_t c) 
   for (std::int64_t j = 0; j < c; ++j) dst[j] += src[j];
 }
 
+// --- 16-bit path --------------------------------------------------------------
+
+template <class H>
+void add_rows_half(const H* __restrict a, const H* __restrict b, H* __restrict out,
+                   std::int64_t c) {
+  for (std::int64_t j = 0; j < c; ++j) out[j] = H(to_float(a[j]) + to_float(b[j]));
+}
+
+template <class H>
+void accumulate_row_half(const H* __restrict src, float* __restrict dst, std::int64_t c) {
+  for (std::int64_t j = 0; j < c; ++j) dst[j] += to_float(src[j]);
+}
+
+// Scratch of the 16-bit backward: the dwte phase holds vocab_rows accumulator rows
+// and one "occurs" flag per row; the dwpe phase reuses the start for pos_rows rows.
+struct HalfEmbeddingTiles {
+  std::int64_t vocab_rows, pos_rows, c;
+  std::int64_t elems() const {
+    return std::max(vocab_rows * c + vocab_rows, pos_rows * c);
+  }
+};
+
+HalfEmbeddingTiles half_embedding_tiles(std::int64_t vocab, std::int64_t c, std::int64_t nt) {
+  return {half_tiles::min(vocab, half_tiles::kVocabBlock),
+          half_tiles::min(nt, half_tiles::tile_rows(c)), c};
+}
+
+// Shapes and token ids checked by embedding_forward.
+template <class H>
+void embedding_forward_half(const TokenIndex* tok, const H* wte, const H* wpe, H* out,
+                            std::int64_t n, std::int64_t nt, std::int64_t c) {
+  half_tiles::check_host("embedding_forward");
+  Kokkos::parallel_for(kLabelForward, range(n), KOKKOS_LAMBDA(const std::int64_t bt) {
+    const std::int64_t t = bt % nt;
+    add_rows_half(wte + static_cast<std::int64_t>(tok[bt]) * c, wpe + t * c, out + bt * c, c);
+  });
+}
+
+// Shapes and token ids checked by embedding_backward; n = nb * nt > 0, c > 0.
+template <class H>
+void embedding_backward_half(const TokenIndex* tok, const H* dout, H* dwte, H* dwpe,
+                             std::int64_t nb, std::int64_t nt, std::int64_t c,
+                             std::int64_t vocab) {
+  using namespace half_tiles;
+  check_host("embedding_backward");
+  const std::int64_t n = nb * nt;
+  const HalfEmbeddingTiles tiles = half_embedding_tiles(vocab, c, nt);
+  float* const acc = Scratch(tiles.elems(), "embedding_backward").take(tiles.elems());
+  float* const occurs = acc + tiles.vocab_rows * c;
+  const std::int64_t col_blocks = (c + kColBlock - 1) / kColBlock;
+  for (std::int64_t v0 = 0; v0 < vocab; v0 += tiles.vocab_rows) {
+    const std::int64_t nv = min(tiles.vocab_rows, vocab - v0);
+    std::fill(occurs, occurs + nv, 0.0f);
+    bool any = false;
+    for (std::int64_t bt = 0; bt < n; ++bt) {
+      const std::int64_t r = static_cast<std::int64_t>(tok[bt]) - v0;
+      if (r >= 0 && r < nv) {
+        occurs[r] = 1.0f;
+        any = true;
+      }
+    }
+    if (!any) continue;
+    for (std::int64_t r = 0; r < nv; ++r)
+      if (occurs[r] != 0.0f) to_f32(dwte + (v0 + r) * c, acc + r * c, c);
+    Kokkos::parallel_for(
+        kLabelBackwardWte, range(col_blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
+          const std::int64_t j0 = blk * kColBlock;
+          const std::int64_t nj = (c - j0) < kColBlock ? (c - j0) : kColBlock;
+          for (std::int64_t bt = 0; bt < n; ++bt) {
+            const std::int64_t r = static_cast<std::int64_t>(tok[bt]) - v0;
+            if (r >= 0 && r < nv) accumulate_row_half(dout + bt * c + j0, acc + r * c + j0, nj);
+          }
+        });
+    for (std::int64_t r = 0; r < nv; ++r)
+      if (occurs[r] != 0.0f) from_f32(acc + r * c, dwte + (v0 + r) * c, c);
+  }
+  for (std::int64_t t0 = 0; t0 < nt; t0 += tiles.pos_rows) {
+    const std::int64_t np = min(tiles.pos_rows, nt - t0);
+    to_f32(dwpe + t0 * c, acc, np * c);
+    Kokkos::parallel_for(kLabelBackwardWpe, range(np), KOKKOS_LAMBDA(const std::int64_t i) {
+      for (std::int64_t b = 0; b < nb; ++b)
+        accumulate_row_half(dout + (b * nt + t0 + i) * c, acc + i * c, c);
+    });
+    from_f32(acc, dwpe + t0 * c, np * c);
+  }
+}
+
 }  // namespace
+
+std::int64_t embedding_half_scratch_elems(std::int64_t vocab, std::int64_t c) {
+  if (vocab <= 0 || c <= 0) return 0;
+  return half_embedding_tiles(vocab, c, half_tiles::tile_rows(c)).elems();
+}
 
 template <class T>
 void embedding_forward(CView2<TokenIndex> tokens, CView2<T> wte, CView2<T> wpe, View3<T> out) {
@@ -76,10 +182,14 @@ void embedding_forward(CView2<TokenIndex> tokens, CView2<T> wte, CView2<T> wpe, 
   const T* wtep = wte.data();
   const T* wpep = wpe.data();
   T* outp = out.data();
-  Kokkos::parallel_for(kLabelForward, range(nb * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
-    const std::int64_t t = bt % nt;
-    add_rows(wtep + static_cast<std::int64_t>(tok[bt]) * c, wpep + t * c, outp + bt * c, c);
-  });
+  if constexpr (is_half_v<T>) {
+    if (nb * nt > 0) embedding_forward_half(tok, wtep, wpep, outp, nb * nt, nt, c);
+  } else {
+    Kokkos::parallel_for(kLabelForward, range(nb * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
+      const std::int64_t t = bt % nt;
+      add_rows(wtep + static_cast<std::int64_t>(tok[bt]) * c, wpep + t * c, outp + bt * c, c);
+    });
+  }
 }
 
 template <class T>
@@ -106,17 +216,23 @@ void embedding_backward(CView2<TokenIndex> tokens, CView3<T> dout, View2<T> dwte
   const T* doutp = dout.data();
   T* dwtep = dwte.data();
   T* dwpep = dwpe.data();
-  const std::int64_t n = nb * nt;
-  const std::int64_t blocks = (c + kColBlock - 1) / kColBlock;
-  Kokkos::parallel_for(kLabelBackwardWte, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
-    const std::int64_t j0 = blk * kColBlock;
-    const std::int64_t nj = (c - j0) < kColBlock ? (c - j0) : kColBlock;
-    for (std::int64_t bt = 0; bt < n; ++bt)
-      accumulate_row(doutp + bt * c + j0, dwtep + static_cast<std::int64_t>(tok[bt]) * c + j0, nj);
-  });
-  Kokkos::parallel_for(kLabelBackwardWpe, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-    for (std::int64_t b = 0; b < nb; ++b) accumulate_row(doutp + (b * nt + t) * c, dwpep + t * c, c);
-  });
+  if constexpr (is_half_v<T>) {
+    if (nb * nt > 0 && c > 0) embedding_backward_half(tok, doutp, dwtep, dwpep, nb, nt, c, vocab);
+  } else {
+    const std::int64_t n = nb * nt;
+    const std::int64_t blocks = (c + kColBlock - 1) / kColBlock;
+    Kokkos::parallel_for(kLabelBackwardWte, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
+      const std::int64_t j0 = blk * kColBlock;
+      const std::int64_t nj = (c - j0) < kColBlock ? (c - j0) : kColBlock;
+      for (std::int64_t bt = 0; bt < n; ++bt)
+        accumulate_row(doutp + bt * c + j0, dwtep + static_cast<std::int64_t>(tok[bt]) * c + j0,
+                       nj);
+    });
+    Kokkos::parallel_for(kLabelBackwardWpe, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+      for (std::int64_t b = 0; b < nb; ++b)
+        accumulate_row(doutp + (b * nt + t) * c, dwpep + t * c, c);
+    });
+  }
 }
 
 #define SHARDTRAIN_INSTANTIATE_EMBEDDING(T)                                                    \
@@ -124,6 +240,8 @@ void embedding_backward(CView2<TokenIndex> tokens, CView3<T> dout, View2<T> dwte
   template void embedding_backward<T>(CView2<TokenIndex>, CView3<T>, View2<T>, View2<T>);
 SHARDTRAIN_INSTANTIATE_EMBEDDING(float)
 SHARDTRAIN_INSTANTIATE_EMBEDDING(double)
+SHARDTRAIN_INSTANTIATE_EMBEDDING(f16)
+SHARDTRAIN_INSTANTIATE_EMBEDDING(bf16)
 #undef SHARDTRAIN_INSTANTIATE_EMBEDDING
 
 }  // namespace shardtrain

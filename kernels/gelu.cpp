@@ -7,11 +7,17 @@
 // both passes, and with vec::exp_fast<float> the float loops vectorise.
 // Invariants: forward OVERWRITES y and y may alias x; backward OVERWRITES dx (dx
 // may alias dy). Work is split into fixed chunks of the flat index range.
+// T = f16 / bf16 (half_tiles.hpp): chunks of kFlatChunk elements are converted to
+// fp32, run through gelu_forward<float> (in place) / gelu_backward<float> (dx in
+// place of dy) and rounded back, so each result is the fp32 result on the 16-bit
+// input rounded once, bit for bit. A chunk is read completely before it is
+// written, so the aliasing rules above hold for 16 bits too. Scratch: 2 chunks.
 #include "kernels/gelu.hpp"
 
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/half_tiles.hpp"
 #include "kernels/vec_math.hpp"
 
 namespace shardtrain {
@@ -61,22 +67,63 @@ void backward_span(const T* x, const T* dy, T* dx, std::int64_t n) {
   }
 }
 
+template <class H>
+void gelu_forward_half(CView1<H> x, View1<H> y) {
+  using namespace half_tiles;
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  if (n == 0) return;
+  check_host("gelu_forward");
+  const std::int64_t chunk = min(n, kFlatChunk);
+  float* t = Scratch(chunk, "gelu_forward").take(chunk);
+  for (std::int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const std::int64_t len = min(chunk, n - i0);
+    to_f32(x.data() + i0, t, len);
+    gelu_forward<float>(CView1<float>(t, len), View1<float>(t, len));
+    from_f32(t, y.data() + i0, len);
+  }
+}
+
+template <class H>
+void gelu_backward_half(CView1<H> x, CView1<H> dy, View1<H> dx) {
+  using namespace half_tiles;
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  if (n == 0) return;
+  check_host("gelu_backward");
+  const std::int64_t chunk = min(n, kFlatChunk);
+  Scratch scratch(2 * chunk, "gelu_backward");
+  float* xt = scratch.take(chunk);
+  float* dt = scratch.take(chunk);  // dy, then dx
+  for (std::int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const std::int64_t len = min(chunk, n - i0);
+    to_f32(x.data() + i0, xt, len);
+    to_f32(dy.data() + i0, dt, len);
+    gelu_backward<float>(CView1<float>(xt, len), CView1<float>(dt, len), View1<float>(dt, len));
+    from_f32(dt, dx.data() + i0, len);
+  }
+}
+
 }  // namespace
+
+std::int64_t gelu_half_scratch_elems() { return 2 * half_tiles::kFlatChunk; }
 
 template <class T>
 void gelu_forward(CView1<T> x, View1<T> y) {
   SHARDTRAIN_CHECK(x.extent(0) == y.extent(0), "gelu_forward: x has " +
                                                    std::to_string(x.extent(0)) + " elements, y " +
                                                    std::to_string(y.extent(0)));
-  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
-  const T* xp = x.data();
-  T* yp = y.data();
-  Kokkos::parallel_for(kLabelForward, range((n + kChunk - 1) / kChunk),
-                       KOKKOS_LAMBDA(const std::int64_t chunk) {
-                         const std::int64_t i0 = chunk * kChunk;
-                         const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
-                         forward_span(xp + i0, yp + i0, len);
-                       });
+  if constexpr (is_half_v<T>) {
+    gelu_forward_half(x, y);
+  } else {
+    const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+    const T* xp = x.data();
+    T* yp = y.data();
+    Kokkos::parallel_for(kLabelForward, range((n + kChunk - 1) / kChunk),
+                         KOKKOS_LAMBDA(const std::int64_t chunk) {
+                           const std::int64_t i0 = chunk * kChunk;
+                           const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                           forward_span(xp + i0, yp + i0, len);
+                         });
+  }
 }
 
 template <class T>
@@ -85,21 +132,29 @@ void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
                    "gelu_backward: x, dy, dx have " + std::to_string(x.extent(0)) + ", " +
                        std::to_string(dy.extent(0)) + ", " + std::to_string(dx.extent(0)) +
                        " elements");
-  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
-  const T* xp = x.data();
-  const T* dyp = dy.data();
-  T* dxp = dx.data();
-  Kokkos::parallel_for(kLabelBackward, range((n + kChunk - 1) / kChunk),
-                       KOKKOS_LAMBDA(const std::int64_t chunk) {
-                         const std::int64_t i0 = chunk * kChunk;
-                         const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
-                         backward_span(xp + i0, dyp + i0, dxp + i0, len);
-                       });
+  if constexpr (is_half_v<T>) {
+    gelu_backward_half(x, dy, dx);
+  } else {
+    const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+    const T* xp = x.data();
+    const T* dyp = dy.data();
+    T* dxp = dx.data();
+    Kokkos::parallel_for(kLabelBackward, range((n + kChunk - 1) / kChunk),
+                         KOKKOS_LAMBDA(const std::int64_t chunk) {
+                           const std::int64_t i0 = chunk * kChunk;
+                           const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                           backward_span(xp + i0, dyp + i0, dxp + i0, len);
+                         });
+  }
 }
 
 template void gelu_forward<float>(CView1<float>, View1<float>);
 template void gelu_forward<double>(CView1<double>, View1<double>);
 template void gelu_backward<float>(CView1<float>, CView1<float>, View1<float>);
 template void gelu_backward<double>(CView1<double>, CView1<double>, View1<double>);
+template void gelu_forward<f16>(CView1<f16>, View1<f16>);
+template void gelu_forward<bf16>(CView1<bf16>, View1<bf16>);
+template void gelu_backward<f16>(CView1<f16>, CView1<f16>, View1<f16>);
+template void gelu_backward<bf16>(CView1<bf16>, CView1<bf16>, View1<bf16>);
 
 }  // namespace shardtrain

@@ -2,8 +2,10 @@
 // GELU, tanh approximation (GPT-2; PyTorch nn.GELU(approximate="tanh")):
 //   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // Elementwise over flat views. backward OVERWRITES dx. y may alias x in forward.
+// T = f16 / bf16: evaluated in fp32 on chunks (half_tiles.hpp) and rounded once.
 #pragma once
 
+#include "half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {
@@ -13,5 +15,19 @@ void gelu_forward(CView1<T> x, View1<T> y);
 
 template <class T>
 void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx);
+
+#define SHARDTRAIN_DECLARE_GELU(T)                            \
+  extern template void gelu_forward<T>(CView1<T>, View1<T>); \
+  extern template void gelu_backward<T>(CView1<T>, CView1<T>, View1<T>);
+SHARDTRAIN_DECLARE_GELU(float)
+SHARDTRAIN_DECLARE_GELU(double)
+SHARDTRAIN_DECLARE_GELU(f16)
+SHARDTRAIN_DECLARE_GELU(bf16)
+#undef SHARDTRAIN_DECLARE_GELU
+
+// Floats of 16-bit scratch (half_scratch.hpp) that gelu_forward and gelu_backward
+// with T = f16 / bf16 need, for any number of elements. float and double calls
+// need none.
+std::int64_t gelu_half_scratch_elems();
 
 }  // namespace shardtrain

@@ -11,6 +11,13 @@
 //  - Shapes are checked on every call (cheap) and a mismatch throws shardtrain::Error.
 //  - Degenerate shapes follow BLAS semantics: K == 0 gives C = beta * C (KokkosBlas
 //    itself would return without touching C), M == 0 or N == 0 does nothing.
+//  - T = f16 / bf16 (half_tiles.hpp): C is computed in blocks of kGemmRows x
+//    kGemmCols; per block pair the rows of op(A) and columns of op(B) are converted
+//    to fp32 in their stored orientation (A once per row block; B once per block
+//    pair, or once per call when one column block covers C), C is loaded only when
+//    beta != 0, gemm<float> runs on the block with alpha and beta as floats (so the
+//    same BLAS and degenerate-shape semantics apply), and the block of C is rounded
+//    back once. Scratch: gemm_half_scratch_elems.
 #include "kernels/gemm.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
@@ -19,6 +26,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/half_tiles.hpp"
 
 namespace shardtrain {
 namespace {
@@ -48,7 +56,64 @@ std::string shape_message(Trans ta, Trans tb, std::size_t a0, std::size_t a1, st
          "," + std::to_string(b1) + ") C(" + std::to_string(c0) + "," + std::to_string(c1) + ")";
 }
 
+// Block geometry of the 16-bit path: `rows` rows of C (of op(A)) by `cols` columns
+// of C (of op(B)), each operand block with the whole inner dimension k.
+struct HalfGemmBlocks {
+  std::int64_t rows, cols, k;
+  std::int64_t elems() const { return (rows + cols) * k + rows * cols; }
+};
+
+HalfGemmBlocks half_gemm_blocks(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return {half_tiles::min(m, half_tiles::kGemmRows), half_tiles::min(n, half_tiles::kGemmCols), k};
+}
+
+// C = alpha op(A) op(B) + beta C for 16-bit storage (shapes already checked, m, n > 0).
+template <class H>
+void gemm_half(Trans ta, Trans tb, float alpha, CView2<H> a, CView2<H> b, float beta,
+               View2<H> c) {
+  using namespace half_tiles;
+  check_host("gemm");
+  const std::int64_t m = static_cast<std::int64_t>(c.extent(0));
+  const std::int64_t n = static_cast<std::int64_t>(c.extent(1));
+  const std::int64_t k = static_cast<std::int64_t>(ta == Trans::N ? a.extent(1) : a.extent(0));
+  const std::int64_t lda = static_cast<std::int64_t>(a.stride(0));
+  const std::int64_t ldb = static_cast<std::int64_t>(b.stride(0));
+  const std::int64_t ldc = static_cast<std::int64_t>(c.stride(0));
+  const HalfGemmBlocks blk = half_gemm_blocks(m, n, k);
+  Scratch scratch(blk.elems(), "gemm");
+  float* at = scratch.take(blk.rows * k);
+  float* bt = scratch.take(blk.cols * k);
+  float* ct = scratch.take(blk.rows * blk.cols);
+  const bool one_col_block = n <= blk.cols;
+  for (std::int64_t i0 = 0; i0 < m; i0 += blk.rows) {
+    const std::int64_t nr = min(blk.rows, m - i0);
+    // Rows [i0, i0 + nr) of op(A): rows of A (N) or columns of A (T), kept as stored.
+    if (ta == Trans::N) load_block(a.data() + i0 * lda, lda, nr, k, at);
+    else load_block(a.data() + i0, lda, k, nr, at);
+    const CView2<float> av = ta == Trans::N ? CView2<float>(at, nr, k) : CView2<float>(at, k, nr);
+    for (std::int64_t j0 = 0; j0 < n; j0 += blk.cols) {
+      const std::int64_t nc = min(blk.cols, n - j0);
+      // Columns [j0, j0 + nc) of op(B): columns of B (N) or rows of B (T).
+      if (i0 == 0 || !one_col_block) {
+        if (tb == Trans::N) load_block(b.data() + j0, ldb, k, nc, bt);
+        else load_block(b.data() + j0 * ldb, ldb, nc, k, bt);
+      }
+      const CView2<float> bv =
+          tb == Trans::N ? CView2<float>(bt, k, nc) : CView2<float>(bt, nc, k);
+      H* cb = c.data() + i0 * ldc + j0;
+      if (beta != 0.0f) load_block(cb, ldc, nr, nc, ct);  // beta == 0: C is not read
+      gemm<float>(ta, tb, alpha, av, bv, beta, View2<float>(ct, nr, nc));
+      store_block(ct, nr, nc, cb, ldc);
+    }
+  }
+}
+
 }  // namespace
+
+std::int64_t gemm_half_scratch_elems(std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (m <= 0 || n <= 0) return 0;
+  return half_gemm_blocks(m, n, k).elems();
+}
 
 template <class T>
 void gemm(Trans trans_a, Trans trans_b, T alpha, CView2<T> a, CView2<T> b, T beta, View2<T> c) {
@@ -67,25 +132,31 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, CView2<T> a, CView2<T> b, T bet
                        c.span() <= static_cast<std::size_t>(INT_MAX),
                    "gemm operand larger than INT_MAX elements");
   if (m == 0 || n == 0) return;
-  if (k == 0) {
-    // op(A) op(B) is an empty sum: C = beta * C (beta == 0 clears NaNs, as BLAS does).
-    T* cp = c.data();
-    const std::int64_t cols = static_cast<std::int64_t>(n);
-    const std::int64_t ld = static_cast<std::int64_t>(c.stride(0));
-    Kokkos::parallel_for(kLabelScale, range(static_cast<std::int64_t>(m)),
-                         KOKKOS_LAMBDA(const std::int64_t i) {
-                           T* row = cp + i * ld;
-                           for (std::int64_t j = 0; j < cols; ++j)
-                             row[j] = beta == T(0) ? T(0) : beta * row[j];
-                         });
-    return;
+  if constexpr (is_half_v<T>) {
+    gemm_half(trans_a, trans_b, to_float(alpha), a, b, to_float(beta), c);
+  } else {
+    if (k == 0) {
+      // op(A) op(B) is an empty sum: C = beta * C (beta == 0 clears NaNs, as BLAS does).
+      T* cp = c.data();
+      const std::int64_t cols = static_cast<std::int64_t>(n);
+      const std::int64_t ld = static_cast<std::int64_t>(c.stride(0));
+      Kokkos::parallel_for(kLabelScale, range(static_cast<std::int64_t>(m)),
+                           KOKKOS_LAMBDA(const std::int64_t i) {
+                             T* row = cp + i * ld;
+                             for (std::int64_t j = 0; j < cols; ++j)
+                               row[j] = beta == T(0) ? T(0) : beta * row[j];
+                           });
+      return;
+    }
+    KokkosBlas::gemm(trans_a == Trans::N ? "N" : "T", trans_b == Trans::N ? "N" : "T", alpha, a, b,
+                     beta, c);
   }
-  KokkosBlas::gemm(trans_a == Trans::N ? "N" : "T", trans_b == Trans::N ? "N" : "T", alpha, a, b,
-                   beta, c);
 }
 
 template void gemm<float>(Trans, Trans, float, CView2<float>, CView2<float>, float, View2<float>);
 template void gemm<double>(Trans, Trans, double, CView2<double>, CView2<double>, double,
                            View2<double>);
+template void gemm<f16>(Trans, Trans, f16, CView2<f16>, CView2<f16>, f16, View2<f16>);
+template void gemm<bf16>(Trans, Trans, bf16, CView2<bf16>, CView2<bf16>, bf16, View2<bf16>);
 
 }  // namespace shardtrain

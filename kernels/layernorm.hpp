@@ -4,8 +4,11 @@
 // PyTorch). backward ACCUMULATES into dx, dw and db (+=): dx += lets the caller
 // fold the residual branch's gradient in without an extra pass.
 // Deterministic: no atomics; dw/db are reduced over rows in a fixed order.
+// T = f16 / bf16: eps, mean and rstd are stored in T too; the math runs in fp32 on
+// tiles of rows (half_tiles.hpp). dx, dw, db are added to in fp32 and rounded once.
 #pragma once
 
+#include "half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {
@@ -17,5 +20,21 @@ void layernorm_forward(CView2<T> x, CView1<T> w, CView1<T> b, View2<T> y, View1<
 template <class T>
 void layernorm_backward(CView2<T> x, CView1<T> w, CView1<T> mean, CView1<T> rstd, CView2<T> dy,
                         View2<T> dx, View1<T> dw, View1<T> db);
+
+#define SHARDTRAIN_DECLARE_LAYERNORM(T)                                                        \
+  extern template void layernorm_forward<T>(CView2<T>, CView1<T>, CView1<T>, View2<T>,         \
+                                            View1<T>, View1<T>, T);                            \
+  extern template void layernorm_backward<T>(CView2<T>, CView1<T>, CView1<T>, CView1<T>,       \
+                                             CView2<T>, View2<T>, View1<T>, View1<T>);
+SHARDTRAIN_DECLARE_LAYERNORM(float)
+SHARDTRAIN_DECLARE_LAYERNORM(double)
+SHARDTRAIN_DECLARE_LAYERNORM(f16)
+SHARDTRAIN_DECLARE_LAYERNORM(bf16)
+#undef SHARDTRAIN_DECLARE_LAYERNORM
+
+// Floats of 16-bit scratch (half_scratch.hpp) that layernorm_forward and
+// layernorm_backward with T = f16 / bf16 need for rows of c channels, any number
+// of rows. float and double calls need none.
+std::int64_t layernorm_half_scratch_elems(std::int64_t c);
 
 }  // namespace shardtrain

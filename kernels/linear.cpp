@@ -9,12 +9,23 @@
 //    which touches y once instead of twice.
 //  - db is reduced over rows in row order per column (blocks of columns in
 //    parallel), so results are deterministic and independent of the thread count.
+//  - backward checks dx and db before it writes anything.
+//  - T = f16 / bf16 (half_tiles.hpp): blocks of kGemmRows rows of x by kGemmCols
+//    rows of w, each converted to fp32 with the whole K; linear_forward<float> /
+//    gemm<float> / linear_backward<float> run on the blocks. Forward converts x once
+//    per row block and w once per block pair (once per call when one block covers
+//    w); with accumulate the y block is loaded, added to in fp32 and rounded once.
+//    Backward runs two passes over the blocks: dx row block = sum over w blocks in
+//    fp32, rounded once; then per block of w rows, an fp32 accumulator loaded from
+//    dw (and db) collects dy^T x (and the column sums of dy) from every row block
+//    and is rounded back once. Scratch: linear_half_scratch_elems.
 #include "kernels/linear.hpp"
 
 #include <string>
 
 #include "core/error.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/half_tiles.hpp"
 
 namespace shardtrain {
 namespace {
@@ -33,7 +44,120 @@ std::string dims(const char* name, std::size_t r, std::size_t c) {
   return std::string(name) + "(" + std::to_string(r) + "," + std::to_string(c) + ")";
 }
 
+// Block geometry of the 16-bit path: `rows` rows of x by `cols` rows of w, each with
+// the whole inner dimension k. The scratch holds one w block (or dw accumulator),
+// one x block (or dx block), one (rows, cols) block of y / dy and cols bias floats.
+struct HalfLinearBlocks {
+  std::int64_t rows, cols, k;
+  std::int64_t elems() const { return (rows + cols) * k + rows * cols + cols; }
+};
+
+HalfLinearBlocks half_linear_blocks(std::int64_t n, std::int64_t k, std::int64_t m) {
+  return {half_tiles::min(n, half_tiles::kGemmRows), half_tiles::min(m, half_tiles::kGemmCols),
+          k};
+}
+
+// Shapes checked by linear_forward.
+template <class H>
+void linear_forward_half(CView2<H> x, CView2<H> w, CView1<H> b, View2<H> y, bool accumulate) {
+  using namespace half_tiles;
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t k = static_cast<std::int64_t>(x.extent(1));
+  const std::int64_t m = static_cast<std::int64_t>(w.extent(0));
+  if (n == 0 || m == 0) return;
+  check_host("linear_forward");
+  const HalfLinearBlocks blk = half_linear_blocks(n, k, m);
+  Scratch scratch(blk.elems(), "linear_forward");
+  float* wt = scratch.take(blk.cols * k);
+  float* xt = scratch.take(blk.rows * k);
+  float* yt = scratch.take(blk.rows * blk.cols);
+  float* bt = scratch.take(blk.cols);
+  const bool has_bias = b.extent(0) != 0;
+  const bool one_w_block = m <= blk.cols;
+  for (std::int64_t i0 = 0; i0 < n; i0 += blk.rows) {
+    const std::int64_t nr = min(blk.rows, n - i0);
+    to_f32(x.data() + i0 * k, xt, nr * k);
+    for (std::int64_t j0 = 0; j0 < m; j0 += blk.cols) {
+      const std::int64_t nc = min(blk.cols, m - j0);
+      if (i0 == 0 || !one_w_block) {
+        to_f32(w.data() + j0 * k, wt, nc * k);
+        if (has_bias) to_f32(b.data() + j0, bt, nc);
+      }
+      H* yb = y.data() + i0 * m + j0;
+      if (accumulate) load_block(yb, m, nr, nc, yt);
+      linear_forward<float>(CView2<float>(xt, nr, k), CView2<float>(wt, nc, k),
+                            has_bias ? CView1<float>(bt, nc) : CView1<float>(),
+                            View2<float>(yt, nr, nc), accumulate);
+      store_block(yt, nr, nc, yb, m);
+    }
+  }
+}
+
+// Shapes (including dx and db) checked by linear_backward.
+template <class H>
+void linear_backward_half(CView2<H> x, CView2<H> w, CView2<H> dy, View2<H> dx, View2<H> dw,
+                          View1<H> db) {
+  using namespace half_tiles;
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t k = static_cast<std::int64_t>(x.extent(1));
+  const std::int64_t m = static_cast<std::int64_t>(w.extent(0));
+  if (n == 0) return;  // dw, db += 0; dx is empty
+  if (m == 0) {        // dx = dy w is an empty sum; dw and db are empty
+    H* dxp = dx.data();
+    for (std::size_t i = 0; i < dx.size(); ++i) dxp[i] = H(0.0f);
+    return;
+  }
+  check_host("linear_backward");
+  const HalfLinearBlocks blk = half_linear_blocks(n, k, m);
+  Scratch scratch(blk.elems(), "linear_backward");
+  float* wt = scratch.take(blk.cols * k);  // w block (dx pass), dw accumulator (dw pass)
+  float* xt = scratch.take(blk.rows * k);  // dx block (dx pass), x block (dw pass)
+  float* dyt = scratch.take(blk.rows * blk.cols);
+  float* bt = scratch.take(blk.cols);      // db accumulator
+
+  // dx = dy w: per row block, summed over the w blocks in fp32, rounded once.
+  if (dx.size() != 0) {
+    const bool one_w_block = m <= blk.cols;
+    for (std::int64_t i0 = 0; i0 < n; i0 += blk.rows) {
+      const std::int64_t nr = min(blk.rows, n - i0);
+      for (std::int64_t j0 = 0; j0 < m; j0 += blk.cols) {
+        const std::int64_t nc = min(blk.cols, m - j0);
+        if (i0 == 0 || !one_w_block) to_f32(w.data() + j0 * k, wt, nc * k);
+        load_block(dy.data() + i0 * m + j0, m, nr, nc, dyt);
+        gemm<float>(Trans::N, Trans::N, 1.0f, CView2<float>(dyt, nr, nc), CView2<float>(wt, nc, k),
+                    j0 == 0 ? 0.0f : 1.0f, View2<float>(xt, nr, k));
+      }
+      from_f32(xt, dx.data() + i0 * k, nr * k);
+    }
+  }
+  // dw += dy^T x, db += column sums of dy: per block of w rows, an fp32 accumulator
+  // loaded from dw / db collects every row block, then is rounded back once.
+  const bool has_db = db.extent(0) != 0;
+  const bool one_x_block = n <= blk.rows;
+  for (std::int64_t j0 = 0; j0 < m; j0 += blk.cols) {
+    const std::int64_t nc = min(blk.cols, m - j0);
+    to_f32(dw.data() + j0 * k, wt, nc * k);
+    if (has_db) to_f32(db.data() + j0, bt, nc);
+    for (std::int64_t i0 = 0; i0 < n; i0 += blk.rows) {
+      const std::int64_t nr = min(blk.rows, n - i0);
+      if (j0 == 0 || !one_x_block) to_f32(x.data() + i0 * k, xt, nr * k);
+      load_block(dy.data() + i0 * m + j0, m, nr, nc, dyt);
+      // With dx empty, linear_backward uses w only for its shape: a null view of it.
+      linear_backward<float>(CView2<float>(xt, nr, k), CView2<float>(nullptr, nc, k),
+                             CView2<float>(dyt, nr, nc), View2<float>(), View2<float>(wt, nc, k),
+                             has_db ? View1<float>(bt, nc) : View1<float>());
+    }
+    from_f32(wt, dw.data() + j0 * k, nc * k);
+    if (has_db) from_f32(bt, db.data() + j0, nc);
+  }
+}
+
 }  // namespace
+
+std::int64_t linear_half_scratch_elems(std::int64_t n, std::int64_t k, std::int64_t m) {
+  if (n <= 0 || m <= 0) return 0;
+  return half_linear_blocks(n, k, m).elems();
+}
 
 template <class T>
 void linear_forward(CView2<T> x, CView2<T> w, CView1<T> b, View2<T> y, bool accumulate) {
@@ -49,22 +173,26 @@ void linear_forward(CView2<T> x, CView2<T> w, CView1<T> b, View2<T> y, bool accu
   SHARDTRAIN_CHECK(!has_bias || static_cast<std::int64_t>(b.extent(0)) == m,
                    "linear_forward: bias has " + std::to_string(b.extent(0)) +
                        " elements, expected " + std::to_string(m));
-  T beta = accumulate ? T(1) : T(0);
-  if (has_bias) {
-    const T* bp = b.data();
-    T* yp = y.data();
-    const bool add = accumulate;
-    Kokkos::parallel_for(kLabelBias, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
-      T* row = yp + i * m;
-      if (add) {
-        for (std::int64_t j = 0; j < m; ++j) row[j] += bp[j];
-      } else {
-        for (std::int64_t j = 0; j < m; ++j) row[j] = bp[j];
-      }
-    });
-    beta = T(1);
+  if constexpr (is_half_v<T>) {
+    linear_forward_half(x, w, b, y, accumulate);
+  } else {
+    T beta = accumulate ? T(1) : T(0);
+    if (has_bias) {
+      const T* bp = b.data();
+      T* yp = y.data();
+      const bool add = accumulate;
+      Kokkos::parallel_for(kLabelBias, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+        T* row = yp + i * m;
+        if (add) {
+          for (std::int64_t j = 0; j < m; ++j) row[j] += bp[j];
+        } else {
+          for (std::int64_t j = 0; j < m; ++j) row[j] = bp[j];
+        }
+      });
+      beta = T(1);
+    }
+    gemm<T>(Trans::N, Trans::T, T(1), x, w, beta, y);
   }
-  gemm<T>(Trans::N, Trans::T, T(1), x, w, beta, y);
 }
 
 template <class T>
@@ -80,31 +208,33 @@ void linear_backward(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<
                        dims("dy", dy.extent(0), dy.extent(1)) + " " +
                        dims("dw", dw.extent(0), dw.extent(1)));
   SHARDTRAIN_CHECK(contiguous(x, w, dy, dx, dw, db), "linear_backward: views must be contiguous");
-  if (dx.size() != 0) {
-    SHARDTRAIN_CHECK(dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1),
-                     "linear_backward: " + dims("dx", dx.extent(0), dx.extent(1)) +
-                         " does not match " + dims("x", x.extent(0), x.extent(1)));
-    gemm<T>(Trans::N, Trans::N, T(1), dy, w, T(0), dx);  // dx = dy w
-  }
-  gemm<T>(Trans::T, Trans::N, T(1), dy, x, T(1), dw);  // dw += dy^T x
-  if (db.extent(0) != 0) {
-    SHARDTRAIN_CHECK(static_cast<std::int64_t>(db.extent(0)) == m,
-                     "linear_backward: db has " + std::to_string(db.extent(0)) +
-                         " elements, expected " + std::to_string(m));
-    const T* dyp = dy.data();
-    T* dbp = db.data();
-    const std::int64_t blocks = (m + kColBlock - 1) / kColBlock;
-    Kokkos::parallel_for(kLabelBiasGrad, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
-      const std::int64_t j0 = blk * kColBlock;
-      const std::int64_t nj = (m - j0) < kColBlock ? (m - j0) : kColBlock;
-      T acc[kColBlock];
-      for (std::int64_t j = 0; j < nj; ++j) acc[j] = T(0);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const T* row = dyp + i * m + j0;
-        for (std::int64_t j = 0; j < nj; ++j) acc[j] += row[j];
-      }
-      for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] += acc[j];
-    });
+  SHARDTRAIN_CHECK(dx.size() == 0 || (dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1)),
+                   "linear_backward: " + dims("dx", dx.extent(0), dx.extent(1)) +
+                       " does not match " + dims("x", x.extent(0), x.extent(1)));
+  SHARDTRAIN_CHECK(db.extent(0) == 0 || static_cast<std::int64_t>(db.extent(0)) == m,
+                   "linear_backward: db has " + std::to_string(db.extent(0)) +
+                       " elements, expected " + std::to_string(m));
+  if constexpr (is_half_v<T>) {
+    linear_backward_half(x, w, dy, dx, dw, db);
+  } else {
+    if (dx.size() != 0) gemm<T>(Trans::N, Trans::N, T(1), dy, w, T(0), dx);  // dx = dy w
+    gemm<T>(Trans::T, Trans::N, T(1), dy, x, T(1), dw);  // dw += dy^T x
+    if (db.extent(0) != 0) {
+      const T* dyp = dy.data();
+      T* dbp = db.data();
+      const std::int64_t blocks = (m + kColBlock - 1) / kColBlock;
+      Kokkos::parallel_for(kLabelBiasGrad, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
+        const std::int64_t j0 = blk * kColBlock;
+        const std::int64_t nj = (m - j0) < kColBlock ? (m - j0) : kColBlock;
+        T acc[kColBlock];
+        for (std::int64_t j = 0; j < nj; ++j) acc[j] = T(0);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const T* row = dyp + i * m + j0;
+          for (std::int64_t j = 0; j < nj; ++j) acc[j] += row[j];
+        }
+        for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] += acc[j];
+      });
+    }
   }
 }
 
@@ -114,6 +244,8 @@ void linear_backward(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<
                                    View1<T>);
 SHARDTRAIN_INSTANTIATE_LINEAR(float)
 SHARDTRAIN_INSTANTIATE_LINEAR(double)
+SHARDTRAIN_INSTANTIATE_LINEAR(f16)
+SHARDTRAIN_INSTANTIATE_LINEAR(bf16)
 #undef SHARDTRAIN_INSTANTIATE_LINEAR
 
 }  // namespace shardtrain

@@ -10,7 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
-  libtomlplusplus-dev libcli11-dev libfmt-dev
+  libtomlplusplus-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev
 )
 if [[ "${1:-}" == "--quickstart" ]]; then

@@ -119,6 +119,11 @@ int run_main(int argc, char** argv) {
                "exit code 2 if it exceeds train.memory_limit_mb");
   app.add_option("--ranks", plan_ranks, "With --plan: plan for this many ranks (default: the MPI job's)")
       ->check(CLI::PositiveNumber);
+  std::string inject_overflow;
+  app.add_option("--inject-overflow", inject_overflow,
+                 "Test hook: at optimizer step STEP (1-based) rank RANK (default 0) plants an inf in "
+                 "its gradient before the reduction, as a real fp16 overflow would")
+      ->type_name("STEP[:RANK]");
   app.set_version_flag("--version", std::string("shardtrain ") + kVersion);
   try {
     app.parse(argc, argv);
@@ -126,6 +131,22 @@ int run_main(int argc, char** argv) {
     std::ostringstream sink;
     const int code = root ? app.exit(e) : app.exit(e, sink, sink);
     return code == 0 ? kExitOk : kExitBadInput;
+  }
+
+  TrainerHooks hooks;
+  if (!inject_overflow.empty()) {
+    long long step = 0, rank = 0;
+    char tail = 0;
+    const int n = std::sscanf(inject_overflow.c_str(), "%lld:%lld%c", &step, &rank, &tail);
+    if (n < 1 || n > 2 || step < 1 || rank < 0 || rank >= world_size() ||
+        (n == 1 && inject_overflow.find(':') != std::string::npos)) {
+      if (root)
+        std::fprintf(stderr, "error: --inject-overflow %s: expected STEP[:RANK] with STEP >= 1 and "
+                     "0 <= RANK < %d\n", inject_overflow.c_str(), world_size());
+      return kExitBadInput;
+    }
+    hooks.overflow_step = step;
+    hooks.overflow_rank = static_cast<int>(rank);
   }
 
   RunConfig config;
@@ -143,11 +164,16 @@ int run_main(int argc, char** argv) {
   }
 
   std::unique_ptr<Trainer> trainer;
-  if (int code = agree([&] { trainer = std::make_unique<Trainer>(config, MPI_COMM_WORLD); }))
+  if (int code = agree([&] { trainer = std::make_unique<Trainer>(config, MPI_COMM_WORLD, hooks); }))
     return code;
 
   try {
     trainer->run();
+  } catch (const AgreedError& e) {
+    // Every rank stopped here with the same message: say it once, exit cleanly.
+    if (root) std::fprintf(stderr, "error: %s\n", e.what());
+    std::fflush(stderr);
+    return kExitFailure;
   } catch (const std::exception& e) {
     const bool input = dynamic_cast<const InputError*>(&e) != nullptr;
     std::fprintf(stderr, "error (rank %d): %s\n", world_rank(), e.what());

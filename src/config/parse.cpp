@@ -41,10 +41,10 @@ struct KeySpec {
   Kind kind;
 };
 
-constexpr std::array<std::string_view, 5> k_sections = {"model", "data", "train", "optim",
-                                                        "parallel"};
+constexpr std::array<std::string_view, 6> k_sections = {"model", "data", "train", "optim",
+                                                        "parallel", "precision"};
 
-constexpr std::array<KeySpec, 30> k_keys = {{
+constexpr std::array<KeySpec, 38> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -75,6 +75,14 @@ constexpr std::array<KeySpec, 30> k_keys = {{
     {"parallel", "zero_stage", Kind::integer},
     {"parallel", "overlap", Kind::boolean},
     {"parallel", "bucket_mb", Kind::number},
+    {"precision", "mode", Kind::string},
+    {"precision", "init_scale", Kind::number},
+    {"precision", "growth_interval", Kind::integer},
+    {"precision", "growth_factor", Kind::number},
+    {"precision", "backoff_factor", Kind::number},
+    {"precision", "hysteresis", Kind::integer},
+    {"precision", "min_scale", Kind::number},
+    {"precision", "max_consecutive_skips", Kind::integer},
 }};
 
 std::string dotted(const KeySpec& k) { return fmt::format("{}.{}", k.section, k.key); }
@@ -636,6 +644,27 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
              fmt::format("must be 0, 1, 2 or 3, got {}", stage));
   r.read_bool("parallel.overlap", c.parallel.overlap);
   r.read_number("parallel.bucket_mb", c.parallel.bucket_mb, {0, false, {}});
+
+  // [precision]
+  auto& pr = c.precision;
+  r.read_string("precision.mode", pr.mode, {"fp32", "fp16", "bf16"});
+  r.read_number("precision.init_scale", pr.init_scale, {0, true, {}});
+  r.read_int("precision.growth_interval", pr.growth_interval, 1);
+  r.read_number("precision.growth_factor", pr.growth_factor, {1, true, {}});
+  r.read_number("precision.backoff_factor", pr.backoff_factor, {0, true, 1.0});
+  r.read_int("precision.hysteresis", pr.hysteresis, 1, 1000000);
+  r.read_number("precision.min_scale", pr.min_scale, {0, true, {}});
+  r.read_int("precision.max_consecutive_skips", pr.max_consecutive_skips, 1);
+  if (!r.failed("precision.init_scale") && !r.failed("precision.min_scale") &&
+      pr.min_scale > pr.init_scale) {
+    auto [where, first] = r.pick("precision.min_scale", "precision.init_scale");
+    r.report(where, first ? "precision.min_scale" : "precision.init_scale",
+             fmt::format("precision.min_scale ({}) must be <= precision.init_scale ({})",
+                         show(pr.min_scale), show(pr.init_scale)));
+  }
+  if (!r.failed("precision.init_scale") && pr.init_scale > 3.4e38)
+    r.report(r.origin("precision.init_scale"), "precision.init_scale",
+             fmt::format("must fit in a float (<= 3.4e38), got {}", show(pr.init_scale)));
   if (!r.failed("parallel.zero_stage")) c.parallel.zero_stage = static_cast<int>(stage);
 }
 
@@ -688,7 +717,14 @@ std::string to_toml(const RunConfig& c) {
       toml_float(o.eps), toml_float(o.grad_clip));
   s += fmt::format("\n[parallel]\nzero_stage = {}\noverlap = {}\nbucket_mb = {}\n",
                    c.parallel.zero_stage, c.parallel.overlap ? "true" : "false",
-                   show(c.parallel.bucket_mb));
+                   toml_float(c.parallel.bucket_mb));
+  const auto& pr = c.precision;
+  s += fmt::format(
+      "\n[precision]\nmode = {}\ninit_scale = {}\ngrowth_interval = {}\ngrowth_factor = {}\n"
+      "backoff_factor = {}\nhysteresis = {}\nmin_scale = {}\nmax_consecutive_skips = {}\n",
+      toml_string(pr.mode), toml_float(pr.init_scale), pr.growth_interval,
+      toml_float(pr.growth_factor), toml_float(pr.backoff_factor), pr.hysteresis,
+      toml_float(pr.min_scale), pr.max_consecutive_skips);
   return s;
 }
 

@@ -54,12 +54,27 @@ struct ParallelConfig {
   double bucket_mb = 4.0;          // stages 2-3: coalesce groups into buckets up to this; >= 0
 };
 
+// Mixed precision (share/doc/config.md#precision). fp16 and bf16 store
+// parameters, activations and gradients in 16 bits, with fp32 master weights
+// and moments in the optimizer; fp16 also scales the loss (optim/loss_scaler.hpp).
+struct PrecisionConfig {
+  std::string mode = "fp32";                 // "fp32" | "fp16" | "bf16"
+  double init_scale = 65536.0;               // fp16 loss scale at step 1; >= min_scale
+  std::int64_t growth_interval = 2000;       // clean steps before the scale grows, >= 1
+  double growth_factor = 2.0;                // > 1
+  double backoff_factor = 0.5;               // in (0, 1)
+  int hysteresis = 2;                        // overflows before the first back-off, >= 1
+  double min_scale = 1.0;                    // > 0
+  std::int64_t max_consecutive_skips = 100;  // abort after this many skipped steps in a row, >= 1
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
   OptimConfig optim;
   ParallelConfig parallel;
+  PrecisionConfig precision;
   std::string source_name;         // the input file as given on the command line
   std::string source_text;         // its text, as broadcast by rank 0
 };

@@ -4,6 +4,9 @@
 // and ends the whole job so no rank is left waiting in a collective.
 //  - InputError: the user's input is wrong (config, data file). Exit code 2.
 //  - Error:      anything else (I/O failure, MPI failure, a broken invariant). Exit code 1.
+//  - AgreedError: a failure every rank reaches at the same point with the same
+//    message (e.g. the loss scaler's abort after too many skipped steps): printed
+//    once by rank 0, exit code 1, no MPI_Abort.
 #pragma once
 
 #include <stdexcept>
@@ -22,6 +25,11 @@ class InputError : public std::runtime_error {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+class AgreedError : public Error {
+ public:
+  using Error::Error;
 };
 
 namespace detail {

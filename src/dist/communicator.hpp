@@ -14,9 +14,13 @@
 #include <memory>
 #include <span>
 
+#include "kernels/half.hpp"
+
 namespace shardtrain {
 
-enum class DType { F32, F64, I32, I64, U8 };
+// F16 and BF16 (kernels/half.hpp) are moved as 16-bit words; their reductions
+// convert each pair of elements to fp32, combine, and round back once.
+enum class DType { F32, F64, I32, I64, U8, F16, BF16 };
 enum class ReduceOp { Sum, Max, Min };
 
 constexpr std::size_t dtype_size(DType t) {
@@ -26,6 +30,8 @@ constexpr std::size_t dtype_size(DType t) {
     case DType::I32: return 4;
     case DType::I64: return 8;
     case DType::U8: return 1;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
   }
   return 0;
 }
@@ -36,6 +42,8 @@ template <> constexpr DType dtype_of<double>() { return DType::F64; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::I64; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
+template <> constexpr DType dtype_of<f16>() { return DType::F16; }
+template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
 
 // A pending non-blocking collective. wait() completes it (and rethrows a
 // failure); destroying an incomplete request waits for it first, so buffers are

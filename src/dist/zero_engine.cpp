@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "core/error.hpp"
@@ -26,18 +27,19 @@ std::vector<std::int64_t> pool_sizes(std::vector<std::int64_t> sizes) {
   return pool;
 }
 
-std::vector<std::int64_t> span_sizes(const ParamLayout& layout, double bucket_mb) {
+std::vector<std::int64_t> span_sizes(const ParamLayout& layout, double bucket_mb,
+                                     std::size_t elem_bytes) {
   std::vector<std::int64_t> sizes;
-  for (const auto& [first, last] : ZeroEngine::plan_buckets(layout, bucket_mb))
+  for (const auto& [first, last] : zero_plan_buckets(layout, bucket_mb, elem_bytes))
     sizes.push_back(layout.group_range(last).second - layout.group_range(first).first);
   return sizes;
 }
 
 }  // namespace
 
-std::vector<std::pair<int, int>> ZeroEngine::plan_buckets(const ParamLayout& layout,
-                                                          double bucket_mb) {
-  const double cap = bucket_mb * 1024.0 * 1024.0 / sizeof(float);  // elements
+std::vector<std::pair<int, int>> zero_plan_buckets(const ParamLayout& layout, double bucket_mb,
+                                                   std::size_t elem_bytes) {
+  const double cap = bucket_mb * 1024.0 * 1024.0 / static_cast<double>(elem_bytes);  // elements
   std::vector<std::pair<int, int>> spans;
   for (int g = 0; g < layout.num_groups(); ++g) {
     if (!spans.empty()) {
@@ -53,15 +55,17 @@ std::vector<std::pair<int, int>> ZeroEngine::plan_buckets(const ParamLayout& lay
   return spans;
 }
 
-std::int64_t ZeroEngine::bucket_elems(const ParamLayout& layout, int stage, double bucket_mb) {
+std::int64_t zero_bucket_elems(const ParamLayout& layout, int stage, double bucket_mb,
+                               std::size_t elem_bytes) {
   if (stage < 2) return 0;
   std::int64_t total = 0;
-  for (std::int64_t size : pool_sizes(span_sizes(layout, bucket_mb)))
+  for (std::int64_t size : pool_sizes(span_sizes(layout, bucket_mb, elem_bytes)))
     total += (stage == 3 ? 2 : 1) * size;
   return total;
 }
 
-ZeroEngine::ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
+template <class P>
+ZeroEngine<P>::ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
                        MemoryTracker& memory)
     : m_layout(layout), m_stage(options.stage), m_comm(comm), m_overlap(options.overlap) {
   SHARDTRAIN_CHECK(m_stage >= 0 && m_stage <= 3, "ZeRO stage must be 0, 1, 2 or 3");
@@ -69,11 +73,11 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, const Options& options, Commun
   SHARDTRAIN_CHECK(layout.world_size() == comm.size(), "layout padded for another world size");
   std::tie(m_lo, m_hi) = layout.shard_range(comm.rank());
   const std::int64_t n = layout.padded_size(), shard = m_hi - m_lo;
-  m_params = TrackedBuffer<float>(memory, MemCategory::Parameters, m_stage == 3 ? shard : n);
-  m_grads = TrackedBuffer<float>(memory, MemCategory::Gradients, m_stage >= 2 ? shard : n);
+  m_params = TrackedBuffer<P>(memory, MemCategory::Parameters, m_stage == 3 ? shard : n);
+  m_grads = TrackedBuffer<P>(memory, MemCategory::Gradients, m_stage >= 2 ? shard : n);
 
   m_span_of_group.assign(layout.num_groups(), -1);
-  for (const auto& [first, last] : plan_buckets(layout, options.bucket_mb)) {
+  for (const auto& [first, last] : zero_plan_buckets(layout, options.bucket_mb, sizeof(P))) {
     Span sp;
     sp.first = first;
     sp.last = last;
@@ -96,7 +100,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, const Options& options, Commun
   auto make_pool = [&](std::vector<Buffer>& pool) {
     for (std::int64_t size : pool_sizes(sizes)) {
       Buffer b;
-      b.data = TrackedBuffer<float>(memory, MemCategory::Communication, size);
+      b.data = TrackedBuffer<P>(memory, MemCategory::Communication, size);
       pool.push_back(std::move(b));
     }
   };
@@ -104,31 +108,37 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, const Options& options, Commun
   if (m_stage == 3) make_pool(m_param_buffers);
 }
 
-ZeroEngine::~ZeroEngine() {
+template <class P>
+ZeroEngine<P>::~ZeroEngine() {
   // Requests wait in their destructors; make sure none outlives its buffers.
   for (auto& b : m_grad_buffers) b.pending.reset();
   for (auto& b : m_param_buffers) b.pending.reset();
 }
 
-std::pair<std::int64_t, std::int64_t> ZeroEngine::optimizer_range() const {
+template <class P>
+std::pair<std::int64_t, std::int64_t> ZeroEngine<P>::optimizer_range() const {
   if (m_stage == 0) return {0, m_layout.padded_size()};
   return {m_lo, m_hi};
 }
 
-std::pair<std::int64_t, std::int64_t> ZeroEngine::stored_param_range() const {
+template <class P>
+std::pair<std::int64_t, std::int64_t> ZeroEngine<P>::stored_param_range() const {
   if (m_stage == 3) return {m_lo, m_hi};
   return {0, m_layout.padded_size()};
 }
 
-float* ZeroEngine::stored_params() { return m_params.data(); }
+template <class P>
+P* ZeroEngine<P>::stored_params() { return m_params.data(); }
 
-std::int64_t ZeroEngine::offset_in_span(int g) const {
+template <class P>
+std::int64_t ZeroEngine<P>::offset_in_span(int g) const {
   return m_layout.group_range(g).first - m_spans[m_span_of_group[g]].lo;
 }
 
 // ---------------------------------------------------------------- gradients
 
-ZeroEngine::Buffer& ZeroEngine::take_grad_buffer(int s) {
+template <class P>
+typename ZeroEngine<P>::Buffer& ZeroEngine<P>::take_grad_buffer(int s) {
   const std::int64_t need = span_size(s);
   for (;;) {
     Buffer* best = nullptr;
@@ -139,7 +149,7 @@ ZeroEngine::Buffer& ZeroEngine::take_grad_buffer(int s) {
     if (best) {
       best->span = s;
       best->ready = 0;
-      std::memset(best->data.data(), 0, static_cast<std::size_t>(need) * sizeof(float));
+      std::fill(best->data.data(), best->data.data() + need, P(0.0f));
       return *best;
     }
     // All fitting buffers are busy: complete the oldest in-flight reduction.
@@ -149,34 +159,39 @@ ZeroEngine::Buffer& ZeroEngine::take_grad_buffer(int s) {
   }
 }
 
-ZeroEngine::Buffer* ZeroEngine::active_grad_buffer(int s) {
+template <class P>
+typename ZeroEngine<P>::Buffer* ZeroEngine<P>::active_grad_buffer(int s) {
   for (auto& b : m_grad_buffers)
     if (b.span == s && !b.pending) return &b;
   return nullptr;
 }
 
-ZeroEngine::Buffer* ZeroEngine::oldest_pending_grad_buffer() {
+template <class P>
+typename ZeroEngine<P>::Buffer* ZeroEngine<P>::oldest_pending_grad_buffer() {
   Buffer* oldest = nullptr;
   for (auto& b : m_grad_buffers)
     if (b.pending && (!oldest || b.order < oldest->order)) oldest = &b;
   return oldest;
 }
 
-void ZeroEngine::complete_grad_buffer(Buffer& b) {
+template <class P>
+void ZeroEngine<P>::complete_grad_buffer(Buffer& b) {
   b.pending->wait();
   b.pending.reset();
   const Span& sp = m_spans[b.span];
   const std::int64_t count = static_cast<std::int64_t>(sp.counts[m_comm.rank()]);
   if (count > 0) {
     // The reduced block sits at the rank's own place in the buffer (in place).
-    float* dst = m_grads.data() + (std::max(sp.lo, m_lo) - m_lo);
-    const float* src = b.data.data() + sp.own_displ;
-    for (std::int64_t i = 0; i < count; ++i) dst[i] += src[i];
+    P* dst = m_grads.data() + (std::max(sp.lo, m_lo) - m_lo);
+    const P* src = b.data.data() + sp.own_displ;
+    for (std::int64_t i = 0; i < count; ++i)
+      dst[i] = P(static_cast<float>(dst[i]) + static_cast<float>(src[i]));
   }
   b.span = -1;
 }
 
-float* ZeroEngine::acquire_grads(int g) {
+template <class P>
+P* ZeroEngine<P>::acquire_grads(int g) {
   if (m_stage < 2) return m_grads.data() + m_layout.group_range(g).first;
   const int s = m_span_of_group[g];
   Buffer* b = active_grad_buffer(s);
@@ -184,7 +199,8 @@ float* ZeroEngine::acquire_grads(int g) {
   return b->data.data() + offset_in_span(g);
 }
 
-void ZeroEngine::grads_ready(int g) {
+template <class P>
+void ZeroEngine<P>::grads_ready(int g) {
   if (m_stage < 2) return;
   const int s = m_span_of_group[g];
   Buffer* b = active_grad_buffer(s);
@@ -192,23 +208,33 @@ void ZeroEngine::grads_ready(int g) {
   const Span& sp = m_spans[s];
   if (++b->ready < sp.last - sp.first + 1) return;  // the bucket waits for its other groups
   b->order = ++m_clock;
+  if (m_plant_overflow) {
+    b->data.data()[0] = P(std::numeric_limits<float>::infinity());
+    m_plant_overflow = false;
+  }
   b->pending = m_comm.ireduce_scatter_v(b->data.data(), b->data.data() + sp.own_displ, sp.counts,
-                                        DType::F32, ReduceOp::Sum);
+                                        dtype_of<P>(), ReduceOp::Sum);
   if (!m_overlap) complete_grad_buffer(*b);
 }
 
-void ZeroEngine::begin_step() {
-  std::fill(m_grads.data(), m_grads.data() + m_grads.size(), 0.0f);
+template <class P>
+void ZeroEngine<P>::begin_step() {
+  std::fill(m_grads.data(), m_grads.data() + m_grads.size(), P(0.0f));
 }
 
-double ZeroEngine::finish_gradients() {
+template <class P>
+double ZeroEngine<P>::finish_gradients() {
+  if (m_stage < 2 && m_plant_overflow) {
+    m_grads.data()[0] = P(std::numeric_limits<float>::infinity());
+    m_plant_overflow = false;
+  }
   switch (m_stage) {
     case 0:
       m_comm.all_reduce(m_grads.span(), ReduceOp::Sum);
       return sum_of_squares(m_layout, m_grads.data(), 0, m_layout.padded_size());
     case 1:
       m_comm.reduce_scatter(m_grads.data(), m_grads.data() + m_lo,
-                            static_cast<std::size_t>(m_hi - m_lo), DType::F32, ReduceOp::Sum);
+                            static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>(), ReduceOp::Sum);
       return m_comm.all_reduce_value(sum_of_squares(m_layout, m_grads.data() + m_lo, m_lo, m_hi));
     default:
       for (const auto& b : m_grad_buffers)
@@ -218,15 +244,26 @@ double ZeroEngine::finish_gradients() {
   }
 }
 
-void ZeroEngine::apply_optimizer(AdamW& optim, double lr, float grad_scale, std::int64_t step) {
+template <class P>
+std::int64_t ZeroEngine<P>::first_non_finite_gradient() {
+  const auto [lo, hi] = optimizer_range();
+  const P* g = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
+  const std::ptrdiff_t k = first_non_finite(g, static_cast<std::size_t>(hi - lo));
+  const std::int64_t mine = k < 0 ? std::numeric_limits<std::int64_t>::max() : lo + k;
+  const std::int64_t first = m_comm.all_reduce_value(mine, ReduceOp::Min);
+  return first == std::numeric_limits<std::int64_t>::max() ? -1 : first;
+}
+
+template <class P>
+void ZeroEngine<P>::apply_optimizer(AdamW& optim, double lr, float grad_scale, std::int64_t step) {
   const auto [lo, hi] = optimizer_range();
   SHARDTRAIN_CHECK(optim.lo() == lo && optim.hi() == hi, "optimizer range does not match the shard");
-  float* params = m_stage == 3 ? m_params.data() : m_params.data() + lo;
-  const float* grads = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
+  P* params = m_stage == 3 ? m_params.data() : m_params.data() + lo;
+  const P* grads = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
   optim.step(params, grads, lr, grad_scale, step);
   if (m_stage == 1 || m_stage == 2)
     m_comm.all_gather(m_params.data() + m_lo, m_params.data(),
-                      static_cast<std::size_t>(m_hi - m_lo), DType::F32);
+                      static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>());
   if (m_stage == 3)
     for (auto& b : m_param_buffers) {
       SHARDTRAIN_CHECK(b.users == 0, "optimizer step while parameters are in use");
@@ -237,13 +274,15 @@ void ZeroEngine::apply_optimizer(AdamW& optim, double lr, float grad_scale, std:
 
 // ---------------------------------------------------------------- parameters
 
-ZeroEngine::Buffer* ZeroEngine::find_param_buffer(int s) {
+template <class P>
+typename ZeroEngine<P>::Buffer* ZeroEngine<P>::find_param_buffer(int s) {
   for (auto& b : m_param_buffers)
     if (b.span == s) return &b;
   return nullptr;
 }
 
-ZeroEngine::Buffer& ZeroEngine::take_param_buffer(int s) {
+template <class P>
+typename ZeroEngine<P>::Buffer& ZeroEngine<P>::take_param_buffer(int s) {
   const std::int64_t need = span_size(s);
   // An unused buffer that fits: empty ones first, then the least recently used.
   Buffer* best = nullptr;
@@ -261,14 +300,16 @@ ZeroEngine::Buffer& ZeroEngine::take_param_buffer(int s) {
   return *best;
 }
 
-void ZeroEngine::start_gather(Buffer& b, int s) {
+template <class P>
+void ZeroEngine<P>::start_gather(Buffer& b, int s) {
   const Span& sp = m_spans[s];
-  const float* mine = sp.counts[m_comm.rank()] > 0 ? m_params.data() + (std::max(sp.lo, m_lo) - m_lo)
-                                                   : m_params.data();
-  b.pending = m_comm.iall_gather_v(mine, b.data.data(), sp.counts, DType::F32);
+  const P* mine = sp.counts[m_comm.rank()] > 0 ? m_params.data() + (std::max(sp.lo, m_lo) - m_lo)
+                                               : m_params.data();
+  b.pending = m_comm.iall_gather_v(mine, b.data.data(), sp.counts, dtype_of<P>());
 }
 
-void ZeroEngine::prefetch(int next) {
+template <class P>
+void ZeroEngine<P>::prefetch(int next) {
   if (m_stage < 3) return;
   if (next < 0 || next >= m_layout.num_groups()) return;
   const int s = m_span_of_group[next];
@@ -281,7 +322,8 @@ void ZeroEngine::prefetch(int next) {
   start_gather(take_param_buffer(s), s);
 }
 
-float* ZeroEngine::acquire_params(int g) {
+template <class P>
+P* ZeroEngine<P>::acquire_params(int g) {
   if (m_stage < 3) return m_params.data() + m_layout.group_range(g).first;
   const int s = m_span_of_group[g];
   Buffer* b = find_param_buffer(s);
@@ -298,11 +340,16 @@ float* ZeroEngine::acquire_params(int g) {
   return b->data.data() + offset_in_span(g);
 }
 
-void ZeroEngine::release_params(int g) {
+template <class P>
+void ZeroEngine<P>::release_params(int g) {
   if (m_stage < 3) return;
   Buffer* b = find_param_buffer(m_span_of_group[g]);
   SHARDTRAIN_CHECK(b && b->users > 0, "release_params(" + std::to_string(g) + ") without acquire");
   --b->users;
 }
+
+template class ZeroEngine<float>;
+template class ZeroEngine<f16>;
+template class ZeroEngine<bf16>;
 
 }  // namespace shardtrain

@@ -21,6 +21,10 @@
 // A shard is the contiguous range layout.shard_range(rank) of the padded flat
 // vector; buckets straddling shard boundaries use variable-block collectives.
 // Optimizer moments live with the optimizer (AdamW over optimizer_range()).
+// Precision: P is the storage type of parameters and gradients (float, f16 or
+// bf16); reductions of 16-bit gradients combine in fp32 and round once per
+// combine (Communicator F16/BF16). fp32 master weights and moments live in the
+// optimizer (AdamW over optimizer_range()).
 // Memory: every buffer is tracked; the bucket pools (three gradient buffers in
 // stages 2-3, three gather buffers in stage 3, sized by the largest buckets)
 // are in the Communication category, declared by bucket_elems().
@@ -31,6 +35,7 @@
 #include <vector>
 
 #include "core/memory.hpp"
+#include "kernels/half.hpp"
 #include "dist/communicator.hpp"
 #include "model/param_layout.hpp"
 #include "model/param_provider.hpp"
@@ -39,7 +44,16 @@ namespace shardtrain {
 
 class AdamW;
 
-class ZeroEngine final : public ParamProvider<float> {
+// The buckets for elements of `elem_bytes` bytes: [first, last] group of each,
+// in layout order.
+std::vector<std::pair<int, int>> zero_plan_buckets(const ParamLayout& layout, double bucket_mb,
+                                                   std::size_t elem_bytes);
+// Elements of the bucket pools (gradient staging + parameter gather), for the memory plan.
+std::int64_t zero_bucket_elems(const ParamLayout& layout, int stage, double bucket_mb,
+                               std::size_t elem_bytes);
+
+template <class P>
+class ZeroEngine final : public ParamProvider<P> {
  public:
   struct Options {
     int stage = 0;          // 0-3
@@ -56,29 +70,39 @@ class ZeroEngine final : public ParamProvider<float> {
   // The parameters this rank stores: [lo, hi) of the flat vector, to initialise
   // (stages 0-2: the whole vector; stage 3: the shard).
   std::pair<std::int64_t, std::int64_t> stored_param_range() const;
-  float* stored_params();
+  P* stored_params();
 
   // ParamProvider
-  float* acquire_params(int group) override;
+  P* acquire_params(int group) override;
   void release_params(int group) override;
-  float* acquire_grads(int group) override;
+  P* acquire_grads(int group) override;
   void grads_ready(int group) override;
   void prefetch(int group) override;
 
   // Zeroes the gradient accumulators; call before the first micro-batch of a step.
   void begin_step();
   // Completes every gradient reduction of the step; returns the global squared
-  // L2 norm of the gradient (identical on every rank).
+  // L2 norm of the gradient (identical on every rank; inf or NaN when any
+  // rank's shard holds an inf or NaN: the one scalar all-reduce is also the
+  // found-inf reduction).
   double finish_gradients();
+  // After finish_gradients: the flat index of the first non-finite gradient
+  // over all ranks (each rank scans the range its optimizer owns), or -1.
+  // Collective.
+  std::int64_t first_non_finite_gradient();
+  // Test hook: the next gradient reduction this rank starts (stages 2-3) or the
+  // step's reduction (stages 0-1) carries +inf in its first element, so an
+  // overflow reaches the reduction exactly as a real one would.
+  void plant_overflow() { m_plant_overflow = true; }
   // grads *= grad_scale, AdamW on optimizer_range(), then (stages 1, 2) the
   // parameters are all-gathered again.
   void apply_optimizer(AdamW& optim, double lr, float grad_scale, std::int64_t step);
 
-  // The buckets: [first, last] group of each, in layout order.
-  static std::vector<std::pair<int, int>> plan_buckets(const ParamLayout& layout, double bucket_mb);
+  // The parameters as the model sees them after the last update (for tests):
+  // the stored range, [stored_param_range()).
+  const P* stored_params() const { return m_params.data(); }
+
   int num_buckets() const { return static_cast<int>(m_spans.size()); }
-  // Elements of the bucket pools (gradient staging + parameter gather), for the memory plan.
-  static std::int64_t bucket_elems(const ParamLayout& layout, int stage, double bucket_mb);
 
  private:
   // One bucket of the plan: groups [first, last], elements [lo, hi) of the flat vector.
@@ -90,7 +114,7 @@ class ZeroEngine final : public ParamProvider<float> {
   };
   // A pool buffer holding one span's gradients (staging) or parameters (gather).
   struct Buffer {
-    TrackedBuffer<float> data;
+    TrackedBuffer<P> data;
     int span = -1;                 // span held, -1 when free
     int users = 0;                 // params: acquisitions not yet released
     int ready = 0;                 // grads: groups reported ready
@@ -114,13 +138,18 @@ class ZeroEngine final : public ParamProvider<float> {
   bool m_overlap;
   std::int64_t m_lo = 0, m_hi = 0;     // this rank's shard
 
-  TrackedBuffer<float> m_params;        // stages 0-2: full; stage 3: shard
-  TrackedBuffer<float> m_grads;         // stages 0-1: full; stages 2-3: shard accumulator
+  TrackedBuffer<P> m_params;            // stages 0-2: full; stage 3: shard
+  TrackedBuffer<P> m_grads;             // stages 0-1: full; stages 2-3: shard accumulator
   std::vector<Span> m_spans;            // the buckets, fixed by layout and bucket_mb
   std::vector<int> m_span_of_group;
   std::vector<Buffer> m_grad_buffers;   // stages 2-3: sized [largest, second, second] span
   std::vector<Buffer> m_param_buffers;  // stage 3: the same sizes
   std::uint64_t m_clock = 0;            // orders buffer events
+  bool m_plant_overflow = false;
 };
+
+extern template class ZeroEngine<float>;
+extern template class ZeroEngine<f16>;
+extern template class ZeroEngine<bf16>;
 
 }  // namespace shardtrain

@@ -2,6 +2,7 @@
 // GPT decoder. Every op is a kernel from kernels/; this file only wires views.
 #include "model/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -12,6 +13,8 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
+#include "kernels/half.hpp"
+#include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 
@@ -44,6 +47,16 @@ GptActivationPlan gpt_activation_plan(const GptDims& d) {
   // qkv (forward) | attention workspace | dres | dsmall | dbig1 | dbig2
   p.workspace = bt * 3 * c + attention_workspace_elems(att_shape) + bt * c + bt * c +
                 2 * bt * 4 * c;
+  // 16-bit models: the fp32 tiles of the largest kernel call (kernels/half_scratch.hpp).
+  const std::int64_t v = d.vocab;
+  for (std::int64_t need :
+       {layernorm_half_scratch_elems(c), linear_half_scratch_elems(bt, c, 3 * c),
+        linear_half_scratch_elems(bt, c, c), linear_half_scratch_elems(bt, c, 4 * c),
+        linear_half_scratch_elems(bt, 4 * c, c), linear_half_scratch_elems(bt, c, v),
+        attention_half_scratch_elems(att_shape), gelu_half_scratch_elems(),
+        embedding_half_scratch_elems(v, c), cross_entropy_half_scratch_elems(v),
+        elementwise_half_scratch_elems()})
+    p.half_scratch = std::max(p.half_scratch, need);
   return p;
 }
 
@@ -104,6 +117,10 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   const auto plan = gpt_activation_plan(dims);
   m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, plan.activations());
   m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace);
+  if constexpr (is_half_v<T>) {
+    m_half_scratch = TrackedBuffer<float>(memory, MemCategory::Workspace, plan.half_scratch);
+    half_scratch_bind(m_half_scratch.data(), m_half_scratch.size());
+  }
 
   const std::int64_t bt = dims.max_batch * dims.seq_len, c = dims.channels;
   const std::int64_t att_saved = attention_saved_elems(attention_shape(dims, dims.max_batch));
@@ -129,6 +146,12 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   SHARDTRAIN_CHECK(static_cast<std::int64_t>(entries.size()) == 2 + kBlockTensors * dims.n_layer + 2,
                    "layout is not a gpt_layout() of these dims");
   for (const auto& e : entries) m_rel.push_back(e.offset - layout.group_range(e.group).first);
+}
+
+template <class T>
+Gpt<T>::~Gpt() {
+  if (m_half_scratch.size() > 0 && half_scratch_size() == m_half_scratch.size())
+    half_scratch_bind(nullptr, 0);
 }
 
 template <class T>
@@ -250,7 +273,7 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
   }
   m_provider->release_params(0);
   double sum = 0.0;  // fixed order: deterministic
-  for (std::int64_t i = 0; i < bt; ++i) sum += static_cast<double>(m_losses[i]);
+  for (std::int64_t i = 0; i < bt; ++i) sum += static_cast<double>(static_cast<compute_t<T>>(m_losses[i]));
   return sum;
 }
 
@@ -341,6 +364,12 @@ void Gpt<T>::backward(T dloss) {
 
 template class Gpt<float>;
 template class Gpt<double>;
+template class Gpt<f16>;
+template class Gpt<bf16>;
+template void gpt_init_params<f16>(const ParamLayout&, const GptDims&, double, std::uint64_t,
+                                   f16*, std::int64_t, std::int64_t);
+template void gpt_init_params<bf16>(const ParamLayout&, const GptDims&, double, std::uint64_t,
+                                    bf16*, std::int64_t, std::int64_t);
 template void gpt_init_params<float>(const ParamLayout&, const GptDims&, double, std::uint64_t,
                                      float*, std::int64_t, std::int64_t);
 template void gpt_init_params<double>(const ParamLayout&, const GptDims&, double, std::uint64_t,

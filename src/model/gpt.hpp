@@ -20,6 +20,7 @@
 
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
+#include "kernels/half.hpp"
 #include "kernels/types.hpp"
 #include "model/param_layout.hpp"
 #include "model/param_provider.hpp"
@@ -40,6 +41,7 @@ struct GptActivationPlan {
   std::int64_t per_block = 0;   // saved per transformer block
   std::int64_t head = 0;        // embeddings output, final LayerNorm, logits, losses
   std::int64_t workspace = 0;   // scratch shared by all blocks
+  std::int64_t half_scratch = 0;  // fp32 elements 16-bit kernels convert tiles into (kernels/half_scratch.hpp)
   std::int64_t activations() const;
   std::int64_t n_layer = 0;
 };
@@ -59,7 +61,12 @@ void gpt_init_params(const ParamLayout& layout, const GptDims& d, double init_st
 template <class T>
 class Gpt {
  public:
+  // A 16-bit model (T = f16, bf16) also owns the fp32 scratch its kernels
+  // convert tiles into (Workspace) and binds it for the kernels while it lives.
   Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
 
   // Takes parameters and gradients from `provider` (which must outlive the model's use).
   void bind(ParamProvider<T>& provider);
@@ -122,6 +129,7 @@ class Gpt {
 
   TrackedBuffer<T> m_acts;       // Activations: embeddings out, blocks, head
   TrackedBuffer<T> m_work;       // Workspace
+  TrackedBuffer<float> m_half_scratch;  // Workspace: fp32 tiles of the 16-bit kernels
   std::vector<BlockActs> m_block_acts;
   T* m_emb_out = nullptr;        // (BT, C) block 0 input
   T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;
@@ -136,5 +144,7 @@ class Gpt {
 
 extern template class Gpt<float>;
 extern template class Gpt<double>;
+extern template class Gpt<f16>;
+extern template class Gpt<bf16>;
 
 }  // namespace shardtrain

@@ -2,7 +2,10 @@
 // Owns AdamW (Loshchilov & Hutter 2019: decoupled weight decay) over one
 // contiguous range [lo, hi) of the flat fp32 parameter vector -- the whole
 // vector at ZeRO stage 0, the rank's shard at stages 1-3. Owns the first and
-// second moments for that range (category OptimizerState).
+// second moments for that range (category OptimizerState), and, for a model
+// stored in 16 bits (f16/bf16), the fp32 master weights of that range (also
+// OptimizerState): the update runs on the master weights and the model's copy
+// is the master rounded to 16 bits (round to nearest even).
 // Invariants: weight decay only on tensors whose ParamEntry says so (Linear
 // matrices; never biases, LayerNorm or embeddings); padding is never touched.
 #pragma once
@@ -12,19 +15,31 @@
 
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
+#include "kernels/half.hpp"
 #include "model/param_layout.hpp"
 
 namespace shardtrain {
 
 class AdamW {
  public:
+  // master_weights: keep an fp32 copy of the range (16-bit models).
   AdamW(const OptimConfig& config, const ParamLayout& layout, std::int64_t lo, std::int64_t hi,
-        MemoryTracker& memory);
+        MemoryTracker& memory, bool master_weights = false);
+
+  // Master weights := params[lo, hi) (pointing at element lo), widened to fp32.
+  template <class P>
+  void init_master(const P* params);
 
   // One update of params[lo, hi) from grads[lo, hi); both point at element lo.
-  // grad_scale multiplies every gradient first (clipping, unscaling).
-  // `step` is the 0-based count of updates taken before this one.
-  void step(float* params, const float* grads, double lr, float grad_scale, std::int64_t step);
+  // grad_scale multiplies every gradient first (clipping, unscaling by the loss
+  // scale). `step` is the 0-based count of updates taken before this one.
+  // P = float without master weights updates params in place; otherwise the
+  // master weights are updated and params := master rounded to P.
+  template <class P>
+  void step(P* params, const P* grads, double lr, float grad_scale, std::int64_t step);
+
+  bool has_master() const { return m_master.size() > 0; }
+  std::span<float> master() { return m_master.span(); }
 
   std::int64_t lo() const { return m_lo; }
   std::int64_t hi() const { return m_hi; }
@@ -35,11 +50,12 @@ class AdamW {
   OptimConfig m_config;
   const ParamLayout& m_layout;
   std::int64_t m_lo, m_hi;
-  TrackedBuffer<float> m_m, m_v;
+  TrackedBuffer<float> m_m, m_v, m_master;
 };
 
 // Sum of squares of g[lo, hi) restricted to parameter tensors (padding excluded),
 // accumulated in double in a fixed order.
-double sum_of_squares(const ParamLayout& layout, const float* g, std::int64_t lo, std::int64_t hi);
+template <class P>
+double sum_of_squares(const ParamLayout& layout, const P* g, std::int64_t lo, std::int64_t hi);
 
 }  // namespace shardtrain

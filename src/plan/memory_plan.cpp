@@ -35,22 +35,30 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
   MemoryPlan p;
   p.world = world;
   p.zero_stage = c.parallel.zero_stage;
+  p.precision = c.precision.mode;
   p.dims = gpt_dims(c, vocab, world);
   ParamLayout layout = gpt_layout(p.dims);
   layout.finalize(world);
   p.num_parameters = layout.num_parameters();
   p.padded_parameters = layout.padded_size();
 
-  const std::int64_t psi = layout.padded_size(), shard = layout.shard_size(), f = sizeof(float);
+  // f: bytes of a stored element (parameters, gradients, activations); the
+  // optimizer keeps m and v in fp32, plus fp32 master weights for 16-bit models.
+  const bool half = c.precision.mode != "fp32";
+  p.element_bytes = half ? 2 : 4;
+  const std::int64_t psi = layout.padded_size(), shard = layout.shard_size(), f = p.element_bytes;
+  const std::int64_t f32 = sizeof(float);
   const int s = p.zero_stage;
   auto set = [&p](MemCategory cat, std::int64_t b) { p.bytes[static_cast<int>(cat)] = b; };
   set(MemCategory::Parameters, f * (s == 3 ? shard : psi));
   set(MemCategory::Gradients, f * (s >= 2 ? shard : psi));
-  set(MemCategory::OptimizerState, 2 * f * (s == 0 ? psi : shard));  // AdamW m and v
-  set(MemCategory::Communication, f * ZeroEngine::bucket_elems(layout, s, c.parallel.bucket_mb));
+  set(MemCategory::OptimizerState, (half ? 3 : 2) * f32 * (s == 0 ? psi : shard));
+  set(MemCategory::Communication,
+      f * zero_bucket_elems(layout, s, c.parallel.bucket_mb, static_cast<std::size_t>(f)));
   const auto acts = gpt_activation_plan(p.dims);
   set(MemCategory::Activations, f * acts.activations());
-  set(MemCategory::Workspace, f * acts.workspace);
+  // 16-bit kernels convert tiles to fp32 in a scratch arena (kernels/half_scratch.hpp).
+  set(MemCategory::Workspace, f * acts.workspace + (half ? f32 * acts.half_scratch : 0));
   const std::int64_t mb = p.dims.max_batch, t = p.dims.seq_len;
   set(MemCategory::Data, static_cast<std::int64_t>(sizeof(TokenIndex)) * (mb * (t + 1) + 2 * mb * t));
   return p;
@@ -58,8 +66,8 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
 
 std::string format_plan(const MemoryPlan& p) {
   std::string out = fmt::format(
-      "memory plan per rank: {} ranks, ZeRO stage {}, {} parameters ({} padded), micro-batch {}\n",
-      p.world, p.zero_stage, p.num_parameters, p.padded_parameters, p.dims.max_batch);
+      "memory plan per rank: {} ranks, ZeRO stage {}, {}, {} parameters ({} padded), micro-batch {}\n",
+      p.world, p.zero_stage, p.precision, p.num_parameters, p.padded_parameters, p.dims.max_batch);
   for (int c = 0; c < MemoryTracker::kCategories; ++c)
     out += fmt::format("  {:<16} {:>12.3f} MiB\n", to_string(static_cast<MemCategory>(c)),
                        static_cast<double>(p.bytes[c]) / kMiB);

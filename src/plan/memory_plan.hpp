@@ -5,8 +5,9 @@
 // exactly these buffers (the same functions size both), so the plan is checked
 // against the tracked allocator's measured peaks at the end of every run.
 //   parameters, gradients, optimizer state: ZeroEngine / AdamW by stage
-//   (fp32: stage 0 16 Psi, 1 8 Psi + 8 Psi/N, 2 4 Psi + 12 Psi/N, 3 16 Psi/N,
-//   Psi = padded parameter count), communication: ZeroEngine's buckets,
+//   (fp32: stage 0 16 Psi, 1 8 Psi + 8 Psi/N, 2 4 Psi + 12 Psi/N, 3 16 Psi/N;
+//   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,
+//   2 Psi + 14 Psi/N, 16 Psi/N; Psi = padded parameter count), communication: ZeroEngine's buckets,
 //   activations and workspace: gpt_activation_plan, data: the token buffers.
 #pragma once
 
@@ -26,6 +27,8 @@ struct MemoryPlan {
   std::int64_t padded_parameters = 0;
   int world = 1;
   int zero_stage = 0;
+  std::string precision = "fp32";   // precision.mode
+  std::int64_t element_bytes = 4;   // of parameters, gradients, activations
   GptDims dims;
 
   std::int64_t total() const;

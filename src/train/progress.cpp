@@ -35,6 +35,8 @@ void Progress::print(const MetricsRow& row) {
   std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | eta {}",
                                  row.step, std::to_string(m_total).size(), m_total, row.loss, row.lr,
                                  row.grad_norm, tokens_per_second(), format_duration(eta));
+  if (row.loss_scale != 1.0) line += fmt::format(" | scale {:g}", row.loss_scale);
+  if (row.skipped) line += " | skipped";
   if (row.val_loss) line += fmt::format(" | val {:.4f}", *row.val_loss);
   std::puts(line.c_str());
   std::fflush(stdout);

@@ -41,7 +41,9 @@ RunDirectory::RunDirectory(const RunConfig& config) : m_path(config.train.run_di
   }
   m_metrics = std::fopen(metrics.c_str(), "w");
   if (!m_metrics) SHARDTRAIN_FAIL("cannot open " + metrics.string() + " for writing");
-  std::fputs("step,loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,comm_bytes\n", m_metrics);
+  std::fputs("step,loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,comm_bytes,loss_scale,skipped,"
+             "weights_crc\n",
+             m_metrics);
   std::fflush(m_metrics);
 }
 
@@ -52,8 +54,9 @@ RunDirectory::~RunDirectory() {
 void RunDirectory::append(const MetricsRow& r) {
   // Losses with 17 significant digits: two runs compare bitwise through this file.
   const std::string val = r.val_loss ? fmt::format("{:.17g}", *r.val_loss) : std::string();
-  fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{:.1f},{:.3f},{}\n", r.step, r.loss, val, r.lr,
-             r.grad_norm, r.tokens_per_s, r.elapsed_s, r.comm_bytes);
+  fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{:.1f},{:.3f},{},{:.9g},{},{:08x}\n", r.step,
+             r.loss, val, r.lr, r.grad_norm, r.tokens_per_s, r.elapsed_s, r.comm_bytes, r.loss_scale,
+             r.skipped ? 1 : 0, r.weights_crc);
   std::fflush(m_metrics);
 }
 

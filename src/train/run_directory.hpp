@@ -24,6 +24,9 @@ struct MetricsRow {
   double tokens_per_s = 0.0;
   double elapsed_s = 0.0;
   std::uint64_t comm_bytes = 0;       // bytes this rank (rank 0) sent during the step's collectives
+  double loss_scale = 1.0;            // the loss scale the step's backward used (fp16; else 1)
+  bool skipped = false;               // no update: inf/NaN gradient (fp16 loss scaling)
+  std::uint32_t weights_crc = 0;      // CRC-32 of the fp32 (master) weights after the step
 };
 
 class RunDirectory {

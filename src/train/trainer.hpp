@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "config/run_config.hpp"
@@ -19,9 +20,18 @@ struct TrainResult {
   double final_train_loss = 0.0;
   double final_val_loss = 0.0;
   double seconds = 0.0;
+  std::int64_t skipped_steps = 0;  // fp16: steps skipped for an inf/NaN gradient
 };
 
-class Run;
+// Test hooks, from the command line (never from the input file).
+struct TrainerHooks {
+  // --inject-overflow STEP[:RANK]: at optimizer step STEP (1-based) rank RANK
+  // plants +inf in the gradient it contributes to the step's first reduction.
+  std::int64_t overflow_step = 0;  // 0: none
+  int overflow_rank = 0;
+};
+
+class RunBase;
 
 // One training run. Construction and run() are collective over `world`: the
 // trainer builds its Communicator on it and opens the data set on it with
@@ -32,14 +42,14 @@ class Trainer {
   // the input does not fit (e.g. a data set too short for the model), the same
   // way on every rank; Error for anything else. No collective runs after a
   // possible throw, so the caller may agree on the outcome with one all-reduce.
-  Trainer(const RunConfig& config, MPI_Comm world);
+  Trainer(const RunConfig& config, MPI_Comm world, const TrainerHooks& hooks = {});
   ~Trainer();
   // Trains, evaluates, logs. An exception here may be rank-local: the caller
   // must abort the job rather than wait in a collective.
   TrainResult run();
 
  private:
-  std::unique_ptr<Run> m_run;
+  std::unique_ptr<RunBase> m_run;
 };
 
 }  // namespace shardtrain

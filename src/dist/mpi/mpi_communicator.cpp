@@ -21,6 +21,8 @@ MPI_Datatype to_mpi(DType t) {
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
     case DType::U8: return MPI_UINT8_T;
+    case DType::F16: return MPI_UINT16_T;  // 16-bit words; reductions use our ops
+    case DType::BF16: return MPI_UINT16_T;
   }
   SHARDTRAIN_FAIL("unknown DType");
 }
@@ -77,11 +79,48 @@ class MpiRequest final : public Request {
   MPI_Request m_request = MPI_REQUEST_NULL;
 };
 
+// inout[i] = in[i] op inout[i], computed in fp32 and rounded to H once.
+template <class H, ReduceOp Op>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    float r;
+    if constexpr (Op == ReduceOp::Sum) r = x + y;
+    else if constexpr (Op == ReduceOp::Max) r = x > y ? x : y;
+    else r = x < y ? x : y;
+    b[i] = H(r);
+  }
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) : m_comm(comm) {
   SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
   SHARDTRAIN_MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
+  MPI_User_function* fns[2][3] = {
+      {half_reduce<f16, ReduceOp::Sum>, half_reduce<f16, ReduceOp::Max>, half_reduce<f16, ReduceOp::Min>},
+      {half_reduce<bf16, ReduceOp::Sum>, half_reduce<bf16, ReduceOp::Max>, half_reduce<bf16, ReduceOp::Min>}};
+  for (int t = 0; t < 2; ++t)
+    for (int o = 0; o < 3; ++o)
+      SHARDTRAIN_MPI_CHECK(MPI_Op_create(fns[t][o], /*commute=*/1, &m_half_ops[t][o]));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (auto& ops : m_half_ops)
+    for (MPI_Op& op : ops)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+}
+
+MPI_Op MpiCommunicator::mpi_op(DType type, ReduceOp op) const {
+  const int o = op == ReduceOp::Sum ? 0 : op == ReduceOp::Max ? 1 : 2;
+  if (type == DType::F16) return m_half_ops[0][o];
+  if (type == DType::BF16) return m_half_ops[1][o];
+  return to_mpi(op);
 }
 
 void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
@@ -90,7 +129,7 @@ void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, Re
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(kMaxChunk, count - done);
     SHARDTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done * esize, static_cast<int>(n), to_mpi(type),
-                            to_mpi(op), m_comm));
+                            mpi_op(type, op), m_comm));
     done += n;
   }
   // Ring all-reduce: reduce-scatter then all-gather, each sending (N-1)/N of the data.
@@ -118,10 +157,10 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
     // MPI's in-place form leaves the result at the start of the buffer.
     void* base = const_cast<void*>(send);
-    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), to_mpi(op), m_comm));
+    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), mpi_op(type, op), m_comm));
     if (m_rank != 0) std::memmove(recv, base, block_bytes);
   } else {
-    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, to_mpi(type), to_mpi(op), m_comm));
+    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, to_mpi(type), mpi_op(type, op), m_comm));
   }
   count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
 }
@@ -139,7 +178,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
 RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
   auto request = std::make_unique<MpiRequest>();
   SHARDTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer, block_count(count, "iall_reduce"), to_mpi(type),
-                           to_mpi(op), m_comm, request->handle()));
+                           mpi_op(type, op), m_comm, request->handle()));
   if (m_size > 1) count_sent(2 * count * dtype_size(type) * (m_size - 1) / m_size);
   return request;
 }
@@ -154,10 +193,10 @@ RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::s
     request->move_from = base;
     request->move_to = recv;
     request->move_bytes = block_bytes;
-    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), to_mpi(op),
+    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), mpi_op(type, op),
                                                    m_comm, request->handle()));
   } else {
-    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, to_mpi(type), to_mpi(op), m_comm,
+    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, to_mpi(type), mpi_op(type, op), m_comm,
                                                    request->handle()));
   }
   count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
@@ -200,10 +239,10 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
     request->move_to = recv;
     request->move_bytes = counts[m_rank] * esize;
     SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, base, request->counts.data(),
-                                             to_mpi(type), to_mpi(op), m_comm, request->handle()));
+                                             to_mpi(type), mpi_op(type, op), m_comm, request->handle()));
   } else {
     SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type),
-                                             to_mpi(op), m_comm, request->handle()));
+                                             mpi_op(type, op), m_comm, request->handle()));
   }
   // Ring reduce-scatter: every block but the rank's own leaves it once.
   count_sent((total - counts[m_rank]) * esize);

@@ -14,6 +14,9 @@ namespace shardtrain {
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm comm);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   int rank() const override { return m_rank; }
   int size() const override { return m_size; }
@@ -41,9 +44,13 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return m_comm; }
 
  private:
+  // The MPI reduction for (type, op): predefined, or ours for F16/BF16.
+  MPI_Op mpi_op(DType type, ReduceOp op) const;
+
   MPI_Comm m_comm;
   int m_rank = 0;
   int m_size = 1;
+  MPI_Op m_half_ops[2][3] = {};  // [F16, BF16][Sum, Max, Min], created by the constructor
 };
 
 }  // namespace shardtrain

@@ -4,10 +4,19 @@
 # MPIEXEC, NPFLAG.
 #   run NP NAME [--set ...]     train into $WORK/NAME, fail on non-zero exit
 #   equiv NAME NP REF TOL [--set ...]  train at NP ranks; losses must match run REF within relative TOL
-#   determinism NP              two runs at NP ranks; losses must be bitwise identical
+#   determinism NP [TAG --set ...]  two runs at NP ranks; losses (and weight CRCs) must be
+#                               bitwise identical
 #   bad-input NP CASE REGEX     a broken input must give exit 2, ONE message matching REGEX, no hang
-#   zero-accounting NP STAGE    measured peak bytes per rank == the plan, model state == the ZeRO
-#                               formula (fp32) within 2%, bytes sent per step == theory within 5%
+#   zero-accounting NP STAGE [MODE]  measured peak bytes per rank == the plan, model state == the
+#                               ZeRO formula for precision MODE (fp32, fp16, bf16) within 2%, bytes
+#                               sent per step == theory within 5%
+#   overflow NP STAGE           fp16 with an inf planted by the last rank at step 5: step 5 is
+#                               skipped on every rank, the loss scale halves, the weights are
+#                               bitwise unchanged by it (CRC), training goes on and learns
+#   mixed-memory NP MODE        activation + parameter bytes per rank of MODE <= 0.55x fp32's
+#   skip-abort NP               fp16 stuck at a minimum loss scale of 1e30 (every gradient
+#                               overflows): steps 1-3 skipped with a warning each, then exit 1
+#                               with one message naming max_consecutive_skips = 3
 set -uo pipefail
 
 die() { echo "FAIL: $*" >&2; exit 1; }
@@ -55,11 +64,66 @@ case "${1:-}" in
       "$WORK/$name/metrics.csv" || die "training did not learn"
     ;;
   determinism)
-    np=$2
-    run_trainer "$np" "det_a_np$np"
-    run_trainer "$np" "det_b_np$np"
-    compare "$WORK/det_a_np$np/metrics.csv" "$WORK/det_b_np$np/metrics.csv" 0
-    echo "bitwise identical losses over $(losses "$WORK/det_a_np$np/metrics.csv" | wc -l) rows"
+    np=$2; tag=${3:-}; shift $(( $# >= 3 ? 3 : 2 ))
+    run_trainer "$np" "det_a${tag}_np$np" "$@"
+    run_trainer "$np" "det_b${tag}_np$np" "$@"
+    compare "$WORK/det_a${tag}_np$np/metrics.csv" "$WORK/det_b${tag}_np$np/metrics.csv" 0
+    crc_col() { awk -F, 'NR > 1 { print $11 }' "$1"; }
+    [[ "$(crc_col "$WORK/det_a${tag}_np$np/metrics.csv")" == "$(crc_col "$WORK/det_b${tag}_np$np/metrics.csv")" ]] ||
+      die "weight CRCs differ"
+    echo "bitwise identical losses and weight CRCs over $(losses "$WORK/det_a${tag}_np$np/metrics.csv" | wc -l) rows"
+    ;;
+  overflow)
+    np=$2; stage=$3; name="overflow_s${stage}_np$np"
+    # hysteresis 1: the first overflow halves the scale (with the default 2 it
+    # would take two); a small init scale keeps the tiny model clear of real overflows.
+    run_trainer "$np" "$name" --set precision.mode=fp16 --set parallel.zero_stage="$stage" \
+      --set precision.hysteresis=1 --set train.log_every=1 --inject-overflow 5:$((np - 1))
+    log="$WORK/$name.log"; csv="$WORK/$name/metrics.csv"
+    grep -E "^step 5: gradient overflow \(inf/NaN\), step skipped; loss scale 65536 -> 32768; first non-finite gradient in [a-z_0-9.]+" "$log" ||
+      die "no overflow line for step 5 naming a tensor"
+    [[ $(grep -c "gradient overflow" "$log") -eq 1 ]] || die "expected exactly one overflow line"
+    awk -F, 'NR == 1 { next }
+      { scale[$1] = $9; skip[$1] = $10; crc[$1] = $11; loss[$1] = $2; last = $1 }
+      END {
+        bad = 0
+        for (s = 1; s <= last; ++s) if (skip[s] != (s == 5)) { print "step " s ": skipped = " skip[s]; bad = 1 }
+        if (scale[4] != 65536 || scale[5] != 65536 || scale[6] != 32768) { print "scale 4/5/6: " scale[4] " " scale[5] " " scale[6]; bad = 1 }
+        if (crc[5] != crc[4]) { print "weights changed by the skipped step: " crc[4] " -> " crc[5]; bad = 1 }
+        if (crc[6] == crc[5] || crc[4] == crc[3]) { print "weights did not change on normal steps"; bad = 1 }
+        if (!(loss[last] < loss[1] - 0.3)) { print "training did not continue to learn: " loss[1] " -> " loss[last]; bad = 1 }
+        printf "step 5 skipped, scale 65536 -> %s, weights crc %s unchanged, loss %s -> %s\n", scale[6], crc[5], loss[1], loss[last]
+        exit bad
+      }' "$csv" || die "overflow handling wrong"
+    ;;
+  skip-abort)
+    np=$2; name="skip_abort_np$np"
+    rm -rf "$WORK/$name"
+    timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/$name" --set precision.mode=fp16 --set precision.init_scale=1e30 \
+      --set precision.min_scale=1e30 --set precision.max_consecutive_skips=3 --set train.log_every=1 \
+      > "$WORK/$name.log" 2> "$WORK/$name.err"
+    rc=$?
+    cat "$WORK/$name.log" "$WORK/$name.err"
+    [[ $rc -ne 124 ]] || die "trainer hung"
+    [[ $rc -eq 1 ]] || die "expected exit code 1, got $rc"
+    [[ $(grep -c '^error: ' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
+    grep -q '^error: step 3: 3 consecutive steps skipped .*max_consecutive_skips = 3' "$WORK/$name.err" ||
+      die "the error does not name the limit"
+    [[ $(grep -c '^warning: step [12]: loss scale is at precision.min_scale' "$WORK/$name.err") -eq 2 ]] ||
+      die "expected a min-scale warning for steps 1 and 2"
+    [[ $(grep -c 'step skipped' "$WORK/$name.log") -eq 3 ]] || die "expected 3 skipped steps logged"
+    ;;
+  mixed-memory)
+    np=$2; mode=$3
+    run_trainer "$np" "mem_fp32_np$np" --set train.steps=2
+    run_trainer "$np" "mem_${mode}_np$np" --set train.steps=2 --set precision.mode="$mode"
+    # memory.csv columns: rank,parameters,gradients,optimizer_state,activations,...
+    paste -d, <(awk -F, '$1 == "plan" || $1 ~ /^[0-9]+$/' "$WORK/mem_fp32_np$np/memory.csv") \
+              <(awk -F, '$1 == "plan" || $1 ~ /^[0-9]+$/' "$WORK/mem_${mode}_np$np/memory.csv") |
+      awk -F, -v mode="$mode" '{ n = NF / 2; a32 = $2 + $5; a16 = $(n + 2) + $(n + 5); r = a16 / a32
+             printf "rank %s: parameters + activations %d (%s) vs %d (fp32) bytes: %.4f\n", $1, a16, mode, a32, r
+             if (r > 0.55) bad = 1 } END { exit bad }' || die "$mode parameter + activation bytes above 0.55x fp32"
     ;;
   bad-input)
     np=$2; case_name=$3; regex=$4
@@ -88,7 +152,7 @@ case "${1:-}" in
     grep -Eq "$regex" "$dir/err.log" || die "error message does not match /$regex/"
     ;;
   zero-accounting)
-    np=$2; stage=$3; name="accounting_s${stage}_np$np"
+    np=$2; stage=$3; mode=${4:-fp32}; name="accounting_s${stage}_np${np}_$mode"
     # One micro-batch per step: stages 2 and 3 reduce gradients once per micro-batch.
     # One bucket per group: stage 3 gathers each block for forward and again for
     # backward (a bucket holding the whole model would be gathered once).
@@ -96,12 +160,13 @@ case "${1:-}" in
     # from forward to backward; 8 blocks make that the 5% the theory allows.
     layers=2; [[ $stage -eq 3 ]] && layers=8
     run_trainer "$np" "$name" --set parallel.zero_stage="$stage" --set train.micro_batch=8 \
-      --set train.eval_every=0 --set parallel.bucket_mb=0 --set model.n_layer=$layers
+      --set train.eval_every=0 --set parallel.bucket_mb=0 --set model.n_layer=$layers \
+      --set precision.mode="$mode"
     log="$WORK/$name.log"
     psi=$(sed -n 's/^memory plan per rank: .*(\([0-9]*\) padded).*/\1/p' "$log")
     comm=$(grep '^communication per step per rank' "$log")
     [[ -n "$psi" && -n "$comm" ]] || die "no plan or communication line in the log"
-    awk -F, -v n="$np" -v stage="$stage" -v psi="$psi" -v comm="$comm" '
+    awk -F, -v n="$np" -v stage="$stage" -v psi="$psi" -v comm="$comm" -v mode="$mode" '
       function rel(a, b) { d = a - b; if (d < 0) d = -d; return b > 0 ? d / b : d }
       NR == 1 { next }
       $1 == "plan" { for (i = 2; i <= NF; ++i) plan[i] = $i; next }
@@ -110,13 +175,15 @@ case "${1:-}" in
         if (rows != n) { print "expected " n " rank rows, got " rows; exit 1 }
         for (r = 1; r <= rows; ++r) for (i = 2; i <= cols; ++i)
           if (rel(v[r, i], plan[i]) > 0.02) { print "rank " r - 1 " column " i ": " v[r, i] " bytes vs plan " plan[i]; bad = 1 }
-        # fp32 ZeRO model state in bytes per (padded) parameter
-        f = (stage == 0) ? 16 : (stage == 1) ? 8 + 8 / n : (stage == 2) ? 4 + 12 / n : 16 / n
+        # ZeRO model state in bytes per (padded) parameter: fp32, or 16-bit
+        # parameters and gradients with fp32 master weights, m and v
+        if (mode == "fp32") f = (stage == 0) ? 16 : (stage == 1) ? 8 + 8 / n : (stage == 2) ? 4 + 12 / n : 16 / n
+        else f = (stage == 0) ? 16 : (stage == 1) ? 4 + 12 / n : (stage == 2) ? 2 + 14 / n : 16 / n
         for (r = 1; r <= rows; ++r) {
           state = v[r, 2] + v[r, 3] + v[r, 4]
           if (rel(state, f * psi) > 0.02) { print "rank " r - 1 ": model state " state " bytes vs ZeRO " f * psi; bad = 1 }
         }
-        printf "model state %d bytes per rank; ZeRO formula %.4g x Psi = %d bytes (Psi = %d)\n", v[1, 2] + v[1, 3] + v[1, 4], f, f * psi, psi
+        printf "%s model state %d bytes per rank; ZeRO formula %.4g x Psi = %d bytes (Psi = %d)\n", mode, v[1, 2] + v[1, 3] + v[1, 4], f, f * psi, psi
         split(comm, w, " "); sent = w[8]; theory = w[length(w) - 1]
         printf "sent %s MB per step per rank (rank 0); theory %s MB\n", sent, theory
         if (n > 1 && rel(sent, theory) > 0.05) { print "communication off by more than 5%"; bad = 1 }

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "dist/mpi/mpi_communicator.hpp"
@@ -160,6 +161,59 @@ TEST(MpiCommunicator, NonBlockingReduceScatterInPlaceLeavesResultAtOwnBlock) {
   for (std::size_t j = 0; j < block; ++j)
     EXPECT_DOUBLE_EQ(buf[r * block + j], n * static_cast<double>(r * block + j) - 0.5 * n * (n - 1))
         << j;
+}
+
+// 16-bit types: sums in fp32 rounded once per pairwise combine. With small
+// integers every partial sum is exact in both formats, so results are exact;
+// one element is chosen so that the fp16 sum overflows to inf (65504 is the
+// largest finite fp16) and the bf16 sum does not.
+template <class H>
+void check_half_reductions(MpiCommunicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  const std::size_t count = 7;
+  std::vector<H> buf(count);
+  for (std::size_t i = 0; i < count; ++i) buf[i] = H(static_cast<float>(i) + r);
+  buf[count - 1] = H(40000.0f);
+  comm.all_reduce(buf.data(), count, dtype_of<H>(), ReduceOp::Sum);
+  for (std::size_t i = 0; i + 1 < count; ++i)
+    EXPECT_EQ(static_cast<float>(buf[i]), n * static_cast<float>(i) + 0.5f * n * (n - 1)) << i;
+  const float big = static_cast<float>(buf[count - 1]), one = static_cast<float>(H(40000.0f));
+  if (n == 1) EXPECT_EQ(big, one);
+  else if (std::is_same_v<H, f16>) EXPECT_TRUE(std::isinf(big)) << big;
+  else EXPECT_EQ(big, static_cast<float>(H(one * static_cast<float>(n))));  // exact for n <= 4
+
+  std::vector<H> mx(3, H(static_cast<float>(r)));
+  comm.all_reduce(mx.data(), mx.size(), dtype_of<H>(), ReduceOp::Max);
+  EXPECT_EQ(static_cast<float>(mx[1]), static_cast<float>(n - 1));
+  comm.all_reduce(mx.data(), mx.size(), dtype_of<H>(), ReduceOp::Min);
+  EXPECT_EQ(static_cast<float>(mx[2]), static_cast<float>(n - 1));  // all equal now
+
+  // Variable-block reduce-scatter in place, then all-gather back.
+  std::vector<std::size_t> counts(n);
+  std::size_t total = 0, displ = 0;
+  for (int q = 0; q < n; ++q) {
+    counts[q] = static_cast<std::size_t>(q % 3) + 1;
+    if (q < r) displ += counts[q];
+    total += counts[q];
+  }
+  std::vector<H> v(total);
+  for (std::size_t i = 0; i < total; ++i) v[i] = H(static_cast<float>(i % 5) - 2.0f);
+  comm.ireduce_scatter_v(v.data(), v.data() + displ, counts, dtype_of<H>(), ReduceOp::Sum)->wait();
+  for (std::size_t j = 0; j < counts[r]; ++j)
+    EXPECT_EQ(static_cast<float>(v[displ + j]), n * (static_cast<float>((displ + j) % 5) - 2.0f)) << j;
+  comm.iall_gather_v(v.data() + displ, v.data(), counts, dtype_of<H>())->wait();
+  for (std::size_t i = 0; i < total; ++i)
+    EXPECT_EQ(static_cast<float>(v[i]), n * (static_cast<float>(i % 5) - 2.0f)) << i;
+}
+
+TEST(MpiCommunicator, HalfPrecisionReductionsInFp32) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  check_half_reductions<f16>(comm);
+  check_half_reductions<bf16>(comm);
+  const auto before = comm.bytes_sent();
+  std::vector<f16> x(10);
+  comm.all_reduce(x.data(), x.size(), DType::F16, ReduceOp::Sum);
+  if (comm.size() > 1) EXPECT_EQ(comm.bytes_sent() - before, 2 * 10 * 2 * (comm.size() - 1) / comm.size());
 }
 
 TEST(MpiCommunicator, AllGatherOutOfPlaceInPlaceAndNonBlocking) {

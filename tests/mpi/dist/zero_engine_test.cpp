@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -44,34 +45,36 @@ double mib_of(std::int64_t elems) { return static_cast<double>(elems) * sizeof(f
 TEST(ZeroEngineBuckets, CoalescesConsecutiveGroupsUpToBucketSize) {
   const ParamLayout layout = odd_layout(1);  // groups of 37, 26, 29, 3 elements
   using Spans = std::vector<std::pair<int, int>>;
-  EXPECT_EQ(ZeroEngine::plan_buckets(layout, 0), (Spans{{0, 0}, {1, 1}, {2, 2}, {3, 3}}));
-  EXPECT_EQ(ZeroEngine::plan_buckets(layout, mib_of(31)), (Spans{{0, 0}, {1, 1}, {2, 2}, {3, 3}}));
-  EXPECT_EQ(ZeroEngine::plan_buckets(layout, mib_of(63)), (Spans{{0, 1}, {2, 3}}));
-  EXPECT_EQ(ZeroEngine::plan_buckets(layout, mib_of(62)), (Spans{{0, 0}, {1, 3}}));
-  EXPECT_EQ(ZeroEngine::plan_buckets(layout, 1.0), (Spans{{0, 3}}));
+  EXPECT_EQ(zero_plan_buckets(layout, 0, 4), (Spans{{0, 0}, {1, 1}, {2, 2}, {3, 3}}));
+  EXPECT_EQ(zero_plan_buckets(layout, mib_of(31), 4), (Spans{{0, 0}, {1, 1}, {2, 2}, {3, 3}}));
+  EXPECT_EQ(zero_plan_buckets(layout, mib_of(63), 4), (Spans{{0, 1}, {2, 3}}));
+  EXPECT_EQ(zero_plan_buckets(layout, mib_of(62), 4), (Spans{{0, 0}, {1, 3}}));
+  EXPECT_EQ(zero_plan_buckets(layout, 1.0, 4), (Spans{{0, 3}}));
   // Pools: [largest, second, second] per kind; stage 3 holds gather buffers too.
-  EXPECT_EQ(ZeroEngine::bucket_elems(layout, 1, 0), 0);
-  EXPECT_EQ(ZeroEngine::bucket_elems(layout, 2, 0), 37 + 29 + 29);
-  EXPECT_EQ(ZeroEngine::bucket_elems(layout, 3, 0), 2 * (37 + 29 + 29));
-  EXPECT_EQ(ZeroEngine::bucket_elems(layout, 2, mib_of(63)), 63 + 32);
-  EXPECT_EQ(ZeroEngine::bucket_elems(layout, 3, 1.0), 2 * 95);
+  EXPECT_EQ(zero_bucket_elems(layout, 1, 0, 4), 0);
+  EXPECT_EQ(zero_bucket_elems(layout, 2, 0, 4), 37 + 29 + 29);
+  EXPECT_EQ(zero_bucket_elems(layout, 3, 0, 4), 2 * (37 + 29 + 29));
+  EXPECT_EQ(zero_bucket_elems(layout, 2, mib_of(63), 4), 63 + 32);
+  EXPECT_EQ(zero_bucket_elems(layout, 3, 1.0, 4), 2 * 95);
 }
 
-class ZeroEngineStages : public ::testing::TestWithParam<std::tuple<int, int>> {};
+// Stored values as P holds them (exact for float; rounded for f16/bf16).
+template <class P> float stored(float x) { return static_cast<float>(P(x)); }
 
-TEST_P(ZeroEngineStages, ServesGlobalParametersAndReducesGradients) {
-  const int stage = std::get<0>(GetParam());
-  const double bucket_mb = std::array<double, 3>{0.0, mib_of(63), 1.0}[std::get<1>(GetParam())];
+template <class P>
+void serve_and_reduce(int stage, double bucket_mb) {
+  // 16-bit gradients accumulate (micro-batches, ranks) with a rounding per add.
+  const double norm_tol = std::is_same_v<P, float> ? 1e-5 : 2e-2;
   MpiCommunicator comm(MPI_COMM_WORLD);
   const int n = comm.size();
   const ParamLayout layout = odd_layout(n);
   MemoryTracker memory;
-  ZeroEngine engine(layout, ZeroEngine::Options{stage, true, bucket_mb}, comm, memory);
+  ZeroEngine<P> engine(layout, typename ZeroEngine<P>::Options{stage, true, bucket_mb}, comm, memory);
   EXPECT_EQ(memory.current(MemCategory::Communication),
-            sizeof(float) * static_cast<std::size_t>(ZeroEngine::bucket_elems(layout, stage, bucket_mb)));
+            sizeof(P) * static_cast<std::size_t>(zero_bucket_elems(layout, stage, bucket_mb, sizeof(P))));
 
   const auto [plo, phi] = engine.stored_param_range();
-  for (std::int64_t i = plo; i < phi; ++i) engine.stored_params()[i - plo] = value(i);
+  for (std::int64_t i = plo; i < phi; ++i) engine.stored_params()[i - plo] = P(value(i));
 
   // Every group, acquired in forward order then backward order, holds the global values.
   std::vector<int> order;
@@ -80,8 +83,9 @@ TEST_P(ZeroEngineStages, ServesGlobalParametersAndReducesGradients) {
   for (int g : order) {
     const auto [a, b] = layout.group_range(g);
     engine.prefetch(g + 1 < layout.num_groups() ? g + 1 : g - 1);
-    const float* p = engine.acquire_params(g);
-    for (std::int64_t i = a; i < b; ++i) ASSERT_EQ(p[i - a], value(i)) << "group " << g << " elem " << i;
+    const P* p = engine.acquire_params(g);
+    for (std::int64_t i = a; i < b; ++i)
+      ASSERT_EQ(static_cast<float>(p[i - a]), stored<P>(value(i))) << "group " << g << " elem " << i;
     engine.release_params(g);
   }
 
@@ -89,18 +93,19 @@ TEST_P(ZeroEngineStages, ServesGlobalParametersAndReducesGradients) {
   // 0 gets half of it first (the tied LM head) and half at the end of backward.
   engine.begin_step();
   const float w = static_cast<float>(comm.rank() + 1);
+  auto add = [](P& x, float y) { x = P(static_cast<float>(x) + y); };
   for (int micro = 0; micro < 2; ++micro) {
     const auto [a0, b0] = layout.group_range(0);
-    float* d0 = engine.acquire_grads(0);
-    for (std::int64_t i = a0; i < b0; ++i) d0[i - a0] += 0.5f * w * grad_of(i);
+    P* d0 = engine.acquire_grads(0);
+    for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));
     for (int g = layout.num_groups() - 1; g >= 1; --g) {
       const auto [a, b] = layout.group_range(g);
-      float* d = engine.acquire_grads(g);
-      for (std::int64_t i = a; i < b; ++i) d[i - a] += w * grad_of(i);
+      P* d = engine.acquire_grads(g);
+      for (std::int64_t i = a; i < b; ++i) add(d[i - a], w * grad_of(i));
       engine.grads_ready(g);
     }
     d0 = engine.acquire_grads(0);
-    for (std::int64_t i = a0; i < b0; ++i) d0[i - a0] += 0.5f * w * grad_of(i);
+    for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));
     engine.grads_ready(0);
   }
   const double norm2 = engine.finish_gradients();
@@ -109,26 +114,65 @@ TEST_P(ZeroEngineStages, ServesGlobalParametersAndReducesGradients) {
   for (const auto& e : layout.entries())
     for (std::int64_t i = e.offset; i < e.offset + e.numel; ++i)
       expected += ranks_sum * ranks_sum * static_cast<double>(grad_of(i)) * grad_of(i);
-  EXPECT_NEAR(norm2, expected, 1e-5 * expected);
+  EXPECT_NEAR(norm2, expected, norm_tol * expected);
+  EXPECT_EQ(engine.first_non_finite_gradient(), -1);
 
-  // One AdamW step; afterwards every rank sees the same parameters for every group.
+  // One AdamW step (fp32 master weights for 16-bit P); afterwards every rank
+  // sees the same parameters for every group.
   const auto [olo, ohi] = engine.optimizer_range();
   OptimConfig config;
-  AdamW adam(config, layout, olo, ohi, memory);
+  AdamW adam(config, layout, olo, ohi, memory, !std::is_same_v<P, float>);
+  if (adam.has_master()) adam.init_master(engine.stored_params() + (olo - plo));
   engine.apply_optimizer(adam, 1e-2, 1.0f, 0);
   for (int g = 0; g < layout.num_groups(); ++g) {
     const auto [a, b] = layout.group_range(g);
-    const float* p = engine.acquire_params(g);
-    std::vector<float> mine(p, p + (b - a)), first = mine;
+    const P* p = engine.acquire_params(g);
+    std::vector<float> mine, first;
+    for (std::int64_t i = a; i < b; ++i) mine.push_back(static_cast<float>(p[i - a]));
+    first = mine;
     comm.broadcast(std::span<float>(first), 0);
     EXPECT_EQ(mine, first) << "group " << g;
-    for (std::int64_t i = a; i < b; ++i) EXPECT_NE(mine[i - a], value(i)) << "not updated: " << i;
+    // (Where the gradient is 0 only weight decay moves the master weight, by
+    // less than a 16-bit ulp.)
+    for (std::int64_t i = a; i < b; ++i)
+      if (std::is_same_v<P, float> || grad_of(i) != 0.0f)
+        EXPECT_NE(mine[i - a], stored<P>(value(i))) << "not updated: " << i;
     engine.release_params(g);
+  }
+
+  // An overflow planted by the last rank only is seen by every rank: the norm
+  // is not finite everywhere and the first non-finite index is agreed on.
+  engine.begin_step();
+  if (comm.rank() == n - 1) engine.plant_overflow();
+  for (int g = layout.num_groups() - 1; g >= 0; --g) {
+    engine.acquire_grads(g);
+    engine.grads_ready(g);
+  }
+  EXPECT_FALSE(std::isfinite(engine.finish_gradients()));
+  const std::int64_t first_bad = engine.first_non_finite_gradient();
+  // Stages 0-1 plant in element 0; stages 2-3 in the first element of the first
+  // bucket reduced (the last one in layout order).
+  const std::int64_t planted =
+      stage < 2 ? 0 : layout.group_range(zero_plan_buckets(layout, bucket_mb, sizeof(P)).back().first).first;
+  EXPECT_EQ(first_bad, planted);
+}
+
+class ZeroEngineStages : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(ZeroEngineStages, ServesGlobalParametersAndReducesGradients) {
+  const int stage = std::get<0>(GetParam());
+  const double bucket_mb = std::array<double, 3>{0.0, mib_of(63), 1.0}[std::get<1>(GetParam())];
+  switch (std::get<2>(GetParam())) {
+    case 0: serve_and_reduce<float>(stage, bucket_mb); break;
+    case 1: serve_and_reduce<f16>(stage, bucket_mb); break;
+    default: serve_and_reduce<bf16>(stage, bucket_mb); break;
   }
 }
 
+// Stages x buckets (per group, two groups, whole model) x precision (fp32, fp16, bf16).
 INSTANTIATE_TEST_SUITE_P(AllStagesAndBuckets, ZeroEngineStages,
-                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(0, 1, 2)));
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(0, 1, 2),
+                                            ::testing::Values(0, 1, 2)));
 
 }  // namespace
 }  // namespace shardtrain

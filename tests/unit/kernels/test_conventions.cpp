@@ -1,8 +1,9 @@
 // Tests conventions shared by all kernels: every Kokkos kernel launch carries a
 // "Op::method" label (checked through the Kokkos Tools callbacks while each kernel
-// runs once, in float and double), and no launch is left unnamed.
+// runs once, in float, double, f16 and bf16), and no launch is left unnamed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 #include <string>
@@ -15,6 +16,8 @@
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/half.hpp"
+#include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 
@@ -76,6 +79,16 @@ void run_every_kernel() {
           view2(c0, 2, 3));
 }
 
+// Scratch of the 16-bit runs of run_every_kernel (max over its calls' sizes).
+std::int64_t half_scratch_elems_of_every_kernel() {
+  const std::int64_t n = 8, c = 12, m = 6, v = 7;
+  return std::max({linear_half_scratch_elems(n, c, m), layernorm_half_scratch_elems(c),
+                   gelu_half_scratch_elems(), embedding_half_scratch_elems(v, c),
+                   attention_half_scratch_elems(AttentionShape{2, 4, c, 3}),
+                   cross_entropy_half_scratch_elems(v), elementwise_half_scratch_elems(),
+                   gemm_half_scratch_elems(2, 3, 0)});
+}
+
 TEST(KernelConventions, EveryLaunchIsLabelledOpMethod) {
   std::vector<std::string> labels;
   const auto saved = Kokkos::Tools::Experimental::get_callbacks();
@@ -88,6 +101,11 @@ TEST(KernelConventions, EveryLaunchIsLabelledOpMethod) {
   Kokkos::Tools::Experimental::set_end_parallel_scan_callback(on_end);
   run_every_kernel<float>();
   run_every_kernel<double>();
+  std::vector<float> scratch(static_cast<std::size_t>(half_scratch_elems_of_every_kernel()));
+  half_scratch_bind(scratch.data(), scratch.size());
+  run_every_kernel<f16>();
+  run_every_kernel<bf16>();
+  half_scratch_bind(nullptr, 0);
   Kokkos::Tools::Experimental::set_callbacks(saved);
   g_labels = nullptr;
 

@@ -1,0 +1,116 @@
+// shardtrain/kernels/half_tiles.hpp
+// INTERNAL to kernels/*.cpp and their tests (not part of the kernel API): the tile
+// geometry and the tile helpers of the 16-bit (f16 / bf16) kernel paths.
+//
+// How a 16-bit kernel call works (every kernel instantiated for T = f16 / bf16):
+//  1. it checks shapes and indices with the same code as the fp32 kernel (the
+//     16-bit path is dispatched after those checks);
+//  2. it takes its fp32 tile buffers from the scratch arena (half_scratch.hpp)
+//     before it writes anything, so a missing arena throws with outputs untouched;
+//  3. per tile it converts the tile's inputs to fp32 (exact), runs the fp32 kernel
+//     on the tile (the one implementation of the math), and rounds the outputs back
+//     to 16 bits, round to nearest even (convert() of half.hpp).
+//  Outputs that the fp32 kernel accumulates into (+=) are loaded into fp32,
+//  accumulated in fp32 and rounded back once per call: a row output (dx, y of a
+//  fused residual add) lies in exactly one tile; a parameter gradient (dw, db,
+//  dwte, dwpe) keeps one fp32 accumulator per block of its rows across ALL row
+//  tiles of the call, and that block is rounded once at the end.
+//  Consequence: a row-wise kernel's 16-bit output is bit for bit the fp32 kernel's
+//  output on the same (16-bit) inputs, rounded once; GEMM-based outputs and
+//  parameter gradients differ from that only by fp32 summation order.
+//
+// Tile geometry (what the *_half_scratch_elems functions size; none depends on the
+// number of rows N beyond one tile):
+//  - row kernels (layernorm, cross entropy, embedding dwpe): tile_rows(width) rows,
+//    kTileRows = 64, or fewer so that one (rows, width) tile holds at most
+//    kTileElems floats (cross entropy over a 50k vocabulary: 1 row per tile);
+//  - flat kernels (gelu): kFlatChunk elements;
+//  - GEMMs (linear, gemm): blocks of kGemmRows rows of x (A side) and kGemmCols rows
+//    of w (B side), each with the whole inner dimension K, one fp32 GEMM (BLAS) per
+//    block pair. Every operand is converted once per block pair at most (x once per
+//    row block), which costs about 1/(2 * block) conversions per GEMM flop;
+//  - embedding dwte: kVocabBlock vocabulary rows per fp32 accumulator;
+//  - attention: one (sequence, head) pair at a time.
+//
+// Host memory only: conversions are host loops. With a device memory space the
+// 16-bit paths throw (check_host) instead of reading device pointers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/half.hpp"
+#include "kernels/half_scratch.hpp"
+#include "kernels/types.hpp"
+
+namespace shardtrain::half_tiles {
+
+inline constexpr std::int64_t kTileRows = 64;
+inline constexpr std::int64_t kTileElems = std::int64_t{1} << 16;  // 256 KiB of floats
+inline constexpr std::int64_t kFlatChunk = std::int64_t{1} << 14;
+inline constexpr std::int64_t kGemmRows = 256;
+inline constexpr std::int64_t kGemmCols = 256;
+inline constexpr std::int64_t kVocabBlock = 1024;
+
+constexpr std::int64_t min(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+
+// Rows per tile of a row kernel whose rows are `width` floats wide.
+constexpr std::int64_t tile_rows(std::int64_t width) {
+  const std::int64_t r = width > 0 ? kTileElems / width : kTileRows;
+  return r < 1 ? 1 : min(r, kTileRows);
+}
+
+inline void check_host(const char* op) {
+  SHARDTRAIN_CHECK((Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible),
+                   std::string(op) +
+                       ": the fp16/bf16 path converts tiles on the host, but this memory "
+                       "space is not host-accessible");
+}
+
+// out[i] = float(in[i]) (exact) / out[i] = H(in[i]) (round to nearest even), i < n.
+template <class H>
+inline void to_f32(const H* in, float* out, std::int64_t n) {
+  convert(in, out, static_cast<std::size_t>(n));
+}
+template <class H>
+inline void from_f32(const float* in, H* out, std::int64_t n) {
+  convert(in, out, static_cast<std::size_t>(n));
+}
+
+// A (rows, cols) block of a row-major 16-bit matrix with leading dimension ld ->
+// a contiguous (rows, cols) fp32 buffer, and back.
+template <class H>
+inline void load_block(const H* src, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                       float* dst) {
+  if (ld == cols) return to_f32(src, dst, rows * cols);
+  for (std::int64_t r = 0; r < rows; ++r) to_f32(src + r * ld, dst + r * cols, cols);
+}
+template <class H>
+inline void store_block(const float* src, std::int64_t rows, std::int64_t cols, H* dst,
+                        std::int64_t ld) {
+  if (ld == cols) return from_f32(src, dst, rows * cols);
+  for (std::int64_t r = 0; r < rows; ++r) from_f32(src + r * cols, dst + r * ld, cols);
+}
+
+// Consecutive pieces of one scratch request of `elems` floats (taken at construction,
+// so before the caller writes any output).
+class Scratch {
+ public:
+  Scratch(std::int64_t elems, const char* op)
+      : m_next(half_scratch(static_cast<std::size_t>(elems), op)), m_left(elems) {}
+  float* take(std::int64_t n) {
+    SHARDTRAIN_CHECK(n <= m_left, "16-bit tile layout exceeds its own scratch size");
+    float* p = m_next;
+    m_next += n;
+    m_left -= n;
+    return p;
+  }
+
+ private:
+  float* m_next;
+  std::int64_t m_left;
+};
+
+}  // namespace shardtrain::half_tiles
