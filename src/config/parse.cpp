@@ -41,10 +41,10 @@ struct KeySpec {
   Kind kind;
 };
 
-constexpr std::array<std::string_view, 6> k_sections = {"model", "data", "train", "optim",
-                                                        "parallel", "precision"};
+constexpr std::array<std::string_view, 7> k_sections = {"model", "data", "train", "optim",
+                                                        "parallel", "precision", "recompute"};
 
-constexpr std::array<KeySpec, 38> k_keys = {{
+constexpr std::array<KeySpec, 40> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -83,6 +83,8 @@ constexpr std::array<KeySpec, 38> k_keys = {{
     {"precision", "hysteresis", Kind::integer},
     {"precision", "min_scale", Kind::number},
     {"precision", "max_consecutive_skips", Kind::integer},
+    {"recompute", "policy", Kind::string},
+    {"recompute", "budget_mb", Kind::number},
 }};
 
 std::string dotted(const KeySpec& k) { return fmt::format("{}.{}", k.section, k.key); }
@@ -662,6 +664,22 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
              fmt::format("precision.min_scale ({}) must be <= precision.init_scale ({})",
                          show(pr.min_scale), show(pr.init_scale)));
   }
+  // [recompute]
+  auto& rc = c.recompute;
+  r.read_string("recompute.policy", rc.policy, {"none", "full", "sqrt", "budget"});
+  r.read_number("recompute.budget_mb", rc.budget_mb, {0, false, {}});
+  if (!r.failed("recompute.policy") && !r.failed("recompute.budget_mb")) {
+    if (rc.policy == "budget" && rc.budget_mb <= 0) {
+      auto [where, first] = r.pick("recompute.budget_mb", "recompute.policy");
+      r.report(where, first ? "recompute.budget_mb" : "recompute.policy",
+               "recompute.policy = \"budget\" needs recompute.budget_mb > 0 (activation MiB per rank)");
+    } else if (rc.policy != "budget" && rc.budget_mb > 0) {
+      r.report(r.origin("recompute.budget_mb"), "recompute.budget_mb",
+               fmt::format("is only used by recompute.policy = \"budget\", but the policy is \"{}\"",
+                           rc.policy));
+    }
+  }
+
   if (!r.failed("precision.init_scale") && pr.init_scale > 3.4e38)
     r.report(r.origin("precision.init_scale"), "precision.init_scale",
              fmt::format("must fit in a float (<= 3.4e38), got {}", show(pr.init_scale)));
@@ -725,6 +743,8 @@ std::string to_toml(const RunConfig& c) {
       toml_string(pr.mode), toml_float(pr.init_scale), pr.growth_interval,
       toml_float(pr.growth_factor), toml_float(pr.backoff_factor), pr.hysteresis,
       toml_float(pr.min_scale), pr.max_consecutive_skips);
+  s += fmt::format("\n[recompute]\npolicy = {}\nbudget_mb = {}\n", toml_string(c.recompute.policy),
+                   toml_float(c.recompute.budget_mb));
   return s;
 }
 

@@ -68,6 +68,12 @@ struct PrecisionConfig {
   std::int64_t max_consecutive_skips = 100;  // abort after this many skipped steps in a row, >= 1
 };
 
+// Activation recompute (plan/recompute.hpp, share/doc/config.md#recompute).
+struct RecomputeConfig {
+  std::string policy = "none";     // "none" | "full" | "sqrt" | "budget"
+  double budget_mb = 0.0;          // policy "budget": activation MiB per rank, > 0
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -75,6 +81,7 @@ struct RunConfig {
   OptimConfig optim;
   ParallelConfig parallel;
   PrecisionConfig precision;
+  RecomputeConfig recompute;
   std::string source_name;         // the input file as given on the command line
   std::string source_text;         // its text, as broadcast by rank 0
 };

@@ -60,6 +60,31 @@ GptActivationPlan gpt_activation_plan(const GptDims& d) {
   return p;
 }
 
+ChainCosts gpt_chain_costs(const GptDims& d, std::int64_t element_bytes) {
+  const auto p = gpt_activation_plan(d);
+  const std::int64_t bt = d.max_batch * d.seq_len, c = d.channels;
+  ChainCosts costs;
+  // Analytic forward FLOPs: the four Linear layers (12 C^2 multiply-adds per
+  // token) and causal attention (QK^T and PV over half the T x T scores).
+  const double tokens = static_cast<double>(bt), cd = static_cast<double>(c);
+  const double block = 2.0 * tokens * 12.0 * cd * cd + 2.0 * tokens * static_cast<double>(d.seq_len) * cd;
+  for (std::int64_t l = 0; l < d.n_layer; ++l) {
+    costs.saved_bytes.push_back(p.per_block * element_bytes);
+    costs.output_bytes.push_back(bt * c * element_bytes);
+    costs.forward_flops.push_back(block);
+  }
+  costs.scratch_bytes = p.per_block * element_bytes;
+  costs.other_forward_flops = 2.0 * tokens * cd * static_cast<double>(d.vocab);  // LM head
+  return costs;
+}
+
+std::int64_t gpt_activation_elems(const GptDims& d, const RecomputeSchedule& s) {
+  const auto p = gpt_activation_plan(d);
+  const std::int64_t bt = d.max_batch * d.seq_len, c = d.channels;
+  return p.head + s.internal_slots * p.per_block + s.input_slots * bt * c +
+         (s.uses_scratch ? p.per_block : 0);
+}
+
 ParamLayout gpt_layout(const GptDims& d) {
   const std::int64_t c = d.channels;
   ParamLayout layout;
@@ -110,12 +135,16 @@ void gpt_init_params(const ParamLayout& layout, const GptDims& d, double init_st
 
 template <class T>
 Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps,
-            MemoryTracker& memory)
+            MemoryTracker& memory, const RecomputeSchedule* schedule)
     : m_dims(dims), m_layout(layout), m_eps(static_cast<T>(layernorm_eps)) {
   SHARDTRAIN_CHECK(dims.channels % dims.n_head == 0, "n_head must divide channels");
   SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
+  SHARDTRAIN_CHECK(dims.n_layer >= 1, "a GPT needs at least one block");
+  const ChainCosts costs = gpt_chain_costs(dims, sizeof(T));
+  m_schedule = schedule ? *schedule : *make_recompute_schedule("none", costs);
+  simulate(costs, m_schedule);  // a schedule for another chain fails here
   const auto plan = gpt_activation_plan(dims);
-  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, plan.activations());
+  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, gpt_activation_elems(dims, m_schedule));
   m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace);
   if constexpr (is_half_v<T>) {
     m_half_scratch = TrackedBuffer<float>(memory, MemCategory::Workspace, plan.half_scratch);
@@ -126,9 +155,8 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   const std::int64_t att_saved = attention_saved_elems(attention_shape(dims, dims.max_batch));
   T* p = m_acts.data();
   auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
-  m_emb_out = carve(bt * c);
-  m_block_acts.resize(dims.n_layer);
-  for (auto& a : m_block_acts) {
+  auto carve_block = [&]() {
+    BlockActs a;
     a.ln1_mean = carve(bt); a.ln1_rstd = carve(bt); a.ln1_out = carve(bt * c);
     a.att_saved = carve(att_saved);
     a.att_out = carve(bt * c);
@@ -136,7 +164,12 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
     a.ln2_mean = carve(bt); a.ln2_rstd = carve(bt); a.ln2_out = carve(bt * c);
     a.fc_pre = carve(bt * 4 * c); a.fc_act = carve(bt * 4 * c);
     a.out = carve(bt * c);
-  }
+    return a;
+  };
+  m_emb_out = carve(bt * c);
+  for (int k = 0; k < m_schedule.internal_slots; ++k) m_int_slots.push_back(carve_block());
+  for (int k = 0; k < m_schedule.input_slots; ++k) m_ck_slots.push_back(carve(bt * c));
+  if (m_schedule.uses_scratch) m_scratch = carve_block();
   m_lnf_mean = carve(bt); m_lnf_rstd = carve(bt); m_lnf_out = carve(bt * c);
   m_logits = carve(bt * dims.vocab);
   m_losses = carve(bt);
@@ -210,10 +243,9 @@ void Gpt<T>::acquire_grads(int g) {
 }
 
 template <class T>
-void Gpt<T>::block_forward(int l, const T* x_ptr, std::int64_t batch) {
+void Gpt<T>::block_forward(int l, const T* x_ptr, const BlockActs& a, std::int64_t batch) {
   const std::int64_t bt = batch * m_dims.seq_len, c = m_dims.channels, t = m_dims.seq_len;
   const BlockParams& p = m_blocks[l];
-  const BlockActs& a = m_block_acts[l];
   const auto shape = attention_shape(m_dims, batch);
   T* qkv = m_work.data();
   T* att_ws = qkv + m_dims.max_batch * t * 3 * c;
@@ -248,19 +280,22 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
   // makes every provider call, so it takes part in the provider's collectives.
   const bool work = batch > 0;
 
+  // A forward without its backward (evaluation) leaves slots held: start afresh.
+  const int n = static_cast<int>(m_dims.n_layer);
+  m_int_of.assign(n, -1);
+  m_ck_of.assign(n + 1, -1);
+  m_free_int.clear();
+  m_free_ck.clear();
+  for (int k = m_schedule.internal_slots - 1; k >= 0; --k) m_free_int.push_back(k);
+  for (int k = m_schedule.input_slots - 1; k >= 0; --k) m_free_ck.push_back(k);
+
   acquire_params(0);  // kept until the tied LM head has used wte
   m_provider->prefetch(1);
   if (work)
     embedding_forward<T>(CView2<TokenIndex>(tokens, batch, t), m_wte, m_wpe,
                          View3<T>(m_emb_out, batch, t, c));
-  const T* x = m_emb_out;
-  for (int l = 0; l < m_dims.n_layer; ++l) {
-    acquire_params(l + 1);
-    m_provider->prefetch(l + 2);  // the next block, or the final LayerNorm
-    if (work) block_forward(l, x, batch);
-    m_provider->release_params(l + 1);
-    x = m_block_acts[l].out;
-  }
+  run_ops(0, static_cast<std::size_t>(m_schedule.forward_ops_in_pass), work, batch, nullptr);
+  const T* x = input_of(n);
   acquire_params(lnf_group());
   if (work)
     layernorm_forward<T>(CView2<T>(x, bt, c), m_lnf_w, m_lnf_b, View2<T>(m_lnf_out, bt, c),
@@ -278,12 +313,11 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
 }
 
 template <class T>
-void Gpt<T>::block_backward(int l, const T* x_ptr, std::int64_t batch, T* dres) {
+void Gpt<T>::block_backward(int l, const T* x_ptr, const BlockActs& a, std::int64_t batch, T* dres) {
   const std::int64_t t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
   const std::int64_t bt_max = m_dims.max_batch * t;
   const BlockParams& p = m_blocks[l];
   BlockParams& g = m_dblocks[l];
-  const BlockActs& a = m_block_acts[l];
   const auto shape = attention_shape(m_dims, batch);
   T* att_ws = m_work.data() + bt_max * 3 * c;  // workspace: qkv | attention | dres | dsmall | dbig1 | dbig2
   T* dsmall = dres + bt_max * c;
@@ -315,6 +349,72 @@ void Gpt<T>::block_backward(int l, const T* x_ptr, std::int64_t batch, T* dres) 
 }
 
 template <class T>
+const T* Gpt<T>::input_of(int l) const {
+  if (l == 0) return m_emb_out;
+  if (m_ck_of[l] >= 0) return m_ck_slots[m_ck_of[l]];
+  SHARDTRAIN_CHECK(m_int_of[l - 1] >= 0, "recompute: the input of block " + std::to_string(l) + " is not held");
+  return m_int_slots[m_int_of[l - 1]].out;
+}
+
+template <class T>
+int Gpt<T>::next_group(std::size_t k) const {
+  const std::size_t fp = static_cast<std::size_t>(m_schedule.forward_ops_in_pass);
+  const std::size_t end = k < fp ? fp : m_schedule.ops.size();
+  for (std::size_t j = k + 1; j < end; ++j)
+    if (m_schedule.ops[j].kind != RecomputeOp::Kind::FreeInput) return m_schedule.ops[j].layer + 1;
+  return k < fp ? lnf_group() : -1;  // after the last block: the final LayerNorm / nothing
+}
+
+template <class T>
+void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_t batch, T* dres) {
+  auto pop = [](std::vector<int>& free) {
+    SHARDTRAIN_CHECK(!free.empty(), "recompute: no free activation slot (schedule and arena disagree)");
+    const int s = free.back();
+    free.pop_back();
+    return s;
+  };
+  for (std::size_t k = first; k < last; ++k) {
+    const RecomputeOp& op = m_schedule.ops[k];
+    const int l = op.layer;
+    switch (op.kind) {
+      case RecomputeOp::Kind::Forward: {
+        const T* x = input_of(l);
+        BlockActs a;
+        if (op.keep) {
+          m_int_of[l] = pop(m_free_int);
+          a = m_int_slots[m_int_of[l]];
+        } else {  // internals to the scratch block, the output to a checkpoint slot
+          m_ck_of[l + 1] = pop(m_free_ck);
+          a = m_scratch;
+          a.out = m_ck_slots[m_ck_of[l + 1]];
+        }
+        acquire_params(l + 1);
+        if (const int g = next_group(k); g >= 0) m_provider->prefetch(g);
+        if (work) block_forward(l, x, a, batch);
+        m_provider->release_params(l + 1);
+        break;
+      }
+      case RecomputeOp::Kind::Backward: {
+        const T* x = input_of(l);
+        acquire_params(l + 1);
+        if (const int g = next_group(k); g >= 0) m_provider->prefetch(g);
+        acquire_grads(l + 1);
+        if (work) block_backward(l, x, m_int_slots[m_int_of[l]], batch, dres);
+        m_provider->grads_ready(l + 1);
+        m_provider->release_params(l + 1);
+        m_free_int.push_back(m_int_of[l]);
+        m_int_of[l] = -1;
+        break;
+      }
+      case RecomputeOp::Kind::FreeInput:
+        m_free_ck.push_back(m_ck_of[l]);
+        m_ck_of[l] = -1;
+        break;
+    }
+  }
+}
+
+template <class T>
 void Gpt<T>::backward(T dloss) {
   SHARDTRAIN_CHECK(m_forward_done, "backward without forward");
   const std::int64_t t = m_dims.seq_len, c = m_dims.channels, v = m_dims.vocab;
@@ -335,10 +435,11 @@ void Gpt<T>::backward(T dloss) {
                        View2<T>(dsmall, bt, c), m_dwte, View1<T>());
   m_provider->release_params(0);
 
-  const T* x_last = m_dims.n_layer > 0 ? m_block_acts.back().out : m_emb_out;
+  const std::size_t fp = static_cast<std::size_t>(m_schedule.forward_ops_in_pass);
+  const T* x_last = input_of(static_cast<int>(m_dims.n_layer));
   if (work) fill<T>(View1<T>(dres, bt * c), T(0));
   acquire_params(lnf_group());
-  if (m_dims.n_layer > 0) m_provider->prefetch(static_cast<int>(m_dims.n_layer));
+  m_provider->prefetch(next_group(fp - 1));  // the first block the backward ops touch
   acquire_grads(lnf_group());
   if (work)
     layernorm_backward<T>(CView2<T>(x_last, bt, c), m_lnf_w, CView1<T>(m_lnf_mean, bt),
@@ -346,15 +447,7 @@ void Gpt<T>::backward(T dloss) {
                           View2<T>(dres, bt, c), m_dlnf_w, m_dlnf_b);
   m_provider->grads_ready(lnf_group());
   m_provider->release_params(lnf_group());
-  for (int l = static_cast<int>(m_dims.n_layer) - 1; l >= 0; --l) {
-    const T* x = l > 0 ? m_block_acts[l - 1].out : m_emb_out;
-    acquire_params(l + 1);
-    if (l > 0) m_provider->prefetch(l);  // the block below; embeddings need no parameters
-    acquire_grads(l + 1);
-    if (work) block_backward(l, x, batch, dres);
-    m_provider->grads_ready(l + 1);
-    m_provider->release_params(l + 1);
-  }
+  run_ops(fp, m_schedule.ops.size(), work, batch, dres);
   if (work)
     embedding_backward<T>(CView2<TokenIndex>(m_tokens, batch, t), CView3<T>(dres, batch, t, c),
                           m_dwte, m_dwpe);

@@ -9,6 +9,11 @@
 // its activation arena (category Activations: what backward needs) and its
 // workspace (category Workspace: scratch reused by every block), both sized
 // once, before the first step, for micro-batches of up to max_batch sequences.
+// Recompute: the blocks are a chain run by a RecomputeSchedule (plan/recompute.hpp):
+// forward() runs the schedule's forward pass, backward() the rest (re-running
+// block forwards where it says so); the arena holds the head, the schedule's
+// internals and checkpoint slots and its scratch block. The blocks know nothing
+// of the policy; every policy computes bitwise the same loss and gradients.
 // Gradient convention: backward() ACCUMULATES into the gradient vector, so
 // micro-batches add up; the caller zeroes it once per optimizer step.
 #pragma once
@@ -24,6 +29,7 @@
 #include "kernels/types.hpp"
 #include "model/param_layout.hpp"
 #include "model/param_provider.hpp"
+#include "plan/recompute.hpp"
 
 namespace shardtrain {
 
@@ -47,6 +53,14 @@ struct GptActivationPlan {
 };
 GptActivationPlan gpt_activation_plan(const GptDims& d);
 
+// The blocks as a chain for the recompute scheduler: per block the bytes it
+// saves (internals and output), its output, its forward FLOPs; elements of
+// `element_bytes` bytes.
+ChainCosts gpt_chain_costs(const GptDims& d, std::int64_t element_bytes);
+
+// Activation elements under `schedule`: the head plus the schedule's slots.
+std::int64_t gpt_activation_elems(const GptDims& d, const RecomputeSchedule& schedule);
+
 // Parameter table in nanoGPT naming; Linear weights (out, in). Not finalized.
 ParamLayout gpt_layout(const GptDims& d);
 
@@ -63,7 +77,9 @@ class Gpt {
  public:
   // A 16-bit model (T = f16, bf16) also owns the fp32 scratch its kernels
   // convert tiles into (Workspace) and binds it for the kernels while it lives.
-  Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory);
+  // schedule: the recompute schedule of the blocks (nullptr: keep everything, "none").
+  Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory,
+      const RecomputeSchedule* schedule = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -113,8 +129,14 @@ class Gpt {
   void acquire_params(int g);
   void acquire_grads(int g);
   int lnf_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
-  void block_forward(int layer, const T* x, std::int64_t batch);
-  void block_backward(int layer, const T* x, std::int64_t batch, T* dres);
+  void block_forward(int layer, const T* x, const BlockActs& a, std::int64_t batch);
+  void block_backward(int layer, const T* x, const BlockActs& a, std::int64_t batch, T* dres);
+  // Runs schedule ops [first, last): forwards, backwards (dres holds the
+  // gradient of the current block output) and frees. Kernels only when work.
+  void run_ops(std::size_t first, std::size_t last, bool work, std::int64_t batch, T* dres);
+  // The group the op after `k` needs parameters of (-1: none), for prefetching.
+  int next_group(std::size_t k) const;
+  const T* input_of(int layer) const;  // x_layer wherever the schedule keeps it
 
   GptDims m_dims;
   const ParamLayout& m_layout;
@@ -130,7 +152,12 @@ class Gpt {
   TrackedBuffer<T> m_acts;       // Activations: embeddings out, blocks, head
   TrackedBuffer<T> m_work;       // Workspace
   TrackedBuffer<float> m_half_scratch;  // Workspace: fp32 tiles of the 16-bit kernels
-  std::vector<BlockActs> m_block_acts;
+  RecomputeSchedule m_schedule;
+  std::vector<BlockActs> m_int_slots;          // internals slots (one block's BlockActs each)
+  std::vector<T*> m_ck_slots;                  // checkpoint slots, (BT, C) each
+  BlockActs m_scratch{};                       // internals of a forward that keeps none
+  std::vector<int> m_free_int, m_free_ck;      // free slot indices
+  std::vector<int> m_int_of, m_ck_of;          // per block: internals slot / slot of x_i, or -1
   T* m_emb_out = nullptr;        // (BT, C) block 0 input
   T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;
   T* m_logits = nullptr;         // (BT, V); overwritten by dlogits in backward

@@ -56,7 +56,26 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
   set(MemCategory::Communication,
       f * zero_bucket_elems(layout, s, c.parallel.bucket_mb, static_cast<std::size_t>(f)));
   const auto acts = gpt_activation_plan(p.dims);
-  set(MemCategory::Activations, f * acts.activations());
+  // Recompute: the blocks' schedule for the policy (budget_mb bounds the whole
+  // Activations category; the head is always kept).
+  const ChainCosts chain = gpt_chain_costs(p.dims, f);
+  const std::int64_t head = f * acts.head;
+  p.activations_none = head + make_recompute_schedule("none", chain)->peak_bytes;
+  const std::string& policy = c.recompute.policy;
+  const std::int64_t budget = static_cast<std::int64_t>(c.recompute.budget_mb * kMiB);
+  auto schedule = make_recompute_schedule(policy, chain, budget - head);
+  if (!schedule) {
+    const std::int64_t least = head + min_recompute_peak(chain);
+    throw InputError(fmt::format(
+        "{}: recompute.budget_mb = {} MiB cannot be met: even with maximal recomputation the "
+        "activations need {:.2f} MiB per rank ({:.2f} MiB for the embeddings and the head, which are "
+        "always kept); raise recompute.budget_mb, lower train.micro_batch or model.seq_len, or use "
+        "more ranks",
+        c.source_name, c.recompute.budget_mb, static_cast<double>(least) / kMiB,
+        static_cast<double>(head) / kMiB));
+  }
+  p.recompute = std::move(*schedule);
+  set(MemCategory::Activations, f * gpt_activation_elems(p.dims, p.recompute));
   // 16-bit kernels convert tiles to fp32 in a scratch arena (kernels/half_scratch.hpp).
   set(MemCategory::Workspace, f * acts.workspace + (half ? f32 * acts.half_scratch : 0));
   const std::int64_t mb = p.dims.max_batch, t = p.dims.seq_len;
@@ -72,6 +91,10 @@ std::string format_plan(const MemoryPlan& p) {
     out += fmt::format("  {:<16} {:>12.3f} MiB\n", to_string(static_cast<MemCategory>(c)),
                        static_cast<double>(p.bytes[c]) / kMiB);
   out += fmt::format("  {:<16} {:>12.3f} MiB\n", "total", static_cast<double>(p.total()) / kMiB);
+  out += format_schedule(p.recompute);
+  out += fmt::format("  activations {:.3f} MiB per rank (policy \"none\" would need {:.3f} MiB)\n",
+                     static_cast<double>(p.of(MemCategory::Activations)) / kMiB,
+                     static_cast<double>(p.activations_none) / kMiB);
   return out;
 }
 

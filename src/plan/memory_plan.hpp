@@ -18,6 +18,7 @@
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
 #include "model/gpt.hpp"
+#include "plan/recompute.hpp"
 
 namespace shardtrain {
 
@@ -30,6 +31,8 @@ struct MemoryPlan {
   std::string precision = "fp32";   // precision.mode
   std::int64_t element_bytes = 4;   // of parameters, gradients, activations
   GptDims dims;
+  RecomputeSchedule recompute;      // the blocks' schedule; activations are sized by it
+  std::int64_t activations_none = 0;  // activation bytes policy "none" would need (for the report)
 
   std::int64_t total() const;
   std::int64_t of(MemCategory c) const { return bytes[static_cast<int>(c)]; }
@@ -42,6 +45,8 @@ MemoryPlan plan_memory(const RunConfig& config, std::int64_t vocab, int world);
 
 // Human-readable plan (for `trainer --plan` and the start of a run).
 std::string format_plan(const MemoryPlan& plan);
+
+// Throws InputError when recompute.budget_mb cannot be met by any schedule.
 
 // Throws InputError naming the shortfall if train.memory_limit_mb is set and the
 // plan's total exceeds it.

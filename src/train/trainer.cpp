@@ -88,7 +88,8 @@ class Run final : public RunBase {
     const auto [plo, phi] = m_zero->stored_param_range();
     gpt_init_params<P>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed,
                        m_zero->stored_params(), plo, phi);
-    m_model = std::make_unique<Gpt<P>>(m_dims, *m_layout, cfg.model.layernorm_eps, m_memory);
+    m_model = std::make_unique<Gpt<P>>(m_dims, *m_layout, cfg.model.layernorm_eps, m_memory,
+                                       &m_plan.recompute);
     m_model->bind(*m_zero);
     const auto [olo, ohi] = m_zero->optimizer_range();
     constexpr bool kMaster = !std::is_same_v<P, float>;
