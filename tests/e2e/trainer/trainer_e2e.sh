@@ -4,6 +4,7 @@
 # MPIEXEC, NPFLAG.
 #   run NP NAME [--set ...]     train into $WORK/NAME, fail on non-zero exit
 #   equiv NAME NP REF TOL [--set ...]  train at NP ranks; losses must match run REF within relative TOL
+#                               (TOL 0: bitwise, weight CRCs included)
 #   determinism NP [TAG --set ...]  two runs at NP ranks; losses (and weight CRCs) must be
 #                               bitwise identical
 #   bad-input NP CASE REGEX     a broken input must give exit 2, ONE message matching REGEX, no hang
@@ -59,6 +60,11 @@ case "${1:-}" in
     name=$2; np=$3; ref=$4; tol=$5; shift 5
     run_trainer "$np" "$name" "$@"
     compare "$WORK/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol"
+    if [[ "$tol" == 0 ]]; then
+      diff <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$ref/metrics.csv") \
+           <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$name/metrics.csv") || die "weight CRCs differ"
+      echo "bitwise identical losses and weight CRCs"
+    fi
     # The loss must actually fall, or equal curves prove nothing.
     awk -F, 'NR == 2 { first = $2 } END { if (!($2 < first - 0.3)) { print "loss did not fall: " first " -> " $2; exit 1 } }' \
       "$WORK/$name/metrics.csv" || die "training did not learn"
@@ -114,6 +120,38 @@ case "${1:-}" in
       die "expected a min-scale warning for steps 1 and 2"
     [[ $(grep -c 'step skipped' "$WORK/$name.log") -eq 3 ]] || die "expected 3 skipped steps logged"
     ;;
+  recompute-memory)
+    # NP LAYERS POLICY [--set ...]: measured activation peak per rank == the plan (5%).
+    np=$2; layers=$3; policy=$4; shift 4; name="rcmem_L${layers}_${policy}_np$np"
+    run_trainer "$np" "$name" --set model.n_layer="$layers" --set recompute.policy="$policy" \
+      --set train.steps=3 --set train.eval_every=0 "$@"
+    grep -A6 '^recompute plan' "$WORK/$name.log"
+    awk -F, '$1 == "plan" { plan = $5 } $1 ~ /^[0-9]+$/ { if ($5 > peak) peak = $5 }
+      END { r = (peak - plan) / plan; if (r < 0) r = -r
+            printf "activations: measured %d bytes, plan %d bytes (%.4f)\n", peak, plan, r; exit !(r <= 0.05) }' \
+      "$WORK/$name/memory.csv" || die "activation peak differs from the plan by more than 5%"
+    ;;
+  recompute-cap)
+    # NP: budget plan total + 0.5 MiB as memory_limit_mb trains; policy none under the same cap is refused.
+    np=$2; name="rccap_np$np"
+    set_args=(--set model.n_layer=12 --set recompute.policy=budget --set recompute.budget_mb=0.6)
+    "$TRAINER" --plan "$INPUT" --ranks "$np" --set data.path="$DATA" "${set_args[@]}" > "$WORK/$name.plan" 2>&1 ||
+      { cat "$WORK/$name.plan"; die "--plan failed"; }
+    total=$(awk '/^  total/ { print $2 }' "$WORK/$name.plan")
+    cap=$(awk -v t="$total" 'BEGIN { printf "%.3f", t + 0.05 }')
+    echo "budget plan total $total MiB; memory_limit_mb = $cap"
+    run_trainer "$np" "$name" "${set_args[@]}" --set train.memory_limit_mb="$cap" --set train.steps=5
+    rm -rf "$WORK/${name}_none"
+    timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/${name}_none" --set model.n_layer=12 --set recompute.policy=none \
+      --set train.memory_limit_mb="$cap" > "$WORK/${name}_none.log" 2> "$WORK/${name}_none.err"
+    rc=$?
+    cat "$WORK/${name}_none.err"
+    [[ $rc -eq 2 ]] || die "policy none under the cap: expected exit code 2, got $rc"
+    [[ $(grep -c '^error: ' "$WORK/${name}_none.err") -eq 1 ]] || die "expected one error line"
+    grep -Eq "train.memory_limit_mb = $cap MiB, but the plan needs [0-9.]+ MiB per rank \([0-9.]+ MiB short" \
+      "$WORK/${name}_none.err" || die "the refusal does not name the shortfall"
+    ;;
   mixed-memory)
     np=$2; mode=$3
     run_trainer "$np" "mem_fp32_np$np" --set train.steps=2
@@ -138,6 +176,7 @@ case "${1:-}" in
       not_hdf5)    cp "$INPUT" "$dir/fake.h5"; sed -i "s|^path = .*|path = \"$dir/fake.h5\"|" "$input" ;;
       data_too_short) sed -i 's/^seq_len = .*/seq_len = 512/' "$input" ;;
       memory_limit) sed -i 's/^log_every = .*/log_every = 5\nmemory_limit_mb = 0.1/' "$input" ;;
+      recompute_budget) printf '\n[recompute]\npolicy = "budget"\nbudget_mb = 0.01\n' >> "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)
