@@ -310,6 +310,46 @@ TEST_F(ConfigParse, ScheduleMustBeKnown) {
       "inputs/x.toml:2:12: optim.schedule: must be \"cosine\" or \"constant\", got \"linear\"");
 }
 
+TEST_F(ConfigParse, PrecisionKeys) {
+  const RunConfig c = parse_run_config(
+      "[precision]\nmode = \"fp16\"\ninit_scale = 1024\ngrowth_interval = 10\nhysteresis = 1\n"
+      "min_scale = 0.5\nmax_consecutive_skips = 7\n" + data_section(), "x.toml");
+  EXPECT_EQ(c.precision.mode, "fp16");
+  EXPECT_EQ(c.precision.init_scale, 1024.0);
+  EXPECT_EQ(c.precision.growth_interval, 10);
+  EXPECT_EQ(c.precision.hysteresis, 1);
+  EXPECT_EQ(c.precision.min_scale, 0.5);
+  EXPECT_EQ(c.precision.max_consecutive_skips, 7);
+  EXPECT_EQ(parse_run_config(data_section(), "x.toml").precision.mode, "fp32");
+  EXPECT_EQ(error_of("[precision]\nmode = \"fp8\"\n" + data_section()),
+            "inputs/x.toml:2:8: precision.mode: must be \"fp32\" or \"fp16\" or \"bf16\", got \"fp8\"");
+  EXPECT_EQ(error_of("[precision]\nmin_scale = 4096\ninit_scale = 1024\n" + data_section()),
+            "inputs/x.toml:2:13: precision.min_scale: precision.min_scale (4096) must be <= "
+            "precision.init_scale (1024)");
+  EXPECT_EQ(error_of("[precision]\nbackoff_factor = 1\n" + data_section()),
+            "inputs/x.toml:2:18: precision.backoff_factor: must be in [0, 1), got 1");
+  EXPECT_EQ(error_of("[precision]\ngrowth_interval = 0\n" + data_section()),
+            "inputs/x.toml:2:19: precision.growth_interval: must be >= 1, got 0");
+}
+
+TEST_F(ConfigParse, RecomputeKeys) {
+  const RunConfig c = parse_run_config(
+      "[recompute]\npolicy = \"budget\"\nbudget_mb = 12.5\n" + data_section(), "x.toml");
+  EXPECT_EQ(c.recompute.policy, "budget");
+  EXPECT_EQ(c.recompute.budget_mb, 12.5);
+  EXPECT_EQ(parse_run_config("[recompute]\npolicy = \"sqrt\"\n" + data_section(), "x.toml").recompute.policy,
+            "sqrt");
+  EXPECT_EQ(error_of("[recompute]\npolicy = \"budget\"\n" + data_section()),
+            "inputs/x.toml:2:10: recompute.policy: recompute.policy = \"budget\" needs "
+            "recompute.budget_mb > 0 (activation MiB per rank)");
+  EXPECT_EQ(error_of("[recompute]\npolicy = \"full\"\nbudget_mb = 5\n" + data_section()),
+            "inputs/x.toml:3:13: recompute.budget_mb: is only used by recompute.policy = \"budget\", "
+            "but the policy is \"full\"");
+  EXPECT_EQ(error_of("[recompute]\npolicy = \"some\"\n" + data_section()),
+            "inputs/x.toml:2:10: recompute.policy: must be \"none\" or \"full\" or \"sqrt\" or "
+            "\"budget\", got \"some\"");
+}
+
 TEST_F(ConfigParse, ZeroStageRange) {
   for (int stage = 0; stage <= 3; ++stage)
     EXPECT_EQ(parse_run_config("[parallel]\nzero_stage = " + std::to_string(stage) + "\n" + data_section(), "x.toml")
