@@ -220,13 +220,75 @@ TEST(GptProvider, EmptyMicroBatchMakesTheSameCallsAndAddsNothing) {
     for (double x : g) ASSERT_EQ(x, 0.0);
 }
 
+// Every recompute policy gives bitwise the loss and the gradient of "none", over
+// two micro-batches (the second one smaller), with 7 blocks so that sqrt (k = 3)
+// has a short last segment and budget recomputes at more than one level; the
+// arena is exactly the schedule's size. Float (BLAS) and double.
+template <class T>
+void check_recompute_policies() {
+  GptDims d = tiny_dims();
+  d.n_layer = 7;
+  ParamLayout layout = gpt_layout(d);
+  layout.finalize(1);
+  std::vector<T> params(layout.padded_size());
+  gpt_init_params<T>(layout, d, 0.5, 42, params.data(), 0, layout.padded_size());
+  std::vector<TokenIndex> tokens, targets;
+  for (std::int64_t i = 0; i < d.max_batch * d.seq_len; ++i) {
+    tokens.push_back(static_cast<TokenIndex>((i * 5 + 3) % d.vocab));
+    targets.push_back(static_cast<TokenIndex>((i * 3 + 1) % d.vocab));
+  }
+  const ChainCosts chain = gpt_chain_costs(d, sizeof(T));
+  const std::int64_t none_peak = make_recompute_schedule("none", chain)->peak_bytes;
+  const std::int64_t least = min_recompute_peak(chain);
+  std::vector<RecomputeSchedule> schedules = {*make_recompute_schedule("none", chain),
+                                              *make_recompute_schedule("full", chain),
+                                              *make_recompute_schedule("sqrt", chain)};
+  for (double frac : {0.0, 0.2, 0.5, 0.8})
+    schedules.push_back(*make_recompute_schedule(
+        "budget", chain, least + static_cast<std::int64_t>(frac * static_cast<double>(none_peak - least))));
+  std::vector<T> reference;
+  double reference_loss = 0;
+  for (const auto& schedule : schedules) {
+    MemoryTracker memory;
+    std::vector<T> grads(layout.padded_size(), T(0));
+    Gpt<T> model(d, layout, 1e-5, memory, &schedule);
+    EXPECT_EQ(memory.current(MemCategory::Activations),
+              static_cast<std::size_t>(gpt_activation_elems(d, schedule)) * sizeof(T));
+    model.bind(params.data(), grads.data());
+    double loss = 0;
+    for (std::int64_t batch : {3, 2}) {
+      loss += model.forward(tokens.data(), targets.data(), batch);
+      model.backward(T(0.1));
+    }
+    int recomputed = 0;
+    for (std::size_t k = static_cast<std::size_t>(schedule.forward_ops_in_pass); k < schedule.ops.size(); ++k)
+      recomputed += schedule.ops[k].kind == RecomputeOp::Kind::Forward;
+    std::printf("%s %s: %d block forwards recomputed, activations %lld bytes\n", schedule.policy.c_str(),
+                sizeof(T) == 8 ? "double" : "float", recomputed,
+                static_cast<long long>(gpt_activation_elems(d, schedule) * static_cast<std::int64_t>(sizeof(T))));
+    if (reference.empty()) {
+      reference = grads;
+      reference_loss = loss;
+      continue;
+    }
+    EXPECT_EQ(loss, reference_loss) << schedule.policy;
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      ASSERT_EQ(grads[i], reference[i]) << schedule.policy << " element " << i;
+  }
+}
+
+TEST(GptRecompute, EveryPolicyGivesBitwiseTheGradientOfNone) {
+  check_recompute_policies<float>();
+  check_recompute_policies<double>();
+}
+
 // The activation arena is sized from the plan and counted by the tracker.
 TEST(GptMemory, ArenaMatchesPlan) {
   Fixture f;
   Gpt<float> model(f.dims, f.layout, 1e-5, f.memory);
   const auto plan = gpt_activation_plan(f.dims);
   EXPECT_EQ(f.memory.current(MemCategory::Activations),
-            static_cast<std::size_t>(plan.activations()) * sizeof(float));
+            static_cast<std::size_t>(plan.activations()) * sizeof(float));  // policy none
   EXPECT_EQ(f.memory.current(MemCategory::Workspace),
             static_cast<std::size_t>(plan.workspace) * sizeof(float));
 }
