@@ -115,8 +115,9 @@ int run_main(int argc, char** argv) {
   bool plan_only = false;
   int plan_ranks = 0;
   app.add_flag("--plan", plan_only,
-               "Print the memory plan per rank (bytes per category) and exit without training; "
-               "exit code 2 if it exceeds train.memory_limit_mb");
+               "Print the memory plan per rank (bytes per category) and the activation recompute "
+               "schedule (kept blocks, peak, extra forward FLOPs), then exit without training; exit "
+               "code 2 if it exceeds train.memory_limit_mb or recompute.budget_mb cannot be met");
   app.add_option("--ranks", plan_ranks, "With --plan: plan for this many ranks (default: the MPI job's)")
       ->check(CLI::PositiveNumber);
   std::string inject_overflow;

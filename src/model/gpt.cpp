@@ -80,9 +80,10 @@ ChainCosts gpt_chain_costs(const GptDims& d, std::int64_t element_bytes) {
 
 std::int64_t gpt_activation_elems(const GptDims& d, const RecomputeSchedule& s) {
   const auto p = gpt_activation_plan(d);
-  const std::int64_t bt = d.max_batch * d.seq_len, c = d.channels;
-  return p.head + s.internal_slots * p.per_block + s.input_slots * bt * c +
-         (s.uses_scratch ? p.per_block : 0);
+  // gpt_chain_costs sizes are whole elements, so the stack is too (element size
+  // recovered from the slot size).
+  const std::int64_t elem = p.per_block > 0 ? s.slot_bytes / p.per_block : 1;
+  return p.head + s.stack_bytes / elem + (s.uses_scratch ? p.per_block : 0);
 }
 
 ParamLayout gpt_layout(const GptDims& d) {
@@ -152,24 +153,14 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   }
 
   const std::int64_t bt = dims.max_batch * dims.seq_len, c = dims.channels;
-  const std::int64_t att_saved = attention_saved_elems(attention_shape(dims, dims.max_batch));
   T* p = m_acts.data();
   auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
-  auto carve_block = [&]() {
-    BlockActs a;
-    a.ln1_mean = carve(bt); a.ln1_rstd = carve(bt); a.ln1_out = carve(bt * c);
-    a.att_saved = carve(att_saved);
-    a.att_out = carve(bt * c);
-    a.resid1 = carve(bt * c);
-    a.ln2_mean = carve(bt); a.ln2_rstd = carve(bt); a.ln2_out = carve(bt * c);
-    a.fc_pre = carve(bt * 4 * c); a.fc_act = carve(bt * 4 * c);
-    a.out = carve(bt * c);
-    return a;
-  };
   m_emb_out = carve(bt * c);
-  for (int k = 0; k < m_schedule.internal_slots; ++k) m_int_slots.push_back(carve_block());
-  for (int k = 0; k < m_schedule.input_slots; ++k) m_ck_slots.push_back(carve(bt * c));
-  if (m_schedule.uses_scratch) m_scratch = carve_block();
+  m_stack = carve(m_schedule.stack_bytes / static_cast<std::int64_t>(sizeof(T)));
+  if (m_schedule.uses_scratch) {
+    m_scratch = carve_block_at(p);
+    p += gpt_activation_plan(dims).per_block;
+  }
   m_lnf_mean = carve(bt); m_lnf_rstd = carve(bt); m_lnf_out = carve(bt * c);
   m_logits = carve(bt * dims.vocab);
   m_losses = carve(bt);
@@ -282,12 +273,11 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
 
   // A forward without its backward (evaluation) leaves slots held: start afresh.
   const int n = static_cast<int>(m_dims.n_layer);
-  m_int_of.assign(n, -1);
-  m_ck_of.assign(n + 1, -1);
-  m_free_int.clear();
-  m_free_ck.clear();
-  for (int k = m_schedule.internal_slots - 1; k >= 0; --k) m_free_int.push_back(k);
-  for (int k = m_schedule.input_slots - 1; k >= 0; --k) m_free_ck.push_back(k);
+  m_int_acts.assign(n, BlockActs{});
+  m_int_held.assign(n, 0);
+  m_ck_of.assign(n + 1, nullptr);
+  m_stack_top = 0;
+  m_stack_marks.clear();
 
   acquire_params(0);  // kept until the tied LM head has used wte
   m_provider->prefetch(1);
@@ -348,12 +338,49 @@ void Gpt<T>::block_backward(int l, const T* x_ptr, const BlockActs& a, std::int6
                         View2<T>(dres, bt, c), g.ln1_w, g.ln1_b);
 }
 
+// One block's saved tensors, laid out from `base` (per_block elements).
+template <class T>
+typename Gpt<T>::BlockActs Gpt<T>::carve_block_at(T* base) const {
+  const std::int64_t bt = m_dims.max_batch * m_dims.seq_len, c = m_dims.channels;
+  const std::int64_t att_saved = attention_saved_elems(attention_shape(m_dims, m_dims.max_batch));
+  T* p = base;
+  auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
+  BlockActs a;
+  a.ln1_mean = carve(bt); a.ln1_rstd = carve(bt); a.ln1_out = carve(bt * c);
+  a.att_saved = carve(att_saved);
+  a.att_out = carve(bt * c);
+  a.resid1 = carve(bt * c);
+  a.ln2_mean = carve(bt); a.ln2_rstd = carve(bt); a.ln2_out = carve(bt * c);
+  a.fc_pre = carve(bt * 4 * c); a.fc_act = carve(bt * 4 * c);
+  a.out = carve(bt * c);
+  SHARDTRAIN_CHECK(p - base == gpt_activation_plan(m_dims).per_block, "block carve mismatch");
+  return a;
+}
+
 template <class T>
 const T* Gpt<T>::input_of(int l) const {
   if (l == 0) return m_emb_out;
-  if (m_ck_of[l] >= 0) return m_ck_slots[m_ck_of[l]];
-  SHARDTRAIN_CHECK(m_int_of[l - 1] >= 0, "recompute: the input of block " + std::to_string(l) + " is not held");
-  return m_int_slots[m_int_of[l - 1]].out;
+  if (m_ck_of[l]) return m_ck_of[l];
+  SHARDTRAIN_CHECK(m_int_held[l - 1], "recompute: the input of block " + std::to_string(l) + " is not held");
+  return m_int_acts[l - 1].out;
+}
+
+template <class T>
+T* Gpt<T>::stack_push(std::int64_t elems) {
+  SHARDTRAIN_CHECK(m_stack_top + elems <= m_schedule.stack_bytes / static_cast<std::int64_t>(sizeof(T)),
+                   "recompute: activation stack overflow (schedule and arena disagree)");
+  m_stack_marks.push_back(m_stack_top);
+  T* r = m_stack + m_stack_top;
+  m_stack_top += elems;
+  return r;
+}
+
+template <class T>
+void Gpt<T>::stack_pop(const T* region) {
+  SHARDTRAIN_CHECK(!m_stack_marks.empty() && m_stack + m_stack_marks.back() == region,
+                   "recompute: activation freed out of LIFO order");
+  m_stack_top = m_stack_marks.back();
+  m_stack_marks.pop_back();
 }
 
 template <class T>
@@ -367,12 +394,8 @@ int Gpt<T>::next_group(std::size_t k) const {
 
 template <class T>
 void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_t batch, T* dres) {
-  auto pop = [](std::vector<int>& free) {
-    SHARDTRAIN_CHECK(!free.empty(), "recompute: no free activation slot (schedule and arena disagree)");
-    const int s = free.back();
-    free.pop_back();
-    return s;
-  };
+  const std::int64_t bt_c = m_dims.max_batch * m_dims.seq_len * m_dims.channels;
+  const std::int64_t per_block = gpt_activation_plan(m_dims).per_block;
   for (std::size_t k = first; k < last; ++k) {
     const RecomputeOp& op = m_schedule.ops[k];
     const int l = op.layer;
@@ -381,17 +404,29 @@ void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_
         const T* x = input_of(l);
         BlockActs a;
         if (op.keep) {
-          m_int_of[l] = pop(m_free_int);
-          a = m_int_slots[m_int_of[l]];
-        } else {  // internals to the scratch block, the output to a checkpoint slot
-          m_ck_of[l + 1] = pop(m_free_ck);
-          a = m_scratch;
-          a.out = m_ck_slots[m_ck_of[l + 1]];
+          T* base = stack_push(per_block);
+          a = carve_block_at(base);
+          m_int_acts[l] = a;
+          m_int_held[l] = 1;
+        } else {
+          a = m_scratch;  // internals and output to the scratch block
         }
         acquire_params(l + 1);
         if (const int g = next_group(k); g >= 0) m_provider->prefetch(g);
         if (work) block_forward(l, x, a, batch);
         m_provider->release_params(l + 1);
+        if (!op.keep) {
+          // The input goes first when the schedule frees it right away (it is
+          // on top), then x_{l+1} moves from the scratch block to the stack.
+          if (forward_frees_input(m_schedule.ops, k)) {
+            stack_pop(m_ck_of[l]);
+            m_ck_of[l] = nullptr;
+            ++k;
+          }
+          m_ck_of[l + 1] = stack_push(bt_c);
+          if (work) copy<T>(CView1<T>(m_scratch.out, batch * m_dims.seq_len * m_dims.channels),
+                            View1<T>(m_ck_of[l + 1], batch * m_dims.seq_len * m_dims.channels));
+        }
         break;
       }
       case RecomputeOp::Kind::Backward: {
@@ -399,16 +434,16 @@ void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_
         acquire_params(l + 1);
         if (const int g = next_group(k); g >= 0) m_provider->prefetch(g);
         acquire_grads(l + 1);
-        if (work) block_backward(l, x, m_int_slots[m_int_of[l]], batch, dres);
+        if (work) block_backward(l, x, m_int_acts[l], batch, dres);
         m_provider->grads_ready(l + 1);
         m_provider->release_params(l + 1);
-        m_free_int.push_back(m_int_of[l]);
-        m_int_of[l] = -1;
+        stack_pop(m_int_acts[l].ln1_mean);
+        m_int_held[l] = 0;
         break;
       }
       case RecomputeOp::Kind::FreeInput:
-        m_free_ck.push_back(m_ck_of[l]);
-        m_ck_of[l] = -1;
+        stack_pop(m_ck_of[l]);
+        m_ck_of[l] = nullptr;
         break;
     }
   }

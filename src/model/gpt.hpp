@@ -153,11 +153,16 @@ class Gpt {
   TrackedBuffer<T> m_work;       // Workspace
   TrackedBuffer<float> m_half_scratch;  // Workspace: fp32 tiles of the 16-bit kernels
   RecomputeSchedule m_schedule;
-  std::vector<BlockActs> m_int_slots;          // internals slots (one block's BlockActs each)
-  std::vector<T*> m_ck_slots;                  // checkpoint slots, (BT, C) each
+  T* m_stack = nullptr;                        // the schedule's activation stack (LIFO)
+  std::int64_t m_stack_top = 0;                // elements in use
+  std::vector<std::int64_t> m_stack_marks;     // start of every region held, bottom to top
   BlockActs m_scratch{};                       // internals of a forward that keeps none
-  std::vector<int> m_free_int, m_free_ck;      // free slot indices
-  std::vector<int> m_int_of, m_ck_of;          // per block: internals slot / slot of x_i, or -1
+  std::vector<BlockActs> m_int_acts;           // per block: its internals while held
+  std::vector<char> m_int_held;
+  std::vector<T*> m_ck_of;                     // per block input x_j: its checkpoint, or nullptr
+  T* stack_push(std::int64_t elems);
+  BlockActs carve_block_at(T* base) const;
+  void stack_pop(const T* region);
   T* m_emb_out = nullptr;        // (BT, C) block 0 input
   T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;
   T* m_logits = nullptr;         // (BT, V); overwritten by dlogits in backward

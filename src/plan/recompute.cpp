@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <numeric>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -54,45 +57,29 @@ std::vector<Op> segment_ops(int n, int k) {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+std::int64_t gcd_of_sizes(const ChainCosts& c) {
+  std::int64_t g = 0;
+  for (int i = 0; i < c.size(); ++i) g = std::gcd(std::gcd(g, c.saved_bytes[i]), c.output_bytes[i]);
+  return std::max<std::int64_t>(g, 1);
+}
+
 // Rotor-style DP over (s, t, m): the fewest forward FLOPs to run the backward of
-// layers s..t, given x_s stored elsewhere, the gradient of x_{t+1} at hand and m
-// memory units free (a unit = one checkpoint slot; an internals slot = `a` units).
+// layers s..t, given x_s held below, the gradient of x_{t+1} at hand and m free
+// units (bytes / g, g = gcd of every size, so the accounting is exact). Memo
+// over the states reachable from the top (m = M minus sums of sizes).
 class BudgetSolver {
  public:
-  BudgetSolver(const ChainCosts& c, std::int64_t units)
-      : m_c(c), m_n(c.size()), m_units(units) {
-    const std::int64_t in = *std::max_element(c.output_bytes.begin(), c.output_bytes.end());
-    const std::int64_t slot = *std::max_element(c.saved_bytes.begin(), c.saved_bytes.end());
-    m_a = (slot + in - 1) / in;
-    m_cost.assign(static_cast<std::size_t>(m_n) * m_n * (m_units + 1), -1.0);
-    m_choice.assign(m_cost.size(), 0);
+  // Sizes are counted in whole units, rounded up (exact when unit divides them all).
+  BudgetSolver(const ChainCosts& c, std::int64_t unit) : m_c(c), m_n(c.size()), m_unit(unit) {
     m_prefix.assign(m_n + 1, 0.0);
     for (int i = 0; i < m_n; ++i) m_prefix[i + 1] = m_prefix[i] + c.forward_flops[i];
   }
-  double cost(int s, int t, std::int64_t m) {
-    if (m < 0) return kInf;
-    const std::size_t k = index(s, t, m);
-    if (m_cost[k] >= 0) return m_cost[k];
-    double best = kInf;
-    int choice = 0;  // 0: keep s (leaf when s == t), s' > s: checkpoint x_{s'}
-    if (m >= m_a) best = m_c.forward_flops[s] + (s == t ? 0.0 : cost(s + 1, t, m - m_a));
-    for (int sp = s + 1; sp <= t; ++sp) {
-      if (m < (sp - s >= 2 ? 2 : 1)) break;
-      const double right = cost(sp, t, m - 1);
-      if (right == kInf) continue;
-      const double total = m_prefix[sp] - m_prefix[s] + right + cost(s, sp - 1, m);
-      if (total < best) { best = total; choice = sp; }
-    }
-    m_cost[k] = best;
-    m_choice[k] = choice;
-    return best;
-  }
+  double cost(int s, int t, std::int64_t m) { return solve(s, t, m).cost; }
   void emit(int s, int t, std::int64_t m, std::vector<Op>& ops) {
-    cost(s, t, m);
-    const int sp = m_choice[index(s, t, m)];
+    const int sp = solve(s, t, m).choice;
     if (sp == 0) {
       ops.push_back(fwd(s, true));
-      if (s < t) emit(s + 1, t, m - m_a, ops);
+      if (s < t) emit(s + 1, t, m - saved(s), ops);
       ops.push_back(bwd(s));
       return;
     }
@@ -101,23 +88,46 @@ class BudgetSolver {
       ops.push_back(fwd(j, false));
       ops.push_back(free_input(j));
     }
-    emit(sp, t, m - 1, ops);
+    emit(sp, t, m - output(sp - 1), ops);
     ops.push_back(free_input(sp));
     emit(s, sp - 1, m, ops);
   }
 
  private:
-  std::size_t index(int s, int t, std::int64_t m) const {
-    return (static_cast<std::size_t>(s) * m_n + t) * (m_units + 1) + static_cast<std::size_t>(m);
+  struct Entry {
+    double cost;
+    int choice;  // 0: keep s's internals (a leaf when s == t); s' > s: checkpoint x_{s'}
+  };
+  std::int64_t saved(int i) const { return (m_c.saved_bytes[i] + m_unit - 1) / m_unit; }
+  std::int64_t output(int i) const { return (m_c.output_bytes[i] + m_unit - 1) / m_unit; }
+  Entry solve(int s, int t, std::int64_t m) {
+    if (m < 0) return {kInf, 0};
+    const std::uint64_t key = (static_cast<std::uint64_t>(s) << 56) |
+                              (static_cast<std::uint64_t>(t) << 48) | static_cast<std::uint64_t>(m);
+    if (auto it = m_memo.find(key); it != m_memo.end()) return it->second;
+    Entry best{kInf, 0};
+    if (m >= saved(s)) best.cost = m_c.forward_flops[s] + (s == t ? 0.0 : solve(s + 1, t, m - saved(s)).cost);
+    std::int64_t chain = 0;  // the largest checkpoint the forward chain s..s'-1 holds
+    for (int sp = s + 1; sp <= t; ++sp) {
+      chain = std::max(chain, output(sp - 1));
+      if (chain > m) break;
+      const double right = solve(sp, t, m - output(sp - 1)).cost;
+      if (right == kInf) continue;
+      const double total = m_prefix[sp] - m_prefix[s] + right + solve(s, sp - 1, m).cost;
+      if (total < best.cost) best = {total, sp};
+    }
+    m_memo.emplace(key, best);
+    return best;
   }
   const ChainCosts& m_c;
   int m_n;
-  std::int64_t m_units, m_a = 1;
-  std::vector<double> m_cost, m_prefix;
-  std::vector<int> m_choice;
+  std::int64_t m_unit;
+  std::vector<double> m_prefix;
+  std::unordered_map<std::uint64_t, Entry> m_memo;
 };
 
 constexpr int kMaxBudgetLayers = 64;
+constexpr std::int64_t kMaxUnits = 1024;  // memory resolution of the budget DP
 
 void check_costs(const ChainCosts& c) {
   SHARDTRAIN_CHECK(c.size() > 0, "recompute: empty chain");
@@ -137,10 +147,18 @@ RecomputeSchedule finish(const ChainCosts& c, std::string policy, std::vector<Op
   return s;
 }
 
-// The budget schedule for `units` free units, or nullopt when none fits.
-std::optional<RecomputeSchedule> solve_units(const ChainCosts& c, std::int64_t units) {
+// The budget schedule for `bytes` of stack (the scratch block not included), or
+// nullopt when none fits.
+std::optional<RecomputeSchedule> solve_bytes(const ChainCosts& c, std::int64_t bytes) {
+  // Exact in units of the gcd of all sizes while that keeps the table small;
+  // otherwise coarser units, sizes rounded up: still feasible, at most about
+  // (live regions) x unit short of optimal (make_recompute_schedule also tries
+  // sqrt and full).
+  std::int64_t unit = gcd_of_sizes(c);
+  if (bytes / unit > kMaxUnits) unit = (bytes + kMaxUnits - 1) / kMaxUnits;
+  const std::int64_t units = bytes / unit;
   if (units < 1) return std::nullopt;
-  BudgetSolver solver(c, units);
+  BudgetSolver solver(c, unit);
   if (solver.cost(0, c.size() - 1, units) == kInf) return std::nullopt;
   std::vector<Op> ops;
   solver.emit(0, c.size() - 1, units, ops);
@@ -152,7 +170,11 @@ std::optional<RecomputeSchedule> solve_units(const ChainCosts& c, std::int64_t u
 void simulate(const ChainCosts& c, RecomputeSchedule& s) {
   check_costs(c);
   const int n = c.size();
+  // The stack: (internals of layer i: kind 'I', checkpoint x_j: kind 'X').
+  struct Region { char kind; int index; std::int64_t bytes; };
+  std::vector<Region> stack;
   std::vector<char> ck(n + 1, 0), internals(n, 0);
+  std::int64_t height = 0;
   s.kept_inputs.assign(n, false);
   s.kept_internals.assign(n, false);
   s.slot_bytes = *std::max_element(c.saved_bytes.begin(), c.saved_bytes.end());
@@ -160,10 +182,23 @@ void simulate(const ChainCosts& c, RecomputeSchedule& s) {
   int live_int = 0, live_ck = 0, next_backward = n - 1;
   s.internal_slots = s.input_slots = 0;
   s.uses_scratch = false;
+  s.stack_bytes = 0;
   s.forward_ops_in_pass = -1;
   s.forwards = 0;
   auto has_input = [&](int i) { return i == 0 || ck[i] || internals[i - 1]; };
   auto where = [&](std::size_t k) { return fmt::format("recompute schedule op {}", k); };
+  auto push = [&](char kind, int index, std::int64_t bytes) {
+    stack.push_back({kind, index, bytes});
+    height += bytes;
+    s.stack_bytes = std::max(s.stack_bytes, height);
+  };
+  auto pop = [&](char kind, int index, std::size_t k) {
+    SHARDTRAIN_CHECK(!stack.empty() && stack.back().kind == kind && stack.back().index == index,
+                     where(k) + fmt::format(": {} {} is not on top of the activation stack (frees must be LIFO)",
+                                            kind == 'I' ? "internals of layer" : "checkpoint x_", index));
+    height -= stack.back().bytes;
+    stack.pop_back();
+  };
   for (std::size_t k = 0; k < s.ops.size(); ++k) {
     const Op& op = s.ops[k];
     SHARDTRAIN_CHECK(op.layer >= 0 && op.layer <= n, where(k) + ": layer out of range");
@@ -174,11 +209,21 @@ void simulate(const ChainCosts& c, RecomputeSchedule& s) {
         if (op.keep) {
           SHARDTRAIN_CHECK(!internals[i], where(k) + ": internals computed twice");
           internals[i] = 1;
+          push('I', i, c.saved_bytes[i]);
           s.internal_slots = std::max(s.internal_slots, ++live_int);
         } else {
           SHARDTRAIN_CHECK(!ck[i + 1], where(k) + ": checkpoint computed twice");
           s.uses_scratch = true;
+          // The output waits in the scratch block while the input, if it is
+          // freed next and on top, goes first (forward_frees_input).
+          if (forward_frees_input(s.ops, k)) {
+            pop('X', i, k + 1);
+            ck[i] = 0;
+            --live_ck;
+            ++k;  // that FreeInput is done
+          }
           ck[i + 1] = 1;
+          push('X', i + 1, c.output_bytes[i]);
           s.input_slots = std::max(s.input_slots, ++live_ck);
         }
         if (s.forward_ops_in_pass < 0) {  // still in the forward pass
@@ -196,6 +241,7 @@ void simulate(const ChainCosts& c, RecomputeSchedule& s) {
         SHARDTRAIN_CHECK(s.forward_ops_in_pass >= 0, where(k) + ": backward before the forward pass ended");
         SHARDTRAIN_CHECK(i == next_backward, where(k) + fmt::format(": backward of layer {} out of order", i));
         SHARDTRAIN_CHECK(internals[i] && has_input(i), where(k) + fmt::format(": backward of layer {} without its internals or input", i));
+        pop('I', i, k);
         internals[i] = 0;
         --live_int;
         --next_backward;
@@ -203,6 +249,7 @@ void simulate(const ChainCosts& c, RecomputeSchedule& s) {
       }
       case Kind::FreeInput: {
         SHARDTRAIN_CHECK(op.layer >= 1 && ck[op.layer], where(k) + ": freeing an input that is not held");
+        pop('X', op.layer, k);
         ck[op.layer] = 0;
         --live_ck;
         break;
@@ -211,13 +258,18 @@ void simulate(const ChainCosts& c, RecomputeSchedule& s) {
   }
   SHARDTRAIN_CHECK(next_backward == -1, "recompute schedule: not every layer has a backward");
   SHARDTRAIN_CHECK(live_int == 0 && live_ck == 0, "recompute schedule: slots left held at the end");
-  s.peak_bytes = s.internal_slots * s.slot_bytes + s.input_slots * s.input_bytes +
-                 (s.uses_scratch ? c.scratch_bytes : 0);
+  s.peak_bytes = s.stack_bytes + (s.uses_scratch ? c.scratch_bytes : 0);
   double one_pass = c.other_forward_flops;
   for (double f : c.forward_flops) one_pass += f;
   double chain = 0;
   for (double f : c.forward_flops) chain += f;
   s.extra_flops = one_pass > 0 ? (s.forwards - chain) / one_pass : 0.0;
+}
+
+bool forward_frees_input(const std::vector<RecomputeOp>& ops, std::size_t k) {
+  const RecomputeOp& op = ops[k];
+  return op.kind == Kind::Forward && !op.keep && op.layer >= 1 && k + 1 < ops.size() &&
+         ops[k + 1].kind == Kind::FreeInput && ops[k + 1].layer == op.layer;
 }
 
 std::optional<RecomputeSchedule> make_recompute_schedule(const std::string& policy,
@@ -234,26 +286,35 @@ std::optional<RecomputeSchedule> make_recompute_schedule(const std::string& poli
   if (none.peak_bytes <= budget_bytes) return none;
   SHARDTRAIN_CHECK(n <= kMaxBudgetLayers,
                    fmt::format("recompute.policy = \"budget\" plans chains of up to {} layers", kMaxBudgetLayers));
-  const std::int64_t unit = none.input_bytes;
-  // The DP bounds the memory held at any one time; the pools it needs can add up
-  // to a little more, so step down until the simulated peak fits.
-  for (std::int64_t units = (budget_bytes - c.scratch_bytes) / unit; units >= 1; --units) {
-    auto s = solve_units(c, units);
-    if (!s) return std::nullopt;  // fewer units cannot fit either
-    if (s->peak_bytes <= budget_bytes) return s;
+  if (budget_bytes <= c.scratch_bytes) return std::nullopt;
+  std::optional<RecomputeSchedule> best = solve_bytes(c, budget_bytes - c.scratch_bytes);
+  // The fixed policies are schedules too: never do worse than one that fits.
+  for (const char* fixed : {"sqrt", "full"}) {
+    RecomputeSchedule f = *make_recompute_schedule(fixed, c);
+    if (f.peak_bytes > budget_bytes) continue;
+    if (!best || f.forwards < best->forwards ||
+        (f.forwards == best->forwards && f.peak_bytes < best->peak_bytes)) {
+      f.policy = "budget";
+      best = std::move(f);
+    }
   }
-  return std::nullopt;
+  return best;
 }
 
 std::int64_t min_recompute_peak(const ChainCosts& c) {
   check_costs(c);
   std::int64_t best = make_recompute_schedule("none", c)->peak_bytes;
   if (c.size() > kMaxBudgetLayers) return std::min(best, make_recompute_schedule("full", c)->peak_bytes);
-  const std::int64_t unit = *std::max_element(c.output_bytes.begin(), c.output_bytes.end());
-  const std::int64_t max_units = best / unit + 1;
-  for (std::int64_t units = 1; units <= max_units; ++units)
-    if (auto s = solve_units(c, units)) return std::min(best, s->peak_bytes);
-  return best;
+  // Feasibility is monotone in the budget: bisect on the stack bytes.
+  // Infeasible at lo; feasible at hi (twice none's stack leaves room for any rounding).
+  std::int64_t lo = 0, hi = 2 * best;
+  if (!solve_bytes(c, hi)) return best;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (solve_bytes(c, mid)) hi = mid;
+    else lo = mid;
+  }
+  return std::min(best, solve_bytes(c, hi)->peak_bytes);
 }
 
 std::string format_schedule(const RecomputeSchedule& s) {
@@ -276,11 +337,12 @@ std::string format_schedule(const RecomputeSchedule& s) {
   out += fmt::format("  block inputs kept as checkpoints:          {}\n", list(s.kept_inputs));
   out += fmt::format("  block forwards re-run in backward: {} (extra forward FLOPs {:.1f}% of one forward pass)\n",
                      recomputed, 100.0 * s.extra_flops);
-  out += fmt::format("  block activation peak {:.3f} MiB: {} internals slots x {:.3f} MiB + {} checkpoint slots x {:.3f} MiB{}\n",
+  out += fmt::format("  block activation peak {:.3f} MiB: at most {} blocks' internals ({:.3f} MiB each) and {} "
+                     "checkpoints ({:.3f} MiB each) held{}\n",
                      static_cast<double>(s.peak_bytes) / kMiB, s.internal_slots,
                      static_cast<double>(s.slot_bytes) / kMiB, s.input_slots,
                      static_cast<double>(s.input_bytes) / kMiB,
-                     s.uses_scratch ? " + one scratch block" : "");
+                     s.uses_scratch ? ", plus one scratch block" : "");
   return out;
 }
 

@@ -16,15 +16,19 @@
 //    checkpoint slot of x_j. The op list is one training iteration's chain work:
 //    its prefix up to the first Forward(n-1, keep) is the forward pass (the loss
 //    head runs after it), every Backward comes after.
-//  - Memory: slot pools sized by the maximum number of slots the op list holds
-//    at once (simulated), plus the scratch block when any Forward drops its
-//    internals. peak_bytes is that total; the executor allocates exactly it.
+//  - Memory: internals and checkpoints live on one stack, in the order the ops
+//    make them (every schedule here frees in LIFO order; simulate() rejects one
+//    that does not). A Forward(i, drop) followed by FreeInput(i) of its own input
+//    on top of the stack frees that input before pushing x_{i+1}: the output
+//    waits in the scratch block, so a chain of such forwards holds one
+//    checkpoint at a time. peak_bytes = the stack's highest point + the scratch
+//    block when any Forward drops its internals; the executor allocates exactly it.
 // Policies: none (keep every layer's internals), full (keep only layer inputs:
 // every layer recomputed once), sqrt (keep every ceil(sqrt(n))-th input,
 // recompute one segment at a time), budget (dynamic programming over
-// (first, last, free memory): the schedule with the fewest recomputed forward
-// FLOPs whose peak fits the budget; segments may be recomputed recursively,
-// i.e. more than one level).
+// (first, last, free bytes in units of the gcd of all sizes, so exact): the
+// schedule with the fewest recomputed forward FLOPs whose peak fits the budget;
+// segments may be recomputed recursively, i.e. more than one level).
 // Invariants: every schedule computes exactly the same tensors as `none`
 // (recomputation repeats deterministic kernels on the same inputs), each
 // Backward(i) appears once, in order n-1..0; simulate() checks an op list.
@@ -57,10 +61,11 @@ struct RecomputeSchedule {
   std::string policy;
   std::vector<RecomputeOp> ops;
   int forward_ops_in_pass = 0;     // ops[0, forward_ops_in_pass) are the forward pass
-  int internal_slots = 0;          // internals slots held at once, at most
-  int input_slots = 0;             // checkpoint slots held at once, at most
+  int internal_slots = 0;          // internals held at once, at most (for the report)
+  int input_slots = 0;             // checkpoints held at once, at most (for the report)
   bool uses_scratch = false;
-  std::int64_t peak_bytes = 0;     // the chain's activation bytes (slots + scratch)
+  std::int64_t stack_bytes = 0;    // the stack's highest point
+  std::int64_t peak_bytes = 0;     // the chain's activation bytes (stack + scratch)
   std::int64_t slot_bytes = 0;     // bytes of one internals slot (largest layer)
   std::int64_t input_bytes = 0;    // bytes of one checkpoint slot (largest output)
   double forwards = 0;             // forward FLOPs of the chain over one iteration
@@ -83,6 +88,10 @@ std::int64_t min_recompute_peak(const ChainCosts& costs);
 // slot a Forward or Backward needs is present, and fills the slot counts,
 // peak_bytes, forwards and extra_flops of `s` from them. Throws Error when invalid.
 void simulate(const ChainCosts& costs, RecomputeSchedule& s);
+
+// True when ops[k] is a Forward(i, drop) directly followed by FreeInput(i): the
+// input is freed before the output is pushed (see the stack rule above).
+bool forward_frees_input(const std::vector<RecomputeOp>& ops, std::size_t k);
 
 // One line per fact, for --plan: kept inputs and internals, recompute pattern,
 // peak, extra FLOPs.
