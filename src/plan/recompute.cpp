@@ -303,18 +303,17 @@ std::optional<RecomputeSchedule> make_recompute_schedule(const std::string& poli
 
 std::int64_t min_recompute_peak(const ChainCosts& c) {
   check_costs(c);
-  std::int64_t best = make_recompute_schedule("none", c)->peak_bytes;
-  if (c.size() > kMaxBudgetLayers) return std::min(best, make_recompute_schedule("full", c)->peak_bytes);
-  // Feasibility is monotone in the budget: bisect on the stack bytes.
-  // Infeasible at lo; feasible at hi (twice none's stack leaves room for any rounding).
-  std::int64_t lo = 0, hi = 2 * best;
-  if (!solve_bytes(c, hi)) return best;
+  const std::int64_t none = make_recompute_schedule("none", c)->peak_bytes;
+  if (c.size() > kMaxBudgetLayers) return std::min(none, make_recompute_schedule("full", c)->peak_bytes);
+  // Bisect on the budget make_recompute_schedule itself accepts (feasible at
+  // none's peak), so a budget of the returned size is always met.
+  std::int64_t lo = 0, hi = none;
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
-    if (solve_bytes(c, mid)) hi = mid;
+    if (make_recompute_schedule("budget", c, mid)) hi = mid;
     else lo = mid;
   }
-  return std::min(best, solve_bytes(c, hi)->peak_bytes);
+  return hi;
 }
 
 std::string format_schedule(const RecomputeSchedule& s) {

@@ -26,9 +26,16 @@
 // Policies: none (keep every layer's internals), full (keep only layer inputs:
 // every layer recomputed once), sqrt (keep every ceil(sqrt(n))-th input,
 // recompute one segment at a time), budget (dynamic programming over
-// (first, last, free bytes in units of the gcd of all sizes, so exact): the
-// schedule with the fewest recomputed forward FLOPs whose peak fits the budget;
-// segments may be recomputed recursively, i.e. more than one level).
+// (first, last, free memory): the schedule with the fewest recomputed forward
+// FLOPs whose peak fits the budget among the Rotor-shaped schedules -- a
+// checkpoint stays held until the segment it starts is done; segments may be
+// recomputed recursively, i.e. more than one level. Memory is counted in units
+// of the gcd of all sizes while the budget is at most 1024 of them (then the
+// result is optimal in that shape), else in 1/1024 of the budget, sizes rounded
+// up (feasible, at most ~2n units from optimal). sqrt and full are candidates
+// too, so budget never recomputes more than either when it fits. Op lists that
+// consume a still-needed checkpoint and recompute it from further left can be
+// cheaper on non-uniform chains; they are outside the DP.)
 // Invariants: every schedule computes exactly the same tensors as `none`
 // (recomputation repeats deterministic kernels on the same inputs), each
 // Backward(i) appears once, in order n-1..0; simulate() checks an op list.
@@ -81,7 +88,8 @@ std::optional<RecomputeSchedule> make_recompute_schedule(const std::string& poli
                                                          const ChainCosts& costs,
                                                          std::int64_t budget_bytes = 0);
 
-// The smallest peak any schedule of this chain reaches (what "budget" needs at least).
+// The smallest budget (bytes) make_recompute_schedule("budget") accepts for
+// this chain: what the plan reports as the least an unmeetable budget needs.
 std::int64_t min_recompute_peak(const ChainCosts& costs);
 
 // Replays `ops` on the chain: checks the order and that every input and internals
