@@ -120,6 +120,19 @@ case "${1:-}" in
       die "expected a min-scale warning for steps 1 and 2"
     [[ $(grep -c 'step skipped' "$WORK/$name.log") -eq 3 ]] || die "expected 3 skipped steps logged"
     ;;
+  bad-hook)
+    # NP VALUE: --inject-overflow VALUE is refused with exit 2 and one message.
+    np=$2; value=$3; name="bad_hook_np$np"
+    timeout 60 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/$name" --inject-overflow "$value" > "$WORK/$name.log" 2> "$WORK/$name.err"
+    rc=$?
+    cat "$WORK/$name.err"
+    [[ $rc -eq 2 ]] || die "expected exit code 2, got $rc"
+    [[ $(grep -c '^error: ' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
+    grep -q "^error: --inject-overflow $value: expected STEP\[:RANK\] with STEP >= 1 and 0 <= RANK < $np" \
+      "$WORK/$name.err" || die "the message does not say what was expected"
+    [[ ! -e "$WORK/$name/metrics.csv" ]] || die "it trained"
+    ;;
   recompute-memory)
     # NP LAYERS POLICY [--set ...]: measured activation peak per rank == the plan (5%).
     np=$2; layers=$3; policy=$4; shift 4; name="rcmem_L${layers}_${policy}_np$np"
