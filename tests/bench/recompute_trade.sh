@@ -58,6 +58,8 @@ MPIEXEC=${MPIEXEC:-mpirun}
 
 die() { echo "recompute_trade: $*" >&2; exit 2; }
 log() { echo "recompute_trade: $*" >&2; }
+# shellcheck source=tests/bench/bench_lib.sh
+source "$root/tests/bench/bench_lib.sh"
 
 [[ -x "$trainer" ]] || die "no trainer executable at $trainer"
 [[ -f "$data" ]] || die "no data set at $data (share/data/fetch-mobydick.sh makes it)"
@@ -67,33 +69,15 @@ read -r -a order <<< "$ORDER"
 for v in "${order[@]}"; do [[ $v =~ ^(none|sqrt|full)$ ]] || die "unknown policy '$v' in ORDER (none sqrt full)"; done
 (( STEPS >= WARMUP + 2 )) || die "STEPS must exceed WARMUP + 1"
 
-# One BLAS thread per rank (one rank per core); root needs Open MPI's consent.
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 HDF5_USE_FILE_LOCKING=FALSE
-if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+bench_env
 
-if [[ -n "${WORK:-}" ]]; then
-  work=$WORK; mkdir -p "$work"
-else
-  work=$(mktemp -d /tmp/recompute_trade.XXXXXX)
-  trap 'rm -rf "$work"' EXIT
-fi
+bench_workdir recompute_trade
+bench_private_trainer
 
-# A private copy of the binary, so a rebuild of the build tree during the benchmark
-# cannot mix two binaries into one comparison.
-trainer_src=$trainer
-trainer=$work/trainer
-cp -p "$trainer_src" "$trainer"
-
-# micro_batch = batch_size / NP, with batch_size from INPUT (the trainer's default, 32, if absent).
-batch=$(awk -F= '
-  /^\[/ { sec = $0 } sec == "[train]" && $1 ~ /^[ \t]*batch_size[ \t]*$/ { v = $2; sub(/#.*/, "", v); gsub(/[ \t]/, "", v); print v }' "$input")
-batch=${batch:-32}
-(( batch % NP == 0 )) || die "train.batch_size ($batch) is not a multiple of NP ($NP)"
-micro=$(( batch / NP ))
+# micro_batch = batch_size / NP: one micro-batch per rank per step.
+bench_micro_batch "$input" "$NP"
 common=(--set data.path="$data" --set model.n_layer="$N_LAYER" --set train.micro_batch="$micro")
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit }
-  print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
 # ---- the plan of every policy (trainer --plan: no training, checks the config)
 plans=$work/plans.txt   # policy activations_mib extra_flops_pct
@@ -130,12 +114,8 @@ run_one() {
   local csv=$dir/metrics.csv mem=$dir/memory.csv
   [[ -s "$csv" ]] || die "no metrics.csv in $dir"
   [[ -s "$mem" ]] || die "no memory.csv in $dir"
-  # Step times of steps WARMUP+1 .. STEPS-1 (the last one holds the final evaluation).
-  local times; times=$(awk -F, -v w="$WARMUP" -v last="$STEPS" '
-    NR == 1 { for (i = 1; i <= NF; i++) if ($i == "elapsed_s") c = i; if (!c) exit 1; next }
-    { if ($1 == prev_step + 1 && $1 > w && $1 < last) print $c - prev; prev = $c; prev_step = $1 }' "$csv")
-  local n; n=$(grep -c . <<< "$times" || true)
-  (( n == STEPS - WARMUP - 1 )) || die "$csv: expected $((STEPS - WARMUP - 1)) steady steps, got $n"
+  local times; times=$(steady_step_times "$csv" "$WARMUP" "$STEPS") || exit 2
+  local n=$((STEPS - WARMUP - 1))
   local med; med=$(median <<< "$times")
   # Activations: max over the rank rows, and the plan row.
   local act; act=$(awk -F, '

@@ -63,6 +63,8 @@ BIG_SET=${BIG_SET:-model.n_layer=8 model.d_model=256}
 
 die() { echo "zero_overhead: $*" >&2; exit 2; }
 log() { echo "zero_overhead: $*" >&2; }
+# shellcheck source=tests/bench/bench_lib.sh
+source "$root/tests/bench/bench_lib.sh"
 
 [[ -x "$trainer" ]] || die "no trainer executable at $trainer"
 [[ -f "$input" ]] || die "no input file $input"
@@ -79,22 +81,10 @@ if [[ ! -f "$data" ]]; then
   "$root/share/data/fetch-mobydick.sh" "$tool" "$data" >&2
 fi
 
-# One BLAS thread per rank (one rank per core); root needs Open MPI's consent.
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 HDF5_USE_FILE_LOCKING=FALSE
-if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+bench_env
 
-if [[ -n "${WORK:-}" ]]; then
-  work=$WORK; mkdir -p "$work"
-else
-  work=$(mktemp -d /tmp/zero_overhead.XXXXXX)
-  trap 'rm -rf "$work"' EXIT
-fi
-
-# A private copy of the binary, so a rebuild of the build tree during the benchmark
-# cannot mix two binaries into one comparison.
-trainer_src=$trainer
-trainer=$work/trainer
-cp -p "$trainer_src" "$trainer"
+bench_workdir zero_overhead
+bench_private_trainer
 
 # Does this trainer know parallel.overlap? (--plan checks the config and exits.)
 has_overlap=0
@@ -105,15 +95,9 @@ else
   kept=(); for v in "${order[@]}"; do [[ $v == *w ]] || kept+=("$v"); done; order=("${kept[@]}")
 fi
 
-# micro_batch = batch_size / NP, with batch_size from INPUT (the trainer's default, 32, if absent).
-batch=$(awk -F= '
-  /^\[/ { sec = $0 } sec == "[train]" && $1 ~ /^[ \t]*batch_size[ \t]*$/ { v = $2; sub(/#.*/, "", v); gsub(/[ \t]/, "", v); print v }' "$input")
-batch=${batch:-32}
-(( batch % NP == 0 )) || die "train.batch_size ($batch) is not a multiple of NP ($NP)"
-micro=$(( batch / NP ))
+# micro_batch = batch_size / NP: one micro-batch per rank per step.
+bench_micro_batch "$input" "$NP"
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit }
-  print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
 results=$work/results.txt   # model variant round median_step_s steady_steps comm_bytes peak_mib load1
 : > "$results"
@@ -138,11 +122,8 @@ run_one() {
   [[ $round -eq 1 ]] && commands+=("${cmd[*]}")
   local csv=$dir/metrics.csv
   [[ -s "$csv" ]] || die "no metrics.csv in $dir"
-  # Step times of steps WARMUP+1 .. steps-1 (the last one holds the final evaluation).
-  local times; times=$(awk -F, -v w="$WARMUP" -v last="$steps" '
-    NR > 1 { if ($1 == prev_step + 1 && $1 > w && $1 < last) print $7 - prev; prev = $7; prev_step = $1 }' "$csv")
-  local n; n=$(grep -c . <<< "$times" || true)
-  (( n == steps - WARMUP - 1 )) || die "$csv: expected $((steps - WARMUP - 1)) steady steps, got $n"
+  local times; times=$(steady_step_times "$csv" "$WARMUP" "$steps") || exit 2
+  local n=$((steps - WARMUP - 1))
   local med; med=$(median <<< "$times")
   local comm; comm=$(awk -F, 'NR > 1 { print $8 }' "$csv" | median)
   local peak; peak=$(awk '/^peak memory per rank/ { t = 1; next }
