@@ -145,6 +145,7 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   m_schedule = schedule ? *schedule : *make_recompute_schedule("none", costs);
   simulate(costs, m_schedule);  // a schedule for another chain fails here
   const auto plan = gpt_activation_plan(dims);
+  m_per_block = plan.per_block;
   m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, gpt_activation_elems(dims, m_schedule));
   m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace);
   if constexpr (is_half_v<T>) {
@@ -159,7 +160,7 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   m_stack = carve(m_schedule.stack_bytes / static_cast<std::int64_t>(sizeof(T)));
   if (m_schedule.uses_scratch) {
     m_scratch = carve_block_at(p);
-    p += gpt_activation_plan(dims).per_block;
+    p += m_per_block;
   }
   m_lnf_mean = carve(bt); m_lnf_rstd = carve(bt); m_lnf_out = carve(bt * c);
   m_logits = carve(bt * dims.vocab);
@@ -353,7 +354,7 @@ typename Gpt<T>::BlockActs Gpt<T>::carve_block_at(T* base) const {
   a.ln2_mean = carve(bt); a.ln2_rstd = carve(bt); a.ln2_out = carve(bt * c);
   a.fc_pre = carve(bt * 4 * c); a.fc_act = carve(bt * 4 * c);
   a.out = carve(bt * c);
-  SHARDTRAIN_CHECK(p - base == gpt_activation_plan(m_dims).per_block, "block carve mismatch");
+  SHARDTRAIN_CHECK(p - base == m_per_block, "block carve mismatch");
   return a;
 }
 
@@ -395,7 +396,6 @@ int Gpt<T>::next_group(std::size_t k) const {
 template <class T>
 void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_t batch, T* dres) {
   const std::int64_t bt_c = m_dims.max_batch * m_dims.seq_len * m_dims.channels;
-  const std::int64_t per_block = gpt_activation_plan(m_dims).per_block;
   for (std::size_t k = first; k < last; ++k) {
     const RecomputeOp& op = m_schedule.ops[k];
     const int l = op.layer;
@@ -404,7 +404,7 @@ void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_
         const T* x = input_of(l);
         BlockActs a;
         if (op.keep) {
-          T* base = stack_push(per_block);
+          T* base = stack_push(m_per_block);
           a = carve_block_at(base);
           m_int_acts[l] = a;
           m_int_held[l] = 1;

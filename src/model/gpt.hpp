@@ -153,6 +153,7 @@ class Gpt {
   TrackedBuffer<T> m_work;       // Workspace
   TrackedBuffer<float> m_half_scratch;  // Workspace: fp32 tiles of the 16-bit kernels
   RecomputeSchedule m_schedule;
+  std::int64_t m_per_block = 0;                // elements one block saves (gpt_activation_plan)
   T* m_stack = nullptr;                        // the schedule's activation stack (LIFO)
   std::int64_t m_stack_top = 0;                // elements in use
   std::vector<std::int64_t> m_stack_marks;     // start of every region held, bottom to top
