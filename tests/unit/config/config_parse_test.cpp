@@ -362,6 +362,11 @@ TEST_F(ConfigParse, ZeroStageRange) {
             "inputs/x.toml:2:14: parallel.zero_stage: must be 0, 1, 2 or 3, got 7");
   EXPECT_EQ(error_of("[parallel]\nzero_stage = -1\n" + data_section()),
             "inputs/x.toml:2:14: parallel.zero_stage: must be >= 0, got -1");
+  EXPECT_EQ(parse_run_config("[parallel]\nbucket_mb = 0.5\n" + data_section(), "x.toml").parallel.bucket_mb, 0.5);
+  EXPECT_EQ(error_of("[parallel]\nbucket_mb = -1\n" + data_section()),
+            "inputs/x.toml:2:13: parallel.bucket_mb: must be >= 0, got -1");
+  EXPECT_EQ(error_of("[parallel]\nbucket_mb = \"big\"\n" + data_section()),
+            "inputs/x.toml:2:13: parallel.bucket_mb: expected a number, got string");
 }
 
 TEST_F(ConfigParse, EmptyRunDir) {
