@@ -9,6 +9,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -125,6 +126,20 @@ int run_main(int argc, char** argv) {
                  "Test hook: at optimizer step STEP (1-based) rank RANK (default 0) plants an inf in "
                  "its gradient before the reduction, as a real fp16 overflow would")
       ->type_name("STEP[:RANK]");
+  std::int64_t stop_after_step = 0;
+  app.add_option("--stop-after-step", stop_after_step,
+                 "End this job after optimizer step N (counted from the start of training, not from a "
+                 "resumed checkpoint), writing a checkpoint first when [checkpoint] is on, as a job whose "
+                 "time is up would; the learning-rate schedule still spans train.steps")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
+  std::int64_t pause_checkpoint = 0;
+  app.add_option("--pause-in-checkpoint", pause_checkpoint,
+                 "Test hook: while writing the checkpoint of step STEP, after its data and before the file "
+                 "is closed, every rank writes <file>.partial.paused.<rank> (its PID) and sleeps 10 "
+                 "minutes, so a test can kill a rank mid-write")
+      ->type_name("STEP")
+      ->check(CLI::PositiveNumber);
   app.set_version_flag("--version", std::string("shardtrain ") + kVersion);
   try {
     app.parse(argc, argv);
@@ -149,6 +164,9 @@ int run_main(int argc, char** argv) {
     hooks.overflow_step = step;
     hooks.overflow_rank = static_cast<int>(rank);
   }
+
+  hooks.stop_after_step = stop_after_step;
+  hooks.pause_checkpoint_step = pause_checkpoint;
 
   RunConfig config;
   if (int code = agree([&] { config = parse_run_config(read_and_broadcast(input), input, overrides); }))

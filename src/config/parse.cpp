@@ -41,10 +41,11 @@ struct KeySpec {
   Kind kind;
 };
 
-constexpr std::array<std::string_view, 7> k_sections = {"model", "data", "train", "optim",
-                                                        "parallel", "precision", "recompute"};
+constexpr std::array<std::string_view, 8> k_sections = {"model",     "data",      "train",
+                                                        "optim",     "parallel",  "precision",
+                                                        "recompute", "checkpoint"};
 
-constexpr std::array<KeySpec, 40> k_keys = {{
+constexpr std::array<KeySpec, 45> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -85,6 +86,11 @@ constexpr std::array<KeySpec, 40> k_keys = {{
     {"precision", "max_consecutive_skips", Kind::integer},
     {"recompute", "policy", Kind::string},
     {"recompute", "budget_mb", Kind::number},
+    {"checkpoint", "dir", Kind::string},
+    {"checkpoint", "every_steps", Kind::integer},
+    {"checkpoint", "every_minutes", Kind::number},
+    {"checkpoint", "keep_last", Kind::integer},
+    {"checkpoint", "resume", Kind::string},
 }};
 
 std::string dotted(const KeySpec& k) { return fmt::format("{}.{}", k.section, k.key); }
@@ -252,7 +258,7 @@ std::string suggest_key(std::string_view section, std::string_view key) {
 std::string suggest_section(std::string_view name) {
   for (auto s : k_sections)
     if (closeness(name, s)) return fmt::format(" (did you mean [{}]?)", s);
-  return " (sections are [model], [data], [train], [optim], [parallel])";
+  return " (sections are [model], [data], [train], [optim], [parallel], [precision], [recompute], [checkpoint])";
 }
 
 // ---------------------------------------------------------------------------------
@@ -680,6 +686,23 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
     }
   }
 
+  // [checkpoint]
+  auto& ck = c.checkpoint;
+  r.read_string("checkpoint.dir", ck.dir);
+  if (ck.dir.empty()) ck.dir = (std::filesystem::path(c.train.run_dir) / "checkpoints").string();
+  r.read_int("checkpoint.every_steps", ck.every_steps, 0);
+  r.read_number("checkpoint.every_minutes", ck.every_minutes, {0, false, {}});
+  r.read_int("checkpoint.keep_last", ck.keep_last, 1);
+  r.read_string("checkpoint.resume", ck.resume);
+  if (!r.failed("checkpoint.resume") && ck.resume != "auto" && ck.resume != "never") {
+    std::error_code ec;
+    if (!std::filesystem::exists(ck.resume, ec))
+      r.report(r.origin("checkpoint.resume"), "checkpoint.resume",
+               fmt::format("must be \"auto\", \"never\" or an existing checkpoint file or directory; "
+                           "no such file or directory '{}'",
+                           printable(ck.resume)));
+  }
+
   if (!r.failed("precision.init_scale") && pr.init_scale > 3.4e38)
     r.report(r.origin("precision.init_scale"), "precision.init_scale",
              fmt::format("must fit in a float (<= 3.4e38), got {}", show(pr.init_scale)));
@@ -745,6 +768,11 @@ std::string to_toml(const RunConfig& c) {
       toml_float(pr.min_scale), pr.max_consecutive_skips);
   s += fmt::format("\n[recompute]\npolicy = {}\nbudget_mb = {}\n", toml_string(c.recompute.policy),
                    toml_float(c.recompute.budget_mb));
+  const auto& ck = c.checkpoint;
+  s += "\n[checkpoint]\n";
+  if (!ck.dir.empty()) s += fmt::format("dir = {}\n", toml_string(ck.dir));  // empty: not resolved yet
+  s += fmt::format("every_steps = {}\nevery_minutes = {}\nkeep_last = {}\nresume = {}\n", ck.every_steps,
+                   toml_float(ck.every_minutes), ck.keep_last, toml_string(ck.resume));
   return s;
 }
 

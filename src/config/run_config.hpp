@@ -74,6 +74,17 @@ struct RecomputeConfig {
   double budget_mb = 0.0;          // policy "budget": activation MiB per rank, > 0
 };
 
+// Sharded checkpoints (train/checkpointing.hpp, share/doc/config.md#checkpoint).
+// Checkpointing is on when every_steps > 0 or every_minutes > 0; a final
+// checkpoint is then also written when training ends.
+struct CheckpointConfig {
+  std::string dir;                 // default "<train.run_dir>/checkpoints"
+  std::int64_t every_steps = 0;    // write after every N-th step; 0 = not by step count; >= 0
+  double every_minutes = 0.0;      // write when this much wall time passed since the last; 0 = off; >= 0
+  std::int64_t keep_last = 3;      // complete checkpoints kept (older ones pruned), >= 1
+  std::string resume = "auto";     // "auto" (latest complete in dir, if any) | "never" | a file or directory
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -82,6 +93,7 @@ struct RunConfig {
   ParallelConfig parallel;
   PrecisionConfig precision;
   RecomputeConfig recompute;
+  CheckpointConfig checkpoint;
   std::string source_name;         // the input file as given on the command line
   std::string source_text;         // its text, as broadcast by rank 0
 };

@@ -31,7 +31,7 @@ double Progress::tokens_per_second() const {
 
 void Progress::print(const MetricsRow& row) {
   const double per_step = m_done > 0 ? m_elapsed / static_cast<double>(m_done) : 0.0;
-  const double eta = per_step * static_cast<double>(m_total - m_done);
+  const double eta = per_step * static_cast<double>(m_total - m_first - m_done);
   std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | eta {}",
                                  row.step, std::to_string(m_total).size(), m_total, row.loss, row.lr,
                                  row.grad_norm, tokens_per_second(), format_duration(eta));

@@ -11,8 +11,10 @@ namespace shardtrain {
 
 class Progress {
  public:
-  Progress(std::int64_t total_steps, std::int64_t tokens_per_step)
-      : m_total(total_steps), m_tokens_per_step(tokens_per_step) {}
+  // first_step: steps already done before this job (a resumed run); the ETA
+  // counts only what is left.
+  Progress(std::int64_t total_steps, std::int64_t tokens_per_step, std::int64_t first_step = 0)
+      : m_total(total_steps), m_tokens_per_step(tokens_per_step), m_first(first_step) {}
 
   // Call after every step with the seconds elapsed since training started.
   void step_done(double elapsed_s);
@@ -22,7 +24,7 @@ class Progress {
   void print(const MetricsRow& row);
 
  private:
-  std::int64_t m_total, m_tokens_per_step;
+  std::int64_t m_total, m_tokens_per_step, m_first;
   std::int64_t m_done = 0, m_mark_step = 0;
   double m_elapsed = 0.0, m_mark_time = 0.0;
 };

@@ -1,6 +1,7 @@
 // RunDirectory: creates the run directory, writes the config copies, appends metrics.
 #include "train/run_directory.hpp"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -24,7 +25,7 @@ void write_text(const fs::path& p, const std::string& text) {
 
 }  // namespace
 
-RunDirectory::RunDirectory(const RunConfig& config) : m_path(config.train.run_dir) {
+RunDirectory::RunDirectory(const RunConfig& config, std::int64_t resume_step) : m_path(config.train.run_dir) {
   std::error_code ec;
   fs::create_directories(m_path, ec);
   if (ec || !fs::is_directory(m_path))
@@ -34,16 +35,33 @@ RunDirectory::RunDirectory(const RunConfig& config) : m_path(config.train.run_di
   write_text(fs::path(m_path) / "input.toml", config.source_text);
 
   const fs::path metrics = metrics_path();
+  static constexpr const char* kHeader =
+      "step,loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,comm_bytes,loss_scale,skipped,weights_crc\n";
+  std::string earlier;  // a resumed run's rows up to its checkpoint, from the previous metrics.csv
   if (fs::exists(metrics)) {
     int n = 1;
     while (fs::exists(metrics.string() + "." + std::to_string(n))) ++n;
-    fs::rename(metrics, metrics.string() + "." + std::to_string(n));
+    const std::string kept = metrics.string() + "." + std::to_string(n);
+    fs::rename(metrics, kept);
+    if (resume_step > 0) {
+      std::ifstream in(kept);
+      std::string line;
+      bool header = true;
+      while (std::getline(in, line)) {
+        if (header) {  // only a file of this format continues
+          if (line + "\n" != kHeader) break;
+          header = false;
+          continue;
+        }
+        long long step = 0;
+        if (std::sscanf(line.c_str(), "%lld,", &step) == 1 && step >= 1 && step <= resume_step) earlier += line + "\n";
+      }
+    }
   }
   m_metrics = std::fopen(metrics.c_str(), "w");
   if (!m_metrics) SHARDTRAIN_FAIL("cannot open " + metrics.string() + " for writing");
-  std::fputs("step,loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,comm_bytes,loss_scale,skipped,"
-             "weights_crc\n",
-             m_metrics);
+  std::fputs(kHeader, m_metrics);
+  std::fputs(earlier.c_str(), m_metrics);
   std::fflush(m_metrics);
 }
 

@@ -1,8 +1,11 @@
 // shardtrain/train/run_directory.hpp
 // Owns the run directory on rank 0: `config.toml` (the resolved config),
 // `input.toml` (the input text as given), `metrics.csv` (one row per logged
-// step) and `memory.csv` (peak bytes per category and rank, and the plan). Only rank 0 constructs one. A metrics.csv left by an earlier run is
-// renamed to metrics.csv.N rather than overwritten, so no result is lost.
+// step) and `memory.csv` (peak bytes per category and rank, and the plan).
+// Only rank 0 constructs one. A metrics.csv left by an earlier job is renamed
+// to metrics.csv.N rather than overwritten, so no result is lost; a resumed run
+// (resume_step > 0) starts its metrics.csv with that file's rows up to the
+// resumed step, so the file shows the whole run's curve.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +34,7 @@ struct MetricsRow {
 
 class RunDirectory {
  public:
-  explicit RunDirectory(const RunConfig& config);
+  explicit RunDirectory(const RunConfig& config, std::int64_t resume_step = 0);
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;

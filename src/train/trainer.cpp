@@ -1,23 +1,28 @@
 // The step loop: data -> forward/backward per micro-batch -> gradient all-reduce
-// -> clip -> AdamW, plus evaluation, progress lines, metrics and the memory report.
+// -> clip -> AdamW, plus resume and checkpoints, evaluation, progress lines,
+// metrics and the memory report.
 #include "train/trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include "config/parse.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/zero_engine.hpp"
+#include "io/checkpoint.hpp"
 #include "io/token_dataset.hpp"
 #include "model/gpt.hpp"
 #include "model/param_layout.hpp"
@@ -26,8 +31,10 @@
 #include "optim/lr_schedule.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/batch_sampler.hpp"
+#include "train/checkpointing.hpp"
 #include "train/progress.hpp"
 #include "train/run_directory.hpp"
+#include "version.hpp"
 
 namespace shardtrain {
 
@@ -52,6 +59,28 @@ void check_data_fits(const RunConfig& cfg, const TokenDataset& data) {
                                  p, data.size(Split::Val), cfg.model.seq_len, need));
 }
 
+// A checkpoint whose model does not match the config: no other checkpoint of
+// the same directory would do better, so resume = "auto" does not fall back.
+class IncompatibleCheckpoint : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 }  // namespace
 
 class RunBase {
@@ -70,6 +99,7 @@ class Run final : public RunBase {
   Run(const RunConfig& cfg, MPI_Comm world, const TrainerHooks& hooks)
       : m_cfg(cfg),
         m_hooks(hooks),
+        m_world(world),
         m_comm(world),
         m_data(cfg.data.path, world),
         m_scaler(scaler_config(cfg.precision)) {
@@ -102,6 +132,10 @@ class Run final : public RunBase {
     m_inputs = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * t);
     m_targets = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * t);
     m_sampler = std::make_unique<WindowSampler>(m_data.size(Split::Train), t, cfg.train.seed);
+
+    m_ckpt = std::make_unique<CheckpointManager>(cfg.checkpoint, cfg.source_name, world);
+    m_ckpt->set_pause_step(hooks.pause_checkpoint_step);
+    resume();
   }
 
   TrainResult run() override;
@@ -119,6 +153,24 @@ class Run final : public RunBase {
     c.max_consecutive_skips = p.max_consecutive_skips;
     return c;
   }
+  // This rank's shard [lo, hi) of the padded layout (what it writes to and reads
+  // from a checkpoint) and where element lo of each state vector lives here.
+  struct ShardViews {
+    std::int64_t lo = 0, hi = 0;
+    float* master = nullptr;      // fp32 weights: the optimizer's master copy, or the parameters (fp32)
+    float* exp_avg = nullptr;
+    float* exp_avg_sq = nullptr;
+    P* params = nullptr;          // the model's copy (== master for fp32)
+  };
+  ShardViews shard_views();
+  // Resumes from checkpoint.resume (train/checkpointing.hpp): the first
+  // candidate that loads wins; with "auto" a damaged file is reported and the
+  // previous one tried. Collective; every rank throws the same InputError.
+  void resume();
+  void check_compatible(const CheckpointReader& reader) const;
+  void load_state(CheckpointReader& reader);
+  // Writes and commits the checkpoint of step `done` (1-based). Collective.
+  void save_checkpoint(std::int64_t done);
   // The outcome of one optimizer step.
   struct StepResult {
     double loss = 0.0;        // mean training loss over the global batch
@@ -154,6 +206,7 @@ class Run final : public RunBase {
 
   const RunConfig& m_cfg;
   TrainerHooks m_hooks;
+  MPI_Comm m_world;
   MpiCommunicator m_comm;
   MemoryTracker m_memory;
   TokenDataset m_data;
@@ -165,6 +218,10 @@ class Run final : public RunBase {
   std::unique_ptr<AdamW> m_optim;
   LossScaler m_scaler;
   std::int64_t m_updates = 0;  // optimizer updates applied (skipped steps excluded)
+  std::int64_t m_start_step = 0;  // steps done before this job (the resumed checkpoint's)
+  std::int64_t m_samples = 0;     // data cursor: global index of the next training sample
+  std::unique_ptr<CheckpointManager> m_ckpt;
+  std::string m_resume_note;      // rank 0's "resumed from ..." line
   std::unique_ptr<WindowSampler> m_sampler;
   TrackedBuffer<TokenIndex> m_window_buf, m_inputs, m_targets;
   std::vector<std::int64_t> m_starts;
@@ -205,7 +262,7 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   // micro-batch); a rank whose slice is used up runs empty ones.
   for (std::int64_t m = 0; m < micro_batches(global_batch); ++m) {
     const std::int64_t b = load_micro_batch(Split::Train, lo, hi, m, [&](std::int64_t k) {
-      return m_sampler->window_start(step * global_batch + k);
+      return m_sampler->window_start(m_samples + k);
     });
     loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
     m_model->backward(dloss);
@@ -231,6 +288,187 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
     clip = static_cast<float>(m_cfg.optim.grad_clip / (r.grad_norm + 1e-6));
   m_zero->apply_optimizer(*m_optim, lr, static_cast<float>(clip / r.loss_scale), m_updates++);
   return r;
+}
+
+template <class P>
+typename Run<P>::ShardViews Run<P>::shard_views() {
+  ShardViews s;
+  std::tie(s.lo, s.hi) = m_layout->shard_range(m_comm.rank());
+  const auto [olo, ohi] = m_zero->optimizer_range();
+  const auto [plo, phi] = m_zero->stored_param_range();
+  SHARDTRAIN_CHECK(olo <= s.lo && s.hi <= ohi && plo <= s.lo && s.hi <= phi,
+                   "the rank's shard is not inside the optimizer's and the stored parameters' ranges");
+  s.exp_avg = m_optim->exp_avg().data() + (s.lo - olo);
+  s.exp_avg_sq = m_optim->exp_avg_sq().data() + (s.lo - olo);
+  s.params = m_zero->stored_params() + (s.lo - plo);
+  if constexpr (std::is_same_v<P, float>) s.master = s.params;
+  else s.master = m_optim->master().data() + (s.lo - olo);
+  return s;
+}
+
+template <class P>
+void Run<P>::check_compatible(const CheckpointReader& reader) const {
+  const auto& file = reader.layout();
+  const auto& mine = m_layout->entries();
+  const std::string hint =
+      "; to resume, the model (model.n_layer, n_head, d_model, seq_len and the data set's vocabulary) "
+      "must match the checkpoint's; batch size, rank count, ZeRO stage, precision and the learning-rate "
+      "schedule may change";
+  auto fail = [&](const std::string& what) {
+    throw IncompatibleCheckpoint(fmt::format("{}: the checkpoint's model does not match {}: {}{}", reader.path(),
+                                             m_cfg.source_name, what, hint));
+  };
+  if (reader.meta().alignment != m_layout->alignment())
+    fail(fmt::format("layout alignment {} there, {} here", reader.meta().alignment, m_layout->alignment()));
+  const std::size_t n = std::min(file.size(), mine.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (file[i].name != mine[i].name)
+      fail(fmt::format("tensor {} is '{}' there, '{}' here", i, file[i].name, mine[i].name));
+    if (file[i].shape != mine[i].shape)
+      fail(fmt::format("tensor '{}' has shape {} there, {} here", mine[i].name, shape_text(file[i].shape),
+                       shape_text(mine[i].shape)));
+    if (file[i].offset != mine[i].offset)
+      fail(fmt::format("tensor '{}' is at offset {} there, {} here", mine[i].name, file[i].offset, mine[i].offset));
+  }
+  if (file.size() != mine.size())
+    fail(fmt::format("{} tensors there, {} here (first unmatched: '{}')", file.size(), mine.size(),
+                     file.size() > n ? file[n].name : mine[n].name));
+  // Loaded whole vectors must cover the layout: reading past a short vector would give zeros.
+  if (reader.meta().padded_size < mine.back().offset + mine.back().numel)
+    fail("its state vectors are shorter than the layout");
+}
+
+template <class P>
+void Run<P>::load_state(CheckpointReader& reader) {
+  const ShardViews s = shard_views();
+  reader.read_vector("master", s.lo, s.hi, s.master);
+  reader.read_vector("exp_avg", s.lo, s.hi, s.exp_avg);
+  reader.read_vector("exp_avg_sq", s.lo, s.hi, s.exp_avg_sq);
+  const std::size_t n = static_cast<std::size_t>(s.hi - s.lo);
+  if constexpr (!std::is_same_v<P, float>) {
+    // The 16-bit copy as saved; from another precision, the master rounded
+    // (which is what the saved copy is, bit for bit).
+    const char* name = std::is_same_v<P, f16> ? "params_fp16" : "params_bf16";
+    if (reader.has_vector(name)) reader.read_vector(name, s.lo, s.hi, s.params);
+    else convert(s.master, s.params, n);
+  }
+  reader.finish_reads();  // every CRC, before anything is spread further
+  // Replicate what this stage keeps whole on every rank: the parameters at
+  // stages 0-2, the optimizer state (and master weights) at stage 0.
+  const int stage = m_cfg.parallel.zero_stage;
+  auto gather = [&](auto* shard_start, DType type) {
+    m_comm.all_gather(shard_start, shard_start - s.lo, n, type);  // in place: element lo of a whole vector
+  };
+  if (stage <= 2) gather(s.params, dtype_of<P>());
+  if (stage == 0) {
+    gather(s.exp_avg, DType::F32);
+    gather(s.exp_avg_sq, DType::F32);
+    if constexpr (!std::is_same_v<P, float>) gather(s.master, DType::F32);
+  }
+}
+
+template <class P>
+void Run<P>::resume() {
+  const std::vector<std::string> candidates = m_ckpt->resume_candidates();
+  std::vector<std::string> damaged;
+  for (const std::string& path : candidates) {
+    try {
+      CheckpointReader reader(path, m_world);
+      check_compatible(reader);
+      load_state(reader);
+      const CheckpointMeta& meta = reader.meta();
+      m_start_step = meta.step;
+      m_samples = meta.samples_seen;
+      m_updates = meta.optimizer_updates;
+      if (m_scaler.enabled() && meta.precision == "fp16") {
+        // Clamped to this run's precision.* keys, which may have changed.
+        const auto& c = m_scaler.config();
+        LossScalerState st{std::clamp(meta.loss_scale, c.min_scale, 3.4028234663852886e38),
+                           std::min<std::int64_t>(meta.scaler_good_steps, c.growth_interval - 1),
+                           static_cast<int>(std::min<std::int64_t>(meta.scaler_hysteresis_left, c.hysteresis)),
+                           meta.scaler_consecutive_skips};
+        m_scaler.load_state(st);
+      }
+      if (is_root()) {
+        m_resume_note = fmt::format("resumed from {}: step {}, {} samples ({} tokens) seen; written by {} ranks "
+                   "at ZeRO stage {} in {}, now {} ranks at stage {} in {}{}",
+                   path, meta.step, meta.samples_seen, meta.tokens_seen, meta.world_size, meta.zero_stage,
+                   meta.precision, m_comm.size(), m_cfg.parallel.zero_stage, m_cfg.precision.mode,
+                   m_scaler.enabled() ? fmt::format("; loss scale {:g}", m_scaler.scale()) : std::string());
+        if (meta.sampler_seed != m_cfg.train.seed)
+          fmt::print(stderr, "warning: {}: train.seed was {} there and is {} here: the data order continues "
+                     "with the new seed's\n", path, meta.sampler_seed, m_cfg.train.seed);
+        if (meta.data_train_tokens != m_data.size(Split::Train) || meta.data_path != m_cfg.data.path)
+          fmt::print(stderr, "warning: {}: trained on {} ({} training tokens); this run reads {} ({} tokens): "
+                     "the sample order is not a continuation of the checkpoint's\n", path, meta.data_path,
+                     meta.data_train_tokens, m_cfg.data.path, m_data.size(Split::Train));
+        std::fflush(stderr);
+      }
+      return;
+    } catch (const IncompatibleCheckpoint&) {
+      throw;
+    } catch (const InputError& e) {
+      if (!m_ckpt->resume_auto()) throw;
+      // Every rank saw the same bytes and the same error; try the previous one.
+      if (is_root()) {
+        fmt::print(stderr, "warning: {}; falling back to the previous complete checkpoint\n", e.what());
+        std::fflush(stderr);
+      }
+      damaged.push_back(path);
+    }
+  }
+  if (!damaged.empty())
+    throw InputError(fmt::format(
+        "{}: checkpoint.resume = \"auto\": none of the {} checkpoint(s) in '{}' can be loaded (each is damaged, "
+        "see the warnings above); nothing was overwritten. Set checkpoint.resume to a good file, or use "
+        "resume = \"never\" with another checkpoint.dir to start afresh",
+        m_cfg.source_name, damaged.size(), m_ckpt->dir()));
+}
+
+template <class P>
+void Run<P>::save_checkpoint(std::int64_t done) {
+  const ShardViews s = shard_views();
+  CheckpointMeta meta;
+  meta.step = done;
+  meta.samples_seen = m_samples;
+  meta.tokens_seen = m_samples * m_dims.seq_len;
+  meta.optimizer_updates = m_updates;
+  meta.sampler_seed = m_cfg.train.seed;
+  meta.world_size = m_comm.size();
+  meta.zero_stage = m_cfg.parallel.zero_stage;
+  meta.precision = m_cfg.precision.mode;
+  meta.alignment = m_layout->alignment();
+  meta.padded_size = m_layout->padded_size();
+  const LossScalerState st = m_scaler.state();
+  meta.loss_scale = st.scale;
+  meta.scaler_good_steps = st.good_steps;
+  meta.scaler_hysteresis_left = st.hysteresis_left;
+  meta.scaler_consecutive_skips = st.consecutive_skips;
+  meta.data_path = m_cfg.data.path;
+  meta.data_train_tokens = m_data.size(Split::Train);
+  meta.data_vocab_size = m_data.vocab_size();
+  meta.seq_len = m_dims.seq_len;
+  meta.config_text = to_toml(m_cfg);
+  meta.created_utc = utc_now();
+  meta.version = kVersion;
+  std::vector<CheckpointTensor> layout;
+  for (const auto& e : m_layout->entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
+  std::vector<CheckpointVectorOut> vectors{{"master", CkptType::F32, s.master},
+                                           {"exp_avg", CkptType::F32, s.exp_avg},
+                                           {"exp_avg_sq", CkptType::F32, s.exp_avg_sq}};
+  if constexpr (std::is_same_v<P, f16>) vectors.push_back({"params_fp16", CkptType::F16, s.params});
+  if constexpr (std::is_same_v<P, bf16>) vectors.push_back({"params_bf16", CkptType::BF16, s.params});
+  const std::string path = m_ckpt->commit(done, [&](const std::string& partial, const std::function<void()>& pause) {
+    return write_checkpoint(partial, m_world, meta, layout, vectors, s.lo, s.hi, pause);
+  });
+  if (is_root()) {
+    const auto& w = m_ckpt->last_stats();
+    const double mb = static_cast<double>(w.bytes) / 1e6, secs = w.write_s + w.sync_s;
+    fmt::print("checkpoint step {}: {} | {:.2f} MB in {:.3f} s = {:.1f} MB/s (write {:.3f} s, fsync {:.3f} s; "
+               "commit {:.3f} s)\n",
+               done, path, mb, secs, secs > 0 ? mb / secs : 0.0, w.write_s, w.sync_s, m_ckpt->last_commit_seconds());
+    std::fflush(stdout);
+  }
 }
 
 template <class P>
@@ -363,9 +601,14 @@ void Run<P>::report_communication(std::uint64_t bytes_per_step) {
 template <class P>
 TrainResult Run<P>::run() {
   const auto& tc = m_cfg.train;
+  // This job runs steps [first, end): from the resumed checkpoint (or 0) to
+  // train.steps, or to --stop-after-step.
+  const std::int64_t first = std::min(m_start_step, tc.steps);
+  std::int64_t end = tc.steps;
+  if (m_hooks.stop_after_step > 0) end = std::clamp(m_hooks.stop_after_step, first, tc.steps);
   std::optional<RunDirectory> dir;
   if (is_root()) {
-    dir.emplace(m_cfg);
+    dir.emplace(m_cfg, m_start_step);
     fmt::print("shardtrain: {} ranks, ZeRO stage {}, {} | GPT L={} C={} H={} T={} V={} | {} parameters | "
                "batch {} x {} tokens, micro-batch {} | data {} ({} train / {} val tokens)\n",
                m_comm.size(), m_cfg.parallel.zero_stage, m_cfg.precision.mode, m_dims.n_layer, m_dims.channels, m_dims.n_head, m_dims.seq_len,
@@ -373,17 +616,31 @@ TrainResult Run<P>::run() {
                m_dims.max_batch, m_cfg.data.path, m_data.size(Split::Train), m_data.size(Split::Val));
     fmt::print("{}", format_plan(m_plan));
     fmt::print("run directory: {}\n", dir->path());
+    if (!m_resume_note.empty()) fmt::print("{}\n", m_resume_note);
+    if (m_ckpt->enabled())
+      fmt::print("checkpoints: {} every {}{}{}, keeping the last {}\n", m_ckpt->dir(),
+                 m_cfg.checkpoint.every_steps > 0
+                     ? fmt::format("{} steps", m_cfg.checkpoint.every_steps) : std::string(),
+                 m_cfg.checkpoint.every_steps > 0 && m_cfg.checkpoint.every_minutes > 0 ? " and every " : "",
+                 m_cfg.checkpoint.every_minutes > 0 ? fmt::format("{:g} minutes", m_cfg.checkpoint.every_minutes)
+                                                    : std::string(),
+                 m_cfg.checkpoint.keep_last);
+    if (first >= tc.steps)
+      fmt::print("nothing to train: the checkpoint is at step {} and train.steps = {}; evaluating only\n",
+                 m_start_step, tc.steps);
     std::fflush(stdout);
   }
 
   TrainResult result;
+  result.first_step = first;
   std::uint64_t comm_total = 0;  // bytes this rank sent in training steps (not evaluation)
-  Progress progress(tc.steps, tc.batch_size * m_dims.seq_len);
+  Progress progress(tc.steps, tc.batch_size * m_dims.seq_len, first);
   const auto t0 = Clock::now();
-  for (std::int64_t step = 0; step < tc.steps; ++step) {
+  for (std::int64_t step = first; step < end; ++step) {
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
     const std::uint64_t sent_before = m_comm.bytes_sent();
     const StepResult sr = train_step(step, lr);
+    m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
     const std::uint64_t step_bytes = m_comm.bytes_sent() - sent_before;
     comm_total += step_bytes;
     const double loss = sr.loss;
@@ -405,14 +662,23 @@ TrainResult Run<P>::run() {
       progress.print(row);
     }
     if (val) result.final_val_loss = *val;
+    if (m_ckpt->due(done, done == end)) save_checkpoint(done);
   }
+  if (first >= tc.steps) result.final_val_loss = evaluate(0);
+  result.last_step = std::max(first, end);
   result.seconds = seconds_since(t0);
   report_memory(dir ? &*dir : nullptr);
-  report_communication(comm_total / static_cast<std::uint64_t>(tc.steps));
+  if (end > first) report_communication(comm_total / static_cast<std::uint64_t>(end - first));
   if (is_root()) {
-    fmt::print("done: {} steps in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "
-               "(whole validation split)\n",
-               tc.steps, result.seconds, result.final_train_loss, result.final_val_loss);
+    if (end < tc.steps)
+      fmt::print("stopped after step {} of {} (--stop-after-step) in {:.1f} s | last train loss {:.4f}{}\n", end,
+                 tc.steps, result.seconds, result.final_train_loss,
+                 m_ckpt->enabled() ? " | the run continues from its checkpoint with checkpoint.resume = \"auto\""
+                                   : " | checkpointing is off: this progress is not saved");
+    else
+      fmt::print("done: {} steps in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "
+                 "(whole validation split)\n",
+                 tc.steps, result.seconds, result.final_train_loss, result.final_val_loss);
     fmt::print("metrics: {}\n", dir->metrics_path());
     std::fflush(stdout);
   }

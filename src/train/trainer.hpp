@@ -1,10 +1,14 @@
 // shardtrain/train/trainer.hpp
 // Owns one training run: builds the model on the flat ParamLayout, opens the
-// data set, runs the step loop (micro-batches, gradient all-reduce, clipping,
-// AdamW), evaluates, logs progress and metrics, and reports memory.
-// Invariants: the sample stream depends only on (seed, step), never on the
-// rank count; the loss of a step is the mean over every target token of the
-// global batch; identical inputs and rank count give bitwise-identical losses.
+// data set, resumes from a checkpoint when there is one, runs the step loop
+// (micro-batches, gradient all-reduce, clipping, AdamW), writes checkpoints,
+// evaluates, logs progress and metrics, and reports memory.
+// Invariants: the sample stream depends only on (seed, global sample index),
+// never on the rank count, and resumes at the checkpoint's sample cursor;
+// a resumed run continues bitwise as the uninterrupted run would (same rank
+// count), or within float tolerance (another rank count or ZeRO stage); the
+// loss of a step is the mean over every target token of the global batch;
+// identical inputs and rank count give bitwise-identical losses.
 #pragma once
 
 #include <mpi.h>
@@ -17,6 +21,8 @@
 namespace shardtrain {
 
 struct TrainResult {
+  std::int64_t first_step = 0;     // steps done before this job (0, or the resumed checkpoint's step)
+  std::int64_t last_step = 0;      // steps done when this job ended
   double final_train_loss = 0.0;
   double final_val_loss = 0.0;
   double seconds = 0.0;
@@ -29,6 +35,13 @@ struct TrainerHooks {
   // plants +inf in the gradient it contributes to the step's first reduction.
   std::int64_t overflow_step = 0;  // 0: none
   int overflow_rank = 0;
+  // --stop-after-step N: this job ends after optimizer step N (counted from the
+  // start of training), with a checkpoint when checkpointing is on, as a job
+  // whose time is up would; the learning-rate schedule still spans train.steps.
+  std::int64_t stop_after_step = 0;  // 0: run to train.steps
+  // --pause-in-checkpoint STEP: every rank pauses mid-write of the checkpoint
+  // of STEP (train/checkpointing.hpp), for crash tests.
+  std::int64_t pause_checkpoint_step = 0;  // 0: none
 };
 
 class RunBase;

@@ -177,7 +177,7 @@ TEST_F(ConfigParse, UnknownSection) {
             "inputs/x.toml:3:2: unknown section [optimizer] (did you mean [optim]?)");
   EXPECT_EQ(error_of("[logging]\nlevel = 1\n" + data_section()),
             "inputs/x.toml:1:2: unknown section [logging] (sections are [model], [data], "
-            "[train], [optim], [parallel])");
+            "[train], [optim], [parallel], [precision], [recompute], [checkpoint])");
 }
 
 TEST_F(ConfigParse, KeyOutsideAnySection) {
@@ -348,6 +348,38 @@ TEST_F(ConfigParse, RecomputeKeys) {
   EXPECT_EQ(error_of("[recompute]\npolicy = \"some\"\n" + data_section()),
             "inputs/x.toml:2:10: recompute.policy: must be \"none\" or \"full\" or \"sqrt\" or "
             "\"budget\", got \"some\"");
+}
+
+TEST_F(ConfigParse, CheckpointKeys) {
+  const RunConfig d = parse_run_config("[train]\nrun_dir = \"r/x\"\n" + data_section(), "x.toml");
+  EXPECT_EQ(d.checkpoint.dir, "r/x/checkpoints");  // default: inside the run directory
+  EXPECT_EQ(d.checkpoint.every_steps, 0);
+  EXPECT_EQ(d.checkpoint.every_minutes, 0.0);
+  EXPECT_EQ(d.checkpoint.keep_last, 3);
+  EXPECT_EQ(d.checkpoint.resume, "auto");
+  const RunConfig c = parse_run_config(
+      "[checkpoint]\ndir = \"ck\"\nevery_steps = 50\nevery_minutes = 2.5\nkeep_last = 1\n"
+      "resume = \"" + m_data + "\"\n" + data_section(), "x.toml");
+  EXPECT_EQ(c.checkpoint.dir, "ck");
+  EXPECT_EQ(c.checkpoint.every_steps, 50);
+  EXPECT_EQ(c.checkpoint.every_minutes, 2.5);
+  EXPECT_EQ(c.checkpoint.keep_last, 1);
+  EXPECT_EQ(c.checkpoint.resume, m_data);
+  EXPECT_EQ(parse_run_config("[checkpoint]\nresume = \"never\"\n" + data_section(), "x.toml").checkpoint.resume,
+            "never");
+  EXPECT_EQ(error_of("[checkpoint]\nkeep_last = 0\n" + data_section()),
+            "inputs/x.toml:2:13: checkpoint.keep_last: must be >= 1, got 0");
+  EXPECT_EQ(error_of("[checkpoint]\nevery_steps = -5\n" + data_section()),
+            "inputs/x.toml:2:15: checkpoint.every_steps: must be >= 0, got -5");
+  EXPECT_EQ(error_of("[checkpoint]\nevery_minutes = -1.0\n" + data_section()),
+            "inputs/x.toml:2:17: checkpoint.every_minutes: must be >= 0, got -1");
+  EXPECT_EQ(error_of("[checkpoint]\nresume = \"no/such/ckpt.h5\"\n" + data_section()),
+            "inputs/x.toml:2:10: checkpoint.resume: must be \"auto\", \"never\" or an existing "
+            "checkpoint file or directory; no such file or directory 'no/such/ckpt.h5'");
+  EXPECT_EQ(error_of("[checkpoint]\nresume = true\n" + data_section()),
+            "inputs/x.toml:2:10: checkpoint.resume: expected a string, got boolean");
+  EXPECT_EQ(error_of("[checkpoint]\nevery = 5\n" + data_section()).substr(0, 52),
+            "inputs/x.toml:2:1: unknown key checkpoint.every (did");
 }
 
 TEST_F(ConfigParse, ZeroStageRange) {

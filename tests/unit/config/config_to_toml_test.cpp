@@ -49,6 +49,11 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   expect_same_double(a.optim.eps, b.optim.eps, "eps");
   expect_same_double(a.optim.grad_clip, b.optim.grad_clip, "grad_clip");
   EXPECT_EQ(a.parallel.zero_stage, b.parallel.zero_stage);
+  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
+  EXPECT_EQ(a.checkpoint.every_steps, b.checkpoint.every_steps);
+  expect_same_double(a.checkpoint.every_minutes, b.checkpoint.every_minutes, "every_minutes");
+  EXPECT_EQ(a.checkpoint.keep_last, b.checkpoint.keep_last);
+  EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
 }
 
 class ConfigToToml : public ::testing::Test {
@@ -99,7 +104,13 @@ TEST_F(ConfigToToml, WritesEverySectionAndKeyWithDefaults) {
                            "\neps = 1e-08\n",
                            "\ngrad_clip = 1.0\n",
                            "[parallel]\n",
-                           "\nzero_stage = 0\n"})
+                           "\nzero_stage = 0\n",
+                           "[checkpoint]\n",
+                           "\ndir = \"runs/quick/checkpoints\"\n",
+                           "\nevery_steps = 0\n",
+                           "\nevery_minutes = 0.0\n",
+                           "\nkeep_last = 3\n",
+                           "\nresume = \"auto\"\n"})
     EXPECT_NE(text.find(line), std::string::npos) << "missing " << line << " in\n" << text;
 }
 
@@ -130,6 +141,11 @@ TEST_F(ConfigToToml, AwkwardValuesRoundTripExactly) {
   a.optim.beta2 = std::nextafter(1.0, 0.0);
   a.optim.eps = 2.2250738585072014e-308;
   a.optim.grad_clip = std::numeric_limits<double>::max();
+  a.checkpoint.dir = "ckpt dir \"q\" é";
+  a.checkpoint.every_steps = 9223372036854775807;
+  a.checkpoint.every_minutes = 0.1 + 0.2;
+  a.checkpoint.keep_last = 1;
+  a.checkpoint.resume = "never";
   const RunConfig b = parse_run_config(to_toml(a), "x.toml");
   expect_same(a, b);
   EXPECT_EQ(to_toml(b), to_toml(a));

@@ -1,0 +1,776 @@
+// Checkpoint files (share/doc/checkpoint-format.md): collective MPI-IO writes
+// and reads of hyperslabs of the global state vectors, CRC-32 per dataset, and
+// validation of every file-supplied size before it sizes anything.
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/error.hpp"
+#include "io/h5_check.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+using namespace shardtrain::h5;
+using Clock = std::chrono::steady_clock;
+
+// Limits that separate a real checkpoint from a damaged or hostile file.
+constexpr std::int64_t kMaxTensors = 1 << 16;
+constexpr std::size_t kMaxNameBytes = 256;
+constexpr std::size_t kMaxAttrStringBytes = 4096;
+constexpr std::size_t kMaxConfigBytes = 1 << 20;
+constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
+constexpr std::int64_t kMaxWorld = 1 << 24;
+constexpr std::int64_t kMaxAlignment = 1 << 20;
+constexpr int kMaxDims = 4;
+constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per bounded read
+const char* const kVectorNames[] = {"master", "exp_avg", "exp_avg_sq", "params_fp16", "params_bf16"};
+
+[[noreturn]] void bad(const std::string& path, const std::string& msg) {
+  (void)error_stack_text();  // drop what HDF5 recorded for a raw call we expected to fail
+  throw InputError(path + ": " + msg);
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::uint32_t crc_of(const void* p, std::uint64_t bytes, std::uint32_t crc = 0) {
+  uLong c = crc;
+  const auto* b = static_cast<const Bytef*>(p);
+  for (std::uint64_t done = 0; done < bytes;) {  // crc32 takes uInt lengths
+    const uInt n = static_cast<uInt>(std::min<std::uint64_t>(bytes - done, 1u << 30));
+    c = crc32(c, b + done, n);
+    done += n;
+  }
+  return static_cast<std::uint32_t>(c);
+}
+
+// A CRC over a byte range, built from pieces in order.
+struct CrcPiece {
+  std::uint32_t crc = 0;
+  std::uint64_t bytes = 0;
+  void add(const void* p, std::uint64_t n) {
+    if (n == 0) return;
+    const std::uint32_t c = crc_of(p, n);
+    crc = bytes == 0 ? c : static_cast<std::uint32_t>(crc32_combine(crc, c, static_cast<z_off_t>(n)));
+    bytes += n;
+  }
+};
+
+// Combines every rank's pieces of `k` CRCs (rank order) into k whole CRCs; collective.
+std::vector<CrcPiece> combine_pieces(MPI_Comm comm, const std::vector<CrcPiece>& mine) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  const std::size_t k = mine.size();
+  std::vector<std::uint64_t> send(2 * k), all(2 * k * static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < k; ++i) {
+    send[2 * i] = mine[i].crc;
+    send[2 * i + 1] = mine[i].bytes;
+  }
+  if (k > 0)
+    MPI_Allgather(send.data(), static_cast<int>(2 * k), MPI_UINT64_T, all.data(), static_cast<int>(2 * k),
+                  MPI_UINT64_T, comm);
+  std::vector<CrcPiece> out(k);
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::uint64_t c = all[(static_cast<std::size_t>(r) * k + i) * 2];
+      const std::uint64_t b = all[(static_cast<std::size_t>(r) * k + i) * 2 + 1];
+      if (b == 0) continue;
+      out[i].crc = out[i].bytes == 0
+                       ? static_cast<std::uint32_t>(c)
+                       : static_cast<std::uint32_t>(crc32_combine(out[i].crc, static_cast<uLong>(c),
+                                                                  static_cast<z_off_t>(b)));
+      out[i].bytes += b;
+    }
+  return out;
+}
+
+H5Datatype make_type(CkptType t) {
+  H5Datatype ft(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)));
+  if (t == CkptType::F16) {  // IEEE binary16: what h5py and numpy call float16
+    SHARDTRAIN_H5_CHECK(H5Tset_fields(ft, 15, 10, 5, 0, 10));
+    SHARDTRAIN_H5_CHECK(H5Tset_size(ft, 2));
+    SHARDTRAIN_H5_CHECK(H5Tset_ebias(ft, 15));
+  } else if (t == CkptType::BF16) {  // bfloat16: the top half of an fp32
+    SHARDTRAIN_H5_CHECK(H5Tset_fields(ft, 15, 7, 8, 0, 7));
+    SHARDTRAIN_H5_CHECK(H5Tset_size(ft, 2));
+    SHARDTRAIN_H5_CHECK(H5Tset_ebias(ft, 127));
+  }
+  return ft;
+}
+
+// The CkptType of a file type, or nullopt when it is none of the three.
+std::optional<CkptType> type_of(hid_t t) {
+  if (H5Tget_class(t) != H5T_FLOAT) return std::nullopt;
+  if (H5Tget_order(t) != H5T_ORDER_LE) return std::nullopt;
+  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  if (H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0) return std::nullopt;
+  const size_t size = H5Tget_size(t), bias = H5Tget_ebias(t);
+  if (size == 4 && spos == 31 && esize == 8 && msize == 23 && bias == 127 && mpos == 0)
+    return CkptType::F32;
+  if (size == 2 && spos == 15 && esize == 5 && msize == 10 && bias == 15 && mpos == 0)
+    return CkptType::F16;
+  if (size == 2 && spos == 15 && esize == 8 && msize == 7 && bias == 127 && mpos == 0)
+    return CkptType::BF16;
+  return std::nullopt;
+}
+
+H5PropList mpio_fapl(MPI_Comm comm) {
+  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  SHARDTRAIN_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  SHARDTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, true));
+  SHARDTRAIN_H5_CHECK(H5Pset_coll_metadata_write(fapl, true));
+  return fapl;
+}
+
+H5PropList xfer(bool collective) {
+  H5PropList dxpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  SHARDTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
+  return dxpl;
+}
+
+// ------------------------------------------------------------------ attributes
+
+void put_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* v) {
+  H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT)));
+  SHARDTRAIN_H5_CHECK(H5Awrite(a, mem_type, v));
+}
+void put_i64(hid_t obj, const char* name, std::int64_t v) {
+  put_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+void put_u32(hid_t obj, const char* name, std::uint32_t v) {
+  put_attr(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
+}
+void put_f64(hid_t obj, const char* name, double v) {
+  put_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
+void put_str(hid_t obj, const char* name, const std::string& v) {
+  H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_size(t, std::max<std::size_t>(v.size(), 1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  std::string padded = v;
+  padded.resize(std::max<std::size_t>(v.size(), 1), '\0');
+  put_attr(obj, name, t, t, padded.data());
+}
+
+// Opens attribute `name` of `obj` and checks it is a scalar of `cls`.
+H5Attribute open_attr(const std::string& path, hid_t obj, const std::string& where, const char* name,
+                      H5T_class_t cls, const char* what) {
+  const htri_t exists = H5Aexists(obj, name);
+  if (exists <= 0) bad(path, where + " has no attribute '" + name + "' (not a complete shardtrain checkpoint)");
+  H5Attribute a(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!a.valid()) bad(path, where + " attribute '" + name + "' cannot be opened");
+  H5Dataspace s(H5Aget_space(a));
+  H5Datatype t(H5Aget_type(a));
+  if (!s.valid() || !t.valid() || H5Sget_simple_extent_type(s) != H5S_SCALAR || H5Tget_class(t) != cls)
+    bad(path, where + " attribute '" + name + "' must be a scalar " + what);
+  return a;
+}
+
+std::int64_t get_i64(const std::string& path, hid_t obj, const std::string& where, const char* name,
+                     std::int64_t lo, std::int64_t hi) {
+  H5Attribute a = open_attr(path, obj, where, name, H5T_INTEGER, "integer");
+  std::int64_t v = 0;
+  if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0) bad(path, where + " attribute '" + name + "' cannot be read");
+  if (v < lo || v > hi)
+    bad(path, where + " attribute '" + name + "' = " + std::to_string(v) + " is outside [" +
+                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+double get_f64(const std::string& path, hid_t obj, const std::string& where, const char* name) {
+  H5Attribute a = open_attr(path, obj, where, name, H5T_FLOAT, "float");
+  double v = 0;
+  if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) bad(path, where + " attribute '" + name + "' cannot be read");
+  return v;
+}
+
+std::string get_str(const std::string& path, hid_t obj, const std::string& where, const char* name) {
+  H5Attribute a = open_attr(path, obj, where, name, H5T_STRING, "string");
+  H5Datatype ft(H5Aget_type(a));
+  const htri_t variable = H5Tis_variable_str(ft);
+  const std::size_t size = H5Tget_size(ft);
+  if (variable != 0 || size == 0 || size > kMaxAttrStringBytes)
+    bad(path, where + " attribute '" + name + "' must be a fixed-length string of at most " +
+                  std::to_string(kMaxAttrStringBytes) + " bytes");
+  // HDF5 converts strings only between types of the same character set: read in the file's.
+  const H5T_cset_t cset = H5Tget_cset(ft);
+  if (cset != H5T_CSET_ASCII && cset != H5T_CSET_UTF8)
+    bad(path, where + " attribute '" + name + "' has an unknown character set");
+  H5Datatype mt(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_size(mt, size + 1));
+  SHARDTRAIN_H5_CHECK(H5Tset_cset(mt, cset));
+  std::string v(size + 1, '\0');
+  if (H5Aread(a, mt, v.data()) < 0) bad(path, where + " attribute '" + name + "' cannot be read");
+  v.resize(std::strlen(v.c_str()));
+  return v;
+}
+
+// --------------------------------------------------------------------- layout
+
+// One row of /layout in memory; name is the first member, sized per file.
+constexpr std::size_t kRowNumbers = 3 + kMaxDims;  // ndim, offset, numel, shape[4]
+
+struct LayoutType {
+  std::size_t name_bytes = 0;  // multiple of 8
+  std::size_t row_bytes() const { return name_bytes + kRowNumbers * 8; }
+  H5Datatype type() const {
+    H5Datatype name(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+    SHARDTRAIN_H5_CHECK(H5Tset_size(name, name_bytes));
+    SHARDTRAIN_H5_CHECK(H5Tset_cset(name, H5T_CSET_UTF8));
+    const hsize_t dims = kMaxDims;
+    H5Datatype shape(SHARDTRAIN_H5_CHECK(H5Tarray_create2(H5T_STD_I64LE, 1, &dims)));
+    H5Datatype row(SHARDTRAIN_H5_CHECK(H5Tcreate(H5T_COMPOUND, row_bytes())));
+    SHARDTRAIN_H5_CHECK(H5Tinsert(row, "name", 0, name));
+    SHARDTRAIN_H5_CHECK(H5Tinsert(row, "ndim", name_bytes, H5T_STD_I64LE));
+    SHARDTRAIN_H5_CHECK(H5Tinsert(row, "offset", name_bytes + 8, H5T_STD_I64LE));
+    SHARDTRAIN_H5_CHECK(H5Tinsert(row, "numel", name_bytes + 16, H5T_STD_I64LE));
+    SHARDTRAIN_H5_CHECK(H5Tinsert(row, "shape", name_bytes + 24, shape));
+    return row;
+  }
+};
+
+std::vector<unsigned char> pack_layout(const std::vector<CheckpointTensor>& layout, LayoutType& lt) {
+  std::size_t longest = 1;
+  for (const auto& e : layout) longest = std::max(longest, e.name.size() + 1);
+  SHARDTRAIN_CHECK(longest <= kMaxNameBytes, "tensor name longer than the checkpoint format allows");
+  lt.name_bytes = (longest + 7) / 8 * 8;
+  std::vector<unsigned char> rows(layout.size() * lt.row_bytes(), 0);
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const auto& e = layout[i];
+    SHARDTRAIN_CHECK(e.shape.size() <= static_cast<std::size_t>(kMaxDims), "tensor of more than 4 dims");
+    unsigned char* r = rows.data() + i * lt.row_bytes();
+    std::memcpy(r, e.name.data(), e.name.size());
+    std::int64_t nums[kRowNumbers] = {static_cast<std::int64_t>(e.shape.size()), e.offset, e.numel, 0, 0, 0, 0};
+    for (std::size_t d = 0; d < e.shape.size(); ++d) nums[3 + d] = e.shape[d];
+    std::memcpy(r + lt.name_bytes, nums, sizeof nums);
+  }
+  return rows;
+}
+
+// Selects [lo, hi) of a 1-D space (none when empty).
+void select_range(hid_t space, std::int64_t lo, std::int64_t hi) {
+  if (hi <= lo) {
+    SHARDTRAIN_H5_CHECK(H5Sselect_none(space));
+    return;
+  }
+  const hsize_t start = static_cast<hsize_t>(lo), count = static_cast<hsize_t>(hi - lo);
+  SHARDTRAIN_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr));
+}
+
+H5Dataspace memory_space(std::int64_t n) {
+  const hsize_t dim = static_cast<hsize_t>(std::max<std::int64_t>(n, 1));
+  H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &dim, nullptr)));
+  if (n == 0) SHARDTRAIN_H5_CHECK(H5Sselect_none(s));
+  return s;
+}
+
+// Writes a small dataset's bytes from rank 0 (the others take part with an empty selection).
+void write_from_root(hid_t ds, hid_t mem_type, const void* data, bool root, bool scalar) {
+  H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Dget_space(ds)));
+  H5Dataspace ms(SHARDTRAIN_H5_CHECK(H5Scopy(fs)));
+  if (!root) {
+    SHARDTRAIN_H5_CHECK(H5Sselect_none(fs));
+    SHARDTRAIN_H5_CHECK(H5Sselect_none(ms));
+  }
+  (void)scalar;
+  H5PropList dxpl = xfer(true);
+  SHARDTRAIN_H5_CHECK(H5Dwrite(ds, mem_type, ms, fs, dxpl, data));
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) SHARDTRAIN_FAIL(path + ": cannot open to fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) SHARDTRAIN_FAIL(path + ": fsync failed: " + std::strerror(err));
+}
+
+}  // namespace
+
+std::string_view to_string(CkptType t) {
+  switch (t) {
+    case CkptType::F32: return "float32";
+    case CkptType::F16: return "float16";
+    case CkptType::BF16: return "bfloat16";
+  }
+  return "?";
+}
+
+std::size_t element_bytes(CkptType t) { return t == CkptType::F32 ? 4 : 2; }
+
+// ---------------------------------------------------------------------- write
+
+CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
+                                      const std::vector<CheckpointTensor>& layout,
+                                      const std::vector<CheckpointVectorOut>& vectors, std::int64_t lo,
+                                      std::int64_t hi, const std::function<void()>& pause) {
+  quiet_errors();
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const bool root = rank == 0;
+  SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= meta.padded_size, "checkpoint shard out of range");
+  CheckpointWriteStats stats;
+  const auto t0 = Clock::now();
+  {
+    H5PropList fapl = mpio_fapl(comm);
+    // Large datasets start on 1 MiB boundaries (file-system stripes and blocks).
+    SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
+    H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot create checkpoint file: " + error_stack_text());
+
+    put_str(file, "format", std::string(kCheckpointFormat));
+    put_i64(file, "schema_version", kCheckpointSchema);
+    put_i64(file, "step", meta.step);
+    put_i64(file, "samples_seen", meta.samples_seen);
+    put_i64(file, "tokens_seen", meta.tokens_seen);
+    put_i64(file, "optimizer_updates", meta.optimizer_updates);
+    put_i64(file, "sampler_seed", static_cast<std::int64_t>(meta.sampler_seed));
+    put_i64(file, "world_size", meta.world_size);
+    put_i64(file, "zero_stage", meta.zero_stage);
+    put_str(file, "precision", meta.precision);
+    put_i64(file, "alignment", meta.alignment);
+    put_i64(file, "padded_size", meta.padded_size);
+    put_f64(file, "loss_scale", meta.loss_scale);
+    put_i64(file, "scaler_good_steps", meta.scaler_good_steps);
+    put_i64(file, "scaler_hysteresis_left", meta.scaler_hysteresis_left);
+    put_i64(file, "scaler_consecutive_skips", meta.scaler_consecutive_skips);
+    put_str(file, "data_path", meta.data_path);
+    put_i64(file, "data_train_tokens", meta.data_train_tokens);
+    put_i64(file, "data_vocab_size", meta.data_vocab_size);
+    put_i64(file, "seq_len", meta.seq_len);
+    put_str(file, "created_utc", meta.created_utc);
+    put_str(file, "shardtrain_version", meta.version);
+
+    // /config: the resolved config text.
+    {
+      const std::string& text = meta.config_text;
+      SHARDTRAIN_CHECK(text.size() <= kMaxConfigBytes, "config text too long for a checkpoint");
+      H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+      SHARDTRAIN_H5_CHECK(H5Tset_size(t, std::max<std::size_t>(text.size(), 1)));
+      SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+      SHARDTRAIN_H5_CHECK(H5Tset_strpad(t, H5T_STR_NULLPAD));
+      H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "config", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      std::string padded = text;
+      padded.resize(std::max<std::size_t>(text.size(), 1), '\0');
+      write_from_root(ds, t, padded.data(), root, true);
+      put_u32(ds, "crc32", crc_of(text.data(), text.size()));
+    }
+    // /layout: name, ndim, offset, numel, shape[4] per tensor.
+    {
+      LayoutType lt;
+      const std::vector<unsigned char> rows = pack_layout(layout, lt);
+      H5Datatype t = lt.type();
+      const hsize_t n = layout.size();
+      H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "layout", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      write_from_root(ds, t, rows.data(), root, false);
+      put_u32(ds, "crc32", crc_of(rows.data(), rows.size()));
+    }
+
+    // /state/<vector>: the rank's hyperslab of each.
+    H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    const hsize_t n = static_cast<hsize_t>(meta.padded_size);
+    std::vector<CrcPiece> pieces(vectors.size());
+    std::vector<H5Dataset> datasets;
+    for (std::size_t i = 0; i < vectors.size(); ++i) {
+      const auto& v = vectors[i];
+      H5Datatype t = make_type(v.type);
+      H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+      H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+      SHARDTRAIN_H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+      SHARDTRAIN_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+      SHARDTRAIN_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
+      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(state, v.name.c_str(), t, fs, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+      select_range(fs, lo, hi);
+      H5Dataspace ms = memory_space(hi - lo);
+      H5PropList dxpl = xfer(true);
+      SHARDTRAIN_H5_CHECK(H5Dwrite(ds, t, ms, fs, dxpl, v.data));
+      const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * element_bytes(v.type);
+      pieces[i].add(v.data, bytes);
+      stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * element_bytes(v.type);
+      datasets.push_back(std::move(ds));
+    }
+    const std::vector<CrcPiece> whole = combine_pieces(comm, pieces);
+    for (std::size_t i = 0; i < vectors.size(); ++i) put_u32(datasets[i], "crc32", whole[i].crc);
+    datasets.clear();
+
+    // /params/<name>: virtual views of /state/master, one per tensor, in its shape.
+    H5Group params(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    H5Dataspace src(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+    H5Datatype f32 = make_type(CkptType::F32);
+    for (const auto& e : layout) {
+      std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
+      H5Dataspace vs(dims.empty() ? SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
+                                  : SHARDTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()),
+                                                                         dims.data(), nullptr)));
+      select_range(src, e.offset, e.offset + e.numel);
+      H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+      SHARDTRAIN_H5_CHECK(H5Pset_virtual(dcpl, vs, ".", "/state/master", src));
+      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(params, e.name.c_str(), f32, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+    }
+
+    if (pause) pause();
+    SHARDTRAIN_H5_CLOSE(params);
+    SHARDTRAIN_H5_CLOSE(state);
+    SHARDTRAIN_H5_CLOSE(file);
+  }
+  stats.write_s = seconds_since(t0);
+  const auto t1 = Clock::now();
+  fsync_path(path);  // every rank: on a parallel file system each client flushes its own writes
+  MPI_Barrier(comm);
+  stats.sync_s = seconds_since(t1);
+  return stats;
+}
+
+// ----------------------------------------------------------------------- read
+
+struct CheckpointReader::Impl {
+  std::string path;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  H5File file;
+  CheckpointMeta meta;
+  std::vector<CheckpointTensor> layout;
+  std::vector<std::pair<std::string, CkptType>> vectors;
+  std::map<std::string, std::uint32_t, std::less<>> stored_crc;  // by dataset path
+  std::map<std::string, CrcPiece, std::less<>> read_pieces;      // vectors read, this rank's piece
+
+  [[noreturn]] void fail(const std::string& msg) const { bad(path, msg); }
+
+  void read_meta() {
+    const std::string where = "root group";
+    const std::string format = get_str(path, file, where, "format");
+    if (format != kCheckpointFormat)
+      fail("not a shardtrain checkpoint (format attribute is '" + format + "', expected '" +
+           std::string(kCheckpointFormat) + "')");
+    const std::int64_t schema = get_i64(path, file, where, "schema_version", 0, kMaxElements);
+    if (schema != kCheckpointSchema)
+      fail("checkpoint schema version " + std::to_string(schema) + "; this build reads version " +
+           std::to_string(kCheckpointSchema));
+    auto& m = meta;
+    m.step = get_i64(path, file, where, "step", 0, kMaxElements);
+    m.samples_seen = get_i64(path, file, where, "samples_seen", 0, std::numeric_limits<std::int64_t>::max());
+    m.tokens_seen = get_i64(path, file, where, "tokens_seen", 0, std::numeric_limits<std::int64_t>::max());
+    m.optimizer_updates = get_i64(path, file, where, "optimizer_updates", 0, m.step);
+    m.sampler_seed = static_cast<std::uint64_t>(
+        get_i64(path, file, where, "sampler_seed", std::numeric_limits<std::int64_t>::min(),
+                std::numeric_limits<std::int64_t>::max()));
+    m.world_size = get_i64(path, file, where, "world_size", 1, kMaxWorld);
+    m.zero_stage = get_i64(path, file, where, "zero_stage", 0, 3);
+    m.precision = get_str(path, file, where, "precision");
+    if (m.precision != "fp32" && m.precision != "fp16" && m.precision != "bf16")
+      fail("root attribute 'precision' is '" + m.precision + "', expected fp32, fp16 or bf16");
+    m.alignment = get_i64(path, file, where, "alignment", 1, kMaxAlignment);
+    m.padded_size = get_i64(path, file, where, "padded_size", 1, kMaxElements);
+    m.loss_scale = get_f64(path, file, where, "loss_scale");
+    if (!(m.loss_scale > 0) || !(m.loss_scale <= 3.4e38))
+      fail("root attribute 'loss_scale' must be a positive finite float, got " + std::to_string(m.loss_scale));
+    m.scaler_good_steps = get_i64(path, file, where, "scaler_good_steps", 0, kMaxElements);
+    m.scaler_hysteresis_left = get_i64(path, file, where, "scaler_hysteresis_left", 0, 1000000);
+    m.scaler_consecutive_skips = get_i64(path, file, where, "scaler_consecutive_skips", 0, kMaxElements);
+    m.data_path = get_str(path, file, where, "data_path");
+    m.data_train_tokens = get_i64(path, file, where, "data_train_tokens", 0, kMaxElements);
+    m.data_vocab_size = get_i64(path, file, where, "data_vocab_size", 1, std::int64_t{1} << 24);
+    m.seq_len = get_i64(path, file, where, "seq_len", 1, std::int64_t{1} << 30);
+    m.created_utc = get_str(path, file, where, "created_utc");
+    m.version = get_str(path, file, where, "shardtrain_version");
+  }
+
+  H5Dataset open_dataset(const char* name, const std::string& what) const {
+    const htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
+    if (exists <= 0) fail("missing dataset " + what + " (not a complete shardtrain checkpoint)");
+    H5Dataset ds(H5Dopen2(file, name, H5P_DEFAULT));
+    if (!ds.valid()) fail(what + " is not a dataset");
+    return ds;
+  }
+
+  std::uint32_t crc_attr(hid_t ds, const std::string& what) const {
+    const std::int64_t v = get_i64(path, ds, what, "crc32", 0, 0xFFFFFFFFll);
+    return static_cast<std::uint32_t>(v);
+  }
+
+  void read_config() {
+    H5Dataset ds = open_dataset("/config", "/config");
+    H5Datatype t(H5Dget_type(ds));
+    H5Dataspace s(H5Dget_space(ds));
+    if (!t.valid() || !s.valid() || H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0 ||
+        H5Sget_simple_extent_type(s) != H5S_SCALAR)
+      fail("/config must be a scalar fixed-length string");
+    const std::size_t size = H5Tget_size(t);
+    if (size == 0 || size > kMaxConfigBytes)
+      fail("/config is " + std::to_string(size) + " bytes (at most " + std::to_string(kMaxConfigBytes) + ")");
+    const H5T_cset_t cset = H5Tget_cset(t);  // strings convert only within one character set
+    if (cset != H5T_CSET_ASCII && cset != H5T_CSET_UTF8) fail("/config has an unknown character set");
+    H5Datatype mt(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+    SHARDTRAIN_H5_CHECK(H5Tset_size(mt, size));
+    SHARDTRAIN_H5_CHECK(H5Tset_strpad(mt, H5T_STR_NULLPAD));
+    SHARDTRAIN_H5_CHECK(H5Tset_cset(mt, cset));
+    std::string text(size, '\0');
+    H5PropList dxpl = xfer(false);
+    if (H5Dread(ds, mt, H5S_ALL, H5S_ALL, dxpl, text.data()) < 0) fail("/config cannot be read");
+    text.resize(std::strlen(text.c_str()));
+    if (crc_of(text.data(), text.size()) != crc_attr(ds, "/config"))
+      fail("dataset /config: checksum mismatch (the file is damaged)");
+    meta.config_text = std::move(text);
+  }
+
+  void read_layout() {
+    H5Dataset ds = open_dataset("/layout", "/layout");
+    H5Datatype ft(H5Dget_type(ds));
+    H5Dataspace s(H5Dget_space(ds));
+    if (!ft.valid() || !s.valid() || H5Tget_class(ft) != H5T_COMPOUND || H5Sget_simple_extent_ndims(s) != 1)
+      fail("/layout must be a 1-D compound dataset (name, ndim, offset, numel, shape)");
+    hsize_t n = 0;
+    SHARDTRAIN_H5_CHECK(H5Sget_simple_extent_dims(s, &n, nullptr));
+    if (n < 1 || n > static_cast<hsize_t>(kMaxTensors))
+      fail("/layout has " + std::to_string(n) + " rows (expected 1 to " + std::to_string(kMaxTensors) + ")");
+    const int name_index = H5Tget_member_index(ft, "name");
+    if (name_index < 0) fail("/layout has no member 'name'");
+    H5Datatype name_type(H5Tget_member_type(ft, static_cast<unsigned>(name_index)));
+    if (!name_type.valid() || H5Tget_class(name_type) != H5T_STRING || H5Tis_variable_str(name_type) != 0 ||
+        H5Tget_size(name_type) == 0 || H5Tget_size(name_type) > kMaxNameBytes)
+      fail("/layout member 'name' must be a fixed-length string of at most " + std::to_string(kMaxNameBytes) +
+           " bytes");
+    LayoutType lt;
+    lt.name_bytes = (H5Tget_size(name_type) + 7) / 8 * 8;
+    H5Datatype mt = lt.type();
+    std::vector<unsigned char> rows(static_cast<std::size_t>(n) * lt.row_bytes(), 0);
+    H5PropList dxpl = xfer(false);
+    if (H5Dread(ds, mt, H5S_ALL, H5S_ALL, dxpl, rows.data()) < 0)
+      fail("/layout cannot be read as (name, ndim, offset, numel, shape[4]): " + error_stack_text());
+    // The CRC covers the rows in the packed form the writer used (name padded to
+    // 8 bytes); a table stored in any other form is not one this format wrote.
+    if (H5Tget_size(ft) != lt.row_bytes())
+      fail("/layout rows are " + std::to_string(H5Tget_size(ft)) + " bytes, expected " +
+           std::to_string(lt.row_bytes()) + " (name, ndim, offset, numel, shape[4] packed)");
+    if (crc_of(rows.data(), rows.size()) != crc_attr(ds, "/layout"))
+      fail("dataset /layout: checksum mismatch (the file is damaged)");
+    std::set<std::string> names;
+    std::int64_t end = 0;
+    for (hsize_t i = 0; i < n; ++i) {
+      const unsigned char* r = rows.data() + i * lt.row_bytes();
+      CheckpointTensor e;
+      e.name.assign(reinterpret_cast<const char*>(r), strnlen(reinterpret_cast<const char*>(r), lt.name_bytes));
+      std::int64_t nums[kRowNumbers];
+      std::memcpy(nums, r + lt.name_bytes, sizeof nums);
+      const std::string row = "/layout row " + std::to_string(i) + " ('" + e.name + "')";
+      if (e.name.empty() || !names.insert(e.name).second) fail(row + ": empty or repeated tensor name");
+      if (nums[0] < 0 || nums[0] > kMaxDims) fail(row + ": ndim must be 0 to 4");
+      e.offset = nums[1];
+      e.numel = nums[2];
+      std::int64_t prod = 1;
+      for (std::int64_t d = 0; d < nums[0]; ++d) {
+        const std::int64_t dim = nums[3 + d];
+        if (dim < 0 || dim > kMaxElements || (dim > 0 && prod > kMaxElements / dim))
+          fail(row + ": shape dimension out of range");
+        prod *= dim;
+        e.shape.push_back(dim);
+      }
+      if (prod != e.numel) fail(row + ": numel " + std::to_string(e.numel) + " is not the product of its shape");
+      if (e.offset < end || e.offset > kMaxElements || e.numel > kMaxElements - e.offset)
+        fail(row + ": offset " + std::to_string(e.offset) + " overlaps the previous tensor or is out of range");
+      end = e.offset + e.numel;
+      layout.push_back(std::move(e));
+    }
+    if (end > meta.padded_size)
+      fail("/layout ends at element " + std::to_string(end) + ", beyond padded_size " +
+           std::to_string(meta.padded_size));
+  }
+
+  void read_vectors() {
+    for (const char* name : kVectorNames) {
+      const std::string p = std::string("/state/") + name;
+      if (H5Lexists(file, "/state", H5P_DEFAULT) <= 0) fail("missing group /state (not a complete shardtrain checkpoint)");
+      if (H5Lexists(file, p.c_str(), H5P_DEFAULT) <= 0) continue;
+      H5Dataset ds(H5Dopen2(file, p.c_str(), H5P_DEFAULT));
+      if (!ds.valid()) fail(p + " is not a dataset");
+      H5Datatype t(H5Dget_type(ds));
+      H5Dataspace s(H5Dget_space(ds));
+      const auto type = t.valid() ? type_of(t) : std::nullopt;
+      if (!type) fail(p + " must hold little-endian float32, float16 or bfloat16 values");
+      const bool f32 = p.find("params_") == std::string::npos;
+      if (f32 != (*type == CkptType::F32) ||
+          (!f32 && (std::string(name) == "params_fp16") != (*type == CkptType::F16)))
+        fail(p + " has element type " + std::string(to_string(*type)) + ", which does not fit its name");
+      hsize_t len = 0;
+      if (!s.valid() || H5Sget_simple_extent_ndims(s) != 1 || H5Sget_simple_extent_dims(s, &len, nullptr) < 0)
+        fail(p + " must be 1-D");
+      if (static_cast<std::int64_t>(len) != meta.padded_size)
+        fail(p + " has " + std::to_string(len) + " elements; padded_size says " + std::to_string(meta.padded_size) +
+             " (truncated or foreign file)");
+      stored_crc[p] = crc_attr(ds, p);
+      vectors.emplace_back(name, *type);
+    }
+    for (const char* required : {"master", "exp_avg", "exp_avg_sq"})
+      if (stored_crc.count(std::string("/state/") + required) == 0)
+        fail(std::string("missing dataset /state/") + required + " (not a complete shardtrain checkpoint)");
+  }
+
+  CkptType type_of_vector(std::string_view name) const {
+    for (const auto& [n, t] : vectors)
+      if (n == name) return t;
+    fail("no state vector '" + std::string(name) + "'");
+  }
+
+  // Reads [lo, hi) of /state/name (clipped to the file) into dst; adds to the CRC piece.
+  void read_part(std::string_view name, std::int64_t lo, std::int64_t hi, unsigned char* dst, bool collective,
+                 CrcPiece* crc) {
+    const std::string p = "/state/" + std::string(name);
+    const CkptType type = type_of_vector(name);
+    H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT)));
+    H5Datatype t = make_type(type);
+    H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Dget_space(ds)));
+    select_range(fs, lo, hi);
+    H5Dataspace ms = memory_space(std::max<std::int64_t>(hi - lo, 0));
+    H5PropList dxpl = xfer(collective);
+    if (H5Dread(ds, t, ms, fs, dxpl, dst) < 0) fail(p + ": read failed: " + error_stack_text());
+    if (crc && hi > lo) crc->add(dst, static_cast<std::uint64_t>(hi - lo) * element_bytes(type));
+  }
+};
+
+CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : m(std::make_unique<Impl>()) {
+  quiet_errors();
+  m->path = path;
+  m->comm = comm;
+  MPI_Comm_rank(comm, &m->rank);
+  MPI_Comm_size(comm, &m->size);
+  H5PropList fapl = mpio_fapl(comm);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) bad(path, "cannot open checkpoint: " + std::string(std::strerror(errno)));
+    std::fclose(f);
+    bad(path, "not an HDF5 file, or damaged or truncated (HDF5 cannot open it)");
+  }
+  m->file = H5File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
+  if (!m->file.valid()) bad(path, "cannot open as HDF5 (damaged or truncated?): " + error_stack_text());
+  m->read_meta();
+  m->read_config();
+  m->read_layout();
+  m->read_vectors();
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+const std::string& CheckpointReader::path() const { return m->path; }
+const CheckpointMeta& CheckpointReader::meta() const { return m->meta; }
+const std::vector<CheckpointTensor>& CheckpointReader::layout() const { return m->layout; }
+const std::vector<std::pair<std::string, CkptType>>& CheckpointReader::vectors() const { return m->vectors; }
+bool CheckpointReader::has_vector(std::string_view name) const {
+  for (const auto& v : m->vectors)
+    if (v.first == name) return true;
+  return false;
+}
+
+void CheckpointReader::read_vector(std::string_view name, std::int64_t lo, std::int64_t hi, void* dst) {
+  SHARDTRAIN_CHECK(0 <= lo && lo <= hi, "bad checkpoint read range");
+  const std::int64_t len = m->meta.padded_size;
+  const std::size_t eb = element_bytes(m->type_of_vector(name));
+  auto* out = static_cast<unsigned char*>(dst);
+  const std::int64_t a = std::min(lo, len), b = std::min(hi, len);
+  CrcPiece& crc = m->read_pieces[std::string(name)];
+  m->read_part(name, a, b, out + static_cast<std::size_t>(a - lo) * eb, true, &crc);
+  if (hi > b) std::memset(out + static_cast<std::size_t>(b - lo) * eb, 0, static_cast<std::size_t>(hi - b) * eb);
+  // The last rank also reads the file's tail beyond the new vector's end, in
+  // bounded pieces, for the CRC alone. Everyone takes part in each collective read.
+  std::int64_t tail_lo = m->rank == m->size - 1 ? std::max(hi, a) : len;
+  std::int64_t rounds = m->rank == m->size - 1 ? (len - std::min(tail_lo, len) + kChunk - 1) / kChunk : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, m->comm);
+  std::vector<unsigned char> buf(rounds > 0 ? static_cast<std::size_t>(std::min(kChunk, len)) * eb : 0);
+  for (std::int64_t i = 0; i < rounds; ++i) {
+    const std::int64_t s = std::min(tail_lo, len), e = std::min(s + kChunk, len);
+    m->read_part(name, s, e, buf.data(), true, &crc);
+    tail_lo = e;
+  }
+}
+
+void CheckpointReader::read_range(std::string_view name, std::int64_t lo, std::int64_t hi, void* dst) {
+  SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= m->meta.padded_size, "bad checkpoint read range");
+  m->read_part(name, lo, hi, static_cast<unsigned char*>(dst), false, nullptr);
+}
+
+void CheckpointReader::finish_reads() {
+  std::vector<std::string> names;
+  std::vector<CrcPiece> pieces;
+  for (const auto& [name, piece] : m->read_pieces) {
+    names.push_back(name);
+    pieces.push_back(piece);
+  }
+  m->read_pieces.clear();
+  const std::vector<CrcPiece> whole = combine_pieces(m->comm, pieces);
+  std::string errors;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string p = "/state/" + names[i];
+    const std::uint64_t want_bytes = static_cast<std::uint64_t>(m->meta.padded_size) *
+                                     element_bytes(m->type_of_vector(names[i]));
+    SHARDTRAIN_CHECK(whole[i].bytes == want_bytes, "checkpoint reads did not cover " + p);
+    const std::uint32_t want = m->stored_crc.at(p);
+    if (whole[i].crc != want)
+      errors += (errors.empty() ? "" : "; ") +
+                ("dataset " + p + ": checksum mismatch (stored crc32 " + std::to_string(want) + ", data has " +
+                 std::to_string(whole[i].crc) + "): the file is damaged");
+  }
+  if (!errors.empty()) m->fail(errors);
+}
+
+std::vector<std::string> CheckpointReader::verify_all() {
+  std::vector<std::string> lines{"/config  ok", "/layout  ok"};  // both checked when the file was opened
+  const std::int64_t len = m->meta.padded_size;
+  const auto [lo, hi] = [&] {
+    const std::int64_t base = len / m->size, extra = len % m->size, r = m->rank;
+    const std::int64_t l = r * base + std::min(r, extra);
+    return std::pair{l, l + base + (r < extra ? 1 : 0)};
+  }();
+  std::vector<CrcPiece> pieces;
+  std::vector<unsigned char> buf(static_cast<std::size_t>(std::min(kChunk, std::max<std::int64_t>(hi - lo, 1))) * 4);
+  const std::int64_t rounds_mine = (hi - lo + kChunk - 1) / kChunk;
+  std::int64_t rounds = rounds_mine;
+  MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_MAX, m->comm);
+  for (const auto& [name, type] : m->vectors) {
+    CrcPiece crc;
+    for (std::int64_t i = 0; i < rounds; ++i) {
+      const std::int64_t s = std::min(lo + i * kChunk, hi), e = std::min(s + kChunk, hi);
+      m->read_part(name, s, e, buf.data(), true, &crc);
+    }
+    pieces.push_back(crc);
+  }
+  const std::vector<CrcPiece> whole = combine_pieces(m->comm, pieces);
+  std::string errors;
+  for (std::size_t i = 0; i < m->vectors.size(); ++i) {
+    const std::string p = "/state/" + m->vectors[i].first;
+    const std::uint32_t want = m->stored_crc.at(p);
+    const bool ok = whole[i].crc == want;
+    lines.push_back(p + (ok ? "  ok" : "  CHECKSUM MISMATCH") + "  crc32 stored " + std::to_string(want) +
+                    ", computed " + std::to_string(whole[i].crc));
+    if (!ok) errors += (errors.empty() ? "" : "; ") + ("dataset " + p + ": checksum mismatch");
+  }
+  if (!errors.empty()) m->fail(errors + ": the file is damaged");
+  return lines;
+}
+
+std::int64_t CheckpointReader::data_offset(std::string_view dataset) const {
+  const std::string p(dataset);
+  if (H5Lexists(m->file, p.c_str(), H5P_DEFAULT) <= 0) return -1;
+  H5Dataset ds(H5Dopen2(m->file, p.c_str(), H5P_DEFAULT));
+  if (!ds.valid()) return -1;
+  const haddr_t off = H5Dget_offset(ds);
+  (void)error_stack_text();
+  return off == HADDR_UNDEF ? -1 : static_cast<std::int64_t>(off);
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,145 @@
+// shardtrain/io/checkpoint.hpp
+// Owns the checkpoint FILE: one HDF5 file per checkpoint (share/doc/checkpoint-format.md),
+// written and read with collective MPI-IO. What goes in it and when is the
+// trainer's business (src/train/checkpointing.hpp); this file knows the format.
+//  - Each state vector (fp32 master parameters, Adam moments, the 16-bit copy)
+//    is ONE global 1-D dataset in the padded flat layout; each rank writes and
+//    reads only its hyperslab [lo, hi).
+//  - Every dataset carries a CRC-32 (zlib) of its bytes as stored. The CRC of a
+//    state vector is assembled from the ranks' pieces with crc32_combine, so it
+//    does not depend on how many ranks wrote or read it.
+//  - /params/<name> are virtual datasets onto /state/master: a parameter reads
+//    by name, in its shape, with h5py or h5dump.
+// Invariants: every size read from a file is bounded before anything is sized
+// from it, and arithmetic on it cannot overflow; a damaged, truncated or
+// foreign file is an InputError ("PATH: ..."), never a crash. Every rank of the
+// communicator runs the same checks on the same bytes, so all ranks agree;
+// CRC mismatches are found collectively (finish_reads) and agreed on too.
+// Constructors, destructors and read/write calls are collective over `comm`.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardtrain {
+
+// One tensor of the flat layout, as the file records it.
+struct CheckpointTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;  // 0 to 4 dimensions
+  std::int64_t offset = 0;          // element offset into every state vector
+  std::int64_t numel = 0;
+};
+
+// Everything in a checkpoint besides the state vectors.
+struct CheckpointMeta {
+  std::int64_t step = 0;               // optimizer steps completed (skipped ones included)
+  std::int64_t samples_seen = 0;       // data cursor: global index of the next training sample
+  std::int64_t tokens_seen = 0;        // samples_seen * seq_len
+  std::int64_t optimizer_updates = 0;  // AdamW steps applied (its bias-correction count)
+  std::uint64_t sampler_seed = 0;      // seed of the global sample order (train.seed)
+  std::int64_t world_size = 0;         // ranks that wrote the file
+  std::int64_t zero_stage = 0;
+  std::string precision;               // "fp32" | "fp16" | "bf16"
+  std::int64_t alignment = 0;          // layout alignment (elements)
+  std::int64_t padded_size = 0;        // length of every state vector
+  // Loss scaler (optim/loss_scaler.hpp LossScalerState).
+  double loss_scale = 1.0;
+  std::int64_t scaler_good_steps = 0;
+  std::int64_t scaler_hysteresis_left = 0;
+  std::int64_t scaler_consecutive_skips = 0;
+  // The data the sample order runs over.
+  std::string data_path;
+  std::int64_t data_train_tokens = 0;
+  std::int64_t data_vocab_size = 0;
+  std::int64_t seq_len = 0;
+  std::string config_text;             // resolved config (config/parse.hpp to_toml)
+  std::string created_utc;             // informational
+  std::string version;                 // shardtrain version that wrote it
+};
+
+// Element type of a state vector in the file (and in memory: no conversion).
+enum class CkptType { F32, F16, BF16 };
+
+// A state vector to write: `data` holds elements [lo, hi) of the global vector
+// (data[0] is element lo), in CkptType.
+struct CheckpointVectorOut {
+  std::string name;  // "master", "exp_avg", "exp_avg_sq", "params_fp16", "params_bf16"
+  CkptType type = CkptType::F32;
+  const void* data = nullptr;
+};
+
+struct CheckpointWriteStats {
+  std::uint64_t bytes = 0;     // state vector bytes in the file (all ranks)
+  double write_s = 0.0;        // create + collective writes + close
+  double sync_s = 0.0;         // fsync on every rank
+};
+
+inline constexpr std::string_view kCheckpointFormat = "shardtrain-checkpoint";
+inline constexpr std::int64_t kCheckpointSchema = 1;
+
+// Writes a complete checkpoint to `path` (created or truncated). Rank r writes
+// elements [lo, hi) of every vector (the shards tile [0, meta.padded_size) in
+// rank order), then the file is closed and fsynced on every rank. `pause`, when
+// set, is called on every rank after the data is written and before the file
+// is closed (a test hook). Collective; throws Error on I/O failure.
+CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
+                                      const CheckpointMeta& meta,
+                                      const std::vector<CheckpointTensor>& layout,
+                                      const std::vector<CheckpointVectorOut>& vectors,
+                                      std::int64_t lo, std::int64_t hi,
+                                      const std::function<void()>& pause = {});
+
+// An open checkpoint. Construction validates the structure (format, schema,
+// attributes, layout table, every state vector's type and length) without
+// reading any state.
+class CheckpointReader {
+ public:
+  CheckpointReader(const std::string& path, MPI_Comm comm);  // collective
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& path() const;
+  const CheckpointMeta& meta() const;
+  const std::vector<CheckpointTensor>& layout() const;
+  // State vectors present, in file order, with their element type.
+  const std::vector<std::pair<std::string, CkptType>>& vectors() const;
+  bool has_vector(std::string_view name) const;
+
+  // Collective. Reads elements [lo, hi) of vector `name` into dst (in its
+  // CkptType); elements at or beyond the vector's length read as zero. The
+  // ranks' [lo, hi) must tile [0, N) in rank order for some N (N may differ
+  // from the file's length: another rank count pads differently); the last
+  // rank also reads the file's tail beyond N, so the pieces cover the whole
+  // dataset and its CRC can be checked in finish_reads().
+  void read_vector(std::string_view name, std::int64_t lo, std::int64_t hi, void* dst);
+  // Reads [lo, hi) of `name` on this rank alone, no CRC (the tool's export).
+  void read_range(std::string_view name, std::int64_t lo, std::int64_t hi, void* dst);
+  // Collective. Checks the CRC of every vector read since construction (and of
+  // /config and /layout); throws InputError("PATH: dataset /state/X: checksum
+  // mismatch ...") on every rank if any differs.
+  void finish_reads();
+  // Collective. Reads every vector whole (each rank a contiguous part), checks
+  // every CRC; returns one line per dataset ("/state/master  ok  crc32 ...") and
+  // throws InputError listing the bad ones.
+  std::vector<std::string> verify_all();
+  // File offset in bytes of a dataset's data (for tests that damage it), or -1.
+  std::int64_t data_offset(std::string_view dataset) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m;
+};
+
+// "<path>: <message>" helpers shared with the tool.
+std::string_view to_string(CkptType t);
+std::size_t element_bytes(CkptType t);
+
+}  // namespace shardtrain

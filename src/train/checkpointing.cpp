@@ -1,0 +1,257 @@
+// Checkpoint directory, schedule and atomic commit (see checkpointing.hpp).
+#include "train/checkpointing.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace shardtrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kPrefix = "step_";
+constexpr std::string_view kSuffix = ".h5";
+constexpr std::string_view kPartial = ".partial";
+
+int rank_of(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+
+// Rank 0's string on every rank.
+std::string broadcast_string(MPI_Comm comm, std::string s) {
+  long long n = static_cast<long long>(s.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  s.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  return s;
+}
+
+// Runs `fn` on rank 0 only and gives its outcome to every rank: an InputError
+// or any other failure there is thrown on every rank (as InputError or
+// AgreedError), so no rank goes on alone.
+void on_root(MPI_Comm comm, const std::function<void()>& fn) {
+  int kind = 0;  // 0 ok, 1 failure, 2 input error
+  std::string message;
+  if (rank_of(comm) == 0) {
+    try {
+      fn();
+    } catch (const InputError& e) {
+      kind = 2;
+      message = e.what();
+    } catch (const std::exception& e) {
+      kind = 1;
+      message = e.what();
+    }
+  }
+  MPI_Bcast(&kind, 1, MPI_INT, 0, comm);
+  message = broadcast_string(comm, message);
+  if (kind == 2) throw InputError(message);
+  if (kind == 1) throw AgreedError(message);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + '\n';
+  return s;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s[i] == '\n') {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  return out;
+}
+
+// The step of "step_NNNNNNNN.h5" (8 or more digits), or -1 for any other name.
+std::int64_t step_of(std::string_view name) {
+  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return -1;
+  const std::string_view digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  if (digits.size() < 8 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  std::int64_t step = -1;
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  return ec == std::errc() && ptr == digits.data() + digits.size() ? step : -1;
+}
+
+void fsync_fd_path(const std::string& path, int flags, const char* what) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) SHARDTRAIN_FAIL(fmt::format("{}: cannot open {} to fsync: {}", path, what, std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) SHARDTRAIN_FAIL(fmt::format("{}: fsync of {} failed: {}", path, what, std::strerror(err)));
+}
+
+void fsync_dir(const std::string& dir) { fsync_fd_path(dir, O_RDONLY | O_DIRECTORY, "directory"); }
+
+// Writes `text` to `path` durably (write, fsync, close).
+void write_durably(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) SHARDTRAIN_FAIL(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  const int rc = n == static_cast<ssize_t>(text.size()) ? ::fsync(fd) : -1;
+  ::close(fd);
+  if (rc != 0) SHARDTRAIN_FAIL(fmt::format("{}: write or fsync failed: {}", path, std::strerror(err ? err : errno)));
+}
+
+void rename_or_fail(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    SHARDTRAIN_FAIL(fmt::format("cannot rename {} to {}: {}", from, to, std::strerror(errno)));
+}
+
+// Removes leftovers of interrupted writes: step_*.h5.partial and their pause markers.
+void remove_partials(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(kPrefix) || name.find(std::string(kSuffix) + std::string(kPartial)) == std::string::npos)
+      continue;
+    std::error_code rm;
+    fs::remove(entry.path(), rm);
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(std::int64_t step) { return fmt::format("step_{:08}.h5", step); }
+
+std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointFile> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::int64_t step = step_of(name);
+    std::error_code st;
+    if (step >= 0 && entry.is_regular_file(st)) out.push_back({step, entry.path().string()});
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
+    return a.step != b.step ? a.step > b.step : a.path > b.path;
+  });
+  return out;
+}
+
+CheckpointManager::CheckpointManager(const CheckpointConfig& config, std::string source_name, MPI_Comm comm)
+    : m_config(config), m_source(std::move(source_name)), m_comm(comm), m_rank(rank_of(comm)) {
+  m_enabled = config.every_steps > 0 || config.every_minutes > 0;
+  restart_clock();
+}
+
+bool CheckpointManager::due(std::int64_t done, bool job_end) {
+  if (!m_enabled) return false;
+  bool is_due = job_end || (m_config.every_steps > 0 && done % m_config.every_steps == 0);
+  if (m_config.every_minutes > 0) {
+    int flag = is_due ? 1 : 0;
+    if (m_rank == 0 && !is_due) {
+      const double minutes =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - m_last_time).count() / 60.0;
+      flag = minutes >= m_config.every_minutes ? 1 : 0;
+    }
+    MPI_Bcast(&flag, 1, MPI_INT, 0, m_comm);
+    is_due = flag != 0;
+  }
+  return is_due;
+}
+
+std::vector<std::string> CheckpointManager::resume_candidates() const {
+  std::string list;
+  on_root(m_comm, [&] {
+    std::vector<std::string> paths;
+    const std::string& resume = m_config.resume;
+    auto from_dir = [&paths](const std::string& dir) {
+      for (const auto& f : list_checkpoints(dir)) paths.push_back(f.path);
+    };
+    if (resume == "never") {
+      const auto existing = list_checkpoints(m_config.dir);
+      if (m_enabled && !existing.empty())
+        throw InputError(fmt::format(
+            "{}: checkpoint.resume = \"never\", but checkpoint.dir '{}' already holds {} checkpoint(s) of a "
+            "run (newest: {}); writing there would mix two runs: set checkpoint.resume = \"auto\" to continue "
+            "it, or choose another checkpoint.dir",
+            m_source, m_config.dir, existing.size(), fs::path(existing.front().path).filename().string()));
+    } else if (resume == "auto") {
+      from_dir(m_config.dir);
+    } else {
+      std::error_code ec;
+      if (fs::is_directory(resume, ec)) {
+        from_dir(resume);
+        if (paths.empty())
+          throw InputError(fmt::format("{}: checkpoint.resume: directory '{}' holds no complete checkpoint "
+                                       "(step_NNNNNNNN.h5)",
+                                       m_source, resume));
+      } else {
+        paths.push_back(resume);
+      }
+    }
+    list = join(paths);
+  });
+  return split_lines(broadcast_string(m_comm, list));
+}
+
+std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string dir = m_config.dir;
+  on_root(m_comm, [&] {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+      throw InputError(fmt::format("{}: checkpoint.dir: cannot create directory '{}': {}", m_source, dir,
+                                   ec ? ec.message() : "not a directory"));
+    remove_partials(dir);  // a crashed write's leftovers
+  });
+  const std::string final_path = (fs::path(dir) / checkpoint_file_name(step)).string();
+  const std::string partial = final_path + std::string(kPartial);
+
+  std::function<void()> pause;
+  if (step == m_pause_step) {
+    pause = [this, partial] {
+      const std::string marker = fmt::format("{}.paused.{}", partial, m_rank);
+      write_durably(marker, fmt::format("{}\n", static_cast<long long>(::getpid())));
+      std::fprintf(stderr, "checkpoint test hook: rank %d (pid %lld) paused writing %s\n", m_rank,
+                   static_cast<long long>(::getpid()), partial.c_str());
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::minutes(10));
+    };
+  }
+  m_last_stats = write(partial, pause);
+
+  on_root(m_comm, [&] {
+    rename_or_fail(partial, final_path);
+    fsync_dir(dir);
+    const std::string latest = (fs::path(dir) / "latest").string();
+    write_durably(latest + ".tmp", checkpoint_file_name(step) + "\n");
+    rename_or_fail(latest + ".tmp", latest);
+    fsync_dir(dir);
+    // Only now that the new checkpoint is complete and `latest` names it.
+    const auto files = list_checkpoints(dir);
+    for (std::size_t i = static_cast<std::size_t>(m_config.keep_last); i < files.size(); ++i) {
+      if (files[i].step == step) continue;
+      std::error_code ec;
+      fs::remove(files[i].path, ec);
+    }
+  });
+  m_last_commit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  restart_clock();
+  return final_path;
+}
+
+}  // namespace shardtrain

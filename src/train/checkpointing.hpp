@@ -1,0 +1,105 @@
+// shardtrain/train/checkpointing.hpp
+// Owns the checkpoint DIRECTORY and the checkpoint schedule: when a checkpoint
+// is due, which file a run resumes from, and the atomic commit of a new one.
+// The file format is io/checkpoint.hpp's; what goes into a checkpoint (which
+// state vectors, which counters) is the trainer's (train/trainer.cpp).
+//
+// A checkpoint directory holds (share/doc/checkpoint-format.md):
+//   step_NNNNNNNN.h5          complete checkpoints (8 or more digits: the step)
+//   step_NNNNNNNN.h5.partial  a write in progress, or one a crash interrupted;
+//                             never loaded, removed by the next commit
+//   latest                    one line: the file name of the newest complete checkpoint
+// Commit order (each step durable before the next starts):
+//   1. every rank writes its shard into step_N.h5.partial and fsyncs it;
+//   2. rank 0 renames it to step_N.h5 and fsyncs the directory;
+//   3. rank 0 writes latest.tmp, fsyncs it, renames it to latest, fsyncs the directory;
+//   4. only then rank 0 removes the oldest complete checkpoints beyond keep_last.
+// A crash at any moment leaves the previous complete checkpoint loadable.
+// Invariants: every public call is collective over the communicator; rank 0
+// does the file-system work and broadcasts its outcome, so every rank returns
+// the same result or throws the same error. One run lineage per directory: a
+// fresh run (resume = "never") refuses a directory that already holds checkpoints.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "io/checkpoint.hpp"
+
+namespace shardtrain {
+
+// A complete checkpoint file in a directory.
+struct CheckpointFile {
+  std::int64_t step = 0;
+  std::string path;
+};
+
+// "step_00000042.h5" for step 42.
+std::string checkpoint_file_name(std::int64_t step);
+// The complete checkpoints in `dir` (not .partial), newest (highest step) first.
+// Local: no MPI. A missing directory has none.
+std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
+
+class CheckpointManager {
+ public:
+  // `source_name`: the input file, for error messages. Collective.
+  CheckpointManager(const CheckpointConfig& config, std::string source_name, MPI_Comm comm);
+
+  // Checkpoints are written (every_steps > 0 or every_minutes > 0).
+  bool enabled() const { return m_enabled; }
+  const std::string& dir() const { return m_config.dir; }
+  bool resume_auto() const { return m_config.resume == "auto"; }
+
+  // Whether a checkpoint is due after optimizer step `done` (1-based, counted
+  // from the start of training). `job_end`: this job stops after this step (the
+  // end of training, or --stop-after-step): a checkpoint is then always due when
+  // enabled. Collective when every_minutes > 0: rank 0's clock decides.
+  bool due(std::int64_t done, bool job_end);
+
+  // The files to try, in order, to resume from: resume = "never" gives none;
+  // "auto" the complete checkpoints of dir, newest first (none: a fresh start);
+  // a file gives that file; a directory its complete checkpoints, newest first
+  // (InputError when it has none). With resume = "never" and checkpointing on,
+  // throws InputError if dir already holds checkpoints (two runs would mix).
+  // Collective.
+  std::vector<std::string> resume_candidates() const;
+
+  // Writes the checkpoint of `step` and commits it atomically, then prunes.
+  // `write(partial_path, pause)` must write the whole file collectively (every
+  // rank calls it) and call `pause` mid-write when it is set (the test hook).
+  // Returns the final path (same on every rank). Collective.
+  using WriteFn = std::function<CheckpointWriteStats(const std::string& partial_path,
+                                                     const std::function<void()>& pause)>;
+  std::string commit(std::int64_t step, const WriteFn& write);
+
+  // Test hook (--pause-in-checkpoint STEP): while writing the checkpoint of
+  // `step`, after the data is written and before the file is closed, every
+  // rank writes "<partial>.paused.<rank>" holding its PID and sleeps (up to 10
+  // minutes), so a test can SIGKILL a rank mid-write.
+  void set_pause_step(std::int64_t step) { m_pause_step = step; }
+
+  // Seconds of the last commit (write + fsync + rename), and its bandwidth.
+  const CheckpointWriteStats& last_stats() const { return m_last_stats; }
+  double last_commit_seconds() const { return m_last_commit_s; }
+
+ private:
+  void restart_clock() { m_last_time = std::chrono::steady_clock::now(); }
+
+  CheckpointConfig m_config;
+  std::string m_source;
+  MPI_Comm m_comm;
+  int m_rank = 0;
+  bool m_enabled = false;
+  std::int64_t m_pause_step = 0;
+  std::chrono::steady_clock::time_point m_last_time;
+  CheckpointWriteStats m_last_stats;
+  double m_last_commit_s = 0.0;
+};
+
+}  // namespace shardtrain
