@@ -35,6 +35,10 @@ constexpr std::int64_t kMaxWorld = 1 << 24;
 constexpr std::int64_t kMaxAlignment = 1 << 20;
 constexpr int kMaxDims = 4;
 constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per bounded read
+// HDF5 inflates a whole chunk to read any element of it, so the chunk size a
+// file declares sizes HDF5's own buffers; a deflated chunk of GiBs of zeros
+// costs only KiBs of file. h5py and h5repack choose chunks of at most ~1 MiB.
+constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{64} << 20;
 const char* const kVectorNames[] = {"master", "exp_avg", "exp_avg_sq", "params_fp16", "params_bf16"};
 
 [[noreturn]] void bad(const std::string& path, const std::string& msg) {
@@ -226,11 +230,12 @@ constexpr std::size_t kRowNumbers = 3 + kMaxDims;  // ndim, offset, numel, shape
 
 struct LayoutType {
   std::size_t name_bytes = 0;  // multiple of 8
+  H5T_cset_t cset = H5T_CSET_UTF8;  // the writer's; a reader uses the file's (no conversion between sets)
   std::size_t row_bytes() const { return name_bytes + kRowNumbers * 8; }
   H5Datatype type() const {
     H5Datatype name(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
     SHARDTRAIN_H5_CHECK(H5Tset_size(name, name_bytes));
-    SHARDTRAIN_H5_CHECK(H5Tset_cset(name, H5T_CSET_UTF8));
+    SHARDTRAIN_H5_CHECK(H5Tset_cset(name, cset));
     const hsize_t dims = kMaxDims;
     H5Datatype shape(SHARDTRAIN_H5_CHECK(H5Tarray_create2(H5T_STD_I64LE, 1, &dims)));
     H5Datatype row(SHARDTRAIN_H5_CHECK(H5Tcreate(H5T_COMPOUND, row_bytes())));
@@ -400,6 +405,7 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
       select_range(fs, lo, hi);
       H5Dataspace ms = memory_space(hi - lo);
       H5PropList dxpl = xfer(true);
+      SHARDTRAIN_H5_CHECK(H5Pset_dxpl_mpio_collective_opt(dxpl, H5FD_MPIO_INDIVIDUAL_IO));
       SHARDTRAIN_H5_CHECK(H5Dwrite(ds, t, ms, fs, dxpl, v.data));
       const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * element_bytes(v.type);
       pieces[i].add(v.data, bytes);
@@ -500,6 +506,27 @@ struct CheckpointReader::Impl {
     return ds;
   }
 
+  // Refuses storage that would make HDF5 allocate from the file's claims (chunks
+  // above kMaxChunkBytes) or read other files (virtual or external storage).
+  // Contiguous (what write_checkpoint makes), compact and small chunks pass.
+  void check_storage(hid_t ds, const std::string& what, std::size_t elem_bytes) const {
+    H5PropList dcpl(H5Dget_create_plist(ds));
+    if (!dcpl.valid()) fail(what + ": storage properties cannot be read");
+    const H5D_layout_t storage = H5Pget_layout(dcpl);
+    if (storage == H5D_CHUNKED) {
+      hsize_t chunk[H5S_MAX_RANK] = {};
+      const int nd = H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk);
+      std::uint64_t bytes = elem_bytes;
+      for (int d = 0; d < nd; ++d)
+        bytes = chunk[d] > kMaxChunkBytes / std::max<std::uint64_t>(bytes, 1) ? kMaxChunkBytes + 1 : bytes * chunk[d];
+      if (nd < 1 || bytes > kMaxChunkBytes)
+        fail(what + " is stored in chunks of more than " + std::to_string(kMaxChunkBytes) + " bytes");
+    } else if (storage != H5D_CONTIGUOUS && storage != H5D_COMPACT) {
+      fail(what + " must be stored contiguous, compact or chunked (virtual storage is refused)");
+    }
+    if (H5Pget_external_count(dcpl) != 0) fail(what + " keeps its data in external files");
+  }
+
   std::uint32_t crc_attr(hid_t ds, const std::string& what) const {
     const std::int64_t v = get_i64(path, ds, what, "crc32", 0, 0xFFFFFFFFll);
     return static_cast<std::uint32_t>(v);
@@ -515,6 +542,7 @@ struct CheckpointReader::Impl {
     const std::size_t size = H5Tget_size(t);
     if (size == 0 || size > kMaxConfigBytes)
       fail("/config is " + std::to_string(size) + " bytes (at most " + std::to_string(kMaxConfigBytes) + ")");
+    check_storage(ds, "/config", size);
     const H5T_cset_t cset = H5Tget_cset(t);  // strings convert only within one character set
     if (cset != H5T_CSET_ASCII && cset != H5T_CSET_UTF8) fail("/config has an unknown character set");
     H5Datatype mt(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
@@ -549,16 +577,21 @@ struct CheckpointReader::Impl {
            " bytes");
     LayoutType lt;
     lt.name_bytes = (H5Tget_size(name_type) + 7) / 8 * 8;
+    lt.cset = H5Tget_cset(name_type);
+    if (lt.cset != H5T_CSET_ASCII && lt.cset != H5T_CSET_UTF8) fail("/layout member 'name' has an unknown character set");
+    // The CRC covers the rows in the packed form the writer used (name padded to
+    // 8 bytes); a table stored in any other form is not one this format wrote.
+    // Checked BEFORE the read: HDF5 sizes its conversion buffers from the file's
+    // row type, which a hostile file can make hundreds of MiB.
+    if (H5Tget_size(ft) != lt.row_bytes())
+      fail("/layout rows are " + std::to_string(H5Tget_size(ft)) + " bytes, expected " +
+           std::to_string(lt.row_bytes()) + " (name, ndim, offset, numel, shape[4] packed)");
+    check_storage(ds, "/layout", lt.row_bytes());
     H5Datatype mt = lt.type();
     std::vector<unsigned char> rows(static_cast<std::size_t>(n) * lt.row_bytes(), 0);
     H5PropList dxpl = xfer(false);
     if (H5Dread(ds, mt, H5S_ALL, H5S_ALL, dxpl, rows.data()) < 0)
       fail("/layout cannot be read as (name, ndim, offset, numel, shape[4]): " + error_stack_text());
-    // The CRC covers the rows in the packed form the writer used (name padded to
-    // 8 bytes); a table stored in any other form is not one this format wrote.
-    if (H5Tget_size(ft) != lt.row_bytes())
-      fail("/layout rows are " + std::to_string(H5Tget_size(ft)) + " bytes, expected " +
-           std::to_string(lt.row_bytes()) + " (name, ndim, offset, numel, shape[4] packed)");
     if (crc_of(rows.data(), rows.size()) != crc_attr(ds, "/layout"))
       fail("dataset /layout: checksum mismatch (the file is damaged)");
     std::set<std::string> names;
@@ -614,6 +647,7 @@ struct CheckpointReader::Impl {
       if (static_cast<std::int64_t>(len) != meta.padded_size)
         fail(p + " has " + std::to_string(len) + " elements; padded_size says " + std::to_string(meta.padded_size) +
              " (truncated or foreign file)");
+      check_storage(ds, p, element_bytes(*type));
       stored_crc[p] = crc_attr(ds, p);
       vectors.emplace_back(name, *type);
     }
@@ -682,10 +716,15 @@ void CheckpointReader::read_vector(std::string_view name, std::int64_t lo, std::
   const std::int64_t len = m->meta.padded_size;
   const std::size_t eb = element_bytes(m->type_of_vector(name));
   auto* out = static_cast<unsigned char*>(dst);
+  // File elements [a, b) are read; they start at dst[0] whenever there are any
+  // (a == lo when lo < len). A rank whose range starts at or beyond the file's
+  // end (N > len) reads nothing, and its zeros start at dst[0], not at b - lo < 0.
   const std::int64_t a = std::min(lo, len), b = std::min(hi, len);
   CrcPiece& crc = m->read_pieces[std::string(name)];
-  m->read_part(name, a, b, out + static_cast<std::size_t>(a - lo) * eb, true, &crc);
-  if (hi > b) std::memset(out + static_cast<std::size_t>(b - lo) * eb, 0, static_cast<std::size_t>(hi - b) * eb);
+  m->read_part(name, a, b, out, true, &crc);
+  const std::int64_t zeros_from = std::max(lo, b);
+  if (hi > zeros_from)
+    std::memset(out + static_cast<std::size_t>(zeros_from - lo) * eb, 0, static_cast<std::size_t>(hi - zeros_from) * eb);
   // The last rank also reads the file's tail beyond the new vector's end, in
   // bounded pieces, for the CRC alone. Everyone takes part in each collective read.
   std::int64_t tail_lo = m->rank == m->size - 1 ? std::max(hi, a) : len;
