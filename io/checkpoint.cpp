@@ -162,12 +162,12 @@ void put_f64(hid_t obj, const char* name, double v) {
   put_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
 }
 void put_str(hid_t obj, const char* name, const std::string& v) {
+  // Null-terminated, with room for the terminator: a C reader sizing its buffer
+  // from the file type gets a terminated string.
   H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
-  SHARDTRAIN_H5_CHECK(H5Tset_size(t, std::max<std::size_t>(v.size(), 1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_size(t, v.size() + 1));
   SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
-  std::string padded = v;
-  padded.resize(std::max<std::size_t>(v.size(), 1), '\0');
-  put_attr(obj, name, t, t, padded.data());
+  put_attr(obj, name, t, t, v.c_str());
 }
 
 // Opens attribute `name` of `obj` and checks it is a scalar of `cls`.
@@ -252,6 +252,9 @@ std::vector<unsigned char> pack_layout(const std::vector<CheckpointTensor>& layo
   std::size_t longest = 1;
   for (const auto& e : layout) longest = std::max(longest, e.name.size() + 1);
   SHARDTRAIN_CHECK(longest <= kMaxNameBytes, "tensor name longer than the checkpoint format allows");
+  for (const auto& e : layout)  // each name is also an HDF5 link name under /params
+    SHARDTRAIN_CHECK(!e.name.empty() && e.name != "." && e.name.find('/') == std::string::npos,
+                     "tensor name '" + e.name + "' cannot name a /params dataset (empty, '.' or holds '/')");
   lt.name_bytes = (longest + 7) / 8 * 8;
   std::vector<unsigned char> rows(layout.size() * lt.row_bytes(), 0);
   for (std::size_t i = 0; i < layout.size(); ++i) {

@@ -138,7 +138,7 @@ class CheckpointReader {
   std::unique_ptr<Impl> m;
 };
 
-// "<path>: <message>" helpers shared with the tool.
+// Names ("float32", "float16", "bfloat16") and element sizes of the CkptTypes.
 std::string_view to_string(CkptType t);
 std::size_t element_bytes(CkptType t);
 

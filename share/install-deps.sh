@@ -12,6 +12,7 @@ packages=(
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev
+  python3-h5py   # tests: tests/e2e/ckpt reads checkpoints with /usr/bin/python3 + h5py + numpy
 )
 if [[ "${1:-}" == "--quickstart" ]]; then
   command -v npm >/dev/null 2>&1 || packages+=(npm)

@@ -390,10 +390,11 @@ void Run<P>::resume() {
         m_scaler.load_state(st);
       }
       if (is_root()) {
-        m_resume_note = fmt::format("resumed from {}: step {}, {} samples ({} tokens) seen; written by {} ranks "
-                   "at ZeRO stage {} in {}, now {} ranks at stage {} in {}{}",
-                   path, meta.step, meta.samples_seen, meta.tokens_seen, meta.world_size, meta.zero_stage,
-                   meta.precision, m_comm.size(), m_cfg.parallel.zero_stage, m_cfg.precision.mode,
+        auto ranks = [](std::int64_t n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); };
+        m_resume_note = fmt::format("resumed from {}: step {}, {} samples ({} tokens) seen; written by {} "
+                   "at ZeRO stage {} in {}, now {} at stage {} in {}{}",
+                   path, meta.step, meta.samples_seen, meta.tokens_seen, ranks(meta.world_size), meta.zero_stage,
+                   meta.precision, ranks(m_comm.size()), m_cfg.parallel.zero_stage, m_cfg.precision.mode,
                    m_scaler.enabled() ? fmt::format("; loss scale {:g}", m_scaler.scale()) : std::string());
         if (meta.sampler_seed != m_cfg.train.seed)
           fmt::print(stderr, "warning: {}: train.seed was {} there and is {} here: the data order continues "

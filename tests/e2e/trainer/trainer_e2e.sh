@@ -20,36 +20,9 @@
 #                               with one message naming max_consecutive_skips = 3
 set -uo pipefail
 
-die() { echo "FAIL: $*" >&2; exit 1; }
-
-run_trainer() {  # NP NAME extra-args...
-  local np=$1 name=$2; shift 2
-  rm -rf "$WORK/$name"; mkdir -p "$WORK"
-  timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" \
-    --set data.path="$DATA" --set train.run_dir="$WORK/$name" "$@" > "$WORK/$name.log" 2>&1
-  local rc=$?
-  cat "$WORK/$name.log"
-  [[ $rc -eq 0 ]] || die "trainer at $np ranks exited with $rc"
-  [[ -s "$WORK/$name/metrics.csv" ]] || die "no metrics.csv in $WORK/$name"
-}
-
-# Prints "step loss val_loss" per row of a metrics.csv.
-losses() { awk -F, 'NR > 1 { print $1, $2, ($3 == "" ? "-" : $3) }' "$1"; }
-
-compare() {  # A B TOL ; TOL = 0 means bitwise (textual) equality
-  local a=$1 b=$2 tol=$3
-  [[ $(losses "$a" | wc -l) -gt 0 ]] || die "$a has no rows"
-  paste -d' ' <(losses "$a") <(losses "$b") | awk -v tol="$tol" '
-    function rel(x, y) { d = x - y; if (d < 0) d = -d; m = (x < 0 ? -x : x); return m > 0 ? d / m : d }
-    NF != 6 { print "row count or val_loss columns differ: " $0; bad = 1; next }
-    $1 != $4 { print "step mismatch: " $0; bad = 1; next }
-    tol == 0 && ($2 != $5 || $3 != $6) { print "not bitwise equal: " $0; bad = 1; next }
-    tol > 0 { r = rel($2, $5); if (r > tol) { print "loss differs by " r ": " $0; bad = 1 }
-              if ($3 != "-" && rel($3, $6) > tol) { print "val_loss differs: " $0; bad = 1 }
-              if (r > worst) worst = r }
-    END { if (tol > 0) printf "max relative loss difference %.3g (tolerance %g)\n", worst, tol; exit bad }
-  ' || die "loss curves differ ($a vs $b)"
-}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=e2e_lib.sh
+source "$here/e2e_lib.sh"
 
 case "${1:-}" in
   run)

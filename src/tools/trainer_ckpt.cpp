@@ -1,0 +1,582 @@
+// trainer-ckpt: looks inside shardtrain checkpoint files (format:
+// share/doc/checkpoint-format.md). Subcommands:
+//   info CKPT [--config]   what the file holds: run state, layout table, sizes
+//   verify CKPT            every dataset's CRC-32; ranks of an mpirun split the reading
+//   export CKPT OUT        parameters of one state vector to plain HDF5 or .npy
+// This file parses the command line, calls io/checkpoint.hpp and formats the
+// result; it knows nothing of the format beyond that API, except how to write
+// the two export formats. Exit codes: 0 success, 2 bad input or usage (missing,
+// foreign or damaged file, unknown name, bad arguments), 1 any other failure.
+// Every error is one line "error: ..." on stderr, printed once.
+// MPI: works as a singleton. `info` and `export` run on rank 0 alone (other
+// ranks wait and return its exit code); `verify` is collective over
+// MPI_COMM_WORLD, and an InputError from the reader is one every rank reaches
+// with the same message (the reader's contract), so rank 0 prints it.
+// Invariants: OUT is written to OUT.partial and renamed into place only when
+// complete, so OUT is never a half-written file; memory use of `export` is
+// bounded by one tensor row block (kChunkElements), not by the model size.
+#include <mpi.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <functional>
+#include <new>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/h5_check.hpp"
+#include "version.hpp"
+
+namespace {
+
+using namespace shardtrain;
+using namespace shardtrain::h5;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+constexpr std::int64_t kChunkElements = std::int64_t{1} << 20;  // export reads at most this many at once
+
+// Initialises MPI for main's scope; MPI_Finalize runs after every HDF5 object
+// created inside the scope has been closed.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
+  ~MpiSession() { MPI_Finalize(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Prints "error: MESSAGE" as one line (embedded newlines become "; ").
+void print_error(std::string_view prefix, std::string message) {
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  std::string line;
+  for (char c : message) {
+    if (c == '\n')
+      line += "; ";
+    else
+      line += c;
+  }
+  std::fprintf(stderr, "error: %.*s%s\n", static_cast<int>(prefix.size()), prefix.data(), line.c_str());
+  std::fflush(stderr);
+}
+
+// Runs fn on this rank alone and maps what it throws to an exit code, printing it.
+int guarded(const std::function<int()>& fn) {
+  try {
+    return fn();
+  } catch (const InputError& e) {
+    print_error("", e.what());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    print_error("", "out of memory");
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    print_error("", e.what());
+    return kExitFailure;
+  }
+}
+
+// Runs fn on rank 0 only; every rank returns its exit code.
+int on_root(const std::function<int()>& fn) {
+  int code = world_rank() == 0 ? guarded(fn) : kExitOk;
+  std::fflush(stdout);
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return code;
+}
+
+// ------------------------------------------------------------------ formatting
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  if (shape.empty()) return "()";
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+std::int64_t parameter_count(const std::vector<CheckpointTensor>& layout) {
+  std::int64_t n = 0;
+  for (const auto& t : layout) n += t.numel;
+  return n;
+}
+
+// ------------------------------------------------------------------------ info
+
+int cmd_info(const std::string& path, bool config_only) {
+  CheckpointReader ckpt(path, MPI_COMM_SELF);
+  const CheckpointMeta& m = ckpt.meta();
+  if (config_only) {
+    std::fputs(m.config_text.c_str(), stdout);
+    if (!m.config_text.empty() && m.config_text.back() != '\n') std::fputc('\n', stdout);
+    return kExitOk;
+  }
+  const auto& layout = ckpt.layout();
+  auto row = [](std::string_view key, const std::string& value) { fmt::print("  {:<20}{}\n", key, value); };
+  fmt::print("{}\n", path);
+  row("format", fmt::format("{}, schema version {}", kCheckpointFormat, kCheckpointSchema));
+  row("written by", fmt::format("shardtrain {}, {}", m.version, m.created_utc));
+  row("step", std::to_string(m.step));
+  row("optimizer updates", std::to_string(m.optimizer_updates));
+  row("samples seen", std::to_string(m.samples_seen));
+  row("tokens seen", std::to_string(m.tokens_seen));
+  row("sampler seed", std::to_string(m.sampler_seed));
+  row("written with", fmt::format("world_size {}, zero_stage {}, precision {}", m.world_size, m.zero_stage,
+                                  m.precision));
+  row("loss scaler", fmt::format("scale {:g}, good steps {}, hysteresis left {}, consecutive skips {}",
+                                 m.loss_scale, m.scaler_good_steps, m.scaler_hysteresis_left,
+                                 m.scaler_consecutive_skips));
+  row("data", fmt::format("{} (train tokens {}, vocab {}, seq_len {})", m.data_path, m.data_train_tokens,
+                          m.data_vocab_size, m.seq_len));
+
+  std::size_t name_w = 4, shape_w = 5;
+  for (const auto& t : layout) {
+    name_w = std::max(name_w, t.name.size());
+    shape_w = std::max(shape_w, shape_text(t.shape).size());
+  }
+  const std::size_t num_w = std::max<std::size_t>(6, std::to_string(m.padded_size).size());
+  fmt::print("\nlayout: {} tensors, offsets aligned to {} elements\n", layout.size(), m.alignment);
+  fmt::print("  {:<{}}  {:<{}}  {:>{}}  {:>{}}\n", "name", name_w, "shape", shape_w, "offset", num_w, "numel",
+             num_w);
+  for (const auto& t : layout)
+    fmt::print("  {:<{}}  {:<{}}  {:>{}}  {:>{}}\n", t.name, name_w, shape_text(t.shape), shape_w, t.offset,
+               num_w, t.numel, num_w);
+
+  const std::int64_t params = parameter_count(layout);
+  fmt::print("\nsizes\n");
+  row("parameters", fmt::format("{} (sum of numel)", params));
+  row("padded size", fmt::format("{} elements per state vector ({} padding)", m.padded_size,
+                                 m.padded_size - params));
+  std::uint64_t state_bytes = 0;
+  for (const auto& [name, type] : ckpt.vectors()) {
+    const std::string ds = "/state/" + name;
+    const std::uint64_t bytes = static_cast<std::uint64_t>(m.padded_size) * element_bytes(type);
+    state_bytes += bytes;
+    const std::int64_t off = ckpt.data_offset(ds);
+    row(ds, fmt::format("{:<9} {} bytes ({}), file offset {}", to_string(type), bytes, human_bytes(bytes),
+                        off >= 0 ? std::to_string(off) : std::string("-")));
+  }
+  std::error_code ec;
+  const auto file_bytes = std::filesystem::file_size(path, ec);
+  row("file", ec ? std::string("size unknown: ") + ec.message()
+                 : fmt::format("{} bytes ({}; state vectors {})", file_bytes, human_bytes(file_bytes),
+                               human_bytes(state_bytes)));
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------------- verify
+
+// verify_all() throws on damage without returning its per-dataset lines; rebuild
+// them from the vectors and the datasets the message names.
+std::vector<std::string> lines_after_damage(const CheckpointReader& ckpt, const std::string& message) {
+  std::vector<std::string> lines{"/config  ok", "/layout  ok"};  // checked when the file was opened
+  for (const auto& v : ckpt.vectors()) {
+    const std::string ds = "/state/" + v.first;
+    const bool bad = message.find("dataset " + ds + ":") != std::string::npos;
+    lines.push_back(ds + (bad ? "  CHECKSUM MISMATCH" : "  ok"));
+  }
+  return lines;
+}
+
+void cmd_verify(const std::string& path) {
+  const bool root = world_rank() == 0;
+  const auto t0 = Clock::now();
+  CheckpointReader ckpt(path, MPI_COMM_WORLD);
+  std::vector<std::string> lines;
+  std::string damage;
+  try {
+    lines = ckpt.verify_all();
+  } catch (const InputError& e) {
+    damage = e.what();
+    lines = lines_after_damage(ckpt, damage);
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (root) {
+    for (const auto& l : lines) fmt::print("{}\n", l);
+    std::uint64_t bytes = 0;
+    for (const auto& [name, type] : ckpt.vectors())
+      bytes += static_cast<std::uint64_t>(ckpt.meta().padded_size) * element_bytes(type);
+    if (damage.empty())
+      fmt::print("{}: ok, {} datasets, {} of state checked in {:.2f} s on {} rank{}\n", path, lines.size(),
+                 human_bytes(bytes), secs, world_size(), world_size() > 1 ? "s" : "");
+    std::fflush(stdout);
+  }
+  if (!damage.empty()) throw InputError(damage);
+}
+
+// ---------------------------------------------------------------------- export
+
+// Levenshtein distance, giving up (returning limit + 1) once it must exceed limit.
+std::size_t edit_distance(std::string_view a, std::string_view b, std::size_t limit) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return limit + 1;
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    std::size_t best = cur[0];
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      best = std::min(best, cur[j]);
+    }
+    if (best > limit) return limit + 1;
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// "no parameter 'X'; close names: a, b" (up to 6, nearest first, then layout order).
+std::string unknown_parameter(const std::string& path, const std::string& name,
+                              const std::vector<CheckpointTensor>& layout) {
+  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
+  std::vector<std::pair<std::size_t, std::size_t>> scored;  // (distance, layout index)
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const std::string& cand = layout[i].name;
+    std::size_t d = edit_distance(name, cand, limit);
+    if (d > limit && !name.empty() && cand.find(name) != std::string::npos) d = limit;  // "c_attn.weight"
+    if (d <= limit) scored.emplace_back(d, i);
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::string msg = path + ": no parameter '" + name + "' in the checkpoint";
+  if (scored.empty())
+    return msg + " (it has " + std::to_string(layout.size()) + " parameters; `trainer-ckpt info " + path +
+           "` lists them)";
+  msg += "; close names: ";
+  for (std::size_t k = 0; k < scored.size() && k < 6; ++k) msg += (k ? ", " : "") + layout[scored[k].second].name;
+  if (scored.size() > 6) msg += ", ...";
+  return msg;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// OUT.partial, renamed to OUT by commit(); removed if never committed.
+class PartialFile {
+ public:
+  explicit PartialFile(std::string out) : m_out(std::move(out)), m_tmp(m_out + ".partial") {}
+  ~PartialFile() {
+    if (!m_committed) std::remove(m_tmp.c_str());
+  }
+  PartialFile(const PartialFile&) = delete;
+  PartialFile& operator=(const PartialFile&) = delete;
+  const std::string& tmp() const { return m_tmp; }
+
+  // Flushes the finished file to disk and renames it into place.
+  void commit() {
+    const int fd = ::open(m_tmp.c_str(), O_RDONLY);
+    if (fd < 0) SHARDTRAIN_FAIL(m_tmp + ": cannot reopen to fsync: " + std::strerror(errno));
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) SHARDTRAIN_FAIL(m_tmp + ": fsync failed: " + std::strerror(err));
+    if (std::rename(m_tmp.c_str(), m_out.c_str()) != 0)
+      SHARDTRAIN_FAIL(m_out + ": cannot rename " + m_tmp + " into place: " + std::strerror(errno));
+    m_committed = true;
+  }
+
+ private:
+  std::string m_out, m_tmp;
+  bool m_committed = false;
+};
+
+// Creates (truncates) path for writing, or throws InputError naming why not.
+std::FILE* create_output(const std::string& path, const std::string& shown) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw InputError(shown + ": cannot create: " + std::strerror(errno));
+  return f;
+}
+
+// The .npy v1.0 header for a little-endian float32 array of `shape`: magic,
+// version, header length, then the dict padded with spaces to a 64-byte multiple.
+std::string npy_header(const std::vector<std::int64_t>& shape) {
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  const std::size_t fixed = 6 + 2 + 2;  // magic, version, header length
+  const std::size_t total = (fixed + dict.size() + 1 + 63) / 64 * 64;
+  dict.append(total - fixed - dict.size() - 1, ' ');
+  dict += '\n';
+  SHARDTRAIN_CHECK(dict.size() <= 0xFFFF, "npy header too long for format version 1.0");
+  std::string h("\x93NUMPY\x01\x00", 8);
+  h += static_cast<char>(dict.size() & 0xFF);
+  h += static_cast<char>(dict.size() >> 8);
+  return h + dict;
+}
+
+// Streams one tensor of `vector` into a .npy file (elements are little-endian
+// in memory: the reader converts to the file's LE type, so the bytes go out as read).
+void write_npy(CheckpointReader& ckpt, const std::string& vector, const CheckpointTensor& t, const std::string& out) {
+  PartialFile partial(out);
+  std::FILE* f = create_output(partial.tmp(), out);
+  bool ok = true;
+  try {
+    const std::string header = npy_header(t.shape);
+    ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+    std::vector<float> buf(static_cast<std::size_t>(std::min(t.numel, kChunkElements)));
+    for (std::int64_t done = 0; ok && done < t.numel;) {
+      const std::int64_t n = std::min(kChunkElements, t.numel - done);
+      ckpt.read_range(vector, t.offset + done, t.offset + done + n, buf.data());
+      ok = std::fwrite(buf.data(), sizeof(float), static_cast<std::size_t>(n), f) == static_cast<std::size_t>(n);
+      done += n;
+    }
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) SHARDTRAIN_FAIL(out + ": write failed: " + std::strerror(ok ? errno : err));
+  partial.commit();
+}
+
+void put_string_attr(hid_t obj, const char* name, const std::string& v) {
+  H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_size(t, std::max<std::size_t>(v.size(), 1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  std::string padded = v;
+  padded.resize(std::max<std::size_t>(v.size(), 1), '\0');
+  H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)));
+  SHARDTRAIN_H5_CHECK(H5Awrite(a, t, padded.data()));
+}
+
+void put_int_attr(hid_t obj, const char* name, std::int64_t v) {
+  H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT)));
+  SHARDTRAIN_H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, &v));
+}
+
+// Writes one float32 dataset per tensor, named by the tensor, in its shape. A
+// tensor is copied in blocks of whole rows (first dimension), at most
+// kChunkElements at a time unless one row is larger.
+void write_h5(CheckpointReader& ckpt, const std::string& vector, const std::vector<const CheckpointTensor*>& tensors,
+              const std::string& out) {
+  PartialFile partial(out);
+  std::fclose(create_output(partial.tmp(), out));  // a clear message when OUT cannot be created
+  {
+    H5File file(H5Fcreate(partial.tmp().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file.valid()) SHARDTRAIN_FAIL(out + ": cannot create HDF5 file: " + error_stack_text());
+    put_string_attr(file, "source_checkpoint", ckpt.path());
+    put_string_attr(file, "vector", vector);
+    put_int_attr(file, "step", ckpt.meta().step);
+    H5PropList lcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
+    SHARDTRAIN_H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));  // names with '/' make groups
+    std::vector<float> buf;
+    for (const CheckpointTensor* t : tensors) {
+      std::vector<hsize_t> dims(t->shape.begin(), t->shape.end());
+      H5Dataspace fs(dims.empty() ? SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
+                                  : SHARDTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()),
+                                                                         dims.data(), nullptr)));
+      H5Dataset ds(H5Dcreate2(file, t->name.c_str(), H5T_IEEE_F32LE, fs, lcpl, H5P_DEFAULT, H5P_DEFAULT));
+      if (!ds.valid())
+        throw InputError(out + ": cannot create dataset '" + t->name +
+                         "' (a parameter name HDF5 cannot use as a path?): " + error_stack_text());
+      if (t->numel == 0) continue;
+      const std::int64_t rows = dims.empty() ? 1 : t->shape[0];
+      const std::int64_t row_elems = t->numel / rows;
+      const std::int64_t block = std::max<std::int64_t>(1, kChunkElements / row_elems);
+      buf.resize(static_cast<std::size_t>(std::min(rows, block) * row_elems));
+      for (std::int64_t r = 0; r < rows; r += block) {
+        const std::int64_t k = std::min(block, rows - r);
+        const std::int64_t lo = t->offset + r * row_elems;
+        ckpt.read_range(vector, lo, lo + k * row_elems, buf.data());
+        const hsize_t mdim = static_cast<hsize_t>(k * row_elems);
+        H5Dataspace ms(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &mdim, nullptr)));
+        if (!dims.empty()) {
+          std::vector<hsize_t> start(dims.size(), 0), count(dims);
+          start[0] = static_cast<hsize_t>(r);
+          count[0] = static_cast<hsize_t>(k);
+          SHARDTRAIN_H5_CHECK(
+              H5Sselect_hyperslab(fs, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
+        }
+        // Memory holds little-endian float32 bytes as read, whatever the host order.
+        SHARDTRAIN_H5_CHECK(H5Dwrite(ds, H5T_IEEE_F32LE, ms, fs, H5P_DEFAULT, buf.data()));
+      }
+    }
+    SHARDTRAIN_H5_CLOSE(file);
+  }
+  partial.commit();
+}
+
+int cmd_export(const std::string& path, const std::string& out, std::vector<std::string> names,
+               const std::string& vector) {
+  const bool npy = ends_with(out, ".npy");
+  if (!npy && !ends_with(out, ".h5") && !ends_with(out, ".hdf5"))
+    throw InputError(out + ": output must end in .h5 or .hdf5 (HDF5, one dataset per parameter) or .npy "
+                           "(NumPy, one parameter)");
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(out, path, ec))
+    throw InputError(out + ": is the checkpoint itself; choose another output file");
+
+  const auto t0 = Clock::now();
+  CheckpointReader ckpt(path, MPI_COMM_SELF);
+  const auto& layout = ckpt.layout();
+  std::vector<const CheckpointTensor*> tensors;
+  if (names.empty()) {
+    for (const auto& t : layout) tensors.push_back(&t);
+  } else {
+    std::vector<std::string> seen;
+    for (const auto& n : names) {
+      if (std::find(seen.begin(), seen.end(), n) != seen.end()) continue;  // asked twice: export once
+      seen.push_back(n);
+      const auto it = std::find_if(layout.begin(), layout.end(), [&](const auto& t) { return t.name == n; });
+      if (it == layout.end()) throw InputError(unknown_parameter(path, n, layout));
+      tensors.push_back(&*it);
+    }
+  }
+  if (npy && tensors.size() != 1)
+    throw InputError(out + ": a .npy file holds one array; give exactly one --param (the checkpoint has " +
+                     std::to_string(layout.size()) + " parameters, " + std::to_string(tensors.size()) +
+                     " selected)");
+
+  std::int64_t values = 0;
+  for (const auto* t : tensors) values += t->numel;
+  if (npy)
+    write_npy(ckpt, vector, *tensors[0], out);
+  else
+    write_h5(ckpt, vector, tensors, out);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  fmt::print("{}: {} parameter{} of {} at step {} ({} float32 values, {}), {:.2f} s\n", out, tensors.size(),
+             tensors.size() == 1 ? "" : "s", vector, ckpt.meta().step, values,
+             human_bytes(static_cast<std::uint64_t>(values) * 4), secs);
+  return kExitOk;
+}
+
+// ------------------------------------------------------------------ command line
+
+int run(int argc, char** argv) {
+  const bool root = world_rank() == 0;
+  CLI::App app{
+      "Inspect, verify and export shardtrain checkpoint files (HDF5; format: "
+      "share/doc/checkpoint-format.md).",
+      "trainer-ckpt"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("trainer-ckpt (shardtrain ") + kVersion + ")");
+  app.footer(
+      "Runs as a single process or under mpirun: info and export then run on rank 0 alone, verify "
+      "splits the reading over the ranks.\nExit codes: 0 success, 2 bad input or usage (missing, "
+      "foreign or damaged file, unknown name), 1 other failure.");
+
+  std::string ckpt_path, out_path, vector = "master";
+  bool config_only = false;
+  std::vector<std::string> params;
+
+  CLI::App* info = app.add_subcommand("info", "Print what a checkpoint holds: run state, layout table, sizes");
+  info->add_option("CKPT", ckpt_path, "Checkpoint file (.h5)")->required();
+  info->add_flag("--config", config_only, "Print only the resolved config text (TOML) stored in the file");
+  info->footer(
+      "Prints the step, data cursor (samples and tokens seen), optimizer updates, sampler seed, the "
+      "world size, ZeRO stage and precision that wrote the file, the loss scaler state, the data set, "
+      "when and by which version it was written; the layout table (name, shape, element offset, "
+      "numel); and sizes: parameters, padded size, each state vector's type, bytes and file offset, "
+      "and the file size. Opening the file validates its structure and the /config and /layout "
+      "checksums; the state vectors are not read (use verify).");
+
+  CLI::App* verify = app.add_subcommand("verify", "Check the CRC-32 of every dataset in a checkpoint");
+  verify->add_option("CKPT", ckpt_path, "Checkpoint file (.h5)")->required();
+  verify->footer(
+      "Reads every state vector whole and compares its CRC-32 with the one stored in the file, and "
+      "checks /config and /layout. Prints one line per dataset (ok or CHECKSUM MISMATCH).\nUnder "
+      "`mpirun -n N` each rank reads 1/N of every vector.\nExit codes: 0 all datasets intact, 2 the "
+      "file is missing, damaged, truncated or not a shardtrain checkpoint, 1 other failure (e.g. an "
+      "I/O error).");
+
+  CLI::App* exp = app.add_subcommand("export", "Write parameters of one state vector to plain HDF5 or .npy");
+  exp->add_option("CKPT", ckpt_path, "Checkpoint file (.h5)")->required();
+  exp->add_option("OUT", out_path,
+                  "Output: .h5/.hdf5 (one float32 dataset per parameter, named by it, in its shape) or "
+                  ".npy (exactly one parameter)")
+      ->required();
+  exp->add_option("--param", params,
+                  "Parameter to export, by its layout name, e.g. h.0.attn.c_attn.weight (repeatable; "
+                  "default: all parameters)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)  // one name per --param, repeatable
+      ->type_name("NAME");
+  exp->add_option("--vector", vector, "State vector to read the values from")
+      ->check(CLI::IsMember({"master", "exp_avg", "exp_avg_sq"}))
+      ->capture_default_str();
+  exp->footer(
+      "master holds the fp32 weights, exp_avg and exp_avg_sq AdamW's first and second moments; "
+      "padding between tensors is not exported. An unknown --param is an error that lists close "
+      "names. OUT is written to OUT.partial and renamed into place when complete; an existing OUT "
+      "is replaced. export does not check the CRCs (run verify for that). The .h5 file also has "
+      "root attributes source_checkpoint, vector and step.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help, --version
+      std::ostringstream sink;
+      if (root)
+        app.exit(e);
+      else
+        app.exit(e, sink, sink);
+      return kExitOk;
+    }
+    if (root) print_error("", std::string(e.what()) + " (run with --help for usage)");
+    return kExitBadInput;
+  }
+
+  if (info->parsed()) return on_root([&] { return cmd_info(ckpt_path, config_only); });
+  if (exp->parsed()) return on_root([&] { return cmd_export(ckpt_path, out_path, params, vector); });
+
+  // verify: collective over every rank.
+  try {
+    cmd_verify(ckpt_path);
+    return kExitOk;
+  } catch (const InputError& e) {  // the reader's input errors are agreed by every rank
+    if (root) print_error("", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    if (world_size() == 1) {
+      print_error("", dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory" : e.what());
+      return kExitFailure;
+    }
+    // Possibly this rank alone: say so and end the job rather than leave others in a collective.
+    print_error("rank " + std::to_string(world_rank()) + ": ", e.what());
+    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+    return kExitFailure;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession mpi(&argc, &argv);
+  return guarded([&] { return run(argc, argv); });
+}

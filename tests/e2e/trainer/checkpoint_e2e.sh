@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# End-to-end checks of checkpoints and resume (train/checkpointing.hpp), driven by
+# CTest (tests/e2e/trainer/CMakeLists.txt). Environment: as trainer_e2e.sh, plus
+# CKPT_TOOL (trainer-ckpt). Every case trains the tiny model for 40 steps with a
+# checkpoint every 10, so the straight run and the interrupted one share the
+# learning-rate schedule.
+#   resume NP TAG [--set ...]   40 steps straight vs 20 + resume for 20 at NP ranks: metrics
+#                               (loss, val_loss, loss_scale, skipped, weights CRC) bitwise equal
+#   elastic                     saved at 4 ranks ZeRO stage 3, resumed at 2 ranks stage 1, at 3
+#                               ranks stage 2 and at 1 rank stage 0 with another micro-batch;
+#                               saved at 1 rank, resumed at 4 ranks stage 3: losses within
+#                               relative 1e-5 of the straight run
+#   crash NP                    SIGKILL of one rank while it writes the step-30 checkpoint
+#                               (--pause-in-checkpoint): latest still names step 20, the restart
+#                               loads it and continues bitwise as the straight run
+#   corrupt NP                  one byte flipped in step 20's /state/exp_avg: trainer-ckpt verify
+#                               and an explicit resume reject it (exit 2); resume = "auto" warns,
+#                               falls back to step 10 and continues bitwise; a truncated file too
+#   refuse NP                   a checkpoint of another model shape is refused (exit 2, no
+#                               fallback); resume = "never" over existing checkpoints is refused
+#   complete NP                 a finished run restarted with resume = "auto" trains nothing and
+#                               reports the same final validation loss; every_minutes and keep_last
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=e2e_lib.sh
+source "$here/e2e_lib.sh"
+
+base=(--set train.steps=40 --set checkpoint.every_steps=10)
+
+# Columns that must agree bitwise: step, loss, val_loss, loss_scale, skipped, weights_crc.
+same_metrics() {  # A B
+  diff <(cut -d, -f1,2,3,9,10,11 "$1") <(cut -d, -f1,2,3,9,10,11 "$2") ||
+    die "metrics differ: $1 vs $2"
+  [[ $(wc -l < "$1") -eq 9 ]] || die "$1: expected 8 rows (every 5 steps to 40)"
+  echo "bitwise identical: $(($(wc -l < "$1") - 1)) rows of step, loss, val_loss, loss_scale, skipped, weights_crc"
+}
+
+latest_of() { cat "$WORK/$1/checkpoints/latest"; }
+
+expect_fail() {  # NAME RC REGEX -- runs the rest as the trainer command line; one error line matching REGEX
+  local name=$1 want=$2 regex=$3; shift 4
+  timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" "$@" \
+    > "$WORK/$name.log" 2> "$WORK/$name.err"
+  local rc=$?
+  cat "$WORK/$name.err"
+  [[ $rc -ne 124 ]] || die "$name: trainer hung"
+  [[ $rc -eq $want ]] || die "$name: expected exit code $want, got $rc"
+  [[ $(grep -c '^error' "$WORK/$name.err") -eq 1 ]] || die "$name: expected exactly one error line"
+  grep -Eq "$regex" "$WORK/$name.err" || die "$name: the error does not match /$regex/"
+}
+
+flip_byte() {  # FILE OFFSET
+  local b; b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  printf "$(printf '\\%03o' $(( b ^ 0x5a )))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
+case "${1:-}" in
+  resume)
+    np=$2; tag=$3; shift 3
+    run_trainer "$np" "ck_${tag}_straight" "${base[@]}" "$@"
+    run_trainer "$np" "ck_${tag}" "${base[@]}" "$@" --stop-after-step 20
+    grep -q '^stopped after step 20 of 40' "$WORK/ck_${tag}.log" || die "did not stop after step 20"
+    [[ "$(latest_of "ck_${tag}")" == step_00000020.h5 ]] || die "latest does not name step 20"
+    LOG="$WORK/ck_${tag}.resume.log" train_in "$np" "ck_${tag}" "${base[@]}" "$@"
+    grep -q "^resumed from $WORK/ck_${tag}/checkpoints/step_00000020.h5: step 20, 160 samples" \
+      "$WORK/ck_${tag}.resume.log" || die "did not resume from step 20"
+    same_metrics "$WORK/ck_${tag}_straight/metrics.csv" "$WORK/ck_${tag}/metrics.csv"
+    ;;
+  elastic)
+    run_trainer 4 ck_el_straight "${base[@]}" --set parallel.zero_stage=3
+    run_trainer 4 ck_el_s3_np4 "${base[@]}" --set parallel.zero_stage=3 --stop-after-step 20
+    for target in "2 1" "3 2" "1 0"; do
+      read -r np stage <<< "$target"
+      name="ck_el_to_s${stage}_np$np"
+      rm -rf "${WORK:?}/$name"; cp -r "$WORK/ck_el_s3_np4" "$WORK/$name"
+      extra=(); [[ $np -eq 1 ]] && extra=(--set train.micro_batch=3)  # another micro-batch split too
+      LOG="$WORK/$name.resume.log" train_in "$np" "$name" "${base[@]}" --set parallel.zero_stage="$stage" "${extra[@]}"
+      grep -Eq "written by 4 ranks at ZeRO stage 3 in fp32, now $np ranks? at stage $stage" "$WORK/$name.resume.log" ||
+        die "the resume line does not name the change of ranks and stage"
+      compare "$WORK/ck_el_straight/metrics.csv" "$WORK/$name/metrics.csv" 1e-5
+    done
+    # Upwards: saved by 1 rank (padded to 16 elements), resumed by 4 at stage 3 (padded to 64:
+    # the last rank's shard reaches past the file's vectors, which read as zeros).
+    run_trainer 1 ck_el_s0_np1 "${base[@]}" --stop-after-step 20
+    LOG="$WORK/ck_el_s0_np1.resume.log" train_in 4 ck_el_s0_np1 "${base[@]}" --set parallel.zero_stage=3
+    grep -q "written by 1 rank at ZeRO stage 0 in fp32, now 4 ranks at stage 3" "$WORK/ck_el_s0_np1.resume.log" ||
+      die "the resume line does not name the change of ranks and stage"
+    compare "$WORK/ck_el_straight/metrics.csv" "$WORK/ck_el_s0_np1/metrics.csv" 1e-5
+    ;;
+  crash)
+    np=$2; name="ck_crash_np$np"; dir="$WORK/$name/checkpoints"
+    run_trainer "$np" "${name}_straight" "${base[@]}"
+    rm -rf "${WORK:?}/$name"
+    timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/$name" "${base[@]}" --pause-in-checkpoint 30 > "$WORK/$name.log" 2>&1 &
+    job=$!
+    victim=$((np - 1))
+    for _ in $(seq 1200); do  # up to 120 s for every rank to pause mid-write
+      n=$(ls "$dir"/step_00000030.h5.partial.paused.* 2>/dev/null | wc -l)
+      [[ $n -eq $np ]] && break
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ -s "$dir/step_00000030.h5.partial.paused.$victim" ]] || { cat "$WORK/$name.log"; die "the ranks did not pause"; }
+    pid=$(cat "$dir/step_00000030.h5.partial.paused.$victim")
+    echo "killing rank $victim (pid $pid) with SIGKILL while it writes step 30"
+    kill -KILL "$pid"
+    wait "$job"; rc=$?
+    cat "$WORK/$name.log"
+    [[ $rc -ne 0 && $rc -ne 124 ]] || die "the killed job exited with $rc"
+    [[ -e "$dir/step_00000030.h5.partial" && ! -e "$dir/step_00000030.h5" ]] || die "expected only a .partial of step 30"
+    [[ "$(latest_of "$name")" == step_00000020.h5 ]] || die "latest does not name step 20 after the crash"
+    LOG="$WORK/$name.restart.log" train_in "$np" "$name" "${base[@]}"
+    grep -q "^resumed from $dir/step_00000020.h5: step 20" "$WORK/$name.restart.log" || die "did not resume from step 20"
+    same_metrics "$WORK/${name}_straight/metrics.csv" "$WORK/$name/metrics.csv"
+    ls "$dir"
+    [[ -z "$(ls "$dir" | grep partial)" ]] || die "the interrupted write was not cleaned up"
+    [[ "$(ls "$dir" | grep -c '^step_.*\.h5$')" -eq 3 ]] || die "expected keep_last = 3 checkpoints"
+    ;;
+  corrupt)
+    np=$2; name="ck_corrupt_np$np"; dir="$WORK/$name/checkpoints"
+    run_trainer "$np" "${name}_straight" "${base[@]}"
+    run_trainer "$np" "$name" "${base[@]}" --stop-after-step 20
+    good="$dir/step_00000020.h5"
+    "$CKPT_TOOL" verify "$good" || die "trainer-ckpt verify rejects a good checkpoint"
+    cp "$good" "$WORK/$name.truncated.h5"
+    truncate -s $(( $(stat -c %s "$good") / 2 )) "$WORK/$name.truncated.h5"
+    off=$("$CKPT_TOOL" info "$good" | sed -n 's|.*/state/exp_avg .*file offset \([0-9]*\).*|\1|p')
+    [[ -n "$off" && "$off" -gt 0 ]] || die "no file offset of /state/exp_avg from trainer-ckpt info"
+    flip_byte "$good" $((off + 1000))
+    "$CKPT_TOOL" verify "$good" > "$WORK/$name.verify" 2>&1; rc=$?
+    cat "$WORK/$name.verify"
+    [[ $rc -eq 2 ]] || die "trainer-ckpt verify: expected exit 2 on the damaged file, got $rc"
+    grep -q '/state/exp_avg.*CHECKSUM MISMATCH' "$WORK/$name.verify" || die "verify does not name /state/exp_avg"
+    expect_fail "${name}_explicit" 2 "step_00000020\.h5: dataset /state/exp_avg: checksum mismatch" -- \
+      --set train.run_dir="$WORK/${name}_explicit" "${base[@]}" --set checkpoint.resume="$good"
+    expect_fail "${name}_truncated" 2 "$name\.truncated\.h5: .*(truncated|damaged)" -- \
+      --set train.run_dir="$WORK/${name}_truncated" "${base[@]}" --set checkpoint.resume="$WORK/$name.truncated.h5"
+    LOG="$WORK/$name.resume.log" train_in "$np" "$name" "${base[@]}"
+    grep -q "^warning: $good: dataset /state/exp_avg: checksum mismatch.*falling back to the previous complete checkpoint" \
+      "$WORK/$name.resume.log" || die "no fallback warning naming the damaged file"
+    grep -q "^resumed from $dir/step_00000010.h5: step 10" "$WORK/$name.resume.log" || die "did not fall back to step 10"
+    same_metrics "$WORK/${name}_straight/metrics.csv" "$WORK/$name/metrics.csv"
+    ;;
+  refuse)
+    np=$2; name="ck_refuse_np$np"
+    run_trainer "$np" "$name" "${base[@]}" --stop-after-step 10
+    expect_fail "${name}_shape" 2 "step_00000010\.h5: the checkpoint's model does not match .*tensor 'wpe.weight' has shape \(16, 32\) there, \(12, 32\) here" -- \
+      --set train.run_dir="$WORK/$name" "${base[@]}" --set model.seq_len=12
+    grep -q 'falling back' "$WORK/${name}_shape.err" && die "an incompatible model must not fall back"
+    expect_fail "${name}_never" 2 "checkpoint\.resume = \"never\", but checkpoint\.dir .* already holds 1 checkpoint" -- \
+      --set train.run_dir="$WORK/$name" "${base[@]}" --set checkpoint.resume=never
+    [[ "$(latest_of "$name")" == step_00000010.h5 ]] || die "the refused runs touched the checkpoints"
+    ;;
+  complete)
+    np=$2; name="ck_complete_np$np"
+    run_trainer "$np" "$name" --set train.steps=40 --set checkpoint.every_minutes=0.00001 \
+      --set checkpoint.keep_last=2 --set train.eval_every=0
+    [[ $(grep -c '^checkpoint step' "$WORK/$name.log") -ge 2 ]] || die "every_minutes wrote fewer than 2 checkpoints"
+    [[ $(ls "$WORK/$name/checkpoints" | grep -c '^step_.*\.h5$') -eq 2 ]] || die "keep_last = 2 not kept"
+    [[ "$(latest_of "$name")" == step_00000040.h5 ]] || die "no final checkpoint at step 40"
+    LOG="$WORK/$name.again.log" train_in "$np" "$name" --set train.steps=40 --set checkpoint.every_minutes=0.00001 \
+      --set checkpoint.keep_last=2 --set train.eval_every=0
+    grep -q '^nothing to train: the checkpoint is at step 40 and train.steps = 40' "$WORK/$name.again.log" ||
+      die "a finished run trained again"
+    a=$(sed -n 's/.*final val loss \([0-9.]*\).*/\1/p' "$WORK/$name.log")
+    b=$(sed -n 's/.*final val loss \([0-9.]*\).*/\1/p' "$WORK/$name.again.log")
+    [[ -n "$a" && "$a" == "$b" ]] || die "final val loss differs: '$a' vs '$b'"
+    ;;
+  *)
+    die "usage: checkpoint_e2e.sh resume|elastic|crash|corrupt|refuse|complete ..." ;;
+esac
