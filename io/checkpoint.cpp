@@ -408,7 +408,6 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
       select_range(fs, lo, hi);
       H5Dataspace ms = memory_space(hi - lo);
       H5PropList dxpl = xfer(true);
-      SHARDTRAIN_H5_CHECK(H5Pset_dxpl_mpio_collective_opt(dxpl, H5FD_MPIO_INDIVIDUAL_IO));
       SHARDTRAIN_H5_CHECK(H5Dwrite(ds, t, ms, fs, dxpl, v.data));
       const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * element_bytes(v.type);
       pieces[i].add(v.data, bytes);
