@@ -3,8 +3,6 @@
 // validation of every file-supplied size before it sizes anything.
 #include "io/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "core/durable_file.hpp"
 #include "core/error.hpp"
 #include "io/h5_check.hpp"
 
@@ -299,14 +298,6 @@ void write_from_root(hid_t ds, hid_t mem_type, const void* data, bool root, bool
   SHARDTRAIN_H5_CHECK(H5Dwrite(ds, mem_type, ms, fs, dxpl, data));
 }
 
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) SHARDTRAIN_FAIL(path + ": cannot open to fsync: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) SHARDTRAIN_FAIL(path + ": fsync failed: " + std::strerror(err));
-}
 
 }  // namespace
 
@@ -440,7 +431,7 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
   }
   stats.write_s = seconds_since(t0);
   const auto t1 = Clock::now();
-  fsync_path(path);  // every rank: on a parallel file system each client flushes its own writes
+  fsync_file(path);  // every rank: on a parallel file system each client flushes its own writes
   MPI_Barrier(comm);
   stats.sync_s = seconds_since(t1);
   return stats;

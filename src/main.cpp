@@ -22,6 +22,7 @@
 
 #include "config/parse.hpp"
 #include "core/error.hpp"
+#include "core/mpi_world.hpp"
 #include "io/token_dataset.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/trainer.hpp"
@@ -34,18 +35,6 @@ using namespace shardtrain;
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // Runs `fn` on every rank and agrees on the outcome with one all-reduce. If any
 // rank threw, the lowest such rank prints its message and every rank returns the

@@ -16,8 +16,6 @@
 // complete, so OUT is never a half-written file; memory use of `export` is
 // bounded by one tensor row block (kChunkElements), not by the model size.
 #include <mpi.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -35,7 +33,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/durable_file.hpp"
 #include "core/error.hpp"
+#include "core/mpi_world.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5_check.hpp"
 #include "version.hpp"
@@ -51,27 +51,7 @@ constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 constexpr std::int64_t kChunkElements = std::int64_t{1} << 20;  // export reads at most this many at once
 
-// Initialises MPI for main's scope; MPI_Finalize runs after every HDF5 object
-// created inside the scope has been closed.
-class MpiSession {
- public:
-  MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
-  ~MpiSession() { MPI_Finalize(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-};
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // Prints "error: MESSAGE" as one line (embedded newlines become "; ").
 void print_error(std::string_view prefix, std::string message) {
@@ -299,12 +279,7 @@ class PartialFile {
 
   // Flushes the finished file to disk and renames it into place.
   void commit() {
-    const int fd = ::open(m_tmp.c_str(), O_RDONLY);
-    if (fd < 0) SHARDTRAIN_FAIL(m_tmp + ": cannot reopen to fsync: " + std::strerror(errno));
-    const int rc = ::fsync(fd);
-    const int err = errno;
-    ::close(fd);
-    if (rc != 0) SHARDTRAIN_FAIL(m_tmp + ": fsync failed: " + std::strerror(err));
+    fsync_file(m_tmp);
     if (std::rename(m_tmp.c_str(), m_out.c_str()) != 0)
       SHARDTRAIN_FAIL(m_out + ": cannot rename " + m_tmp + " into place: " + std::strerror(errno));
     m_committed = true;

@@ -13,19 +13,12 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/mpi_world.hpp"
 #include "io/text_import.hpp"
 
 namespace {
 
-// Initialises MPI for main's scope; MPI_Finalize runs after every HDF5 object
-// created inside the scope has been closed.
-class MpiSession {
- public:
-  MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
-  ~MpiSession() { MPI_Finalize(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-};
+using shardtrain::MpiSession;
 
 int run(int argc, char** argv) {
   CLI::App app{

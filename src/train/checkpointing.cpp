@@ -1,7 +1,6 @@
 // Checkpoint directory, schedule and atomic commit (see checkpointing.hpp).
 #include "train/checkpointing.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/durable_file.hpp"
 #include "core/error.hpp"
 
 namespace shardtrain {
@@ -89,28 +89,6 @@ std::int64_t step_of(std::string_view name) {
   std::int64_t step = -1;
   const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
   return ec == std::errc() && ptr == digits.data() + digits.size() ? step : -1;
-}
-
-void fsync_fd_path(const std::string& path, int flags, const char* what) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0) SHARDTRAIN_FAIL(fmt::format("{}: cannot open {} to fsync: {}", path, what, std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) SHARDTRAIN_FAIL(fmt::format("{}: fsync of {} failed: {}", path, what, std::strerror(err)));
-}
-
-void fsync_dir(const std::string& dir) { fsync_fd_path(dir, O_RDONLY | O_DIRECTORY, "directory"); }
-
-// Writes `text` to `path` durably (write, fsync, close).
-void write_durably(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) SHARDTRAIN_FAIL(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int err = errno;
-  const int rc = n == static_cast<ssize_t>(text.size()) ? ::fsync(fd) : -1;
-  ::close(fd);
-  if (rc != 0) SHARDTRAIN_FAIL(fmt::format("{}: write or fsync failed: {}", path, std::strerror(err ? err : errno)));
 }
 
 void rename_or_fail(const std::string& from, const std::string& to) {
@@ -225,7 +203,7 @@ std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
   if (step == m_pause_step) {
     pause = [this, partial] {
       const std::string marker = fmt::format("{}.paused.{}", partial, m_rank);
-      write_durably(marker, fmt::format("{}\n", static_cast<long long>(::getpid())));
+      write_file_durably(marker, fmt::format("{}\n", static_cast<long long>(::getpid())));
       std::fprintf(stderr, "checkpoint test hook: rank %d (pid %lld) paused writing %s\n", m_rank,
                    static_cast<long long>(::getpid()), partial.c_str());
       std::fflush(stderr);
@@ -236,11 +214,11 @@ std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
 
   on_root(m_comm, [&] {
     rename_or_fail(partial, final_path);
-    fsync_dir(dir);
+    fsync_directory(dir);
     const std::string latest = (fs::path(dir) / "latest").string();
-    write_durably(latest + ".tmp", checkpoint_file_name(step) + "\n");
+    write_file_durably(latest + ".tmp", checkpoint_file_name(step) + "\n");
     rename_or_fail(latest + ".tmp", latest);
-    fsync_dir(dir);
+    fsync_directory(dir);
     // Only now that the new checkpoint is complete and `latest` names it.
     const auto files = list_checkpoints(dir);
     for (std::size_t i = static_cast<std::size_t>(m_config.keep_last); i < files.size(); ++i) {

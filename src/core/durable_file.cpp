@@ -1,0 +1,50 @@
+// fsync of files and directories, and small durable writes (see durable_file.hpp).
+#include "core/durable_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+void fsync_opened(const std::string& path, int flags, const char* what) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) SHARDTRAIN_FAIL(path + ": cannot open " + what + " to fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) SHARDTRAIN_FAIL(path + ": fsync of " + what + " failed: " + std::strerror(err));
+}
+
+}  // namespace
+
+void fsync_file(const std::string& path) { fsync_opened(path, O_RDONLY, "file"); }
+
+void fsync_directory(const std::string& dir) { fsync_opened(dir, O_RDONLY | O_DIRECTORY, "directory"); }
+
+void write_file_durably(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) SHARDTRAIN_FAIL(path + ": cannot create: " + std::strerror(errno));
+  std::size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  if (err != 0) SHARDTRAIN_FAIL(path + ": write or fsync failed: " + std::strerror(err));
+}
+
+}  // namespace shardtrain
