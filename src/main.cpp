@@ -1,7 +1,10 @@
 // trainer: the SPMD entry point. Thin on purpose:
 //   MPI init -> Kokkos init -> command line -> config (rank 0 reads, all parse)
 //   -> Trainer (set-up agreed on by all ranks) -> run -> finalize.
-// Exit codes: 0 done, 2 bad input (command line, config, data), 1 any other failure.
+// Exit codes (train/lifecycle.hpp): 0 done, 2 bad input (command line, config,
+// data), 1 any other failure, 75 stopped early by a signal or the wall-time
+// guard after a complete checkpoint (requeue the job to continue).
+// Stop signals (SIGUSR1, SIGTERM, SIGINT) are caught from the first line of main.
 // An error every rank sees is printed once, by the lowest failing rank; an error
 // during training may be rank-local, so it is printed with its rank and the job
 // is aborted, never left hanging in a collective.
@@ -25,6 +28,7 @@
 #include "core/mpi_world.hpp"
 #include "io/token_dataset.hpp"
 #include "plan/memory_plan.hpp"
+#include "train/lifecycle.hpp"
 #include "train/trainer.hpp"
 #include "version.hpp"
 
@@ -32,9 +36,22 @@ namespace {
 
 using namespace shardtrain;
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitBadInput = 2;
+// Parses a test hook's STEP[:RANK] (STEP >= 1, 0 <= RANK < world size, RANK
+// defaulting to 0); prints the error on rank 0 and returns false when malformed.
+bool parse_step_rank(const char* option, const std::string& value, std::int64_t& step, int& rank) {
+  long long s = 0, r = 0;
+  char tail = 0;
+  const int n = std::sscanf(value.c_str(), "%lld:%lld%c", &s, &r, &tail);
+  if (n < 1 || n > 2 || s < 1 || r < 0 || r >= world_size() || (n == 1 && value.find(':') != std::string::npos)) {
+    if (world_rank() == 0)
+      std::fprintf(stderr, "error: %s %s: expected STEP[:RANK] with STEP >= 1 and 0 <= RANK < %d\n", option,
+                   value.c_str(), world_size());
+    return false;
+  }
+  step = s;
+  rank = static_cast<int>(r);
+  return true;
+}
 
 // Runs `fn` on every rank and agrees on the outcome with one all-reduce. If any
 // rank threw, the lowest such rank prints its message and every rank returns the
@@ -92,7 +109,9 @@ int run_main(int argc, char** argv) {
   CLI::App app{
       "shardtrain trainer: trains the model described by INPUT.toml on every rank of the MPI job.\n"
       "Launch with `mpirun -np N trainer INPUT.toml` or `srun trainer INPUT.toml`.\n"
-      "Exit codes: 0 done, 1 failure, 2 bad input (command line, config or data).\n"
+      "Exit codes: 0 done, 1 failure, 2 bad input (command line, config or data), 75 stopped early by\n"
+      "SIGUSR1/SIGTERM/SIGINT or the wall-time guard after writing a checkpoint (requeue the job;\n"
+      "it resumes from the checkpoint).\n"
       "Arguments starting with --kokkos- go to Kokkos::initialize (e.g. --kokkos-help).",
       "trainer"};
   std::string input;
@@ -129,6 +148,16 @@ int run_main(int argc, char** argv) {
                  "minutes, so a test can kill a rank mid-write")
       ->type_name("STEP")
       ->check(CLI::PositiveNumber);
+  std::string stall;
+  app.add_option("--stall-in-collective", stall,
+                 "Test hook: at optimizer step STEP rank RANK (default 0) sleeps 10 minutes instead of "
+                 "entering the step's gradient reduction, so the other ranks' collective watchdog "
+                 "(parallel.collective_timeout_s) reports the stalled collective and ends the job")
+      ->type_name("STEP[:RANK]");
+  std::string signal_at;
+  app.add_option("--signal-at-step", signal_at,
+                 "Test hook: rank RANK (default 0) acts as if SIGUSR1 arrived during optimizer step STEP")
+      ->type_name("STEP[:RANK]");
   app.set_version_flag("--version", std::string("shardtrain ") + kVersion);
   try {
     app.parse(argc, argv);
@@ -139,20 +168,13 @@ int run_main(int argc, char** argv) {
   }
 
   TrainerHooks hooks;
-  if (!inject_overflow.empty()) {
-    long long step = 0, rank = 0;
-    char tail = 0;
-    const int n = std::sscanf(inject_overflow.c_str(), "%lld:%lld%c", &step, &rank, &tail);
-    if (n < 1 || n > 2 || step < 1 || rank < 0 || rank >= world_size() ||
-        (n == 1 && inject_overflow.find(':') != std::string::npos)) {
-      if (root)
-        std::fprintf(stderr, "error: --inject-overflow %s: expected STEP[:RANK] with STEP >= 1 and "
-                     "0 <= RANK < %d\n", inject_overflow.c_str(), world_size());
-      return kExitBadInput;
-    }
-    hooks.overflow_step = step;
-    hooks.overflow_rank = static_cast<int>(rank);
-  }
+  if (!inject_overflow.empty() &&
+      !parse_step_rank("--inject-overflow", inject_overflow, hooks.overflow_step, hooks.overflow_rank))
+    return kExitBadInput;
+  if (!stall.empty() && !parse_step_rank("--stall-in-collective", stall, hooks.stall_step, hooks.stall_rank))
+    return kExitBadInput;
+  if (!signal_at.empty() && !parse_step_rank("--signal-at-step", signal_at, hooks.signal_step, hooks.signal_rank))
+    return kExitBadInput;
 
   hooks.stop_after_step = stop_after_step;
   hooks.pause_checkpoint_step = pause_checkpoint;
@@ -176,7 +198,7 @@ int run_main(int argc, char** argv) {
     return code;
 
   try {
-    trainer->run();
+    if (trainer->run().requeue) return kExitRequeue;
   } catch (const AgreedError& e) {
     // Every rank stopped here with the same message: say it once, exit cleanly.
     if (root) std::fprintf(stderr, "error: %s\n", e.what());
@@ -194,6 +216,7 @@ int run_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_stop_signal_handlers();  // before anything else: a stop signal must never kill the process
   MPI_Init(&argc, &argv);
   // Kokkos sees only the --kokkos-* arguments (it would also act on a plain
   // --help); the trainer's own command line sees everything else.

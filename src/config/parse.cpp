@@ -45,7 +45,7 @@ constexpr std::array<std::string_view, 8> k_sections = {"model",     "data",    
                                                         "optim",     "parallel",  "precision",
                                                         "recompute", "checkpoint"};
 
-constexpr std::array<KeySpec, 45> k_keys = {{
+constexpr std::array<KeySpec, 47> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -63,6 +63,7 @@ constexpr std::array<KeySpec, 45> k_keys = {{
     {"train", "log_every", Kind::integer},
     {"train", "run_dir", Kind::string},
     {"train", "memory_limit_mb", Kind::number},
+    {"train", "time_limit", Kind::number},
     {"optim", "type", Kind::string},
     {"optim", "lr", Kind::number},
     {"optim", "min_lr", Kind::number},
@@ -76,6 +77,7 @@ constexpr std::array<KeySpec, 45> k_keys = {{
     {"parallel", "zero_stage", Kind::integer},
     {"parallel", "overlap", Kind::boolean},
     {"parallel", "bucket_mb", Kind::number},
+    {"parallel", "collective_timeout_s", Kind::number},
     {"precision", "mode", Kind::string},
     {"precision", "init_scale", Kind::number},
     {"precision", "growth_interval", Kind::integer},
@@ -401,6 +403,8 @@ struct FloatRange {
   bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (!hi || v < *hi); }
 };
 
+std::optional<double> slurm_minutes(std::string_view s);  // below
+
 class Resolver {
  public:
   Resolver(const toml::table& root, const std::vector<Override>& overrides,
@@ -498,6 +502,24 @@ class Resolver {
     out = v;
   }
 
+  // Reads a wall-time limit: a number of minutes (>= 0), or a string in
+  // Slurm's --time form: "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS".
+  void read_time_limit(std::string_view key, double& minutes) {
+    const Origin o = origin(key);
+    if (!o.given()) return;
+    if (o.node->is_string()) {
+      const std::optional<double> m = slurm_minutes(o.node->as_string()->get());
+      if (!m)
+        return report(o, key, fmt::format("expected minutes (a number) or a time like \"HH:MM:SS\" or "
+                                          "\"D-HH:MM:SS\", got {}", toml_string(o.node->as_string()->get())));
+      minutes = *m;
+      return;
+    }
+    double v = minutes;
+    read_number(key, v, {0, false, {}});
+    if (!failed(key)) minutes = v;
+  }
+
   // Reads a string; when `allowed` is not empty the value must be one of them.
   void read_bool(std::string_view key, bool& out) {
     const Origin o = origin(key);
@@ -540,6 +562,43 @@ class Resolver {
   std::map<std::string, const Override*> m_overrides;
   std::set<std::string> m_failed;
 };
+
+// Slurm's --time forms ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM",
+// "D-HH:MM:SS") in minutes; nullopt for anything else.
+std::optional<double> slurm_minutes(std::string_view s) {
+  std::int64_t days = 0;
+  if (const auto dash = s.find('-'); dash != std::string_view::npos) {
+    const auto d = s.substr(0, dash);
+    if (d.empty() || d.size() > 6 || !std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    days = std::stoll(std::string(d));
+    s = s.substr(dash + 1);
+  }
+  std::vector<std::int64_t> parts;
+  std::size_t start = 0;
+  while (true) {
+    const auto colon = s.find(':', start);
+    const auto p = s.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start);
+    if (p.empty() || p.size() > 6 || !std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    parts.push_back(std::stoll(std::string(p)));
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() > 3) return std::nullopt;
+  double seconds = 0;
+  if (days > 0) {  // D-HH[:MM[:SS]]
+    const std::int64_t h = parts[0], m = parts.size() > 1 ? parts[1] : 0, sec = parts.size() > 2 ? parts[2] : 0;
+    seconds = static_cast<double>(((days * 24 + h) * 60 + m) * 60 + sec);
+  } else if (parts.size() == 1) {  // MM
+    seconds = static_cast<double>(parts[0] * 60);
+  } else if (parts.size() == 2) {  // MM:SS
+    seconds = static_cast<double>(parts[0] * 60 + parts[1]);
+  } else {  // HH:MM:SS
+    seconds = static_cast<double>((parts[0] * 60 + parts[1]) * 60 + parts[2]);
+  }
+  return seconds / 60.0;
+}
 
 std::string default_run_dir(std::string_view source_name) {
   const std::string stem = std::filesystem::path(source_name).stem().string();
@@ -604,6 +663,7 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
   r.read_int("train.log_every", c.train.log_every, 1);
   r.read_string("train.run_dir", c.train.run_dir);
   r.read_number("train.memory_limit_mb", c.train.memory_limit_mb, {0, false, {}});
+  r.read_time_limit("train.time_limit", c.train.time_limit_minutes);
   if (!r.failed("train.steps") && !r.failed("train.batch_size") && !r.failed("model.seq_len")) {
     std::int64_t sequences = 0, tokens = 0;
     auto [where, first] = r.pick("train.steps", "train.batch_size");
@@ -652,6 +712,7 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
              fmt::format("must be 0, 1, 2 or 3, got {}", stage));
   r.read_bool("parallel.overlap", c.parallel.overlap);
   r.read_number("parallel.bucket_mb", c.parallel.bucket_mb, {0, false, {}});
+  r.read_number("parallel.collective_timeout_s", c.parallel.collective_timeout_s, {0, false, {}});
 
   // [precision]
   auto& pr = c.precision;
@@ -747,18 +808,19 @@ std::string to_toml(const RunConfig& c) {
   s += fmt::format("\n[data]\npath = {}\n", toml_string(c.data.path));
   s += fmt::format(
       "\n[train]\nsteps = {}\nbatch_size = {}\nmicro_batch = {}\nseed = {}\n"
-      "eval_every = {}\neval_windows = {}\nlog_every = {}\nrun_dir = {}\nmemory_limit_mb = {}\n",
+      "eval_every = {}\neval_windows = {}\nlog_every = {}\nrun_dir = {}\nmemory_limit_mb = {}\n"
+      "time_limit = {}\n",
       t.steps, t.batch_size, t.micro_batch, t.seed, t.eval_every, t.eval_windows, t.log_every,
-      toml_string(t.run_dir), toml_float(t.memory_limit_mb));
+      toml_string(t.run_dir), toml_float(t.memory_limit_mb), toml_float(t.time_limit_minutes));
   s += fmt::format(
       "\n[optim]\ntype = {}\nlr = {}\nmin_lr = {}\nwarmup_steps = {}\nschedule = {}\n"
       "weight_decay = {}\nbeta1 = {}\nbeta2 = {}\neps = {}\ngrad_clip = {}\n",
       toml_string(o.type), toml_float(o.lr), toml_float(o.min_lr), o.warmup_steps,
       toml_string(o.schedule), toml_float(o.weight_decay), toml_float(o.beta1), toml_float(o.beta2),
       toml_float(o.eps), toml_float(o.grad_clip));
-  s += fmt::format("\n[parallel]\nzero_stage = {}\noverlap = {}\nbucket_mb = {}\n",
+  s += fmt::format("\n[parallel]\nzero_stage = {}\noverlap = {}\nbucket_mb = {}\ncollective_timeout_s = {}\n",
                    c.parallel.zero_stage, c.parallel.overlap ? "true" : "false",
-                   toml_float(c.parallel.bucket_mb));
+                   toml_float(c.parallel.bucket_mb), toml_float(c.parallel.collective_timeout_s));
   const auto& pr = c.precision;
   s += fmt::format(
       "\n[precision]\nmode = {}\ninit_scale = {}\ngrowth_interval = {}\ngrowth_factor = {}\n"

@@ -33,6 +33,7 @@ struct TrainConfig {
   std::int64_t log_every = 10;     // steps between progress lines, >= 1
   std::string run_dir;             // default "runs/<input file stem>"
   double memory_limit_mb = 0.0;    // per-rank cap on the planned bytes (MiB); 0 = none; >= 0
+  double time_limit_minutes = 0.0; // wall time from the trainer's start; checkpoint + exit 75 before it ends; 0 = none
 };
 
 struct OptimConfig {
@@ -52,6 +53,7 @@ struct ParallelConfig {
   int zero_stage = 0;              // 0-3 (dist/zero_engine.hpp)
   bool overlap = true;             // stages 2-3: reduce gradients while backward goes on
   double bucket_mb = 4.0;          // stages 2-3: coalesce groups into buckets up to this; >= 0
+  double collective_timeout_s = 300.0;  // watchdog: a blocking collective stalled this long ends the job; 0 = off
 };
 
 // Mixed precision (share/doc/config.md#precision). fp16 and bf16 store

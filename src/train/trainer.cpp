@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <ctime>
+#include <thread>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -32,6 +34,7 @@
 #include "plan/memory_plan.hpp"
 #include "train/batch_sampler.hpp"
 #include "train/checkpointing.hpp"
+#include "train/lifecycle.hpp"
 #include "train/progress.hpp"
 #include "train/run_directory.hpp"
 #include "version.hpp"
@@ -102,7 +105,10 @@ class Run final : public RunBase {
         m_world(world),
         m_comm(world),
         m_data(cfg.data.path, world),
-        m_scaler(scaler_config(cfg.precision)) {
+        m_scaler(scaler_config(cfg.precision)),
+        m_watchdog(cfg.parallel.collective_timeout_s, m_comm.rank()),
+        m_guard(cfg.train.time_limit_minutes) {
+    m_comm.set_watchdog(&m_watchdog);
     check_data_fits(cfg, m_data);
     m_plan = plan_memory(cfg, m_data.vocab_size(), m_comm.size());
     check_memory_limit(m_plan, cfg);  // before anything large is allocated
@@ -171,6 +177,12 @@ class Run final : public RunBase {
   void load_state(CheckpointReader& reader);
   // Writes and commits the checkpoint of step `done` (1-based). Collective.
   void save_checkpoint(std::int64_t done);
+  // At a step boundary: whether any rank received a stop signal, or (rank 0)
+  // the wall-time guard says the next step and a checkpoint would not fit. One
+  // small all-reduce; returns the same on every rank: 0 (go on), or a reason
+  // (see describe_stop).
+  std::int64_t agree_stop(double step_s);
+  std::string describe_stop(std::int64_t reason) const;
   // The outcome of one optimizer step.
   struct StepResult {
     double loss = 0.0;        // mean training loss over the global batch
@@ -217,6 +229,8 @@ class Run final : public RunBase {
   std::unique_ptr<Gpt<P>> m_model;
   std::unique_ptr<AdamW> m_optim;
   LossScaler m_scaler;
+  CollectiveWatchdog m_watchdog;
+  WallTimeGuard m_guard;
   std::int64_t m_updates = 0;  // optimizer updates applied (skipped steps excluded)
   std::int64_t m_start_step = 0;  // steps done before this job (the resumed checkpoint's)
   std::int64_t m_samples = 0;     // data cursor: global index of the next training sample
@@ -255,6 +269,7 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   const P dloss(static_cast<float>(r.loss_scale / static_cast<double>(global_batch * t)));
   if (m_hooks.overflow_step == step + 1 && m_hooks.overflow_rank == m_comm.rank())
     m_zero->plant_overflow();
+  if (m_hooks.signal_step == step + 1 && m_hooks.signal_rank == m_comm.rank()) raise_stop_flag(SIGUSR1);
 
   m_zero->begin_step();
   double loss_sum = 0.0;
@@ -272,6 +287,12 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   // reduce-scattered into each rank's shard (stages 1-3). Its squared norm is
   // one scalar all-reduce of per-shard sums, so an inf/NaN in any rank's shard
   // makes it non-finite on every rank: that is the found-inf reduction.
+  if (m_hooks.stall_step == step + 1 && m_hooks.stall_rank == m_comm.rank()) {
+    std::fprintf(stderr, "test hook: rank %d stalls before the gradient reduction of step %lld\n", m_comm.rank(),
+                 static_cast<long long>(step + 1));
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::minutes(10));
+  }
   const double norm2 = m_zero->finish_gradients();
   loss_sum = m_comm.all_reduce_value(loss_sum);
   r.loss = loss_sum / static_cast<double>(global_batch * t);
@@ -472,6 +493,32 @@ void Run<P>::save_checkpoint(std::int64_t done) {
   }
 }
 
+// Reason codes: (what << 20) | (2^20 - 1 - rank), so that the maximum over
+// ranks names the wall-time guard before a signal, and the lowest rank.
+constexpr std::int64_t kStopWallTime = 1000;
+
+template <class P>
+std::int64_t Run<P>::agree_stop(double step_s) {
+  std::int64_t what = pending_stop_signal();
+  if (is_root() && what == 0) {
+    // Before the first checkpoint: its cost estimated at 100 MB/s plus half a second.
+    const double bytes = static_cast<double>(m_layout->padded_size()) * (12.0 + (std::is_same_v<P, float> ? 0 : 2));
+    const double ckpt_s = m_ckpt->last_commit_seconds() > 0 ? m_ckpt->last_commit_seconds() : bytes / 100e6 + 0.5;
+    if (m_guard.must_stop(step_s, ckpt_s)) what = kStopWallTime;
+  }
+  const std::int64_t mine = what == 0 ? 0 : (what << 20) | ((std::int64_t{1} << 20) - 1 - m_comm.rank());
+  return m_comm.all_reduce_value(mine, ReduceOp::Max);
+}
+
+template <class P>
+std::string Run<P>::describe_stop(std::int64_t reason) const {
+  const std::int64_t what = reason >> 20, rank = (std::int64_t{1} << 20) - 1 - (reason & ((1 << 20) - 1));
+  if (what == kStopWallTime)
+    return fmt::format("the wall-time guard (train.time_limit / SLURM_JOB_END_TIME: {:.0f} s left, less than two "
+                       "steps and two checkpoints need)", m_guard.seconds_left());
+  return fmt::format("{} received by rank {}", stop_signal_name(static_cast<int>(what)), rank);
+}
+
 template <class P>
 std::uint32_t Run<P>::weights_crc() {
   const auto [olo, ohi] = m_zero->optimizer_range();
@@ -637,7 +684,11 @@ TrainResult Run<P>::run() {
   std::uint64_t comm_total = 0;  // bytes this rank sent in training steps (not evaluation)
   Progress progress(tc.steps, tc.batch_size * m_dims.seq_len, first);
   const auto t0 = Clock::now();
+  double longest_step = 0.0;  // seconds, for the wall-time guard
+  std::int64_t stop = 0;      // agreed stop reason (agree_stop), 0 while running
   for (std::int64_t step = first; step < end; ++step) {
+    const auto step_t0 = Clock::now();
+    m_watchdog.set_step(step + 1);
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
     const std::uint64_t sent_before = m_comm.bytes_sent();
     const StepResult sr = train_step(step, lr);
@@ -663,15 +714,28 @@ TrainResult Run<P>::run() {
       progress.print(row);
     }
     if (val) result.final_val_loss = *val;
-    if (m_ckpt->due(done, done == end)) save_checkpoint(done);
+    longest_step = std::max(longest_step, seconds_since(step_t0));
+    const bool due = m_ckpt->due(done, done == end);
+    if (done < end) stop = agree_stop(longest_step);
+    if (due || stop) save_checkpoint(done);
+    if (stop) {
+      end = done;
+      break;
+    }
   }
   if (first >= tc.steps) result.final_val_loss = evaluate(0);
   result.last_step = std::max(first, end);
   result.seconds = seconds_since(t0);
   report_memory(dir ? &*dir : nullptr);
   if (end > first) report_communication(comm_total / static_cast<std::uint64_t>(end - first));
+  result.requeue = stop != 0;
   if (is_root()) {
-    if (end < tc.steps)
+    if (stop)
+      fmt::print("stopping after step {} of {}: {}; the checkpoint of step {} is complete; exit code {} asks "
+                 "the job script to requeue the job, and the run continues from this checkpoint with "
+                 "checkpoint.resume = \"auto\"\n",
+                 end, tc.steps, describe_stop(stop), end, kExitRequeue);
+    else if (end < tc.steps)
       fmt::print("stopped after step {} of {} (--stop-after-step) in {:.1f} s | last train loss {:.4f}{}\n", end,
                  tc.steps, result.seconds, result.final_train_loss,
                  m_ckpt->enabled() ? " | the run continues from its checkpoint with checkpoint.resume = \"auto\""

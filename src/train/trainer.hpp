@@ -27,6 +27,9 @@ struct TrainResult {
   double final_val_loss = 0.0;
   double seconds = 0.0;
   std::int64_t skipped_steps = 0;  // fp16: steps skipped for an inf/NaN gradient
+  // Stopped early by a signal or the wall-time guard, after a checkpoint: the
+  // process should exit with kExitRequeue (train/lifecycle.hpp).
+  bool requeue = false;
 };
 
 // Test hooks, from the command line (never from the input file).
@@ -42,6 +45,14 @@ struct TrainerHooks {
   // --pause-in-checkpoint STEP: every rank pauses mid-write of the checkpoint
   // of STEP (train/checkpointing.hpp), for crash tests.
   std::int64_t pause_checkpoint_step = 0;  // 0: none
+  // --stall-in-collective STEP[:RANK]: at optimizer step STEP, rank RANK sleeps
+  // (10 minutes) instead of entering the step's gradient reduction, so the
+  // other ranks' collective watchdog fires.
+  std::int64_t stall_step = 0;  // 0: none
+  int stall_rank = 0;
+  // --signal-at-step STEP[:RANK]: rank RANK acts as if SIGUSR1 arrived during step STEP.
+  std::int64_t signal_step = 0;  // 0: none
+  int signal_rank = 0;
 };
 
 class RunBase;

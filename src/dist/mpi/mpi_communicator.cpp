@@ -45,9 +45,24 @@ int block_count(std::size_t count, const char* what) {
   return static_cast<int>(count);
 }
 
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+  }
+  return "?";
+}
+
 class MpiRequest final : public Request {
  public:
-  MpiRequest() = default;
+  // `what` names the collective for the watchdog ("wait for ireduce_scatter_v").
+  MpiRequest(CollectiveWatchdog* watchdog, const char* what, std::size_t count, DType type)
+      : m_watchdog(watchdog), m_what(what), m_count(count), m_type(type) {}
   ~MpiRequest() override {
     if (m_request != MPI_REQUEST_NULL) MPI_Wait(&m_request, MPI_STATUS_IGNORE);
     finish();
@@ -61,6 +76,7 @@ class MpiRequest final : public Request {
   void* move_to = nullptr;
   std::size_t move_bytes = 0;
   void wait() override {
+    CollectiveWatchdog::Scope watch(m_watchdog, m_what, m_count, dtype_name(m_type));
     SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE));
     finish();
   }
@@ -77,6 +93,10 @@ class MpiRequest final : public Request {
     move_bytes = 0;
   }
   MPI_Request m_request = MPI_REQUEST_NULL;
+  CollectiveWatchdog* m_watchdog;
+  const char* m_what;
+  std::size_t m_count;
+  DType m_type;
 };
 
 // inout[i] = in[i] op inout[i], computed in fp32 and rounded to H once.
@@ -124,6 +144,7 @@ MPI_Op MpiCommunicator::mpi_op(DType type, ReduceOp op) const {
 }
 
 void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
+  CollectiveWatchdog::Scope watch(m_watchdog, "all_reduce", count, dtype_name(type));
   const std::size_t esize = dtype_size(type);
   auto* bytes = static_cast<char*>(buffer);
   for (std::size_t done = 0; done < count;) {
@@ -137,6 +158,7 @@ void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, Re
 }
 
 void MpiCommunicator::broadcast(void* buffer, std::size_t count, DType type, int root) {
+  CollectiveWatchdog::Scope watch(m_watchdog, "broadcast", count, dtype_name(type));
   const std::size_t esize = dtype_size(type);
   auto* bytes = static_cast<char*>(buffer);
   for (std::size_t done = 0; done < count;) {
@@ -147,11 +169,15 @@ void MpiCommunicator::broadcast(void* buffer, std::size_t count, DType type, int
   if (m_rank == root && m_size > 1) count_sent(count * esize);
 }
 
-void MpiCommunicator::barrier() { SHARDTRAIN_MPI_CHECK(MPI_Barrier(m_comm)); }
+void MpiCommunicator::barrier() {
+  CollectiveWatchdog::Scope watch(m_watchdog, "barrier", 0, "-");
+  SHARDTRAIN_MPI_CHECK(MPI_Barrier(m_comm));
+}
 
 // Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                      DType type, ReduceOp op) {
+  CollectiveWatchdog::Scope watch(m_watchdog, "reduce_scatter", recv_count, dtype_name(type));
   const std::size_t block_bytes = recv_count * dtype_size(type);
   const int n = block_count(recv_count, "reduce_scatter");
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
@@ -167,6 +193,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
 
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
                                  DType type) {
+  CollectiveWatchdog::Scope watch(m_watchdog, "all_gather", send_count, dtype_name(type));
   const std::size_t block_bytes = send_count * dtype_size(type);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "all_gather");
@@ -176,7 +203,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
 }
 
 RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
-  auto request = std::make_unique<MpiRequest>();
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_reduce", count, type);
   SHARDTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer, block_count(count, "iall_reduce"), to_mpi(type),
                            mpi_op(type, op), m_comm, request->handle()));
   if (m_size > 1) count_sent(2 * count * dtype_size(type) * (m_size - 1) / m_size);
@@ -185,7 +212,7 @@ RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType t
 
 RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                             DType type, ReduceOp op) {
-  auto request = std::make_unique<MpiRequest>();
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter", recv_count, type);
   const std::size_t block_bytes = recv_count * dtype_size(type);
   const int n = block_count(recv_count, "ireduce_scatter");
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
@@ -205,7 +232,7 @@ RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::s
 
 RequestPtr MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count,
                                         DType type) {
-  auto request = std::make_unique<MpiRequest>();
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather", send_count, type);
   const std::size_t block_bytes = send_count * dtype_size(type);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "iall_gather");
@@ -223,7 +250,7 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                               std::span<const std::size_t> counts, DType type,
                                               ReduceOp op) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
-  auto request = std::make_unique<MpiRequest>();
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter_v", counts[m_rank], type);
   std::size_t total = 0, own_displ = 0;
   for (int q = 0; q < m_size; ++q) {
     request->counts.push_back(block_count(counts[q], "ireduce_scatter_v"));
@@ -252,7 +279,7 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
 RequestPtr MpiCommunicator::iall_gather_v(const void* send, void* recv,
                                           std::span<const std::size_t> counts, DType type) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
-  auto request = std::make_unique<MpiRequest>();
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather_v", counts[m_rank], type);
   std::size_t displ = 0;
   for (std::size_t c : counts) {
     request->counts.push_back(block_count(c, "iall_gather_v"));

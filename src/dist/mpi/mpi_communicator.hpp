@@ -3,11 +3,14 @@
 // Every MPI call is checked; a failure throws shardtrain::Error naming the call.
 // Blocking calls split buffers above INT_MAX elements into chunks; reduce-scatter
 // and all-gather blocks must fit in an int (2^31 - 1 elements per rank).
+// With a CollectiveWatchdog set, every blocking call (and every wait on a
+// request) is watched: a stall is reported by name and ends the job.
 #pragma once
 
 #include <mpi.h>
 
 #include "dist/communicator.hpp"
+#include "dist/watchdog.hpp"
 
 namespace shardtrain {
 
@@ -42,12 +45,15 @@ class MpiCommunicator final : public Communicator {
   using Communicator::reduce_scatter;
 
   MPI_Comm comm() const { return m_comm; }
+  // Watches blocking calls from now on (nullptr: none). Not owned.
+  void set_watchdog(CollectiveWatchdog* watchdog) { m_watchdog = watchdog; }
 
  private:
   // The MPI reduction for (type, op): predefined, or ours for F16/BF16.
   MPI_Op mpi_op(DType type, ReduceOp op) const;
 
   MPI_Comm m_comm;
+  CollectiveWatchdog* m_watchdog = nullptr;
   int m_rank = 0;
   int m_size = 1;
   MPI_Op m_half_ops[2][3] = {};  // [F16, BF16][Sum, Max, Min], created by the constructor

@@ -169,7 +169,7 @@ TEST_F(ConfigParse, UnknownKeySuggestsAKeyOfAnotherSection) {
 TEST_F(ConfigParse, UnknownKeyWithoutCloseMatchListsTheSectionsKeys) {
   EXPECT_EQ(error_of("[parallel]\ntensor_parallel = 2\n" + data_section()),
             "inputs/x.toml:2:1: unknown key parallel.tensor_parallel (keys of [parallel] are "
-            "zero_stage, overlap, bucket_mb)");
+            "zero_stage, overlap, bucket_mb, collective_timeout_s)");
 }
 
 TEST_F(ConfigParse, UnknownSection) {
@@ -380,6 +380,34 @@ TEST_F(ConfigParse, CheckpointKeys) {
             "inputs/x.toml:2:10: checkpoint.resume: expected a string, got boolean");
   EXPECT_EQ(error_of("[checkpoint]\nevery = 5\n" + data_section()).substr(0, 52),
             "inputs/x.toml:2:1: unknown key checkpoint.every (did");
+}
+
+TEST_F(ConfigParse, TimeLimitTakesMinutesOrSlurmTimes) {
+  auto minutes = [&](const std::string& v) {
+    return parse_run_config("[train]\ntime_limit = " + v + "\n" + data_section(), "x.toml").train.time_limit_minutes;
+  };
+  EXPECT_EQ(minutes("90"), 90.0);
+  EXPECT_EQ(minutes("2.5"), 2.5);
+  EXPECT_EQ(minutes("\"30\""), 30.0);                        // MM
+  EXPECT_EQ(minutes("\"10:30\""), 10.5);                     // MM:SS
+  EXPECT_EQ(minutes("\"02:00:30\""), 120.5);                 // HH:MM:SS
+  EXPECT_EQ(minutes("\"1-00\""), 1440.0);                    // D-HH
+  EXPECT_EQ(minutes("\"1-02:30\""), 1590.0);                 // D-HH:MM
+  EXPECT_EQ(minutes("\"2-00:00:30\""), 2 * 1440.0 + 0.5);    // D-HH:MM:SS
+  EXPECT_EQ(parse_run_config(data_section(), "x.toml").train.time_limit_minutes, 0.0);
+  EXPECT_EQ(error_of("[train]\ntime_limit = \"1h\"\n" + data_section()),
+            "inputs/x.toml:2:14: train.time_limit: expected minutes (a number) or a time like \"HH:MM:SS\" or "
+            "\"D-HH:MM:SS\", got \"1h\"");
+  EXPECT_EQ(error_of("[train]\ntime_limit = \"1:2:3:4\"\n" + data_section()).substr(0, 50),
+            "inputs/x.toml:2:14: train.time_limit: expected min");
+  EXPECT_EQ(error_of("[train]\ntime_limit = -5\n" + data_section()),
+            "inputs/x.toml:2:14: train.time_limit: must be >= 0, got -5");
+  EXPECT_EQ(parse_run_config("[parallel]\ncollective_timeout_s = 0\n" + data_section(), "x.toml")
+                .parallel.collective_timeout_s,
+            0.0);
+  EXPECT_EQ(parse_run_config(data_section(), "x.toml").parallel.collective_timeout_s, 300.0);
+  EXPECT_EQ(error_of("[parallel]\ncollective_timeout_s = -1\n" + data_section()),
+            "inputs/x.toml:2:24: parallel.collective_timeout_s: must be >= 0, got -1");
 }
 
 TEST_F(ConfigParse, ZeroStageRange) {

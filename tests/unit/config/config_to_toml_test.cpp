@@ -49,6 +49,8 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   expect_same_double(a.optim.eps, b.optim.eps, "eps");
   expect_same_double(a.optim.grad_clip, b.optim.grad_clip, "grad_clip");
   EXPECT_EQ(a.parallel.zero_stage, b.parallel.zero_stage);
+  expect_same_double(a.train.time_limit_minutes, b.train.time_limit_minutes, "time_limit");
+  expect_same_double(a.parallel.collective_timeout_s, b.parallel.collective_timeout_s, "collective_timeout_s");
   EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
   EXPECT_EQ(a.checkpoint.every_steps, b.checkpoint.every_steps);
   expect_same_double(a.checkpoint.every_minutes, b.checkpoint.every_minutes, "every_minutes");
@@ -141,6 +143,8 @@ TEST_F(ConfigToToml, AwkwardValuesRoundTripExactly) {
   a.optim.beta2 = std::nextafter(1.0, 0.0);
   a.optim.eps = 2.2250738585072014e-308;
   a.optim.grad_clip = std::numeric_limits<double>::max();
+  a.train.time_limit_minutes = 1.0 / 3.0;
+  a.parallel.collective_timeout_s = 0.1;
   a.checkpoint.dir = "ckpt dir \"q\" é";
   a.checkpoint.every_steps = 9223372036854775807;
   a.checkpoint.every_minutes = 0.1 + 0.2;

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# End-to-end checks of the run's lifecycle (train/lifecycle.hpp, dist/watchdog.hpp),
+# driven by CTest (tests/e2e/trainer/CMakeLists.txt). Environment: as
+# trainer_e2e.sh, plus CKPT_TOOL (trainer-ckpt).
+#   signals NP ROUNDS   SIGUSR1 to a random rank at a random moment, ROUNDS times: every
+#                       run ends with exit code 75 and a complete checkpoint (trainer-ckpt
+#                       verify) of the step it stopped at; resuming finishes with bitwise
+#                       the losses and weight CRCs of an uninterrupted run
+#   wall-time NP        train.time_limit = 6 s on a run that needs minutes: the guard lets it
+#                       train, then stops it in time with a complete checkpoint and exit 75
+#   rank-failure NP     SIGKILL of one rank mid-training ends the whole mpirun within 60 s
+#                       with a non-zero status, and no process of the run is left
+#   stall NP            a rank stalled before a collective (--stall-in-collective): the
+#                       others' watchdog names the collective and the step, and the job
+#                       ends within 60 s with a non-zero status, no process left
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=e2e_lib.sh
+source "$here/e2e_lib.sh"
+
+# A run of some seconds at 2 ranks: the tiny model, 3000 steps, a periodic
+# checkpoint every 500 (so that some signals land during a write).
+long=(--set train.steps=3000 --set train.log_every=100 --set train.eval_every=0 --set checkpoint.every_steps=500)
+
+# Starts the trainer in the background into $WORK/NAME; sets `job` (mpirun's pid).
+start_trainer() {  # NP NAME extra-args...
+  local np=$1 name=$2; shift 2
+  timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+    --set train.run_dir="$WORK/$name" "$@" > "$WORK/$name.log" 2>&1 &
+  job=$!
+}
+
+# The trainer processes (ranks) of the run writing into $WORK/NAME.
+rank_pids() { pgrep -f -- "train.run_dir=$WORK/$1( |$)" | while read -r p; do
+  [[ "$(cat /proc/"$p"/comm 2>/dev/null)" == trainer ]] && echo "$p"; done; }
+
+# Waits (up to 60 s) until the log of NAME shows LINE.
+wait_for_line() {  # NAME REGEX
+  for _ in $(seq 600); do
+    grep -Eq "$2" "$WORK/$1.log" 2>/dev/null && return 0
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$WORK/$1.log"; die "$1: no line /$2/ in the log"
+}
+
+# Waits for mpirun (pid $job) to end within LIMIT seconds; sets rc and elapsed.
+wait_job() {  # LIMIT
+  local start=$SECONDS
+  for _ in $(seq $(($1 * 10))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  elapsed=$((SECONDS - start))
+  kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; die "mpirun still running after $1 s"; }
+  wait "$job"; rc=$?
+}
+
+no_leftovers() {  # NAME
+  sleep 1
+  local left; left=$(pgrep -f -- "train.run_dir=$WORK/$1( |$)" || true)
+  [[ -z "$left" ]] || { ps -o pid,stat,etime,args -p $left; die "processes of the run are left behind"; }
+}
+
+case "${1:-}" in
+  signals)
+    np=$2; rounds=$3
+    t0=$(date +%s.%N)
+    run_trainer "$np" sig_straight "${long[@]}" > /dev/null
+    span=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", (b - a) * 0.6 }')
+    echo "uninterrupted run: signals go out 0 to $span s (60% of its duration) after start-up"
+    for ((i = 1; i <= rounds; ++i)); do
+      name="sig_round$i"; rm -rf "${WORK:?}/$name"
+      start_trainer "$np" "$name" "${long[@]}"
+      wait_for_line "$name" '^run directory:'
+      delay=$(awk -v r="$RANDOM" -v s="$span" 'BEGIN { printf "%.2f", r / 32767 * s }')
+      sleep "$delay"
+      mapfile -t pids < <(rank_pids "$name")
+      [[ ${#pids[@]} -eq $np ]] || die "round $i: found ${#pids[@]} rank processes, expected $np"
+      victim=$((RANDOM % np))
+      echo "round $i: SIGUSR1 to rank process ${pids[$victim]} (of ${pids[*]}) ${delay} s after start-up"
+      kill -USR1 "${pids[$victim]}"
+      wait_job 120
+      grep -E '^(stopping|checkpoint step|error)' "$WORK/$name.log"
+      [[ $rc -eq 75 ]] || { cat "$WORK/$name.log"; die "round $i: exit code $rc, expected 75"; }
+      step=$(sed -n 's/^stopping after step \([0-9]*\) of .*/\1/p' "$WORK/$name.log")
+      [[ -n "$step" ]] || die "round $i: no 'stopping after step' line"
+      file=$(printf '%s/%s/checkpoints/step_%08d.h5' "$WORK" "$name" "$step")
+      [[ "$(cat "$WORK/$name/checkpoints/latest")" == "$(basename "$file")" ]] || die "round $i: latest does not name step $step"
+      "$CKPT_TOOL" verify "$file" > /dev/null || die "round $i: the checkpoint of step $step does not verify"
+      LOG="$WORK/$name.resume.log" train_in "$np" "$name" "${long[@]}" > /dev/null
+      grep -q "^resumed from $file: step $step" "$WORK/$name.resume.log" || die "round $i: did not resume from step $step"
+      diff <(cut -d, -f1,2,3,9,10,11 "$WORK/sig_straight/metrics.csv") <(cut -d, -f1,2,3,9,10,11 "$WORK/$name/metrics.csv") ||
+        die "round $i: the resumed run's metrics differ from the uninterrupted run's"
+      echo "round $i: stopped at step $step with exit 75, resumed, bitwise the uninterrupted curve"
+    done
+    ;;
+  wall-time)
+    np=$2; name="walltime_np$np"; rm -rf "${WORK:?}/$name"
+    start=$SECONDS
+    start_trainer "$np" "$name" --set train.steps=1000000 --set train.log_every=1000 --set train.eval_every=0 \
+      --set train.time_limit=0.1
+    wait_job 60
+    cat "$WORK/$name.log" | grep -E '^(stopping|checkpoint step|error)'
+    [[ $rc -eq 75 ]] || { cat "$WORK/$name.log"; die "exit code $rc, expected 75"; }
+    step=$(sed -n 's/^stopping after step \([0-9]*\) of 1000000: the wall-time guard.*/\1/p' "$WORK/$name.log")
+    [[ -n "$step" ]] || die "no wall-time stop line"
+    (( step >= 100 )) || die "stopped after step $step: the guard should let the run train until near the limit"
+    (( SECONDS - start <= 6 )) || die "the 6 s time limit ended the job only after $((SECONDS - start)) s"
+    "$CKPT_TOOL" verify "$WORK/$name/checkpoints/$(cat "$WORK/$name/checkpoints/latest")" > /dev/null ||
+      die "the checkpoint does not verify"
+    echo "stopped by the wall-time guard at step $step after $((SECONDS - start)) s (limit 6 s from the trainer's start)"
+    ;;
+  rank-failure)
+    np=$2; name="rankfail_np$np"; rm -rf "${WORK:?}/$name"
+    start_trainer "$np" "$name" "${long[@]}"
+    wait_for_line "$name" '^step +100/'
+    mapfile -t pids < <(rank_pids "$name")
+    [[ ${#pids[@]} -eq $np ]] || die "found ${#pids[@]} rank processes, expected $np"
+    echo "SIGKILL to rank process ${pids[-1]}"
+    kill -KILL "${pids[-1]}"
+    wait_job 60
+    tail -5 "$WORK/$name.log"
+    [[ $rc -ne 0 ]] || die "mpirun exited 0 after a rank was killed"
+    no_leftovers "$name"
+    echo "mpirun ended $elapsed s after the kill with status $rc; no process left"
+    ;;
+  stall)
+    np=$2; name="stall_np$np"; rm -rf "${WORK:?}/$name"
+    start_trainer "$np" "$name" --set parallel.collective_timeout_s=3 --stall-in-collective 5:$((np - 1))
+    wait_job 60
+    cat "$WORK/$name.log" | grep -E 'watchdog|test hook'
+    [[ $rc -ne 0 ]] || die "exit code 0 after a stall"
+    grep -Eq '^error \(rank 0\): watchdog: all_reduce \([0-9]+ x F32\) at step 5 has not completed after 3\.[0-9] s \(parallel\.collective_timeout_s = 3\)' \
+      "$WORK/$name.log" || die "no watchdog report naming the collective and the step"
+    no_leftovers "$name"
+    echo "the watchdog ended the job $elapsed s after its start; no process left"
+    ;;
+  *)
+    die "usage: lifecycle_e2e.sh signals|wall-time|rank-failure|stall ..." ;;
+esac
