@@ -154,6 +154,11 @@ int run_main(int argc, char** argv) {
                  "entering the step's gradient reduction, so the other ranks' collective watchdog "
                  "(parallel.collective_timeout_s) reports the stalled collective and ends the job")
       ->type_name("STEP[:RANK]");
+  std::string throw_at;
+  app.add_option("--throw-at-step", throw_at,
+                 "Test hook: rank RANK (default 0) throws an error during optimizer step STEP, as a "
+                 "rank-local failure would; the job must end with that rank's message")
+      ->type_name("STEP[:RANK]");
   std::string signal_at;
   app.add_option("--signal-at-step", signal_at,
                  "Test hook: rank RANK (default 0) acts as if SIGUSR1 arrived during optimizer step STEP")
@@ -172,6 +177,8 @@ int run_main(int argc, char** argv) {
       !parse_step_rank("--inject-overflow", inject_overflow, hooks.overflow_step, hooks.overflow_rank))
     return kExitBadInput;
   if (!stall.empty() && !parse_step_rank("--stall-in-collective", stall, hooks.stall_step, hooks.stall_rank))
+    return kExitBadInput;
+  if (!throw_at.empty() && !parse_step_rank("--throw-at-step", throw_at, hooks.throw_step, hooks.throw_rank))
     return kExitBadInput;
   if (!signal_at.empty() && !parse_step_rank("--signal-at-step", signal_at, hooks.signal_step, hooks.signal_rank))
     return kExitBadInput;

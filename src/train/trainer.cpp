@@ -270,6 +270,8 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   if (m_hooks.overflow_step == step + 1 && m_hooks.overflow_rank == m_comm.rank())
     m_zero->plant_overflow();
   if (m_hooks.signal_step == step + 1 && m_hooks.signal_rank == m_comm.rank()) raise_stop_flag(SIGUSR1);
+  if (m_hooks.throw_step == step + 1 && m_hooks.throw_rank == m_comm.rank())
+    SHARDTRAIN_FAIL(fmt::format("test hook --throw-at-step: rank {} fails in step {}", m_comm.rank(), step + 1));
 
   m_zero->begin_step();
   double loss_sum = 0.0;

@@ -50,6 +50,9 @@ struct TrainerHooks {
   // other ranks' collective watchdog fires.
   std::int64_t stall_step = 0;  // 0: none
   int stall_rank = 0;
+  // --throw-at-step STEP[:RANK]: rank RANK throws an Error in step STEP (a rank-local failure).
+  std::int64_t throw_step = 0;  // 0: none
+  int throw_rank = 0;
   // --signal-at-step STEP[:RANK]: rank RANK acts as if SIGUSR1 arrived during step STEP.
   std::int64_t signal_step = 0;  // 0: none
   int signal_rank = 0;

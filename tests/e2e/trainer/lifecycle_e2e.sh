@@ -10,6 +10,8 @@
 #                       train, then stops it in time with a complete checkpoint and exit 75
 #   rank-failure NP     SIGKILL of one rank mid-training ends the whole mpirun within 60 s
 #                       with a non-zero status, and no process of the run is left
+#   rank-throws NP      one rank throws in step 5 (--throw-at-step): its message is printed
+#                       and the whole job ends (MPI_Abort) with exit code 1, no process left
 #   stall NP            a rank stalled before a collective (--stall-in-collective): the
 #                       others' watchdog names the collective and the step, and the job
 #                       ends within 60 s with a non-zero status, no process left
@@ -121,6 +123,17 @@ case "${1:-}" in
     [[ $rc -ne 0 ]] || die "mpirun exited 0 after a rank was killed"
     no_leftovers "$name"
     echo "mpirun ended $elapsed s after the kill with status $rc; no process left"
+    ;;
+  rank-throws)
+    np=$2; name="throw_np$np"; rm -rf "${WORK:?}/$name"
+    start_trainer "$np" "$name" --throw-at-step 5:$((np - 1))
+    wait_job 60
+    grep -E '^error' "$WORK/$name.log"
+    [[ $rc -eq 1 ]] || die "exit code $rc, expected 1"
+    grep -q "^error (rank $((np - 1))): .*test hook --throw-at-step: rank $((np - 1)) fails in step 5" "$WORK/$name.log" ||
+      die "the failing rank's message was not printed"
+    no_leftovers "$name"
+    echo "the job ended $elapsed s after its start with the failing rank's message; no process left"
     ;;
   stall)
     np=$2; name="stall_np$np"; rm -rf "${WORK:?}/$name"
