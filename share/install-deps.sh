@@ -13,6 +13,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev
   python3-h5py   # tests: tests/e2e/ckpt reads checkpoints with /usr/bin/python3 + h5py + numpy
+  slurmctld slurmd slurm-client munge   # tests/slurm: a private loopback Slurm cluster runs jobs/*.sbatch
 )
 if [[ "${1:-}" == "--quickstart" ]]; then
   command -v npm >/dev/null 2>&1 || packages+=(npm)

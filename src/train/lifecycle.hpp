@@ -33,7 +33,8 @@ void raise_stop_flag(int signal);
 // Stops a run before its wall time ends: when what is left is less than two
 // steps plus two checkpoints plus a second, at the step boundary. The end is
 // the earlier of train.time_limit (minutes, counted from the process start) and
-// SLURM_JOB_END_TIME (Unix seconds, set by Slurm), when given.
+// SLURM_JOB_END_TIME (Unix seconds; set by newer Slurm versions, and exported
+// by the jobs/ scripts on Slurm 22.05), when given.
 class WallTimeGuard {
  public:
   // time_limit_minutes <= 0: none. Reads SLURM_JOB_END_TIME from the environment.

@@ -743,9 +743,10 @@ TrainResult Run<P>::run() {
                  m_ckpt->enabled() ? " | the run continues from its checkpoint with checkpoint.resume = \"auto\""
                                    : " | checkpointing is off: this progress is not saved");
     else
-      fmt::print("done: {} steps in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "
+      fmt::print("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "
                  "(whole validation split)\n",
-                 tc.steps, result.seconds, result.final_train_loss, result.final_val_loss);
+                 tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", tc.steps - first, first + 1) : "",
+                 result.seconds, result.final_train_loss, result.final_val_loss);
     fmt::print("metrics: {}\n", dir->metrics_path());
     std::fflush(stdout);
   }
