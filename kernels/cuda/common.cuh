@@ -1,0 +1,40 @@
+// shardtrain/kernels/cuda/common.cuh
+// Owns what every CUDA op in kernels/cuda shares: the storage types (float,
+// __half, __nv_bfloat16) with fp32 math (load_f32 / store_as), launch sizing,
+// and the check after a launch. Every op takes device pointers and the stream
+// it runs on; nothing here allocates or synchronizes.
+// Invariants: 16-bit values are widened to fp32 for arithmetic and rounded once
+// (round to nearest even) when stored, as the host kernels do (kernels/half.hpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace shardtrain::cuda {
+
+__host__ __device__ inline float load_f32(float x) { return x; }
+__host__ __device__ inline float load_f32(__half x) { return __half2float(x); }
+__host__ __device__ inline float load_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T>
+__host__ __device__ inline T store_as(float x);
+template <>
+__host__ __device__ inline float store_as<float>(float x) { return x; }
+template <>
+__host__ __device__ inline __half store_as<__half>(float x) { return __float2half_rn(x); }
+template <>
+__host__ __device__ inline __nv_bfloat16 store_as<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Blocks of `threads` covering n elements (at least one block).
+inline unsigned blocks_for(std::int64_t n, unsigned threads) {
+  const std::int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b > 0 ? b : 1);
+}
+
+// Throws shardtrain::Error naming `what` when the last launch failed.
+void check_launch(const char* what);
+
+}  // namespace shardtrain::cuda

@@ -1,0 +1,1 @@
+# Device tests of the cuBLAS GEMM, linear and attention CUDA ops (label gpu).

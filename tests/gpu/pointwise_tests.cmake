@@ -1,0 +1,1 @@
+# Device tests of the pointwise/row CUDA ops (label gpu).
