@@ -10,6 +10,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "core/mpi_check.hpp"
+#include "dist/device_assignment.hpp"
 
 
 namespace shardtrain {
@@ -142,16 +143,9 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
   SHARDTRAIN_MPI_CHECK(MPI_Comm_free(&node));
 
   const std::string who = "rank " + std::to_string(m_rank);
-  std::string problem;
-  if (count_rc != cudaSuccess)
-    problem = "no CUDA device available to " + who +
-              " (cudaGetDeviceCount: " + detail::cuda_error_text(count_rc) + ")";
-  else if (devices == 0)
-    problem = "no CUDA device available to " + who + " (cudaGetDeviceCount: 0 devices)";
-  else if (devices < local_size && devices != 1)
-    problem = who + ": " + std::to_string(local_size) + " ranks share this node but only " +
-              std::to_string(devices) +
-              " CUDA device(s) are visible; NcclCommunicator needs one device per rank";
+  const DeviceAssignment assignment = assign_device(
+      m_rank, local_rank, local_size, devices, count_rc != cudaSuccess ? detail::cuda_error_text(count_rc) : "");
+  std::string problem = assignment.problem;
   // Every rank throws if any rank failed, so none waits in a later collective.
   const auto agree = [&](const std::string& local_problem, const char* what) {
     int first_failing = local_problem.empty() ? m_size : m_rank;
@@ -166,7 +160,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
   try {
     // 2. One device per node-local rank; the comm stream and ordering event on it.
     try {
-      m_device = devices == 1 ? 0 : local_rank;
+      m_device = assignment.device;
       SHARDTRAIN_CUDA_CHECK(cudaSetDevice(m_device));
       SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
       SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&m_ordering_event, cudaEventDisableTiming));
