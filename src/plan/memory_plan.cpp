@@ -75,6 +75,13 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
         static_cast<double>(head) / kMiB));
   }
   p.recompute = std::move(*schedule);
+  {
+    double one_pass = chain.other_forward_flops;
+    for (double fl : chain.forward_flops) one_pass += fl;
+    p.batch_size = c.train.batch_size;
+    p.forward_flops_per_sequence = one_pass / static_cast<double>(p.dims.max_batch);
+    p.step_flops = p.forward_flops_per_sequence * static_cast<double>(p.batch_size) * (3.0 + p.recompute.extra_flops);
+  }
   set(MemCategory::Activations, f * gpt_activation_elems(p.dims, p.recompute));
   // 16-bit kernels convert tiles to fp32 in a scratch arena (kernels/half_scratch.hpp).
   set(MemCategory::Workspace, f * acts.workspace + (half ? f32 * acts.half_scratch : 0));
@@ -95,6 +102,10 @@ std::string format_plan(const MemoryPlan& p) {
   out += fmt::format("  activations {:.3f} MiB per rank (policy \"none\" would need {:.3f} MiB)\n",
                      static_cast<double>(p.of(MemCategory::Activations)) / kMiB,
                      static_cast<double>(p.activations_none) / kMiB);
+  out += fmt::format("compute per step: {:.4g} GFLOP for the global batch of {} sequences ({:.4g} MFLOP forward per "
+                     "sequence; x (3 + {:.3f} recomputed) for forward, backward and recompute), {:.4g} GFLOP per rank\n",
+                     p.step_flops / 1e9, p.batch_size, p.forward_flops_per_sequence / 1e6, p.recompute.extra_flops,
+                     p.step_flops / 1e9 / p.world);
   return out;
 }
 

@@ -33,6 +33,12 @@ struct MemoryPlan {
   GptDims dims;
   RecomputeSchedule recompute;      // the blocks' schedule; activations are sized by it
   std::int64_t activations_none = 0;  // activation bytes policy "none" would need (for the report)
+  // Compute per optimizer step (analytic, gpt_chain_costs): forward FLOPs of one
+  // sequence, and the global batch's training FLOPs: forward + recomputed
+  // forwards + backward (twice the forward's GEMM work).
+  double forward_flops_per_sequence = 0;
+  double step_flops = 0;
+  std::int64_t batch_size = 0;
 
   std::int64_t total() const;
   std::int64_t of(MemCategory c) const { return bytes[static_cast<int>(c)]; }
