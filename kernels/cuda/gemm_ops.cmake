@@ -1,1 +1,5 @@
 # cuBLAS GEMM, linear and attention CUDA ops (kernels/cuda): target_sources(shardtrain_cuda_kernels PRIVATE ...)
+target_sources(shardtrain_cuda_kernels PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/gemm.cu
+  ${CMAKE_CURRENT_LIST_DIR}/linear.cu
+  ${CMAKE_CURRENT_LIST_DIR}/attention.cu)

@@ -1,1 +1,11 @@
 # Device tests of the cuBLAS GEMM, linear and attention CUDA ops (label gpu).
+# gpu_gemm_kernels_test: kernels/cuda/{gemm,linear,attention} against the Kokkos
+# host kernels for float, __half, __nv_bfloat16; one process, one device. Without
+# a device it prints why and exits 1 (never skips).
+add_executable(gpu_gemm_kernels_test gemm_kernels_test.cpp)
+target_link_libraries(gpu_gemm_kernels_test PRIVATE
+  shardtrain_cuda_kernels shardtrain_kernels GTest::gtest CUDA::cudart CUDA::cublas)
+target_compile_options(gpu_gemm_kernels_test PRIVATE -Wall -Wextra)
+add_test(NAME gpu_gemm_kernels COMMAND gpu_gemm_kernels_test)
+set_tests_properties(gpu_gemm_kernels PROPERTIES LABELS gpu)
+add_dependencies(cuda-build gpu_gemm_kernels_test)

@@ -21,9 +21,12 @@
 #include "device_fill.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/nccl/nccl_communicator.hpp"
+#include "device_buffer.hpp"
 
 namespace shardtrain {
 namespace {
+
+using shardtrain::test::DeviceBuffer;
 
 // One NcclCommunicator per process (ncclCommInitRank is expensive), created and
 // destroyed inside RUN_ALL_TESTS, i.e. while MPI is initialised.
@@ -39,32 +42,7 @@ class NcclEnvironment : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const g_env =
     ::testing::AddGlobalTestEnvironment(new NcclEnvironment);
 
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t n) : m_size(n) {
-    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&m_data, std::max<std::size_t>(n, 1) * sizeof(T)));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() { cudaFree(m_data); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  T* data() { return static_cast<T*>(m_data); }
-  std::size_t size() const { return m_size; }
-  void upload(const std::vector<T>& host) {
-    SHARDTRAIN_CUDA_CHECK(cudaMemcpy(m_data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(m_size);
-    SHARDTRAIN_CUDA_CHECK(cudaMemcpy(host.data(), m_data, m_size * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  void* m_data = nullptr;
-  std::size_t m_size = 0;
-};
 
 // Values whose sums over a few ranks are exact in float: integers below 2^20.
 std::vector<float> exact_floats(std::size_t n, int rank) {

@@ -1,1 +1,13 @@
 # Device tests of the pointwise/row CUDA ops (label gpu).
+# kernels/cuda embedding, layernorm, gelu, cross_entropy, elementwise and adamw
+# against the Kokkos host kernels and AdamW::step, for float / f16 / bf16. Needs a
+# GPU: without one every test fails (never skips). Kokkos is initialised by
+# shardtrain_kokkos_gtest_env.
+add_executable(gpu_pointwise_kernels_test pointwise_kernels_test.cpp)
+target_link_libraries(gpu_pointwise_kernels_test PRIVATE
+  shardtrain_cuda_kernels shardtrain_kernels shardtrain_app shardtrain_kokkos_gtest_env
+  GTest::gtest GTest::gtest_main)
+target_compile_options(gpu_pointwise_kernels_test PRIVATE -Wall -Wextra)
+add_test(NAME gpu_pointwise_kernels COMMAND gpu_pointwise_kernels_test)
+set_tests_properties(gpu_pointwise_kernels PROPERTIES LABELS gpu)
+add_dependencies(cuda-build gpu_pointwise_kernels_test)

@@ -1,0 +1,22 @@
+// shardtrain/kernels/cuda/gelu.cuh
+// CUDA GELU, tanh approximation, mirroring kernels/gelu.hpp:
+//   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// evaluated as the host does, y = x s with s = 1 / (1 + exp(-2u)); backward
+// dx = dy (s + 2 x s (1 - s) u') with x clamped to [-12, 12] first (where s is
+// exactly 0 or 1 in fp32). forward OVERWRITES y (y may alias x); backward
+// OVERWRITES dx (dx may alias dy). One thread per element, fp32 math, rounded once.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace shardtrain::cuda {
+
+template <class T>
+void gelu_forward(const T* x, T* y, std::int64_t n, cudaStream_t stream);
+
+template <class T>
+void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n, cudaStream_t stream);
+
+}  // namespace shardtrain::cuda

@@ -1,0 +1,177 @@
+// CUDA LayerNorm (see layernorm.cuh for the contract).
+// Invariants: one warp per row for the row statistics and dx (lanes stride the
+// channels, the 32 partial sums are combined by a fixed xor-shuffle tree, so
+// results do not depend on scheduling); dw/db partial sums per (row chunk,
+// channel) land in a workspace and are summed over chunks in chunk order. Every
+// output element is rounded to T once.
+#include "kernels/cuda/layernorm.cuh"
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace shardtrain::cuda {
+namespace {
+
+constexpr unsigned kWarpsPerBlock = 4;
+constexpr unsigned kParamThreads = 256;
+constexpr std::int64_t kRowChunk = 256;  // rows per partial sum of dw/db
+
+__device__ inline float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;  // every lane holds the same total (same tree on every lane)
+}
+
+template <class T>
+__global__ void layernorm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                         const T* __restrict__ b, T* __restrict__ y,
+                                         T* __restrict__ mean, T* __restrict__ rstd, float eps,
+                                         std::int64_t n, std::int64_t c) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= n) return;  // whole warp leaves together
+  const T* xr = x + row * c;
+  float s = 0.0f;
+  for (std::int64_t j = lane; j < c; j += 32) s += load_f32(xr[j]);
+  const float mu = warp_sum(s) / static_cast<float>(c);
+  float sq = 0.0f;
+  for (std::int64_t j = lane; j < c; j += 32) {
+    const float d = load_f32(xr[j]) - mu;
+    sq += d * d;
+  }
+  const float var = warp_sum(sq) / static_cast<float>(c);
+  const float rs = 1.0f / sqrtf(var + eps);
+  T* yr = y + row * c;
+  for (std::int64_t j = lane; j < c; j += 32)
+    yr[j] = store_as<T>((load_f32(xr[j]) - mu) * rs * load_f32(w[j]) + load_f32(b[j]));
+  if (lane == 0) {
+    mean[row] = store_as<T>(mu);
+    rstd[row] = store_as<T>(rs);
+  }
+}
+
+// dx += rs * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * w,  xhat = (x - mu) * rs
+template <class T>
+__global__ void layernorm_backward_input_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                const T* __restrict__ mean,
+                                                const T* __restrict__ rstd,
+                                                const T* __restrict__ dy, T* __restrict__ dx,
+                                                std::int64_t n, std::int64_t c) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= n) return;
+  const T* xr = x + row * c;
+  const T* dyr = dy + row * c;
+  const float mu = load_f32(mean[row]), rs = load_f32(rstd[row]);
+  float sg = 0.0f, sgx = 0.0f;
+  for (std::int64_t j = lane; j < c; j += 32) {
+    const float g = load_f32(dyr[j]) * load_f32(w[j]);
+    sg += g;
+    sgx += g * (load_f32(xr[j]) - mu);
+  }
+  const float mean_g = warp_sum(sg) / static_cast<float>(c);
+  const float mean_gx = rs * warp_sum(sgx) / static_cast<float>(c);
+  T* dxr = dx + row * c;
+  for (std::int64_t j = lane; j < c; j += 32) {
+    const float g = load_f32(dyr[j]) * load_f32(w[j]);
+    const float xhat = (load_f32(xr[j]) - mu) * rs;
+    dxr[j] = store_as<T>(load_f32(dxr[j]) + rs * (g - mean_g - xhat * mean_gx));
+  }
+}
+
+// Pass 1, grid (ceil(c / kParamThreads), chunks): thread (j, chunk) sums
+// dy * xhat and dy over the chunk's rows in order.
+template <class T>
+__global__ void layernorm_backward_params_partial_kernel(
+    const T* __restrict__ x, const T* __restrict__ mean, const T* __restrict__ rstd,
+    const T* __restrict__ dy, float* __restrict__ part_w, float* __restrict__ part_b,
+    std::int64_t n, std::int64_t c) {
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t chunk = blockIdx.y;
+  if (j >= c) return;
+  const std::int64_t r0 = chunk * kRowChunk;
+  const std::int64_t r1 = (n - r0) < kRowChunk ? n : r0 + kRowChunk;
+  float aw = 0.0f, ab = 0.0f;
+  for (std::int64_t i = r0; i < r1; ++i) {
+    const float d = load_f32(dy[i * c + j]);
+    aw += d * ((load_f32(x[i * c + j]) - load_f32(mean[i])) * load_f32(rstd[i]));
+    ab += d;
+  }
+  part_w[chunk * c + j] = aw;
+  part_b[chunk * c + j] = ab;
+}
+
+// Pass 2: one thread per channel sums the chunks in order and adds to dw / db.
+template <class T>
+__global__ void layernorm_backward_params_final_kernel(const float* __restrict__ part_w,
+                                                       const float* __restrict__ part_b,
+                                                       T* __restrict__ dw, T* __restrict__ db,
+                                                       std::int64_t chunks, std::int64_t c) {
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= c) return;
+  float aw = 0.0f, ab = 0.0f;
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    aw += part_w[k * c + j];
+    ab += part_b[k * c + j];
+  }
+  dw[j] = store_as<T>(load_f32(dw[j]) + aw);
+  db[j] = store_as<T>(load_f32(db[j]) + ab);
+}
+
+std::int64_t row_chunks(std::int64_t n) { return (n + kRowChunk - 1) / kRowChunk; }
+
+}  // namespace
+
+std::size_t layernorm_backward_workspace_bytes(std::int64_t n, std::int64_t c) {
+  if (n <= 0 || c <= 0) return 0;
+  return static_cast<std::size_t>(2 * row_chunks(n) * c) * sizeof(float);
+}
+
+template <class T>
+void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, float eps,
+                       std::int64_t n, std::int64_t c, cudaStream_t stream) {
+  SHARDTRAIN_CHECK(c > 0 || n == 0, "cuda::layernorm_forward: zero channels");
+  if (n <= 0) return;
+  layernorm_forward_kernel<T><<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
+      x, w, b, y, mean, rstd, eps, n, c);
+  check_launch("LayerNorm::forward");
+}
+
+template <class T>
+void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx,
+                        T* dw, T* db, std::int64_t n, std::int64_t c, void* workspace,
+                        std::size_t workspace_bytes, cudaStream_t stream) {
+  if (n <= 0 || c <= 0) return;
+  const std::size_t need = layernorm_backward_workspace_bytes(n, c);
+  SHARDTRAIN_CHECK(workspace != nullptr && workspace_bytes >= need,
+                   "cuda::layernorm_backward: workspace of " + std::to_string(workspace_bytes) +
+                       " bytes, needs " + std::to_string(need));
+  const std::int64_t chunks = row_chunks(n);  // grid.y of the partial-sum pass
+  SHARDTRAIN_CHECK(chunks <= 65535, "cuda::layernorm_backward: more than 65535 * 256 rows");
+  layernorm_backward_input_kernel<T>
+      <<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(x, w, mean, rstd, dy, dx,
+                                                                         n, c);
+  check_launch("LayerNorm::backward_input");
+  float* part_w = static_cast<float*>(workspace);
+  float* part_b = part_w + chunks * c;
+  const dim3 grid(blocks_for(c, kParamThreads), static_cast<unsigned>(chunks));
+  layernorm_backward_params_partial_kernel<T><<<grid, kParamThreads, 0, stream>>>(
+      x, mean, rstd, dy, part_w, part_b, n, c);
+  check_launch("LayerNorm::backward_params_partial");
+  layernorm_backward_params_final_kernel<T><<<blocks_for(c, kParamThreads), kParamThreads, 0,
+                                              stream>>>(part_w, part_b, dw, db, chunks, c);
+  check_launch("LayerNorm::backward_params");
+}
+
+#define SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(T)                                                 \
+  template void layernorm_forward<T>(const T*, const T*, const T*, T*, T*, T*, float,            \
+                                     std::int64_t, std::int64_t, cudaStream_t);                  \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*,  \
+                                      T*, std::int64_t, std::int64_t, void*, std::size_t,        \
+                                      cudaStream_t);
+SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(float)
+SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(__half)
+SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(__nv_bfloat16)
+#undef SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM
+
+}  // namespace shardtrain::cuda

@@ -1,0 +1,35 @@
+// shardtrain/kernels/cuda/layernorm.cuh
+// CUDA LayerNorm over the last dimension of (n, c) rows with affine w, b,
+// mirroring kernels/layernorm.hpp:
+//  - forward OVERWRITES y, mean, rstd; mean and rstd = 1/sqrt(var + eps) (biased,
+//    two-pass variance) are saved per row in T, y uses the fp32 values;
+//  - backward ACCUMULATES into dx, dw and db (+=), x-hat recomputed from
+//    (x, mean, rstd) with the saved (T-rounded) statistics.
+// Deterministic, no atomics: one warp per row with a fixed shuffle tree for the
+// row sums; dw/db are reduced over rows in two passes: per chunk of
+// kLayerNormRowChunk rows (rows in order) into an fp32 workspace, then per
+// channel over the chunks in order, added to dw/db in fp32 and rounded once.
+// All pointers are device pointers. eps is the float the host kernel uses
+// (to_float(T(eps)) for 16-bit T).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace shardtrain::cuda {
+
+template <class T>
+void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, float eps,
+                       std::int64_t n, std::int64_t c, cudaStream_t stream);
+
+// Bytes of fp32 device workspace layernorm_backward needs for (n, c).
+std::size_t layernorm_backward_workspace_bytes(std::int64_t n, std::int64_t c);
+
+template <class T>
+void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx,
+                        T* dw, T* db, std::int64_t n, std::int64_t c, void* workspace,
+                        std::size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace shardtrain::cuda

@@ -1,0 +1,59 @@
+// tests/gpu/device_buffer.hpp
+// A device allocation for the gpu tests: T elements, filled from and copied
+// back to host vectors of any type H with the same size and bits (the host's
+// f16/bf16 and CUDA's __half/__nv_bfloat16). Every call is checked
+// (SHARDTRAIN_CUDA_CHECK); download() synchronizes the device first.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "core/cuda_check.hpp"
+
+namespace shardtrain::test {
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t n) : m_size(n) {
+    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&m_data, std::max<std::size_t>(n, 1) * sizeof(T)));
+  }
+  template <class H>
+  explicit DeviceBuffer(const std::vector<H>& host) : DeviceBuffer(host.size()) {
+    upload(host);
+  }
+  ~DeviceBuffer() { cudaFree(m_data); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* data() { return static_cast<T*>(m_data); }
+  std::size_t size() const { return m_size; }
+  // The same bytes seen as the device storage type D (same size and bit layout).
+  template <class D>
+  D* as() {
+    static_assert(sizeof(D) == sizeof(T));
+    return static_cast<D*>(m_data);
+  }
+  template <class H>
+  void upload(const std::vector<H>& host) {
+    static_assert(sizeof(H) == sizeof(T));
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpy(m_data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  template <class H = T>
+  std::vector<H> download() const {
+    static_assert(sizeof(H) == sizeof(T));
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<H> host(m_size);
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpy(host.data(), m_data, m_size * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  void* m_data = nullptr;
+  std::size_t m_size = 0;
+};
+
+}  // namespace shardtrain::test

@@ -1,0 +1,460 @@
+// Device tests of the pointwise/row CUDA ops (kernels/cuda: embedding, layernorm,
+// gelu, cross_entropy, elementwise, adamw) against the Kokkos host kernels
+// (kernels/*.hpp) and AdamW::step (src/optim/adamw.cpp), for T = float, f16, bf16.
+//
+// Method: random inputs (fixed seeds) are rounded to T once; the host kernel and
+// the CUDA op get the same T values (the 16-bit types have the same bits on both
+// sides: shardtrain::f16 / bf16 vs __half / __nv_bfloat16). Outputs an op
+// accumulates into (+=) are pre-filled with the same random values on both sides.
+// Tolerances, per output buffer:
+//   fp32:      every element |got - want| <= 1e-5 |want| + 1e-5 max|want|
+//              (the host sums with 16 fixed lanes, the device with other trees,
+//              and the host uses a polynomial exp: a few ulps, plus the
+//              cancellation of row sums, which is bounded by the buffer's scale);
+//   fp16/bf16: relative L2 error ||got - want|| / ||want|| <= 1e-2 / 2e-2, the
+//              bounds of the host 16-bit kernels' own test (test_half_kernels.cpp).
+// AdamW fp32 state (master weights, m, v) is compared with rtol 1e-5 whatever T.
+// Determinism: the backward reductions (embedding dwte / dwpe, layernorm dx / dw /
+// db) run twice from the same starting values and must be bitwise equal.
+//
+// Without a CUDA device every test FAILS in SetUp with a message naming the
+// cudaGetDeviceCount error: these tests never skip. Kokkos is initialised by the
+// GTest global environment of tests/support (shardtrain_kokkos_gtest_env).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "core/cuda_check.hpp"
+#include "core/memory.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/layernorm.cuh"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/half.hpp"
+#include "kernels/half_scratch.hpp"
+#include "kernels/layernorm.hpp"
+#include "model/param_layout.hpp"
+#include "optim/adamw.hpp"
+#include "device_buffer.hpp"
+
+namespace shardtrain {
+namespace {
+
+using shardtrain::test::DeviceBuffer;
+
+// --- Shapes ------------------------------------------------------------------
+
+constexpr std::int64_t kEmbB = 3, kEmbT = 50, kEmbC = 40, kEmbV = 300;
+constexpr std::int64_t kRows = 300, kChannels = 96;  // layernorm: 2 row chunks (256)
+constexpr std::int64_t kCeRows = 37, kVocab = 1000;  // cross entropy
+constexpr std::int64_t kFlat = 10007;                // gelu, elementwise
+
+// --- Device memory -----------------------------------------------------------
+
+
+
+// --- Data --------------------------------------------------------------------
+
+template <class H>
+std::vector<H> random_values(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<H> v(n);
+  for (auto& x : v) x = static_cast<H>(dist(gen));
+  return v;
+}
+
+// Token ids with many repeats (half of them from the first 20 ids).
+std::vector<TokenIndex> random_tokens(std::size_t n, std::int64_t vocab, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::vector<TokenIndex> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<TokenIndex>(gen() % (i % 2 == 0 ? 20u : static_cast<unsigned>(vocab)));
+  return v;
+}
+
+template <class H>
+std::vector<double> widen(const std::vector<H>& v) {
+  std::vector<double> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<double>(to_float(v[i]));
+  return out;
+}
+
+template <class H>
+bool bitwise_equal(const std::vector<H>& a, const std::vector<H>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(H)) == 0;
+}
+
+// --- Comparisons -------------------------------------------------------------
+
+// fp32: elementwise |g - w| <= rtol |w| + rtol max|w|. NaN never passes.
+void expect_close_f32(const std::vector<double>& got, const std::vector<double>& want,
+                      double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  std::size_t bad = 0, first_bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    if (!(err <= rtol * std::abs(want[i]) + rtol * scale)) {
+      if (bad++ == 0) first_bad = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements out of tolerance, first at " << first_bad
+                     << ": got " << got[first_bad] << " want " << want[first_bad];
+}
+
+// ||got - want||_2 / ||want||_2 (NaN if anything is NaN).
+double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+template <class H>
+double half_bound() {
+  return std::is_same_v<H, f16> ? 1e-2 : 2e-2;
+}
+
+// The stated tolerance for storage type H (see the top of the file).
+template <class H>
+void expect_close(const std::vector<H>& got, const std::vector<H>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  if constexpr (std::is_same_v<H, float>) {
+    expect_close_f32(widen(got), widen(want), 1e-5, what);
+  } else {
+    const double err = relative_l2(widen(got), widen(want));
+    EXPECT_LE(err, half_bound<H>()) << what << " (" << type_name<H>() << "): relative L2 error";
+  }
+}
+
+// --- Fixture -----------------------------------------------------------------
+
+template <class H, class D>
+struct TypePair {
+  using Host = H;  // shardtrain storage type of the host kernels
+  using Dev = D;   // CUDA storage type of kernels/cuda
+};
+using StorageTypes = ::testing::Types<TypePair<float, float>, TypePair<f16, __half>,
+                                      TypePair<bf16, __nv_bfloat16>>;
+
+template <class P>
+class PointwiseKernels : public ::testing::Test {
+ protected:
+  using Host = typename P::Host;
+  using Dev = typename P::Dev;
+
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t rc = cudaGetDeviceCount(&count);
+    ASSERT_TRUE(rc == cudaSuccess && count > 0)
+        << "no CUDA device: the gpu tests need one (cudaGetDeviceCount: "
+        << detail::cuda_error_text(rc) << ", " << count << " devices)";
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
+    const std::int64_t elems = std::max(
+        {embedding_half_scratch_elems(kEmbV, kEmbC), layernorm_half_scratch_elems(kChannels),
+         gelu_half_scratch_elems(), cross_entropy_half_scratch_elems(kVocab)});
+    m_scratch.assign(static_cast<std::size_t>(elems), 0.0f);
+    half_scratch_bind(m_scratch.data(), m_scratch.size());
+  }
+  void TearDown() override {
+    half_scratch_bind(nullptr, 0);
+    if (m_stream != nullptr) cudaStreamDestroy(m_stream);
+  }
+
+  template <class B>
+  Dev* dev(B& buffer) {
+    return buffer.template as<Dev>();
+  }
+
+  cudaStream_t m_stream = nullptr;
+  std::vector<float> m_scratch;
+};
+TYPED_TEST_SUITE(PointwiseKernels, StorageTypes);
+
+// --- Embedding -----------------------------------------------------------------
+
+TYPED_TEST(PointwiseKernels, EmbeddingMatchesHost) {
+  using H = typename TestFixture::Host;
+  const std::int64_t n = kEmbB * kEmbT;
+  const auto tokens = random_tokens(n, kEmbV, 1);
+  const auto wte = random_values<H>(kEmbV * kEmbC, 2);
+  const auto wpe = random_values<H>(kEmbT * kEmbC, 3);
+  const auto dout = random_values<H>(n * kEmbC, 4);
+  const auto dwte0 = random_values<H>(kEmbV * kEmbC, 5);
+  const auto dwpe0 = random_values<H>(kEmbT * kEmbC, 6);
+
+  std::vector<H> out(n * kEmbC), dwte = dwte0, dwpe = dwpe0;
+  embedding_forward<H>(CView2<TokenIndex>(tokens.data(), kEmbB, kEmbT),
+                       CView2<H>(wte.data(), kEmbV, kEmbC), CView2<H>(wpe.data(), kEmbT, kEmbC),
+                       View3<H>(out.data(), kEmbB, kEmbT, kEmbC));
+  embedding_backward<H>(CView2<TokenIndex>(tokens.data(), kEmbB, kEmbT),
+                        CView3<H>(dout.data(), kEmbB, kEmbT, kEmbC),
+                        View2<H>(dwte.data(), kEmbV, kEmbC), View2<H>(dwpe.data(), kEmbT, kEmbC));
+
+  DeviceBuffer<TokenIndex> d_tok(tokens);
+  DeviceBuffer<H> d_wte(wte), d_wpe(wpe), d_out(out.size()), d_dout(dout), d_dwte(dwte0),
+      d_dwpe(dwpe0);
+  const std::size_t ws_bytes = cuda::embedding_backward_workspace_bytes(n, kEmbV);
+  DeviceBuffer<char> d_ws(ws_bytes);
+  cuda::embedding_forward(d_tok.data(), this->dev(d_wte), this->dev(d_wpe), this->dev(d_out), kEmbB,
+                          kEmbT, kEmbC, kEmbV, this->m_stream);
+  cuda::embedding_backward(d_tok.data(), this->dev(d_dout), this->dev(d_dwte), this->dev(d_dwpe),
+                           kEmbB, kEmbT, kEmbC, kEmbV, d_ws.data(), ws_bytes, this->m_stream);
+  expect_close(d_out.download(), out, "embedding out");
+  const auto got_dwte = d_dwte.download(), got_dwpe = d_dwpe.download();
+  expect_close(got_dwte, dwte, "embedding dwte");
+  expect_close(got_dwpe, dwpe, "embedding dwpe");
+
+  // Deterministic: a second run from the same starting values gives the same bits.
+  d_dwte.upload(dwte0);
+  d_dwpe.upload(dwpe0);
+  cuda::embedding_backward(d_tok.data(), this->dev(d_dout), this->dev(d_dwte), this->dev(d_dwpe),
+                           kEmbB, kEmbT, kEmbC, kEmbV, d_ws.data(), ws_bytes, this->m_stream);
+  EXPECT_TRUE(bitwise_equal(d_dwte.download(), got_dwte)) << "embedding dwte not deterministic";
+  EXPECT_TRUE(bitwise_equal(d_dwpe.download(), got_dwpe)) << "embedding dwpe not deterministic";
+}
+
+// --- LayerNorm -----------------------------------------------------------------
+
+TYPED_TEST(PointwiseKernels, LayerNormMatchesHost) {
+  using H = typename TestFixture::Host;
+  const H eps = static_cast<H>(1e-5f);
+  const auto x = random_values<H>(kRows * kChannels, 11, -2.0f, 3.0f);
+  const auto w = random_values<H>(kChannels, 12, 0.5f, 1.5f);
+  const auto b = random_values<H>(kChannels, 13);
+  const auto dy = random_values<H>(kRows * kChannels, 14);
+  const auto dx0 = random_values<H>(kRows * kChannels, 15);
+  const auto dw0 = random_values<H>(kChannels, 16);
+  const auto db0 = random_values<H>(kChannels, 17);
+
+  std::vector<H> y(kRows * kChannels), mean(kRows), rstd(kRows), dx = dx0, dw = dw0, db = db0;
+  layernorm_forward<H>(CView2<H>(x.data(), kRows, kChannels), CView1<H>(w.data(), kChannels),
+                       CView1<H>(b.data(), kChannels), View2<H>(y.data(), kRows, kChannels),
+                       View1<H>(mean.data(), kRows), View1<H>(rstd.data(), kRows), eps);
+  layernorm_backward<H>(CView2<H>(x.data(), kRows, kChannels), CView1<H>(w.data(), kChannels),
+                        CView1<H>(mean.data(), kRows), CView1<H>(rstd.data(), kRows),
+                        CView2<H>(dy.data(), kRows, kChannels),
+                        View2<H>(dx.data(), kRows, kChannels), View1<H>(dw.data(), kChannels),
+                        View1<H>(db.data(), kChannels));
+
+  DeviceBuffer<H> d_x(x), d_w(w), d_b(b), d_y(y.size()), d_mean(kRows), d_rstd(kRows), d_dy(dy),
+      d_dx(dx0), d_dw(dw0), d_db(db0);
+  cuda::layernorm_forward(this->dev(d_x), this->dev(d_w), this->dev(d_b), this->dev(d_y),
+                          this->dev(d_mean), this->dev(d_rstd), to_float(eps), kRows, kChannels,
+                          this->m_stream);
+  expect_close(d_y.download(), y, "layernorm y");
+  expect_close(d_mean.download(), mean, "layernorm mean");
+  expect_close(d_rstd.download(), rstd, "layernorm rstd");
+
+  // The backward gets the host's saved statistics, so it is checked on its own.
+  d_mean.upload(mean);
+  d_rstd.upload(rstd);
+  const std::size_t ws_bytes = cuda::layernorm_backward_workspace_bytes(kRows, kChannels);
+  DeviceBuffer<char> d_ws(ws_bytes);
+  auto run_backward = [&] {
+    cuda::layernorm_backward(this->dev(d_x), this->dev(d_w), this->dev(d_mean), this->dev(d_rstd),
+                             this->dev(d_dy), this->dev(d_dx), this->dev(d_dw), this->dev(d_db),
+                             kRows, kChannels, d_ws.data(), ws_bytes, this->m_stream);
+  };
+  run_backward();
+  const auto got_dx = d_dx.download(), got_dw = d_dw.download(), got_db = d_db.download();
+  expect_close(got_dx, dx, "layernorm dx");
+  expect_close(got_dw, dw, "layernorm dw");
+  expect_close(got_db, db, "layernorm db");
+
+  d_dx.upload(dx0);
+  d_dw.upload(dw0);
+  d_db.upload(db0);
+  run_backward();
+  EXPECT_TRUE(bitwise_equal(d_dx.download(), got_dx)) << "layernorm dx not deterministic";
+  EXPECT_TRUE(bitwise_equal(d_dw.download(), got_dw)) << "layernorm dw not deterministic";
+  EXPECT_TRUE(bitwise_equal(d_db.download(), got_db)) << "layernorm db not deterministic";
+}
+
+// --- GELU --------------------------------------------------------------------
+
+TYPED_TEST(PointwiseKernels, GeluMatchesHost) {
+  using H = typename TestFixture::Host;
+  const auto x = random_values<H>(kFlat, 21, -6.0f, 6.0f);
+  const auto dy = random_values<H>(kFlat, 22);
+  std::vector<H> y(kFlat), dx(kFlat);
+  gelu_forward<H>(CView1<H>(x.data(), kFlat), View1<H>(y.data(), kFlat));
+  gelu_backward<H>(CView1<H>(x.data(), kFlat), CView1<H>(dy.data(), kFlat),
+                   View1<H>(dx.data(), kFlat));
+
+  DeviceBuffer<H> d_x(x), d_y(kFlat), d_dy(dy), d_dx(kFlat);
+  cuda::gelu_forward(this->dev(d_x), this->dev(d_y), kFlat, this->m_stream);
+  cuda::gelu_backward(this->dev(d_x), this->dev(d_dy), this->dev(d_dx), kFlat, this->m_stream);
+  expect_close(d_y.download(), y, "gelu y");
+  expect_close(d_dx.download(), dx, "gelu dx");
+
+  // In place: y = gelu(x) written over x, then dx written over dy (x from d_y).
+  d_y.upload(x);
+  cuda::gelu_forward(this->dev(d_x), this->dev(d_x), kFlat, this->m_stream);
+  cuda::gelu_backward(this->dev(d_y), this->dev(d_dy), this->dev(d_dy), kFlat, this->m_stream);
+  expect_close(d_x.download(), y, "gelu y in place");
+  expect_close(d_dy.download(), dx, "gelu dx in place");
+}
+
+// --- Cross entropy -------------------------------------------------------------
+
+TYPED_TEST(PointwiseKernels, CrossEntropyMatchesHost) {
+  using H = typename TestFixture::Host;
+  const auto logits = random_values<H>(kCeRows * kVocab, 31, -4.0f, 4.0f);
+  std::vector<TokenIndex> targets = random_tokens(kCeRows, kVocab, 32);
+  targets[3] = -1;  // ignored rows
+  targets[10] = -100;
+  const H scale = static_cast<H>(0.25f);
+
+  std::vector<H> losses(kCeRows), dlogits(kCeRows * kVocab);
+  cross_entropy_forward<H>(CView2<H>(logits.data(), kCeRows, kVocab),
+                           CView1<TokenIndex>(targets.data(), kCeRows),
+                           View1<H>(losses.data(), kCeRows));
+  cross_entropy_backward<H>(CView2<H>(logits.data(), kCeRows, kVocab),
+                            CView1<TokenIndex>(targets.data(), kCeRows), scale,
+                            View2<H>(dlogits.data(), kCeRows, kVocab));
+
+  DeviceBuffer<H> d_logits(logits), d_losses(kCeRows), d_dlogits(dlogits.size());
+  DeviceBuffer<TokenIndex> d_targets(targets);
+  cuda::cross_entropy_forward(this->dev(d_logits), d_targets.data(), this->dev(d_losses), kCeRows,
+                              kVocab, this->m_stream);
+  cuda::cross_entropy_backward(this->dev(d_logits), d_targets.data(), to_float(scale),
+                               this->dev(d_dlogits), kCeRows, kVocab, this->m_stream);
+  const auto got_losses = d_losses.download();
+  const auto got_dlogits = d_dlogits.download();
+  expect_close(got_losses, losses, "cross entropy losses");
+  expect_close(got_dlogits, dlogits, "cross entropy dlogits");
+  EXPECT_EQ(to_float(got_losses[3]), 0.0f);
+  for (std::int64_t j = 0; j < kVocab; ++j)
+    ASSERT_EQ(to_float(got_dlogits[10 * kVocab + j]), 0.0f) << "ignored row, column " << j;
+
+  // In place (dlogits == logits).
+  cuda::cross_entropy_backward(this->dev(d_logits), d_targets.data(), to_float(scale),
+                               this->dev(d_logits), kCeRows, kVocab, this->m_stream);
+  expect_close(d_logits.download(), dlogits, "cross entropy dlogits in place");
+}
+
+// --- Elementwise -----------------------------------------------------------------
+
+TYPED_TEST(PointwiseKernels, ElementwiseMatchesHost) {
+  using H = typename TestFixture::Host;
+  using D = typename TestFixture::Dev;
+  const auto x = random_values<H>(kFlat, 41);
+  const auto y0 = random_values<H>(kFlat, 42);
+  std::vector<H> y = y0;
+  accumulate<H>(CView1<H>(x.data(), kFlat), View1<H>(y.data(), kFlat));
+
+  DeviceBuffer<H> d_x(x), d_y(y0), d_z(kFlat);
+  cuda::accumulate(this->dev(d_x), this->dev(d_y), kFlat, this->m_stream);
+  // One add of two T values rounded once: the same bits as the host.
+  EXPECT_TRUE(bitwise_equal(d_y.download(), y)) << "accumulate";
+
+  cuda::copy(this->dev(d_x), this->dev(d_z), kFlat, this->m_stream);
+  EXPECT_TRUE(bitwise_equal(d_z.download(), x)) << "copy";
+
+  const H value = static_cast<H>(-1.375f);
+  D dvalue;
+  std::memcpy(static_cast<void*>(&dvalue), &value, sizeof(H));  // same bits
+  cuda::fill(this->dev(d_z), dvalue, kFlat, this->m_stream);
+  std::vector<H> filled(kFlat);
+  fill<H>(View1<H>(filled.data(), kFlat), value);
+  EXPECT_TRUE(bitwise_equal(d_z.download(), filled)) << "fill";
+}
+
+// --- AdamW -------------------------------------------------------------------
+
+TYPED_TEST(PointwiseKernels, AdamWMatchesHost) {
+  using H = typename TestFixture::Host;
+  constexpr bool kMaster = !std::is_same_v<H, float>;
+  ParamLayout layout;
+  layout.add("w1", {40, 24}, true, 0);
+  layout.add("b1", {24}, false, 0);
+  layout.add("w2", {30, 17}, true, 1);
+  layout.add("ln", {17}, false, 1);
+  layout.finalize(2);
+  // Rank 1's shard of 2: starts inside w1, crosses the alignment gaps and ends in
+  // the final padding.
+  const auto [lo, hi] = layout.shard_range(1);
+  const std::int64_t n = hi - lo;
+  std::vector<cuda::AdamWSegment> segments;
+  for (const auto& e : layout.entries()) {
+    const std::int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+    if (a < b) segments.push_back({a - lo, b - lo, e.weight_decay});
+  }
+  ASSERT_GE(segments.size(), 2u);
+
+  OptimConfig config;
+  config.weight_decay = 0.1;
+  MemoryTracker memory;
+  AdamW host(config, layout, lo, hi, memory, kMaster);
+  std::vector<H> params = random_values<H>(n, 51);
+  const std::vector<H> params0 = params;
+  if constexpr (kMaster) host.init_master(params.data());
+
+  DeviceBuffer<H> d_params(params0), d_grads(n);
+  DeviceBuffer<float> d_master(n), d_m(n), d_v(n);
+  std::vector<float> master0(n), zeros(n, 0.0f);
+  for (std::int64_t i = 0; i < n; ++i) master0[i] = to_float(params0[i]);
+  d_master.upload(master0);
+  d_m.upload(zeros);
+  d_v.upload(zeros);
+
+  const float grad_scale = 0.5f;
+  for (std::int64_t step = 0; step < 3; ++step) {
+    const double lr = 1e-2 * static_cast<double>(step + 1);
+    const auto grads = random_values<H>(n, 60 + static_cast<unsigned>(step), -2.0f, 2.0f);
+    host.step(params.data(), grads.data(), lr, grad_scale, step);
+    d_grads.upload(grads);
+    cuda::AdamWHyper hyper;
+    hyper.lr = lr;
+    hyper.beta1 = config.beta1;
+    hyper.beta2 = config.beta2;
+    hyper.eps = config.eps;
+    hyper.weight_decay = config.weight_decay;
+    hyper.grad_scale = grad_scale;
+    hyper.step = step;
+    cuda::adamw_step(this->dev(d_params), this->dev(d_grads), kMaster ? d_master.data() : nullptr,
+                     d_m.data(), d_v.data(), segments.data(), segments.size(), hyper,
+                     this->m_stream);
+  }
+  const auto got_params = d_params.download();
+  expect_close(got_params, params, "adamw params");
+  const auto exp_avg = host.exp_avg(), exp_avg_sq = host.exp_avg_sq();
+  expect_close_f32(widen(d_m.download()), widen(std::vector<float>(exp_avg.begin(), exp_avg.end())),
+                   1e-5, "adamw exp_avg");
+  expect_close_f32(widen(d_v.download()),
+                   widen(std::vector<float>(exp_avg_sq.begin(), exp_avg_sq.end())), 1e-5,
+                   "adamw exp_avg_sq");
+  if constexpr (kMaster) {
+    const auto master = host.master();
+    expect_close_f32(widen(d_master.download()),
+                     widen(std::vector<float>(master.begin(), master.end())), 1e-5,
+                     "adamw master weights");
+  }
+  // Padding (after the last segment) is never touched.
+  for (std::int64_t i = segments.back().end; i < n; ++i)
+    ASSERT_TRUE(bitwise_equal(std::vector<H>{got_params[i]}, std::vector<H>{params0[i]}))
+        << "padding element " << i << " changed";
+}
+
+}  // namespace
+}  // namespace shardtrain
