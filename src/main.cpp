@@ -124,8 +124,9 @@ int run_main(int argc, char** argv) {
   bool plan_only = false;
   int plan_ranks = 0;
   app.add_flag("--plan", plan_only,
-               "Print the memory plan per rank (bytes per category) and the activation recompute "
-               "schedule (kept blocks, peak, extra forward FLOPs), then exit without training; exit "
+               "Print the memory plan per rank (bytes per category), the activation recompute "
+               "schedule (kept blocks, peak, extra forward FLOPs) and the compute per step (FLOPs), then "
+               "exit without training; exit "
                "code 2 if it exceeds train.memory_limit_mb or recompute.budget_mb cannot be met");
   app.add_option("--ranks", plan_ranks, "With --plan: plan for this many ranks (default: the MPI job's)")
       ->check(CLI::PositiveNumber);
@@ -138,7 +139,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--stop-after-step", stop_after_step,
                  "End this job after optimizer step N (counted from the start of training, not from a "
                  "resumed checkpoint), writing a checkpoint first when [checkpoint] is on, as a job whose "
-                 "time is up would; the learning-rate schedule still spans train.steps")
+                 "time is up would (exit code 0); the learning-rate schedule still spans train.steps")
       ->type_name("N")
       ->check(CLI::PositiveNumber);
   std::int64_t pause_checkpoint = 0;
