@@ -1,14 +1,16 @@
 // tests/gpu/device_buffer.hpp
-// A device allocation for the gpu tests: T elements, filled from and copied
-// back to host vectors of any type H with the same size and bits (the host's
-// f16/bf16 and CUDA's __half/__nv_bfloat16). Every call is checked
-// (SHARDTRAIN_CUDA_CHECK); download() synchronizes the device first.
+// What the gpu tests share: DeviceBuffer, a device allocation of T elements,
+// filled from and copied back to host vectors of any type H with the same size
+// and bits (the host's f16/bf16 and CUDA's __half/__nv_bfloat16), every call
+// checked (SHARDTRAIN_CUDA_CHECK), download() synchronizing the device first;
+// and random_values, seeded uniform host inputs in any storage type.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <random>
 #include <vector>
 
 #include "core/cuda_check.hpp"
@@ -55,5 +57,15 @@ class DeviceBuffer {
   void* m_data = nullptr;
   std::size_t m_size = 0;
 };
+
+// n values uniform in [lo, hi) from a seeded mt19937, rounded to H.
+template <class H>
+std::vector<H> random_values(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<H> v(n);
+  for (auto& x : v) x = static_cast<H>(dist(gen));
+  return v;
+}
 
 }  // namespace shardtrain::test

@@ -52,6 +52,7 @@ namespace shardtrain {
 namespace {
 
 using shardtrain::test::DeviceBuffer;
+using shardtrain::test::random_values;
 
 // Device storage type D -> host kernel type, tolerance and name.
 template <class D>
@@ -74,19 +75,9 @@ struct Host<__nv_bfloat16> {
 static_assert(sizeof(f16) == sizeof(__half) && sizeof(bf16) == sizeof(__nv_bfloat16));
 
 template <class H>
-std::vector<H> random_values(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<H> v(n);
-  for (auto& x : v) x = from_float<H>(dist(gen));
-  return v;
-}
-
-template <class H>
 std::vector<H> nan_values(std::size_t n) {
   return std::vector<H>(n, from_float<H>(std::numeric_limits<float>::quiet_NaN()));
 }
-
 
 template <class H>
 double rel_l2(const std::vector<H>& got, const std::vector<H>& want, std::size_t begin = 0,

@@ -56,6 +56,7 @@ namespace shardtrain {
 namespace {
 
 using shardtrain::test::DeviceBuffer;
+using shardtrain::test::random_values;
 
 // --- Shapes ------------------------------------------------------------------
 
@@ -66,18 +67,7 @@ constexpr std::int64_t kFlat = 10007;                // gelu, elementwise
 
 // --- Device memory -----------------------------------------------------------
 
-
-
 // --- Data --------------------------------------------------------------------
-
-template <class H>
-std::vector<H> random_values(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<H> v(n);
-  for (auto& x : v) x = static_cast<H>(dist(gen));
-  return v;
-}
 
 // Token ids with many repeats (half of them from the first 20 ids).
 std::vector<TokenIndex> random_tokens(std::size_t n, std::int64_t vocab, unsigned seed) {
