@@ -134,20 +134,27 @@ CheckpointManager::CheckpointManager(const CheckpointConfig& config, std::string
   restart_clock();
 }
 
-bool CheckpointManager::due(std::int64_t done, bool job_end) {
+bool CheckpointManager::minutes_elapsed() const {
+  if (!m_enabled || m_config.every_minutes <= 0) return false;
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_last_time).count() / 60.0;
+  return minutes >= m_config.every_minutes;
+}
+
+bool CheckpointManager::due(std::int64_t done, bool job_end, bool time_due) const {
   if (!m_enabled) return false;
-  bool is_due = job_end || (m_config.every_steps > 0 && done % m_config.every_steps == 0);
-  if (m_config.every_minutes > 0) {
-    int flag = is_due ? 1 : 0;
-    if (m_rank == 0 && !is_due) {
-      const double minutes =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - m_last_time).count() / 60.0;
-      flag = minutes >= m_config.every_minutes ? 1 : 0;
-    }
-    MPI_Bcast(&flag, 1, MPI_INT, 0, m_comm);
-    is_due = flag != 0;
-  }
-  return is_due;
+  return job_end || time_due || (m_config.every_steps > 0 && done % m_config.every_steps == 0);
+}
+
+void CheckpointManager::ensure_dir() const {
+  std::error_code ec;
+  fs::create_directories(m_config.dir, ec);
+  if (ec || !fs::is_directory(m_config.dir, ec))
+    throw InputError(fmt::format("{}: checkpoint.dir: cannot create directory '{}': {}", m_source, m_config.dir,
+                                 ec ? ec.message() : "not a directory"));
+}
+
+void CheckpointManager::prepare() const {
+  if (m_enabled) on_root(m_comm, [this] { ensure_dir(); });
 }
 
 std::vector<std::string> CheckpointManager::resume_candidates() const {
@@ -189,11 +196,7 @@ std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = m_config.dir;
   on_root(m_comm, [&] {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec || !fs::is_directory(dir))
-      throw InputError(fmt::format("{}: checkpoint.dir: cannot create directory '{}': {}", m_source, dir,
-                                   ec ? ec.message() : "not a directory"));
+    ensure_dir();  // also when checkpointing is off and a stop signal asks for one
     remove_partials(dir);  // a crashed write's leftovers
   });
   const std::string final_path = (fs::path(dir) / checkpoint_file_name(step)).string();

@@ -56,11 +56,19 @@ class CheckpointManager {
   const std::string& dir() const { return m_config.dir; }
   bool resume_auto() const { return m_config.resume == "auto"; }
 
+  // Creates dir (rank 0) when checkpointing is on, so that a directory that
+  // cannot be made is refused before training. Collective; InputError on every rank.
+  void prepare() const;
+
+  // Whether every_minutes have passed since the last checkpoint (or the start),
+  // by this rank's clock: the trainer asks rank 0 and agrees on the answer in
+  // its per-step all-reduce.
+  bool minutes_elapsed() const;
   // Whether a checkpoint is due after optimizer step `done` (1-based, counted
   // from the start of training). `job_end`: this job stops after this step (the
   // end of training, or --stop-after-step): a checkpoint is then always due when
-  // enabled. Collective when every_minutes > 0: rank 0's clock decides.
-  bool due(std::int64_t done, bool job_end);
+  // enabled. `time_due`: the agreed minutes_elapsed(). Local, no communication.
+  bool due(std::int64_t done, bool job_end, bool time_due) const;
 
   // The files to try, in order, to resume from: resume = "never" gives none;
   // "auto" the complete checkpoints of dir, newest first (none: a fresh start);
@@ -90,6 +98,7 @@ class CheckpointManager {
 
  private:
   void restart_clock() { m_last_time = std::chrono::steady_clock::now(); }
+  void ensure_dir() const;  // rank 0's part of prepare() and commit()
 
   CheckpointConfig m_config;
   std::string m_source;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -141,6 +142,7 @@ class Run final : public RunBase {
 
     m_ckpt = std::make_unique<CheckpointManager>(cfg.checkpoint, cfg.source_name, world);
     m_ckpt->set_pause_step(hooks.pause_checkpoint_step);
+    m_ckpt->prepare();
     resume();
   }
 
@@ -177,11 +179,16 @@ class Run final : public RunBase {
   void load_state(CheckpointReader& reader);
   // Writes and commits the checkpoint of step `done` (1-based). Collective.
   void save_checkpoint(std::int64_t done);
-  // At a step boundary: whether any rank received a stop signal, or (rank 0)
-  // the wall-time guard says the next step and a checkpoint would not fit. One
-  // small all-reduce; returns the same on every rank: 0 (go on), or a reason
-  // (see describe_stop).
-  std::int64_t agree_stop(double step_s);
+  // At a step boundary, one small all-reduce agrees on what the ranks and
+  // rank 0's clock know: whether any rank received a stop signal, or the
+  // wall-time guard says the next step and a checkpoint would not fit (`stop`:
+  // 0, or a reason for describe_stop), and whether checkpoint.every_minutes
+  // have passed. The same on every rank.
+  struct Boundary {
+    std::int64_t stop = 0;
+    bool checkpoint_time = false;
+  };
+  Boundary agree_at_boundary(double step_s);
   std::string describe_stop(std::int64_t reason) const;
   // The outcome of one optimizer step.
   struct StepResult {
@@ -500,7 +507,7 @@ void Run<P>::save_checkpoint(std::int64_t done) {
 constexpr std::int64_t kStopWallTime = 1000;
 
 template <class P>
-std::int64_t Run<P>::agree_stop(double step_s) {
+typename Run<P>::Boundary Run<P>::agree_at_boundary(double step_s) {
   std::int64_t what = pending_stop_signal();
   if (is_root() && what == 0) {
     // Before the first checkpoint: its cost estimated at 100 MB/s plus half a second.
@@ -508,8 +515,10 @@ std::int64_t Run<P>::agree_stop(double step_s) {
     const double ckpt_s = m_ckpt->last_commit_seconds() > 0 ? m_ckpt->last_commit_seconds() : bytes / 100e6 + 0.5;
     if (m_guard.must_stop(step_s, ckpt_s)) what = kStopWallTime;
   }
-  const std::int64_t mine = what == 0 ? 0 : (what << 20) | ((std::int64_t{1} << 20) - 1 - m_comm.rank());
-  return m_comm.all_reduce_value(mine, ReduceOp::Max);
+  std::int64_t flags[2] = {what == 0 ? 0 : (what << 20) | ((std::int64_t{1} << 20) - 1 - m_comm.rank()),
+                           is_root() && m_ckpt->minutes_elapsed() ? 1 : 0};
+  m_comm.all_reduce(std::span<std::int64_t>(flags), ReduceOp::Max);
+  return {flags[0], flags[1] != 0};
 }
 
 template <class P>
@@ -687,7 +696,7 @@ TrainResult Run<P>::run() {
   Progress progress(tc.steps, tc.batch_size * m_dims.seq_len, first);
   const auto t0 = Clock::now();
   double longest_step = 0.0;  // seconds, for the wall-time guard
-  std::int64_t stop = 0;      // agreed stop reason (agree_stop), 0 while running
+  std::int64_t stop = 0;      // agreed stop reason (agree_at_boundary), 0 while running
   for (std::int64_t step = first; step < end; ++step) {
     const auto step_t0 = Clock::now();
     m_watchdog.set_step(step + 1);
@@ -717,9 +726,10 @@ TrainResult Run<P>::run() {
     }
     if (val) result.final_val_loss = *val;
     longest_step = std::max(longest_step, seconds_since(step_t0));
-    const bool due = m_ckpt->due(done, done == end);
-    if (done < end) stop = agree_stop(longest_step);
-    if (due || stop) save_checkpoint(done);
+    const bool job_end = done == end;
+    const Boundary at = job_end ? Boundary{} : agree_at_boundary(longest_step);
+    stop = at.stop;
+    if (m_ckpt->due(done, job_end, at.checkpoint_time) || stop) save_checkpoint(done);
     if (stop) {
       end = done;
       break;

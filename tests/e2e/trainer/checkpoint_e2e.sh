@@ -17,7 +17,8 @@
 #                               and an explicit resume reject it (exit 2); resume = "auto" warns,
 #                               falls back to step 10 and continues bitwise; a truncated file too
 #   refuse NP                   a checkpoint of another model shape is refused (exit 2, no
-#                               fallback); resume = "never" over existing checkpoints is refused
+#                               fallback); resume = "never" over existing checkpoints is refused;
+#                               a checkpoint.dir that cannot be created is refused before training
 #   complete NP                 a finished run restarted with resume = "auto" trains nothing and
 #                               reports the same final validation loss; every_minutes and keep_last
 set -uo pipefail
@@ -151,6 +152,10 @@ case "${1:-}" in
     expect_fail "${name}_never" 2 "checkpoint\.resume = \"never\", but checkpoint\.dir .* already holds 1 checkpoint" -- \
       --set train.run_dir="$WORK/$name" "${base[@]}" --set checkpoint.resume=never
     [[ "$(latest_of "$name")" == step_00000010.h5 ]] || die "the refused runs touched the checkpoints"
+    # A checkpoint.dir that cannot be created is refused before training.
+    expect_fail "${name}_dir" 2 "checkpoint\.dir: cannot create directory '$WORK/$name\.log/ck'" -- \
+      --set train.run_dir="$WORK/${name}_dir" "${base[@]}" --set checkpoint.dir="$WORK/$name.log/ck"
+    [[ ! -e "$WORK/${name}_dir/metrics.csv" ]] || die "it trained with a checkpoint.dir it cannot use"
     ;;
   complete)
     np=$2; name="ck_complete_np$np"

@@ -94,15 +94,16 @@ case "${1:-}" in
     [[ $(grep -c 'step skipped' "$WORK/$name.log") -eq 3 ]] || die "expected 3 skipped steps logged"
     ;;
   bad-hook)
-    # NP VALUE: --inject-overflow VALUE is refused with exit 2 and one message.
-    np=$2; value=$3; name="bad_hook_np$np"
+    # NP VALUE [OPTION]: OPTION VALUE (default --inject-overflow; every STEP[:RANK]
+    # test hook) is refused with exit 2 and one message.
+    np=$2; value=$3; option=${4:---inject-overflow}; name="bad_hook_np$np"
     timeout 60 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
-      --set train.run_dir="$WORK/$name" --inject-overflow "$value" > "$WORK/$name.log" 2> "$WORK/$name.err"
+      --set train.run_dir="$WORK/$name" "$option" "$value" > "$WORK/$name.log" 2> "$WORK/$name.err"
     rc=$?
     cat "$WORK/$name.err"
     [[ $rc -eq 2 ]] || die "expected exit code 2, got $rc"
     [[ $(grep -c '^error: ' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
-    grep -q "^error: --inject-overflow $value: expected STEP\[:RANK\] with STEP >= 1 and 0 <= RANK < $np" \
+    grep -q "^error: $option $value: expected STEP\[:RANK\] with STEP >= 1 and 0 <= RANK < $np" \
       "$WORK/$name.err" || die "the message does not say what was expected"
     [[ ! -e "$WORK/$name/metrics.csv" ]] || die "it trained"
     ;;
