@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -57,6 +58,20 @@ class DeviceBuffer {
   void* m_data = nullptr;
   std::size_t m_size = 0;
 };
+
+// For a gpu test's main(): true (after printing why, naming `test`) when no
+// CUDA device is usable; the test then exits 1 -- gpu tests fail, never skip.
+inline bool no_device(const char* test) {
+  int devices = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&devices);
+  if (rc == cudaSuccess && devices > 0) return false;
+  std::fprintf(stderr,
+               "error: %s needs a CUDA device and found none (cudaGetDeviceCount: %s%s%s); the gpu tests fail, "
+               "they do not skip\n",
+               test, rc != cudaSuccess ? cudaGetErrorName(rc) : "0 devices", rc != cudaSuccess ? ": " : "",
+               rc != cudaSuccess ? cudaGetErrorString(rc) : "");
+  return true;
+}
 
 // n values uniform in [lo, hi) from a seeded mt19937, rounded to H.
 template <class H>

@@ -339,16 +339,7 @@ TYPED_TEST(GemmKernels, AttentionMatchesHostAndIsCausal) {
 }  // namespace shardtrain
 
 int main(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&devices);
-  if (rc != cudaSuccess || devices == 0) {
-    std::fprintf(stderr,
-                 "error: gpu_gemm_kernels_test needs a CUDA device and found none "
-                 "(cudaGetDeviceCount: %s%s%s); the gpu tests fail, they do not skip\n",
-                 rc != cudaSuccess ? cudaGetErrorName(rc) : "0 devices",
-                 rc != cudaSuccess ? ": " : "", rc != cudaSuccess ? cudaGetErrorString(rc) : "");
-    return 1;
-  }
+  if (shardtrain::test::no_device("gpu_gemm_kernels_test")) return 1;
   ::testing::InitGoogleTest(&argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
   // fp32 scratch arena of the host 16-bit kernels (far more than these shapes need).

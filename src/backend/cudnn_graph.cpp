@@ -1,0 +1,687 @@
+// shardtrain/backend/cudnn_graph.cpp
+// Builds and validates the cuDNN SDPA operation graphs described in
+// cudnn_graph.hpp. Pure host code: no cuDNN or CUDA header.
+//
+// Head-size limit. cuDNN's fused flash attention needs the head size d to be a
+// multiple of 8 on every architecture and version (cudnn-frontend
+// node/sdpa_support_surface.h: "hidden_dim should be multiple of 8"). The upper
+// bound depends on version, architecture and direction: cuDNN 8.9 / 9.0 take
+// d <= 128 for forward and backward (cudnn-frontend <= 1.2:
+// "hidden_dim shoud be less than 128", lifted to 256 only for backend >= 9.1.1);
+// the support matrix for cuDNN 9.18 (docs.nvidia.com/cudnn, operations/Attention,
+// "Support Matrix") lists d <= 256 for the forward on Ampere/Ada and Hopper, with
+// d > 128 backward only on some architectures. We cannot ask an engine without a
+// device, so validate() enforces the bound that holds for forward AND backward on
+// sm_80 and sm_90 in every cuDNN 9 release: d % 8 == 0 and d <= 128 (GPT-2's
+// d = 64 is inside it). Engines can still refuse a graph at run time; CudnnSdpa
+// then throws with this graph's describe() in the message.
+#include "backend/cudnn_graph.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace shardtrain::cudnn {
+
+namespace {
+
+std::vector<std::int64_t> packed_strides(const std::vector<std::int64_t>& dims) {
+  std::vector<std::int64_t> s(dims.size(), 1);
+  for (std::size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+std::string join(const std::vector<std::int64_t>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ",";
+    out += std::to_string(v[i]);
+  }
+  return out + "]";
+}
+
+const char* direction_name(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
+
+// Appends tensors and ops in order; every op's output is a new virtual tensor
+// unless an existing (non-virtual) one is named.
+class GraphBuilder {
+ public:
+  GraphBuilder(const SdpaShape& shape, Direction direction) {
+    m_graph.shape = shape;
+    m_graph.direction = direction;
+  }
+
+  std::int64_t view(std::int64_t uid, std::string name, DataType dtype,
+                    std::vector<std::int64_t> dims, std::vector<std::int64_t> strides,
+                    Buffer buffer, std::int64_t offset, std::int64_t buffer_elems) {
+    TensorDesc t;
+    t.uid = uid;
+    t.name = std::move(name);
+    t.dtype = dtype;
+    t.dims = std::move(dims);
+    t.strides = std::move(strides);
+    t.buffer = buffer;
+    t.offset = offset;
+    t.buffer_elems = buffer_elems;
+    m_graph.tensors.push_back(std::move(t));
+    return uid;
+  }
+
+  std::int64_t scalar(std::int64_t uid, std::string name, float value) {
+    TensorDesc t;
+    t.uid = uid;
+    t.name = std::move(name);
+    t.dtype = DataType::Float;
+    t.dims = {1, 1, 1, 1};
+    t.strides = {1, 1, 1, 1};
+    t.is_by_value = true;
+    t.value = value;
+    m_graph.tensors.push_back(std::move(t));
+    return uid;
+  }
+
+  std::int64_t virt(std::string name, DataType dtype, std::vector<std::int64_t> dims,
+                    std::vector<std::int64_t> strides = {}) {
+    TensorDesc t;
+    t.uid = m_next_virtual++;
+    t.name = std::move(name);
+    t.dtype = dtype;
+    t.strides = strides.empty() ? packed_strides(dims) : std::move(strides);
+    t.dims = std::move(dims);
+    t.is_virtual = true;
+    m_graph.tensors.push_back(std::move(t));
+    return m_graph.tensors.back().uid;
+  }
+
+  const TensorDesc& tensor(std::int64_t uid) const { return m_graph.tensor(uid); }
+
+  void op(Operation o) { m_graph.ops.push_back(std::move(o)); }
+
+  // C = A B into `out`.
+  void matmul_into(std::string name, std::int64_t a, std::int64_t b, std::int64_t out) {
+    Operation o;
+    o.kind = OpKind::Matmul;
+    o.name = std::move(name);
+    o.compute_type = DataType::Float;
+    o.inputs = {a, b};
+    o.output = out;
+    op(std::move(o));
+  }
+  std::int64_t matmul(std::string name, std::string out_name, std::int64_t a, std::int64_t b) {
+    const auto& ta = tensor(a);
+    const auto& tb = tensor(b);
+    std::vector<std::int64_t> dims = ta.dims;
+    dims.back() = tb.dims.back();
+    const std::int64_t out = virt(std::move(out_name), DataType::Float, std::move(dims));
+    matmul_into(std::move(name), a, b, out);
+    return out;
+  }
+
+  void pointwise_into(std::string name, PointwiseMode mode, std::vector<std::int64_t> inputs,
+                      std::int64_t out, DataType compute = DataType::Float, std::int64_t axis = -1) {
+    Operation o;
+    o.kind = OpKind::Pointwise;
+    o.name = std::move(name);
+    o.pointwise_mode = mode;
+    o.compute_type = compute;
+    o.axis = axis;
+    o.inputs = std::move(inputs);
+    o.output = out;
+    op(std::move(o));
+  }
+  // Output has the dims of the first input.
+  std::int64_t pointwise(std::string name, std::string out_name, PointwiseMode mode,
+                         std::vector<std::int64_t> inputs, DataType out_type = DataType::Float,
+                         DataType compute = DataType::Float, std::int64_t axis = -1) {
+    const std::int64_t out = virt(std::move(out_name), out_type, tensor(inputs.front()).dims);
+    pointwise_into(std::move(name), mode, std::move(inputs), out, compute, axis);
+    return out;
+  }
+
+  // Reduces the last dimension to 1.
+  std::int64_t reduction(std::string name, std::string out_name, ReductionMode mode,
+                         std::int64_t x) {
+    std::vector<std::int64_t> dims = tensor(x).dims;
+    dims.back() = 1;
+    const std::int64_t out = virt(std::move(out_name), DataType::Float, std::move(dims));
+    Operation o;
+    o.kind = OpKind::Reduction;
+    o.name = std::move(name);
+    o.reduction_mode = mode;
+    o.compute_type = DataType::Float;
+    o.inputs = {x};
+    o.output = out;
+    op(std::move(o));
+    return out;
+  }
+
+  std::int64_t reshape(std::string name, std::string out_name, std::int64_t x, DataType out_type,
+                       std::vector<std::int64_t> dims, std::vector<std::int64_t> strides) {
+    const std::int64_t out = virt(std::move(out_name), out_type, std::move(dims), std::move(strides));
+    Operation o;
+    o.kind = OpKind::Reshape;
+    o.name = std::move(name);
+    o.inputs = {x};
+    o.output = out;
+    op(std::move(o));
+    return out;
+  }
+
+  // S -> row >= col ? S : lowest (the frontend's causal mask: GEN_INDEX on axes
+  // 2 and 3 in int32, CMP_GE to a boolean, BINARY_SELECT against a by-value
+  // lowest float).
+  std::int64_t causal_mask(std::int64_t s, std::int64_t neg_inf) {
+    const std::int64_t row = pointwise("gen_row_index", "row_index", PointwiseMode::GenIndex, {s},
+                                       DataType::Int32, DataType::Int32, 2);
+    const std::int64_t col = pointwise("gen_col_index", "col_index", PointwiseMode::GenIndex, {s},
+                                       DataType::Int32, DataType::Int32, 3);
+    const std::int64_t mask = pointwise("row_ge_col", "causal_mask", PointwiseMode::CmpGe,
+                                        {row, col}, DataType::Boolean, DataType::Boolean);
+    return pointwise("causal_select", "S_masked", PointwiseMode::BinarySelect, {s, neg_inf, mask});
+  }
+
+  SdpaGraph& graph() { return m_graph; }
+
+ private:
+  SdpaGraph m_graph;
+  std::int64_t m_next_virtual = uid::FirstVirtual;
+};
+
+// Shape checks shared by the builders (run first, so they never build from a
+// nonsense shape) and validate().
+void check_shape(const SdpaShape& s, Direction d) {
+  const std::string where = std::string("cuDNN SDPA ") + direction_name(d) + " graph: ";
+  if (s.batch <= 0 || s.seq_len <= 0 || s.channels <= 0 || s.n_head <= 0)
+    SHARDTRAIN_FAIL(where + "batch, seq_len, channels and n_head must be positive (got B=" +
+                    std::to_string(s.batch) + " T=" + std::to_string(s.seq_len) +
+                    " C=" + std::to_string(s.channels) + " H=" + std::to_string(s.n_head) + ")");
+  if (s.channels % s.n_head != 0)
+    SHARDTRAIN_FAIL(where + "channels " + std::to_string(s.channels) +
+                    " is not divisible by n_head " + std::to_string(s.n_head));
+  const std::int64_t d_head = s.head_dim();
+  if (d_head % kHeadDimMultiple != 0)
+    SHARDTRAIN_FAIL(where + "head size D = C/H = " + std::to_string(d_head) +
+                    " is not a multiple of 8 (cuDNN flash attention needs D % 8 == 0)");
+  if (d_head > kMaxHeadDim)
+    SHARDTRAIN_FAIL(where + "head size D = C/H = " + std::to_string(d_head) +
+                    " exceeds 128 (the cuDNN 9 flash-attention limit for forward and backward "
+                    "on sm_80 and sm_90)");
+  if (s.dtype != DataType::Half && s.dtype != DataType::BFloat16)
+    SHARDTRAIN_FAIL(where + "unsupported data type " + to_string(s.dtype) +
+                    " for Q, K, V, O: cuDNN flash attention takes half or bfloat16 only");
+  if (d == Direction::Backward && !s.training)
+    SHARDTRAIN_FAIL(where + "the backward graph needs the forward's Stats: shape.training must be true");
+}
+
+struct Dims {
+  std::int64_t b, t, c, h, d;
+};
+Dims dims_of(const SdpaShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head, s.head_dim()}; }
+
+}  // namespace
+
+// ---------------------------------------------------------------- accessors
+
+const TensorDesc* SdpaGraph::find(std::string_view name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const TensorDesc& SdpaGraph::tensor(std::string_view name) const {
+  const TensorDesc* t = find(name);
+  if (t == nullptr) SHARDTRAIN_FAIL("cuDNN SDPA graph has no tensor named '" + std::string(name) + "'");
+  return *t;
+}
+
+TensorDesc& SdpaGraph::tensor_mut(std::string_view name) {
+  for (auto& t : tensors)
+    if (t.name == name) return t;
+  SHARDTRAIN_FAIL("cuDNN SDPA graph has no tensor named '" + std::string(name) + "'");
+}
+
+const TensorDesc& SdpaGraph::tensor(std::int64_t id) const {
+  for (const auto& t : tensors)
+    if (t.uid == id) return t;
+  SHARDTRAIN_FAIL("cuDNN SDPA graph has no tensor with uid " + std::to_string(id));
+}
+
+// ---------------------------------------------------------------- builders
+
+SdpaGraph make_sdpa_forward_graph(const SdpaShape& shape) {
+  check_shape(shape, Direction::Forward);
+  const auto [B, T, C, H, D] = dims_of(shape);
+  const DataType io = shape.dtype;
+  const std::int64_t qkv_elems = B * T * 3 * C, out_elems = B * T * C, stats_elems = B * H * T;
+  GraphBuilder gb(shape, Direction::Forward);
+
+  // Q, K^T, V: views into qkv (B, T, 3C). cuDNN's bmm1 takes K transposed,
+  // (B, H, D, T): the (B, H, T, D) view of K with the last two dims swapped.
+  const std::int64_t q = gb.view(uid::Q, "Q", io, {B, H, T, D}, {T * 3 * C, D, 3 * C, 1},
+                                 Buffer::Qkv, 0, qkv_elems);
+  const std::int64_t kt = gb.view(uid::K, "K^T", io, {B, H, D, T}, {T * 3 * C, D, 1, 3 * C},
+                                  Buffer::Qkv, C, qkv_elems);
+  const std::int64_t v = gb.view(uid::V, "V", io, {B, H, T, D}, {T * 3 * C, D, 3 * C, 1},
+                                 Buffer::Qkv, 2 * C, qkv_elems);
+  const std::int64_t o = gb.view(uid::O, "O", io, {B, H, T, D}, {T * C, D, C, 1}, Buffer::Out, 0,
+                                 out_elems);
+  std::int64_t stats = 0;
+  if (shape.training)
+    stats = gb.view(uid::Stats, "Stats", DataType::Float, {B, H, T, 1}, {H * T, T, 1, 1},
+                    Buffer::Stats, 0, stats_elems);
+  const std::int64_t scale = gb.scalar(uid::AttnScale, "attn_scale",
+                                       static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))));
+  std::int64_t neg_inf = 0;
+  if (shape.causal)
+    neg_inf = gb.scalar(uid::NegInf, "neg_inf", std::numeric_limits<float>::lowest());
+
+  std::int64_t s = gb.matmul("bmm1", "S", q, kt);
+  s = gb.pointwise("attn_scale", "S_scaled", PointwiseMode::Mul, {s, scale});
+  if (shape.causal) s = gb.causal_mask(s, neg_inf);
+  // Softmax with statistics (cudnn-frontend's composite softmax).
+  const std::int64_t m = gb.reduction("row_max", "M", ReductionMode::Max, s);
+  const std::int64_t sm = gb.pointwise("sub_max", "S_minus_M", PointwiseMode::Sub, {s, m});
+  const std::int64_t e = gb.pointwise("exp", "E", PointwiseMode::Exp, {sm});
+  const std::int64_t z = gb.reduction("row_sum", "Z", ReductionMode::Add, e);
+  if (shape.training) {
+    const std::int64_t log_z = gb.pointwise("log", "log_Z", PointwiseMode::Log, {z});
+    gb.pointwise_into("stats", PointwiseMode::Add, {m, log_z}, stats);
+  }
+  // The backend wants bmm2's A operand in the I/O type.
+  const std::int64_t p = gb.pointwise("div", "P", PointwiseMode::Div, {e, z}, io);
+  gb.matmul_into("bmm2", p, v, o);
+
+  SdpaGraph& g = gb.graph();
+  g.inputs = {q, kt, v, scale};
+  if (shape.causal) g.inputs.push_back(neg_inf);
+  g.outputs = {o};
+  if (shape.training) g.outputs.push_back(stats);
+  g.workspace_prefix_bytes = 0;
+  g.validate();
+  return std::move(g);
+}
+
+SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape) {
+  check_shape(shape, Direction::Backward);
+  const auto [B, T, C, H, D] = dims_of(shape);
+  const DataType io = shape.dtype;
+  const std::int64_t qkv_elems = B * T * 3 * C, out_elems = B * T * C, stats_elems = B * H * T;
+  GraphBuilder gb(shape, Direction::Backward);
+
+  // Q, K^T, V^T into qkv; O, dO into the (B, T, C) output and its gradient;
+  // dQ, dK, dV into dqkv, packed like qkv.
+  const std::vector<std::int64_t> bhtd = {B, H, T, D}, bhdt = {B, H, D, T};
+  const std::vector<std::int64_t> qkv_str = {T * 3 * C, D, 3 * C, 1};
+  const std::vector<std::int64_t> qkv_str_t = {T * 3 * C, D, 1, 3 * C};
+  const std::vector<std::int64_t> out_str = {T * C, D, C, 1};
+  const std::int64_t q = gb.view(uid::Q, "Q", io, bhtd, qkv_str, Buffer::Qkv, 0, qkv_elems);
+  const std::int64_t kt = gb.view(uid::K, "K^T", io, bhdt, qkv_str_t, Buffer::Qkv, C, qkv_elems);
+  const std::int64_t vt = gb.view(uid::V, "V^T", io, bhdt, qkv_str_t, Buffer::Qkv, 2 * C, qkv_elems);
+  const std::int64_t o = gb.view(uid::O, "O", io, bhtd, out_str, Buffer::Out, 0, out_elems);
+  const std::int64_t d_o = gb.view(uid::dO, "dO", io, bhtd, out_str, Buffer::DOut, 0, out_elems);
+  const std::int64_t stats = gb.view(uid::Stats, "Stats", DataType::Float, {B, H, T, 1},
+                                     {H * T, T, 1, 1}, Buffer::Stats, 0, stats_elems);
+  const std::int64_t d_q = gb.view(uid::dQ, "dQ", io, bhtd, qkv_str, Buffer::DQkv, 0, qkv_elems);
+  const std::int64_t d_k = gb.view(uid::dK, "dK", io, bhtd, qkv_str, Buffer::DQkv, C, qkv_elems);
+  const std::int64_t d_v = gb.view(uid::dV, "dV", io, bhtd, qkv_str, Buffer::DQkv, 2 * C, qkv_elems);
+  // The fp32 dQ accumulator: a non-virtual dQ_accum is how the cuDNN 9 backend
+  // is told to use its default (non "workspace-optimised") dQ path; it lives in
+  // the caller's workspace, reordered F16x16, and must be zero before each call.
+  const std::int64_t accum_elems = B * H * T * D;
+  const std::int64_t d_q_accum = gb.view(uid::dQAccum, "dQ_accum", DataType::Float, bhtd,
+                                         packed_strides(bhtd), Buffer::Workspace, 0, accum_elems);
+  gb.graph().tensors.back().reordering = Reordering::F16x16;
+  const std::int64_t scale = gb.scalar(uid::AttnScale, "attn_scale",
+                                       static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))));
+  std::int64_t neg_inf = 0;
+  if (shape.causal)
+    neg_inf = gb.scalar(uid::NegInf, "neg_inf", std::numeric_limits<float>::lowest());
+  const std::int64_t one = gb.scalar(uid::One, "one", 1.0f);
+
+  // Dsum = rowsum(dO * O) (the softmax-backward term), times 1 (dropout slot).
+  const std::int64_t do_o = gb.pointwise("mul_dO_O", "dO_times_O", PointwiseMode::Mul, {d_o, o});
+  const std::int64_t dsum0 = gb.reduction("reduce_dO_O", "Dsum_raw", ReductionMode::Add, do_o);
+  const std::int64_t dsum = gb.pointwise("mul_Dsum_one", "Dsum", PointwiseMode::Mul, {dsum0, one});
+  // Recompute P = exp(scale Q K^T [masked] - Stats).
+  std::int64_t s = gb.matmul("matmul_Q_KT", "S", q, kt);
+  s = gb.pointwise("attn_scale", "S_scaled", PointwiseMode::Mul, {s, scale});
+  if (shape.causal) s = gb.causal_mask(s, neg_inf);
+  const std::int64_t s_stats = gb.pointwise("sub_stats", "S_minus_stats", PointwiseMode::Sub, {s, stats});
+  const std::int64_t p = gb.pointwise("exp", "P", PointwiseMode::Exp, {s_stats});
+  // dV = P^T dO.
+  const std::int64_t pt = gb.reshape("reshape_P_T", "P^T", p, io, {B, H, T, T},
+                                     {H * T * T, T * T, 1, T});
+  gb.matmul_into("matmul_PT_dO", pt, d_o, d_v);
+  // dS = (dO V^T * 1 - Dsum) * P * scale.
+  const std::int64_t dp = gb.matmul("matmul_dO_VT", "dP", d_o, vt);
+  const std::int64_t dp1 = gb.pointwise("mul_dP_one", "dP_times_one", PointwiseMode::Mul, {dp, one});
+  const std::int64_t dp2 = gb.pointwise("sub_Dsum", "dP_minus_Dsum", PointwiseMode::Sub, {dp1, dsum});
+  const std::int64_t ds0 = gb.pointwise("mul_P", "dS_unscaled", PointwiseMode::Mul, {dp2, p});
+  const std::int64_t ds = gb.pointwise("mul_attn_scale", "dS", PointwiseMode::Mul, {ds0, scale});
+  // dK = dS^T Q.
+  const std::int64_t dst = gb.reshape("reshape_dS_T", "dS^T", ds, io, {B, H, T, T},
+                                      {H * T * T, T * T, 1, T});
+  gb.matmul_into("matmul_dST_Q", dst, q, d_k);
+  // dQ = dS K, accumulated in fp32, then converted.
+  const std::int64_t k = gb.reshape("reshape_K", "K", kt, io, bhtd, qkv_str);
+  gb.matmul_into("matmul_dS_K", ds, k, d_q_accum);
+  gb.pointwise_into("identity_dQ", PointwiseMode::Identity, {d_q_accum}, d_q);
+
+  SdpaGraph& g = gb.graph();
+  g.inputs = {q, kt, vt, o, d_o, stats, scale};
+  if (shape.causal) g.inputs.push_back(neg_inf);
+  g.inputs.push_back(one);
+  g.outputs = {d_q, d_k, d_v, d_q_accum};
+  g.workspace_prefix_bytes = (accum_elems * 4 + 255) / 256 * 256;
+  g.validate();
+  return std::move(g);
+}
+
+// ---------------------------------------------------------------- validate
+
+void SdpaGraph::validate() const {
+  const std::string where = std::string("cuDNN SDPA ") + direction_name(direction) + " graph: ";
+  auto fail = [&](const std::string& msg) { SHARDTRAIN_FAIL(where + msg); };
+  check_shape(shape, direction);
+
+  auto is_in = [](const std::vector<std::int64_t>& v, std::int64_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  auto label = [](const TensorDesc& t) { return "tensor '" + t.name + "' (uid " + std::to_string(t.uid) + ")"; };
+
+  // Tensors.
+  std::set<std::int64_t> uids;
+  for (const auto& t : tensors) {
+    if (!uids.insert(t.uid).second) fail("uid " + std::to_string(t.uid) + " repeats ('" + t.name + "')");
+    if (t.dims.empty() || t.dims.size() != t.strides.size())
+      fail(label(t) + ": dims " + join(t.dims) + " and strides " + join(t.strides) +
+           " have different ranks (or are empty)");
+    for (std::size_t i = 0; i < t.dims.size(); ++i)
+      if (t.dims[i] < 1 || t.strides[i] < 0)
+        fail(label(t) + ": dims " + join(t.dims) + " / strides " + join(t.strides) +
+             " must be positive / non-negative");
+    switch (t.dtype) {
+      case DataType::Half:
+      case DataType::BFloat16:
+      case DataType::Float:
+      case DataType::Int32:
+      case DataType::Boolean:
+        break;
+      default:
+        fail(label(t) + ": unsupported data type " + to_string(t.dtype) +
+             " (the SDPA graph uses half/bfloat16 I/O, float statistics and intermediates, "
+             "int32 indices and boolean masks)");
+    }
+    const bool io_buffer = t.buffer == Buffer::Qkv || t.buffer == Buffer::Out ||
+                           t.buffer == Buffer::DOut || t.buffer == Buffer::DQkv;
+    if (io_buffer && t.dtype != shape.dtype)
+      fail(label(t) + ": data type " + to_string(t.dtype) + " differs from the graph's I/O type " +
+           to_string(shape.dtype));
+    if ((t.buffer == Buffer::Stats || t.buffer == Buffer::Workspace || t.is_by_value) &&
+        t.dtype != DataType::Float)
+      fail(label(t) + ": unsupported data type " + to_string(t.dtype) + " (must be float)");
+    if (t.is_virtual && (t.is_by_value || t.buffer != Buffer::None))
+      fail(label(t) + " is virtual but also by-value or bound to a buffer");
+    if (!t.is_virtual && !t.is_by_value && t.buffer == Buffer::None)
+      fail(label(t) + " is neither virtual, by-value nor bound to a buffer");
+
+    if (t.buffer != Buffer::None) {
+      const std::int64_t eb = element_bytes(t.dtype);
+      if (t.alignment < eb || (t.alignment & (t.alignment - 1)) != 0)
+        fail(label(t) + ": byte alignment " + std::to_string(t.alignment) +
+             " is not a power of two >= the element size " + std::to_string(eb));
+      if ((t.offset * eb) % t.alignment != 0)
+        fail(label(t) + ": alignment not met: its start, " + std::to_string(t.offset) +
+             " elements (" + std::to_string(t.offset * eb) + " bytes) into " + to_string(t.buffer) +
+             ", is not a multiple of " + std::to_string(t.alignment) + " bytes");
+      // In bounds: the last element reached lies inside the buffer.
+      std::int64_t reach = 0;
+      for (std::size_t i = 0; i < t.dims.size(); ++i) reach += (t.dims[i] - 1) * t.strides[i];
+      if (t.offset < 0 || t.offset + reach >= t.buffer_elems)
+        fail(label(t) + ": dims " + join(t.dims) + " strides " + join(t.strides) + " at offset " +
+             std::to_string(t.offset) + " reach element " + std::to_string(t.offset + reach) +
+             ", past the end of " + to_string(t.buffer) + " (" + std::to_string(t.buffer_elems) +
+             " elements)");
+      // No two indices on one element: sorted by stride, each stride must exceed
+      // the farthest offset the smaller dimensions reach.
+      std::vector<std::pair<std::int64_t, std::int64_t>> sd;  // (stride, dim)
+      for (std::size_t i = 0; i < t.dims.size(); ++i)
+        if (t.dims[i] > 1) sd.emplace_back(t.strides[i], t.dims[i]);
+      std::sort(sd.begin(), sd.end());
+      std::int64_t inner_reach = 0;
+      for (const auto& [stride, dim] : sd) {
+        if (stride <= inner_reach)
+          fail(label(t) + ": strides " + join(t.strides) + " over dims " + join(t.dims) +
+               " let two elements overlap");
+        inner_reach += (dim - 1) * stride;
+      }
+    }
+  }
+
+  // Graph inputs and outputs.
+  for (std::int64_t id : inputs) {
+    if (!uids.count(id)) fail("graph input uid " + std::to_string(id) + " is not a tensor of the graph");
+    if (tensor(id).is_virtual) fail(label(tensor(id)) + " is virtual but listed as a graph input");
+  }
+  for (std::int64_t id : outputs) {
+    if (!uids.count(id)) fail("graph output uid " + std::to_string(id) + " is not a tensor of the graph");
+    if (tensor(id).is_virtual) fail(label(tensor(id)) + " is virtual but listed as a graph output");
+    if (tensor(id).is_by_value) fail(label(tensor(id)) + " is by-value but listed as a graph output");
+    if (is_in(inputs, id)) fail(label(tensor(id)) + " is both a graph input and a graph output");
+  }
+  for (const auto& t : tensors)
+    if (!t.is_virtual && !is_in(inputs, t.uid) && !is_in(outputs, t.uid))
+      fail(label(t) + " is not virtual but neither a graph input nor a graph output");
+
+  // Operations, in order.
+  std::set<std::int64_t> available(inputs.begin(), inputs.end());
+  std::set<std::int64_t> written, read;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Operation& op = ops[i];
+    const std::string opl = "op " + std::to_string(i) + " '" + op.name + "' (" + to_string(op.kind) + ")";
+    std::size_t want = 1;
+    switch (op.kind) {
+      case OpKind::Matmul: want = 2; break;
+      case OpKind::Reduction:
+      case OpKind::Reshape: want = 1; break;
+      case OpKind::Pointwise:
+        switch (op.pointwise_mode) {
+          case PointwiseMode::Exp:
+          case PointwiseMode::Log:
+          case PointwiseMode::Identity:
+          case PointwiseMode::GenIndex: want = 1; break;
+          case PointwiseMode::BinarySelect: want = 3; break;
+          default: want = 2; break;
+        }
+        break;
+    }
+    if (op.inputs.size() != want)
+      fail(opl + " has " + std::to_string(op.inputs.size()) + " inputs, expected " + std::to_string(want));
+    for (std::int64_t id : op.inputs) {
+      if (!uids.count(id)) fail(opl + " reads uid " + std::to_string(id) + ", which is not a tensor of the graph");
+      if (!available.count(id))
+        fail(opl + " reads " + label(tensor(id)) +
+             ", which no earlier op produced and which is not a graph input");
+      read.insert(id);
+    }
+    if (!uids.count(op.output)) fail(opl + " writes uid " + std::to_string(op.output) + ", which is not a tensor of the graph");
+    const TensorDesc& out = tensor(op.output);
+    if (is_in(inputs, op.output)) fail(opl + " writes graph input " + label(out));
+    if (!written.insert(op.output).second) fail(opl + " writes " + label(out) + ", which an earlier op already wrote");
+    available.insert(op.output);
+
+    // Operand shapes.
+    const TensorDesc& x = tensor(op.inputs[0]);
+    switch (op.kind) {
+      case OpKind::Matmul: {
+        const TensorDesc& b = tensor(op.inputs[1]);
+        const std::size_t r = out.dims.size();
+        const bool ok = r >= 3 && x.dims.size() == r && b.dims.size() == r &&
+                        std::equal(x.dims.begin(), x.dims.end() - 2, out.dims.begin()) &&
+                        std::equal(b.dims.begin(), b.dims.end() - 2, out.dims.begin()) &&
+                        x.dims[r - 2] == out.dims[r - 2] && b.dims[r - 1] == out.dims[r - 1] &&
+                        x.dims[r - 1] == b.dims[r - 2];
+        if (!ok)
+          fail(opl + ": operand dims " + join(x.dims) + " x " + join(b.dims) + " -> " +
+               join(out.dims) + " do not form a batched matrix product");
+        break;
+      }
+      case OpKind::Pointwise: {
+        if (out.dims != x.dims)
+          fail(opl + ": output dims " + join(out.dims) + " differ from input dims " + join(x.dims));
+        for (std::size_t j = 1; j < op.inputs.size(); ++j) {
+          const TensorDesc& y = tensor(op.inputs[j]);
+          bool ok = y.dims.size() == x.dims.size();
+          for (std::size_t a = 0; ok && a < y.dims.size(); ++a)
+            ok = y.dims[a] == x.dims[a] || y.dims[a] == 1;
+          if (!ok) fail(opl + ": operand dims " + join(y.dims) + " do not broadcast to " + join(x.dims));
+        }
+        if (op.pointwise_mode == PointwiseMode::GenIndex &&
+            (op.axis < 0 || op.axis >= static_cast<std::int64_t>(x.dims.size())))
+          fail(opl + ": GEN_INDEX axis " + std::to_string(op.axis) + " outside the input's rank");
+        break;
+      }
+      case OpKind::Reduction: {
+        bool ok = out.dims.size() == x.dims.size();
+        for (std::size_t a = 0; ok && a < x.dims.size(); ++a) ok = out.dims[a] == x.dims[a] || out.dims[a] == 1;
+        if (!ok) fail(opl + ": output dims " + join(out.dims) + " are not a reduction of " + join(x.dims));
+        break;
+      }
+      case OpKind::Reshape: {
+        std::int64_t nx = 1, no = 1;
+        for (auto v : x.dims) nx *= v;
+        for (auto v : out.dims) no *= v;
+        if (nx != no) fail(opl + ": reshapes " + std::to_string(nx) + " elements into " + std::to_string(no));
+        break;
+      }
+    }
+  }
+  for (std::int64_t id : outputs)
+    if (!written.count(id)) fail("graph output " + label(tensor(id)) + " is written by no op");
+  for (std::int64_t id : inputs)
+    if (!read.count(id)) fail("graph input " + label(tensor(id)) + " is read by no op");
+  for (const auto& t : tensors)
+    if (t.is_virtual && !read.count(t.uid))
+      fail("virtual " + label(t) + " is never consumed by an op");
+}
+
+// ---------------------------------------------------------------- names
+
+std::int64_t element_bytes(DataType t) {
+  switch (t) {
+    case DataType::Float: return 4;
+    case DataType::Double: return 8;
+    case DataType::Half: return 2;
+    case DataType::BFloat16: return 2;
+    case DataType::Int8: return 1;
+    case DataType::Int32: return 4;
+    case DataType::Int64: return 8;
+    case DataType::Boolean: return 1;
+  }
+  return 0;
+}
+
+const char* to_string(DataType t) {
+  switch (t) {
+    case DataType::Float: return "float";
+    case DataType::Double: return "double";
+    case DataType::Half: return "half";
+    case DataType::BFloat16: return "bfloat16";
+    case DataType::Int8: return "int8";
+    case DataType::Int32: return "int32";
+    case DataType::Int64: return "int64";
+    case DataType::Boolean: return "boolean";
+  }
+  return "?";
+}
+
+const char* to_string(PointwiseMode m) {
+  switch (m) {
+    case PointwiseMode::Add: return "add";
+    case PointwiseMode::Mul: return "mul";
+    case PointwiseMode::Div: return "div";
+    case PointwiseMode::Sub: return "sub";
+    case PointwiseMode::Exp: return "exp";
+    case PointwiseMode::Log: return "log";
+    case PointwiseMode::Identity: return "identity";
+    case PointwiseMode::CmpGe: return "cmp_ge";
+    case PointwiseMode::GenIndex: return "gen_index";
+    case PointwiseMode::BinarySelect: return "binary_select";
+  }
+  return "?";
+}
+
+const char* to_string(ReductionMode m) { return m == ReductionMode::Add ? "add" : "max"; }
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::Matmul: return "matmul";
+    case OpKind::Pointwise: return "pointwise";
+    case OpKind::Reduction: return "reduction";
+    case OpKind::Reshape: return "reshape";
+  }
+  return "?";
+}
+
+const char* to_string(Buffer b) {
+  switch (b) {
+    case Buffer::None: return "none";
+    case Buffer::Qkv: return "qkv";
+    case Buffer::Out: return "out";
+    case Buffer::Stats: return "stats";
+    case Buffer::DOut: return "dout";
+    case Buffer::DQkv: return "dqkv";
+    case Buffer::Workspace: return "workspace";
+  }
+  return "?";
+}
+
+std::string describe(const SdpaGraph& g) {
+  std::ostringstream os;
+  const SdpaShape& s = g.shape;
+  os << "cuDNN SDPA " << direction_name(g.direction) << " graph: B=" << s.batch << " T=" << s.seq_len
+     << " C=" << s.channels << " H=" << s.n_head << " D=" << s.head_dim() << " " << to_string(s.dtype)
+     << (s.causal ? " causal" : " non-causal") << (s.training ? " training" : " inference") << ", "
+     << g.tensors.size() << " tensors, " << g.ops.size() << " ops, workspace prefix "
+     << g.workspace_prefix_bytes << " bytes\n";
+  auto name_of = [&](std::int64_t id) {
+    for (const auto& t : g.tensors)
+      if (t.uid == id) return t.name;
+    return "uid" + std::to_string(id);
+  };
+  auto role = [&](std::int64_t id) {
+    if (std::find(g.inputs.begin(), g.inputs.end(), id) != g.inputs.end()) return " input";
+    if (std::find(g.outputs.begin(), g.outputs.end(), id) != g.outputs.end()) return " output";
+    return "";
+  };
+  for (const auto& t : g.tensors) {
+    os << "  tensor " << t.uid << " " << t.name << ": " << to_string(t.dtype) << " dims " << join(t.dims)
+       << " strides " << join(t.strides);
+    if (t.is_virtual) os << " virtual";
+    if (t.is_by_value) os << " by-value " << t.value;
+    if (t.buffer != Buffer::None)
+      os << " align " << t.alignment << " " << to_string(t.buffer) << "+" << t.offset;
+    if (t.reordering == Reordering::F16x16) os << " reordered F16x16";
+    os << role(t.uid) << "\n";
+  }
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    const Operation& op = g.ops[i];
+    os << "  op " << i << " " << op.name << ": " << to_string(op.kind);
+    if (op.kind == OpKind::Pointwise) os << " " << to_string(op.pointwise_mode);
+    if (op.kind == OpKind::Reduction) os << " " << to_string(op.reduction_mode);
+    if (op.axis >= 0) os << " axis " << op.axis;
+    os << " (";
+    for (std::size_t j = 0; j < op.inputs.size(); ++j) os << (j ? ", " : "") << name_of(op.inputs[j]);
+    os << ") -> " << name_of(op.output);
+    if (op.kind != OpKind::Reshape) os << " compute " << to_string(op.compute_type);
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace shardtrain::cudnn

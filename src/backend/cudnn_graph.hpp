@@ -1,0 +1,195 @@
+// shardtrain/backend/cudnn_graph.hpp
+// Owns the description of cuDNN's fused scaled-dot-product attention (SDPA,
+// "flash attention") forward and backward operation graphs as plain data, in the
+// terms of the cuDNN 9 backend API: tensors (uid, data type, dims, strides, byte
+// alignment, virtual / by-value) and operations (matmul, pointwise with a mode,
+// reduction, reshape) with their input and output uids, in topological order.
+// It includes no cuDNN or CUDA header and is compiled in every build, so that the
+// graph is built and validated on the host (tests/unit/backend); the CUDA build
+// turns it into backend descriptors (kernels/cuda/cudnn_sdpa.cpp) mechanically.
+//
+// Attention semantics are those of kernels/attention.hpp: causal multi-head
+// attention over a packed qkv (B, T, 3C) row-major, q = channels [0, C),
+// k = [C, 2C), v = [2C, 3C), head h = channels [h*D, (h+1)*D) of each, D = C/H,
+// scale 1/sqrt(D), output (B, T, C) with the heads concatenated. The graph's Q, K,
+// V, O, dO, dQ, dK, dV are strided (B, H, T, D) views INTO those buffers (no
+// permute copies); the base offset of each view into its buffer is data
+// (TensorDesc::buffer, ::offset), because the variant pack gets one pointer per
+// tensor.
+//
+// The op sequence follows what NVIDIA's cudnn-frontend (include/cudnn_frontend/
+// node/scaled_dot_product_flash_attention.h, SDPANode / SDPABackwardNode, and
+// node/softmax.h, the composite softmax used before cuDNN 9.21) lowers its SDPA
+// node to, restricted to what we use (causal mask, no bias / dropout / padding):
+//   forward  S = Q K^T; S *= scale; [causal: row >= col ? S : lowest];
+//            M = max_row S; E = exp(S - M); Z = sum_row E; [training: Stats = M + log Z];
+//            P = E / Z (stored as the I/O type, the backend's requirement for bmm2);
+//            O = P V
+//   backward Dsum = sum_row(dO * O) * 1; S as above; E = exp(S - Stats) (= P);
+//            dV = P^T dO; dP = dO V^T * 1; dS = (dP - Dsum) * E * scale;
+//            dK = dS^T Q; dQ_accum = dS K (fp32, zeroed workspace); dQ = identity(dQ_accum)
+// The "* 1" factors are where the frontend puts the dropout scales; the engines
+// match the frontend's pattern, so it is kept.
+//
+// Invariants kept by validate() (it throws shardtrain::Error naming the tensor or
+// op): unique uids; ops in topological order (an op reads only graph inputs and
+// tensors an earlier op wrote, and every tensor is written at most once); virtual
+// tensors are neither graph inputs nor outputs and are consumed; dims and strides
+// have the same rank; non-virtual views neither overlap themselves nor reach past
+// their buffer, and their start is aligned; operand shapes agree; data types are
+// ones the flash engines take; the head size is within the flash limits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardtrain::cudnn {
+
+// Mirrors cudnnDataType_t: the enumerator values ARE cuDNN's (checked with
+// static_asserts where both are visible, kernels/cuda/cudnn_sdpa.cpp).
+enum class DataType : std::int32_t {
+  Float = 0,     // CUDNN_DATA_FLOAT
+  Double = 1,    // CUDNN_DATA_DOUBLE
+  Half = 2,      // CUDNN_DATA_HALF
+  Int8 = 3,      // CUDNN_DATA_INT8
+  Int32 = 4,     // CUDNN_DATA_INT32
+  BFloat16 = 9,  // CUDNN_DATA_BFLOAT16
+  Int64 = 10,    // CUDNN_DATA_INT64
+  Boolean = 11,  // CUDNN_DATA_BOOLEAN
+};
+
+// Mirrors cudnnPointwiseMode_t (values are cuDNN's).
+enum class PointwiseMode : std::int32_t {
+  Add = 0,            // CUDNN_POINTWISE_ADD
+  Mul = 1,            // CUDNN_POINTWISE_MUL
+  Div = 6,            // CUDNN_POINTWISE_DIV
+  Sub = 9,            // CUDNN_POINTWISE_SUB
+  Exp = 13,           // CUDNN_POINTWISE_EXP
+  Log = 15,           // CUDNN_POINTWISE_LOG
+  Identity = 21,      // CUDNN_POINTWISE_IDENTITY
+  CmpGe = 303,        // CUDNN_POINTWISE_CMP_GE
+  GenIndex = 501,     // CUDNN_POINTWISE_GEN_INDEX
+  BinarySelect = 601, // CUDNN_POINTWISE_BINARY_SELECT
+};
+
+// Mirrors cudnnReduceTensorOp_t (values are cuDNN's).
+enum class ReductionMode : std::int32_t {
+  Add = 0,  // CUDNN_REDUCE_TENSOR_ADD
+  Max = 3,  // CUDNN_REDUCE_TENSOR_MAX
+};
+
+// Mirrors cudnnBackendTensorReordering_t (values are cuDNN's).
+enum class Reordering : std::int32_t {
+  None = 0,    // CUDNN_TENSOR_REORDERING_NONE
+  F16x16 = 2,  // CUDNN_TENSOR_REORDERING_F16x16 (the fp32 dQ accumulator)
+};
+
+enum class OpKind { Matmul, Pointwise, Reduction, Reshape };
+
+// Which caller buffer a non-virtual, non-by-value tensor views. CudnnSdpa maps
+// each to one of its call's pointers; the variant-pack pointer of a tensor is
+// that pointer + offset elements.
+enum class Buffer {
+  None,       // virtual or by-value tensors
+  Qkv,        // (B, T, 3C) of the I/O type: Q, K, V
+  Out,        // (B, T, C): O
+  Stats,      // (B, H, T) fp32: softmax statistics max + log(sum exp)
+  DOut,       // (B, T, C): dO
+  DQkv,       // (B, T, 3C): dQ, dK, dV
+  Workspace,  // the graph's own part of the caller's workspace (dQ_accum)
+};
+
+enum class Direction { Forward, Backward };
+
+struct SdpaShape {
+  std::int64_t batch = 0;     // B
+  std::int64_t seq_len = 0;   // T
+  std::int64_t channels = 0;  // C
+  std::int64_t n_head = 0;    // H, divides C; D = C/H
+  DataType dtype = DataType::Half;  // I/O type: Half or BFloat16
+  bool causal = true;
+  bool training = true;  // forward writes Stats (needed by backward)
+
+  std::int64_t head_dim() const { return n_head > 0 ? channels / n_head : 0; }
+};
+
+struct TensorDesc {
+  std::int64_t uid = 0;
+  std::string name;
+  DataType dtype = DataType::Float;
+  std::vector<std::int64_t> dims;
+  std::vector<std::int64_t> strides;  // in elements
+  std::int64_t alignment = 16;        // bytes (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)
+  bool is_virtual = false;
+  bool is_by_value = false;
+  float value = 0.0f;  // the scalar of a by-value tensor (dtype Float, dims all 1)
+  Reordering reordering = Reordering::None;
+  Buffer buffer = Buffer::None;
+  std::int64_t offset = 0;        // elements of dtype from the buffer start
+  std::int64_t buffer_elems = 0;  // elements of dtype in the buffer
+};
+
+struct Operation {
+  OpKind kind = OpKind::Pointwise;
+  std::string name;
+  PointwiseMode pointwise_mode = PointwiseMode::Identity;  // kind == Pointwise
+  ReductionMode reduction_mode = ReductionMode::Add;       // kind == Reduction
+  DataType compute_type = DataType::Float;  // matmul / pointwise math / reduction type
+  std::int64_t axis = -1;                   // GenIndex: the dimension indexed
+  // Matmul {A, B} (C = A B over the last two dims, batched over the first two);
+  // Pointwise {X}, {X, B} or BinarySelect {X, B, T} (T ? X : B);
+  // Reduction {X}; Reshape {X}.
+  std::vector<std::int64_t> inputs;
+  std::int64_t output = 0;
+};
+
+struct SdpaGraph {
+  SdpaShape shape;
+  Direction direction = Direction::Forward;
+  std::vector<TensorDesc> tensors;
+  std::vector<Operation> ops;      // topological order
+  std::vector<std::int64_t> inputs;   // non-virtual tensors read (incl. by-value scalars)
+  std::vector<std::int64_t> outputs;  // non-virtual tensors written
+  // Bytes at the start of the caller's workspace that the graph's Buffer::Workspace
+  // tensors use (multiple of 256); cuDNN's own workspace follows them.
+  std::int64_t workspace_prefix_bytes = 0;
+
+  const TensorDesc& tensor(std::int64_t uid) const;       // throws if absent
+  const TensorDesc& tensor(std::string_view name) const;  // throws if absent
+  const TensorDesc* find(std::string_view name) const;    // nullptr if absent
+  TensorDesc& tensor_mut(std::string_view name);           // throws if absent
+
+  // Throws shardtrain::Error with a message naming the first violated invariant.
+  void validate() const;
+};
+
+// Fixed uids of the graph's non-virtual tensors (virtual ones start at 100).
+namespace uid {
+inline constexpr std::int64_t Q = 1, K = 2, V = 3, O = 4, Stats = 5, dO = 6, dQ = 7, dK = 8,
+                              dV = 9, AttnScale = 10, NegInf = 11, One = 12, dQAccum = 13;
+inline constexpr std::int64_t FirstVirtual = 100;
+}  // namespace uid
+
+// Both build the graph for `shape` and validate() it (so an unsupported shape
+// throws here, with validate()'s message).
+SdpaGraph make_sdpa_forward_graph(const SdpaShape& shape);
+SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape);
+
+// Bytes of one element of `t` (Boolean counts 1).
+std::int64_t element_bytes(DataType t);
+const char* to_string(DataType t);
+const char* to_string(PointwiseMode m);
+const char* to_string(ReductionMode m);
+const char* to_string(OpKind k);
+const char* to_string(Buffer b);
+
+// Multi-line, human-readable listing of the shape, tensors and ops, for logs.
+std::string describe(const SdpaGraph& graph);
+
+// cuDNN's flash-attention head-size limit that validate() enforces (see the .cpp).
+inline constexpr std::int64_t kMaxHeadDim = 128;
+inline constexpr std::int64_t kHeadDimMultiple = 8;
+
+}  // namespace shardtrain::cudnn

@@ -1,0 +1,13 @@
+# Device tests of the cuDNN ops (label gpu).
+# gpu_cudnn_sdpa_test: CudnnSdpa (kernels/cuda/cudnn_sdpa.cuh, cuDNN's fused SDPA
+# graphs) against our CUDA attention kernels (kernels/cuda/attention.cuh), for
+# __half and __nv_bfloat16; one process, one device. Without a device it prints
+# why and exits 1 (never skips). The graph description itself is unit-tested on
+# the host (tests/unit/backend/cudnn_graph_test.cpp).
+add_executable(gpu_cudnn_sdpa_test cudnn_sdpa_test.cpp)
+target_link_libraries(gpu_cudnn_sdpa_test PRIVATE
+  shardtrain_cuda_kernels shardtrain_cudnn_graph GTest::gtest CUDA::cudart CUDA::cublas CUDNN::cudnn)
+target_compile_options(gpu_cudnn_sdpa_test PRIVATE -Wall -Wextra)
+add_test(NAME gpu_cudnn_sdpa COMMAND gpu_cudnn_sdpa_test)
+set_tests_properties(gpu_cudnn_sdpa PROPERTIES LABELS gpu)
+add_dependencies(cuda-build gpu_cudnn_sdpa_test)
