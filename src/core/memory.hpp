@@ -54,16 +54,30 @@ void* tracked_alloc(std::size_t bytes);
 void tracked_free(void* p);
 }  // namespace detail
 
+// Where a TrackedBuffer's bytes live when not in host memory (the CUDA backend's
+// device memory, src/backend/). allocate returns zeroed memory or throws.
+class MemorySpace {
+ public:
+  virtual ~MemorySpace() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+  virtual const char* name() const = 0;
+};
+
 // An owning, move-only, zero-initialised array of T whose bytes are counted in
-// `tracker` under `category` for its whole lifetime.
+// `tracker` under `category` for its whole lifetime. With a MemorySpace (not
+// nullptr) the array lives there: data() is then a device pointer and
+// operator[] / span() must not be used on the host.
 template <class T>
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(MemoryTracker& tracker, MemCategory category, std::size_t count)
-      : m_tracker(&tracker), m_category(category), m_count(count) {
+  TrackedBuffer(MemoryTracker& tracker, MemCategory category, std::size_t count,
+                MemorySpace* space = nullptr)
+      : m_tracker(&tracker), m_category(category), m_space(space), m_count(count) {
     if (m_count == 0) return;
-    m_data = static_cast<T*>(detail::tracked_alloc(m_count * sizeof(T)));
+    m_data = static_cast<T*>(m_space ? m_space->allocate(m_count * sizeof(T))
+                                     : detail::tracked_alloc(m_count * sizeof(T)));
     m_tracker->on_alloc(m_category, bytes());
   }
   ~TrackedBuffer() { release(); }
@@ -75,6 +89,7 @@ class TrackedBuffer {
       release();
       m_tracker = std::exchange(o.m_tracker, nullptr);
       m_category = o.m_category;
+      m_space = o.m_space;
       m_data = std::exchange(o.m_data, nullptr);
       m_count = std::exchange(o.m_count, 0);
     }
@@ -87,6 +102,7 @@ class TrackedBuffer {
   std::size_t bytes() const { return m_count * sizeof(T); }
   std::span<T> span() { return {m_data, m_count}; }
   std::span<const T> span() const { return {m_data, m_count}; }
+  MemorySpace* space() const { return m_space; }
   T& operator[](std::size_t i) { return m_data[i]; }
   const T& operator[](std::size_t i) const { return m_data[i]; }
 
@@ -94,12 +110,14 @@ class TrackedBuffer {
   void release() {
     if (m_data) {
       m_tracker->on_free(m_category, bytes());
-      detail::tracked_free(m_data);
+      if (m_space) m_space->deallocate(m_data);
+      else detail::tracked_free(m_data);
       m_data = nullptr;
     }
   }
   MemoryTracker* m_tracker = nullptr;
   MemCategory m_category = MemCategory::Workspace;
+  MemorySpace* m_space = nullptr;
   T* m_data = nullptr;
   std::size_t m_count = 0;
 };

@@ -66,15 +66,21 @@ std::int64_t zero_bucket_elems(const ParamLayout& layout, int stage, double buck
 
 template <class P>
 ZeroEngine<P>::ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
-                       MemoryTracker& memory)
-    : m_layout(layout), m_stage(options.stage), m_comm(comm), m_overlap(options.overlap) {
+                          MemoryTracker& memory, Backend* backend)
+    : m_layout(layout),
+      m_stage(options.stage),
+      m_comm(comm),
+      m_backend(backend ? *backend : host_backend()),
+      m_ops(m_backend.vector_ops<P>()),
+      m_overlap(options.overlap) {
   SHARDTRAIN_CHECK(m_stage >= 0 && m_stage <= 3, "ZeRO stage must be 0, 1, 2 or 3");
   SHARDTRAIN_CHECK(options.bucket_mb >= 0, "bucket_mb must be >= 0");
   SHARDTRAIN_CHECK(layout.world_size() == comm.size(), "layout padded for another world size");
   std::tie(m_lo, m_hi) = layout.shard_range(comm.rank());
   const std::int64_t n = layout.padded_size(), shard = m_hi - m_lo;
-  m_params = TrackedBuffer<P>(memory, MemCategory::Parameters, m_stage == 3 ? shard : n);
-  m_grads = TrackedBuffer<P>(memory, MemCategory::Gradients, m_stage >= 2 ? shard : n);
+  MemorySpace* space = m_backend.memory();
+  m_params = TrackedBuffer<P>(memory, MemCategory::Parameters, m_stage == 3 ? shard : n, space);
+  m_grads = TrackedBuffer<P>(memory, MemCategory::Gradients, m_stage >= 2 ? shard : n, space);
 
   m_span_of_group.assign(layout.num_groups(), -1);
   for (const auto& [first, last] : zero_plan_buckets(layout, options.bucket_mb, sizeof(P))) {
@@ -100,7 +106,7 @@ ZeroEngine<P>::ZeroEngine(const ParamLayout& layout, const Options& options, Com
   auto make_pool = [&](std::vector<Buffer>& pool) {
     for (std::int64_t size : pool_sizes(sizes)) {
       Buffer b;
-      b.data = TrackedBuffer<P>(memory, MemCategory::Communication, size);
+      b.data = TrackedBuffer<P>(memory, MemCategory::Communication, size, space);
       pool.push_back(std::move(b));
     }
   };
@@ -149,7 +155,7 @@ typename ZeroEngine<P>::Buffer& ZeroEngine<P>::take_grad_buffer(int s) {
     if (best) {
       best->span = s;
       best->ready = 0;
-      std::fill(best->data.data(), best->data.data() + need, P(0.0f));
+      m_ops.fill_zero(best->data.data(), need);
       return *best;
     }
     // All fitting buffers are busy: complete the oldest in-flight reduction.
@@ -178,14 +184,12 @@ template <class P>
 void ZeroEngine<P>::complete_grad_buffer(Buffer& b) {
   b.pending->wait();
   b.pending.reset();
+  m_backend.compute_after_collectives();
   const Span& sp = m_spans[b.span];
   const std::int64_t count = static_cast<std::int64_t>(sp.counts[m_comm.rank()]);
   if (count > 0) {
     // The reduced block sits at the rank's own place in the buffer (in place).
-    P* dst = m_grads.data() + (std::max(sp.lo, m_lo) - m_lo);
-    const P* src = b.data.data() + sp.own_displ;
-    for (std::int64_t i = 0; i < count; ++i)
-      dst[i] = P(static_cast<float>(dst[i]) + static_cast<float>(src[i]));
+    m_ops.accumulate(b.data.data() + sp.own_displ, m_grads.data() + (std::max(sp.lo, m_lo) - m_lo), count);
   }
   b.span = -1;
 }
@@ -209,9 +213,10 @@ void ZeroEngine<P>::grads_ready(int g) {
   if (++b->ready < sp.last - sp.first + 1) return;  // the bucket waits for its other groups
   b->order = ++m_clock;
   if (m_plant_overflow) {
-    b->data.data()[0] = P(std::numeric_limits<float>::infinity());
+    m_ops.set_inf(b->data.data());
     m_plant_overflow = false;
   }
+  m_backend.collectives_after_compute();  // the backward kernels that wrote the bucket
   b->pending = m_comm.ireduce_scatter_v(b->data.data(), b->data.data() + sp.own_displ, sp.counts,
                                         dtype_of<P>(), ReduceOp::Sum);
   if (!m_overlap) complete_grad_buffer(*b);
@@ -219,28 +224,32 @@ void ZeroEngine<P>::grads_ready(int g) {
 
 template <class P>
 void ZeroEngine<P>::begin_step() {
-  std::fill(m_grads.data(), m_grads.data() + m_grads.size(), P(0.0f));
+  m_ops.fill_zero(m_grads.data(), static_cast<std::int64_t>(m_grads.size()));
 }
 
 template <class P>
 double ZeroEngine<P>::finish_gradients() {
   if (m_stage < 2 && m_plant_overflow) {
-    m_grads.data()[0] = P(std::numeric_limits<float>::infinity());
+    m_ops.set_inf(m_grads.data());
     m_plant_overflow = false;
   }
   switch (m_stage) {
     case 0:
-      m_comm.all_reduce(m_grads.span(), ReduceOp::Sum);
-      return sum_of_squares(m_layout, m_grads.data(), 0, m_layout.padded_size());
+      m_backend.collectives_after_compute();
+      m_comm.all_reduce(m_grads.data(), m_grads.size(), dtype_of<P>(), ReduceOp::Sum);
+      m_backend.compute_after_collectives();
+      return m_ops.sum_of_squares(m_layout, m_grads.data(), 0, m_layout.padded_size());
     case 1:
+      m_backend.collectives_after_compute();
       m_comm.reduce_scatter(m_grads.data(), m_grads.data() + m_lo,
                             static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>(), ReduceOp::Sum);
-      return m_comm.all_reduce_value(sum_of_squares(m_layout, m_grads.data() + m_lo, m_lo, m_hi));
+      m_backend.compute_after_collectives();
+      return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_grads.data() + m_lo, m_lo, m_hi));
     default:
       for (const auto& b : m_grad_buffers)
         SHARDTRAIN_CHECK(b.span < 0 || b.pending, "a gradient bucket was never reported ready");
       while (Buffer* oldest = oldest_pending_grad_buffer()) complete_grad_buffer(*oldest);
-      return m_comm.all_reduce_value(sum_of_squares(m_layout, m_grads.data(), m_lo, m_hi));
+      return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_grads.data(), m_lo, m_hi));
   }
 }
 
@@ -248,7 +257,7 @@ template <class P>
 std::int64_t ZeroEngine<P>::first_non_finite_gradient() {
   const auto [lo, hi] = optimizer_range();
   const P* g = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
-  const std::ptrdiff_t k = first_non_finite(g, static_cast<std::size_t>(hi - lo));
+  const std::int64_t k = m_ops.first_non_finite(g, hi - lo);
   const std::int64_t mine = k < 0 ? std::numeric_limits<std::int64_t>::max() : lo + k;
   const std::int64_t first = m_comm.all_reduce_value(mine, ReduceOp::Min);
   return first == std::numeric_limits<std::int64_t>::max() ? -1 : first;
@@ -260,10 +269,13 @@ void ZeroEngine<P>::apply_optimizer(AdamW& optim, double lr, float grad_scale, s
   SHARDTRAIN_CHECK(optim.lo() == lo && optim.hi() == hi, "optimizer range does not match the shard");
   P* params = m_stage == 3 ? m_params.data() : m_params.data() + lo;
   const P* grads = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
-  optim.step(params, grads, lr, grad_scale, step);
-  if (m_stage == 1 || m_stage == 2)
+  optim.step(m_ops, params, grads, lr, grad_scale, step);
+  if (m_stage == 1 || m_stage == 2) {
+    m_backend.collectives_after_compute();  // the optimizer's new shard
     m_comm.all_gather(m_params.data() + m_lo, m_params.data(),
                       static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>());
+    m_backend.compute_after_collectives();
+  }
   if (m_stage == 3)
     for (auto& b : m_param_buffers) {
       SHARDTRAIN_CHECK(b.users == 0, "optimizer step while parameters are in use");
@@ -305,6 +317,7 @@ void ZeroEngine<P>::start_gather(Buffer& b, int s) {
   const Span& sp = m_spans[s];
   const P* mine = sp.counts[m_comm.rank()] > 0 ? m_params.data() + (std::max(sp.lo, m_lo) - m_lo)
                                                : m_params.data();
+  m_backend.collectives_after_compute();  // the optimizer's update of the shard
   b.pending = m_comm.iall_gather_v(mine, b.data.data(), sp.counts, dtype_of<P>());
 }
 
@@ -334,6 +347,7 @@ P* ZeroEngine<P>::acquire_params(int g) {
   if (b->pending) {
     b->pending->wait();
     b->pending.reset();
+    m_backend.compute_after_collectives();
   }
   ++b->users;
   b->order = ++m_clock;

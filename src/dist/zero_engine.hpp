@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "core/memory.hpp"
 #include "kernels/half.hpp"
 #include "dist/communicator.hpp"
@@ -60,8 +61,13 @@ class ZeroEngine final : public ParamProvider<P> {
     bool overlap = true;    // stages 2-3: start gradient reductions without waiting for them
     double bucket_mb = 0;   // coalesce consecutive groups up to this many MiB (0: one per group)
   };
+  // backend: where the state lives and the vector kernels run (nullptr: the
+  // host); `comm` must move that memory (NcclCommunicator for a CUDA backend).
+  // Stream order: before a collective reads what kernels wrote the engine calls
+  // backend.collectives_after_compute(); after waiting for a collective whose
+  // result kernels read, backend.compute_after_collectives().
   ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
-             MemoryTracker& memory);
+             MemoryTracker& memory, Backend* backend = nullptr);
   ~ZeroEngine() override;
 
   int stage() const { return m_stage; }
@@ -99,8 +105,9 @@ class ZeroEngine final : public ParamProvider<P> {
   void apply_optimizer(AdamW& optim, double lr, float grad_scale, std::int64_t step);
 
   // The parameters as the model sees them after the last update (for tests):
-  // the stored range, [stored_param_range()).
+  // the stored range, [stored_param_range()), in backend memory.
   const P* stored_params() const { return m_params.data(); }
+  Backend& backend() { return m_backend; }
 
   int num_buckets() const { return static_cast<int>(m_spans.size()); }
 
@@ -135,6 +142,8 @@ class ZeroEngine final : public ParamProvider<P> {
   const ParamLayout& m_layout;
   int m_stage;
   Communicator& m_comm;
+  Backend& m_backend;
+  VectorOps<P>& m_ops;
   bool m_overlap;
   std::int64_t m_lo = 0, m_hi = 0;     // this rank's shard
 

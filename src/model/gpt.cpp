@@ -14,7 +14,6 @@
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/half.hpp"
-#include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 
@@ -24,6 +23,10 @@ namespace {
 
 AttentionShape attention_shape(const GptDims& d, std::int64_t batch) {
   return AttentionShape{batch, d.seq_len, d.channels, d.n_head};
+}
+
+AttnShape attn_shape(const GptDims& d, std::int64_t batch) {
+  return AttnShape{batch, d.seq_len, d.channels, d.n_head};
 }
 
 std::string block_name(int layer, const char* leaf) {
@@ -48,15 +51,7 @@ GptActivationPlan gpt_activation_plan(const GptDims& d) {
   p.workspace = bt * 3 * c + attention_workspace_elems(att_shape) + bt * c + bt * c +
                 2 * bt * 4 * c;
   // 16-bit models: the fp32 tiles of the largest kernel call (kernels/half_scratch.hpp).
-  const std::int64_t v = d.vocab;
-  for (std::int64_t need :
-       {layernorm_half_scratch_elems(c), linear_half_scratch_elems(bt, c, 3 * c),
-        linear_half_scratch_elems(bt, c, c), linear_half_scratch_elems(bt, c, 4 * c),
-        linear_half_scratch_elems(bt, 4 * c, c), linear_half_scratch_elems(bt, c, v),
-        attention_half_scratch_elems(att_shape), gelu_half_scratch_elems(),
-        embedding_half_scratch_elems(v, c), cross_entropy_half_scratch_elems(v),
-        elementwise_half_scratch_elems()})
-    p.half_scratch = std::max(p.half_scratch, need);
+  p.half_scratch = host_half_scratch_elems(ModelOpsLimits{d.max_batch, d.seq_len, c, d.n_head, d.vocab});
   return p;
 }
 
@@ -136,7 +131,7 @@ void gpt_init_params(const ParamLayout& layout, const GptDims& d, double init_st
 
 template <class T>
 Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps,
-            MemoryTracker& memory, const RecomputeSchedule* schedule)
+            MemoryTracker& memory, const RecomputeSchedule* schedule, Backend* backend)
     : m_dims(dims), m_layout(layout), m_eps(static_cast<T>(layernorm_eps)) {
   SHARDTRAIN_CHECK(dims.channels % dims.n_head == 0, "n_head must divide channels");
   SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
@@ -146,12 +141,12 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   simulate(costs, m_schedule);  // a schedule for another chain fails here
   const auto plan = gpt_activation_plan(dims);
   m_per_block = plan.per_block;
-  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, gpt_activation_elems(dims, m_schedule));
-  m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace);
-  if constexpr (is_half_v<T>) {
-    m_half_scratch = TrackedBuffer<float>(memory, MemCategory::Workspace, plan.half_scratch);
-    half_scratch_bind(m_half_scratch.data(), m_half_scratch.size());
-  }
+  m_ops = make_model_ops<T>(backend ? *backend : host_backend(),
+                            ModelOpsLimits{dims.max_batch, dims.seq_len, dims.channels, dims.n_head, dims.vocab},
+                            memory);
+  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, gpt_activation_elems(dims, m_schedule),
+                            m_ops->memory());
+  m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace, m_ops->memory());
 
   const std::int64_t bt = dims.max_batch * dims.seq_len, c = dims.channels;
   T* p = m_acts.data();
@@ -174,10 +169,7 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
 }
 
 template <class T>
-Gpt<T>::~Gpt() {
-  if (m_half_scratch.size() > 0 && half_scratch_size() == m_half_scratch.size())
-    half_scratch_bind(nullptr, 0);
-}
+Gpt<T>::~Gpt() = default;
 
 template <class T>
 typename Gpt<T>::BlockParams Gpt<T>::block_views(T* base, int l) const {
@@ -235,39 +227,32 @@ void Gpt<T>::acquire_grads(int g) {
 }
 
 template <class T>
-void Gpt<T>::block_forward(int l, const T* x_ptr, const BlockActs& a, std::int64_t batch) {
+void Gpt<T>::block_forward(int l, const T* x, const BlockActs& a, std::int64_t batch) {
   const std::int64_t bt = batch * m_dims.seq_len, c = m_dims.channels, t = m_dims.seq_len;
   const BlockParams& p = m_blocks[l];
-  const auto shape = attention_shape(m_dims, batch);
+  ModelOps<T>& ops = *m_ops;
   T* qkv = m_work.data();
   T* att_ws = qkv + m_dims.max_batch * t * 3 * c;
 
-  CView2<T> x(x_ptr, bt, c);
-  layernorm_forward<T>(x, p.ln1_w, p.ln1_b, View2<T>(a.ln1_out, bt, c), View1<T>(a.ln1_mean, bt),
-                       View1<T>(a.ln1_rstd, bt), m_eps);
-  linear_forward<T>(CView2<T>(a.ln1_out, bt, c), p.qkv_w, p.qkv_b, View2<T>(qkv, bt, 3 * c));
-  attention_forward<T>(shape, CView3<T>(qkv, batch, t, 3 * c),
-                       View1<T>(a.att_saved, attention_saved_elems(shape)),
-                       View1<T>(att_ws, attention_workspace_elems(shape)),
-                       View3<T>(a.att_out, batch, t, c));
-  copy<T>(CView1<T>(x_ptr, bt * c), View1<T>(a.resid1, bt * c));
-  linear_forward<T>(CView2<T>(a.att_out, bt, c), p.proj_w, p.proj_b, View2<T>(a.resid1, bt, c),
-                    /*accumulate=*/true);
-  layernorm_forward<T>(CView2<T>(a.resid1, bt, c), p.ln2_w, p.ln2_b, View2<T>(a.ln2_out, bt, c),
-                       View1<T>(a.ln2_mean, bt), View1<T>(a.ln2_rstd, bt), m_eps);
-  linear_forward<T>(CView2<T>(a.ln2_out, bt, c), p.fc_w, p.fc_b, View2<T>(a.fc_pre, bt, 4 * c));
-  gelu_forward<T>(CView1<T>(a.fc_pre, bt * 4 * c), View1<T>(a.fc_act, bt * 4 * c));
-  copy<T>(CView1<T>(a.resid1, bt * c), View1<T>(a.out, bt * c));
-  linear_forward<T>(CView2<T>(a.fc_act, bt, 4 * c), p.fc2_w, p.fc2_b, View2<T>(a.out, bt, c),
-                    /*accumulate=*/true);
+  ops.layernorm_forward(x, p.ln1_w.data(), p.ln1_b.data(), a.ln1_out, a.ln1_mean, a.ln1_rstd, bt, c, m_eps);
+  ops.linear_forward(a.ln1_out, p.qkv_w.data(), p.qkv_b.data(), qkv, bt, c, 3 * c, false);
+  ops.attention_forward(attn_shape(m_dims, batch), qkv, a.att_saved, att_ws, a.att_out);
+  ops.copy(x, a.resid1, bt * c);
+  ops.linear_forward(a.att_out, p.proj_w.data(), p.proj_b.data(), a.resid1, bt, c, c, /*accumulate=*/true);
+  ops.layernorm_forward(a.resid1, p.ln2_w.data(), p.ln2_b.data(), a.ln2_out, a.ln2_mean, a.ln2_rstd, bt, c, m_eps);
+  ops.linear_forward(a.ln2_out, p.fc_w.data(), p.fc_b.data(), a.fc_pre, bt, c, 4 * c, false);
+  ops.gelu_forward(a.fc_pre, a.fc_act, bt * 4 * c);
+  ops.copy(a.resid1, a.out, bt * c);
+  ops.linear_forward(a.fc_act, p.fc2_w.data(), p.fc2_b.data(), a.out, bt, 4 * c, c, /*accumulate=*/true);
 }
 
 template <class T>
 double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t batch) {
   SHARDTRAIN_CHECK(batch >= 0 && batch <= m_dims.max_batch, "micro-batch larger than planned");
   SHARDTRAIN_CHECK(m_provider != nullptr, "Gpt::forward before bind");
-  m_tokens = tokens; m_targets = targets; m_batch = batch; m_forward_done = true;
+  m_batch = batch; m_forward_done = true;
   const std::int64_t t = m_dims.seq_len, c = m_dims.channels, bt = batch * t, v = m_dims.vocab;
+  m_ops->stage_tokens(tokens, targets, bt, &m_tokens, &m_targets);
   // batch == 0 (a rank with no sample in this micro-batch) runs no kernel but
   // makes every provider call, so it takes part in the provider's collectives.
   const bool work = batch > 0;
@@ -282,61 +267,45 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
 
   acquire_params(0);  // kept until the tied LM head has used wte
   m_provider->prefetch(1);
-  if (work)
-    embedding_forward<T>(CView2<TokenIndex>(tokens, batch, t), m_wte, m_wpe,
-                         View3<T>(m_emb_out, batch, t, c));
+  if (work) m_ops->embedding_forward(m_tokens, m_wte.data(), m_wpe.data(), m_emb_out, batch, t, c, v);
   run_ops(0, static_cast<std::size_t>(m_schedule.forward_ops_in_pass), work, batch, nullptr);
   const T* x = input_of(n);
   acquire_params(lnf_group());
   if (work)
-    layernorm_forward<T>(CView2<T>(x, bt, c), m_lnf_w, m_lnf_b, View2<T>(m_lnf_out, bt, c),
-                         View1<T>(m_lnf_mean, bt), View1<T>(m_lnf_rstd, bt), m_eps);
+    m_ops->layernorm_forward(x, m_lnf_w.data(), m_lnf_b.data(), m_lnf_out, m_lnf_mean, m_lnf_rstd, bt, c, m_eps);
   m_provider->release_params(lnf_group());
   if (work) {
-    linear_forward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, View1<T>(), View2<T>(m_logits, bt, v));
-    cross_entropy_forward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(targets, bt),
-                             View1<T>(m_losses, bt));
+    m_ops->linear_forward(m_lnf_out, m_wte.data(), nullptr, m_logits, bt, c, v, false);
+    m_ops->cross_entropy_forward(m_logits, m_targets, m_losses, bt, v);
   }
   m_provider->release_params(0);
-  double sum = 0.0;  // fixed order: deterministic
-  for (std::int64_t i = 0; i < bt; ++i) sum += static_cast<double>(static_cast<compute_t<T>>(m_losses[i]));
-  return sum;
+  return work ? m_ops->sum_losses(m_losses, bt) : 0.0;  // fixed order: deterministic
 }
 
 template <class T>
-void Gpt<T>::block_backward(int l, const T* x_ptr, const BlockActs& a, std::int64_t batch, T* dres) {
+void Gpt<T>::block_backward(int l, const T* x, const BlockActs& a, std::int64_t batch, T* dres) {
   const std::int64_t t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
   const std::int64_t bt_max = m_dims.max_batch * t;
   const BlockParams& p = m_blocks[l];
   BlockParams& g = m_dblocks[l];
-  const auto shape = attention_shape(m_dims, batch);
+  ModelOps<T>& ops = *m_ops;
   T* att_ws = m_work.data() + bt_max * 3 * c;  // workspace: qkv | attention | dres | dsmall | dbig1 | dbig2
   T* dsmall = dres + bt_max * c;
   T* dbig1 = dsmall + bt_max * c;
   T* dbig2 = dbig1 + bt_max * 4 * c;
 
   // out = resid1 + fc2(gelu(fc(ln2(resid1)))); dres holds d out.
-  linear_backward<T>(CView2<T>(a.fc_act, bt, 4 * c), p.fc2_w, CView2<T>(dres, bt, c),
-                     View2<T>(dbig1, bt, 4 * c), g.fc2_w, g.fc2_b);
-  gelu_backward<T>(CView1<T>(a.fc_pre, bt * 4 * c), CView1<T>(dbig1, bt * 4 * c),
-                   View1<T>(dbig2, bt * 4 * c));
-  linear_backward<T>(CView2<T>(a.ln2_out, bt, c), p.fc_w, CView2<T>(dbig2, bt, 4 * c),
-                     View2<T>(dsmall, bt, c), g.fc_w, g.fc_b);
-  layernorm_backward<T>(CView2<T>(a.resid1, bt, c), p.ln2_w, CView1<T>(a.ln2_mean, bt),
-                        CView1<T>(a.ln2_rstd, bt), CView2<T>(dsmall, bt, c),
-                        View2<T>(dres, bt, c), g.ln2_w, g.ln2_b);
+  ops.linear_backward(a.fc_act, p.fc2_w.data(), dres, dbig1, g.fc2_w.data(), g.fc2_b.data(), bt, 4 * c, c);
+  ops.gelu_backward(a.fc_pre, dbig1, dbig2, bt * 4 * c);
+  ops.linear_backward(a.ln2_out, p.fc_w.data(), dbig2, dsmall, g.fc_w.data(), g.fc_b.data(), bt, c, 4 * c);
+  ops.layernorm_backward(a.resid1, p.ln2_w.data(), a.ln2_mean, a.ln2_rstd, dsmall, dres, g.ln2_w.data(),
+                         g.ln2_b.data(), bt, c);
   // resid1 = x + proj(attention(qkv(ln1(x)))); dres now holds d resid1.
-  linear_backward<T>(CView2<T>(a.att_out, bt, c), p.proj_w, CView2<T>(dres, bt, c),
-                     View2<T>(dsmall, bt, c), g.proj_w, g.proj_b);
-  attention_backward<T>(shape, CView3<T>(dsmall, batch, t, c),
-                        CView1<T>(a.att_saved, attention_saved_elems(shape)),
-                        View1<T>(att_ws, attention_workspace_elems(shape)),
-                        View3<T>(dbig1, batch, t, 3 * c));
-  linear_backward<T>(CView2<T>(a.ln1_out, bt, c), p.qkv_w, CView2<T>(dbig1, bt, 3 * c),
-                     View2<T>(dsmall, bt, c), g.qkv_w, g.qkv_b);
-  layernorm_backward<T>(CView2<T>(x_ptr, bt, c), p.ln1_w, CView1<T>(a.ln1_mean, bt),
-                        CView1<T>(a.ln1_rstd, bt), CView2<T>(dsmall, bt, c),
-                        View2<T>(dres, bt, c), g.ln1_w, g.ln1_b);
+  ops.linear_backward(a.att_out, p.proj_w.data(), dres, dsmall, g.proj_w.data(), g.proj_b.data(), bt, c, c);
+  ops.attention_backward(attn_shape(m_dims, batch), a.att_out, dsmall, a.att_saved, att_ws, dbig1);
+  ops.linear_backward(a.ln1_out, p.qkv_w.data(), dbig1, dsmall, g.qkv_w.data(), g.qkv_b.data(), bt, c, 3 * c);
+  ops.layernorm_backward(x, p.ln1_w.data(), a.ln1_mean, a.ln1_rstd, dsmall, dres, g.ln1_w.data(),
+                         g.ln1_b.data(), bt, c);
 }
 
 // One block's saved tensors, laid out from `base` (per_block elements).
@@ -424,8 +393,7 @@ void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_
             ++k;
           }
           m_ck_of[l + 1] = stack_push(bt_c);
-          if (work) copy<T>(CView1<T>(m_scratch.out, batch * m_dims.seq_len * m_dims.channels),
-                            View1<T>(m_ck_of[l + 1], batch * m_dims.seq_len * m_dims.channels));
+          if (work) m_ops->copy(m_scratch.out, m_ck_of[l + 1], batch * m_dims.seq_len * m_dims.channels);
         }
         break;
       }
@@ -460,32 +428,25 @@ void Gpt<T>::backward(T dloss) {
   T* dsmall = dres + bt_max * c;
 
   // Head: logits = ln_f(x_L) wte^T; dlogits overwrite the logits in place.
-  if (work)
-    cross_entropy_backward<T>(CView2<T>(m_logits, bt, v), CView1<TokenIndex>(m_targets, bt),
-                              dloss, View2<T>(m_logits, bt, v));
+  if (work) m_ops->cross_entropy_backward(m_logits, m_targets, dloss, m_logits, bt, v);
   acquire_params(0);
   acquire_grads(0);  // wte collects from the LM head now and from the embedding at the end
-  if (work)
-    linear_backward<T>(CView2<T>(m_lnf_out, bt, c), m_wte, CView2<T>(m_logits, bt, v),
-                       View2<T>(dsmall, bt, c), m_dwte, View1<T>());
+  if (work) m_ops->linear_backward(m_lnf_out, m_wte.data(), m_logits, dsmall, m_dwte.data(), nullptr, bt, c, v);
   m_provider->release_params(0);
 
   const std::size_t fp = static_cast<std::size_t>(m_schedule.forward_ops_in_pass);
   const T* x_last = input_of(static_cast<int>(m_dims.n_layer));
-  if (work) fill<T>(View1<T>(dres, bt * c), T(0));
+  if (work) m_ops->fill(dres, T(0), bt * c);
   acquire_params(lnf_group());
   m_provider->prefetch(next_group(fp - 1));  // the first block the backward ops touch
   acquire_grads(lnf_group());
   if (work)
-    layernorm_backward<T>(CView2<T>(x_last, bt, c), m_lnf_w, CView1<T>(m_lnf_mean, bt),
-                          CView1<T>(m_lnf_rstd, bt), CView2<T>(dsmall, bt, c),
-                          View2<T>(dres, bt, c), m_dlnf_w, m_dlnf_b);
+    m_ops->layernorm_backward(x_last, m_lnf_w.data(), m_lnf_mean, m_lnf_rstd, dsmall, dres, m_dlnf_w.data(),
+                              m_dlnf_b.data(), bt, c);
   m_provider->grads_ready(lnf_group());
   m_provider->release_params(lnf_group());
   run_ops(fp, m_schedule.ops.size(), work, batch, dres);
-  if (work)
-    embedding_backward<T>(CView2<TokenIndex>(m_tokens, batch, t), CView3<T>(dres, batch, t, c),
-                          m_dwte, m_dwpe);
+  if (work) m_ops->embedding_backward(m_tokens, dres, m_dwte.data(), m_dwpe.data(), batch, t, c, v);
   m_provider->grads_ready(0);
   m_forward_done = false;
 }

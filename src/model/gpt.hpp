@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/model_ops.hpp"
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
 #include "kernels/half.hpp"
@@ -75,11 +76,13 @@ void gpt_init_params(const ParamLayout& layout, const GptDims& d, double init_st
 template <class T>
 class Gpt {
  public:
-  // A 16-bit model (T = f16, bf16) also owns the fp32 scratch its kernels
-  // convert tiles into (Workspace) and binds it for the kernels while it lives.
   // schedule: the recompute schedule of the blocks (nullptr: keep everything, "none").
+  // backend: where the kernels run and the activations live (nullptr: the host);
+  // parameters and gradients from the provider must live there too. The layer
+  // kernels are the backend's ModelOps (backend/model_ops.hpp), which also own
+  // their scratch (a 16-bit host model's fp32 tiles, Workspace).
   Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory,
-      const RecomputeSchedule* schedule = nullptr);
+      const RecomputeSchedule* schedule = nullptr, Backend* backend = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -144,6 +147,7 @@ class Gpt {
   std::vector<std::int64_t> m_rel;             // entry offset relative to its group's start
   ParamProvider<T>* m_provider = nullptr;
   std::unique_ptr<FlatParams<T>> m_flat;       // owned provider of bind(params, grads)
+  std::unique_ptr<ModelOps<T>> m_ops;          // the layer kernels of the backend
 
   View2<T> m_wte, m_wpe; View1<T> m_lnf_w, m_lnf_b;          // parameters
   View2<T> m_dwte, m_dwpe; View1<T> m_dlnf_w, m_dlnf_b;      // gradients
@@ -151,7 +155,6 @@ class Gpt {
 
   TrackedBuffer<T> m_acts;       // Activations: embeddings out, blocks, head
   TrackedBuffer<T> m_work;       // Workspace
-  TrackedBuffer<float> m_half_scratch;  // Workspace: fp32 tiles of the 16-bit kernels
   RecomputeSchedule m_schedule;
   std::int64_t m_per_block = 0;                // elements one block saves (gpt_activation_plan)
   T* m_stack = nullptr;                        // the schedule's activation stack (LIFO)
@@ -169,7 +172,7 @@ class Gpt {
   T* m_logits = nullptr;         // (BT, V); overwritten by dlogits in backward
   T* m_losses = nullptr;         // (BT)
 
-  const TokenIndex* m_tokens = nullptr;
+  const TokenIndex* m_tokens = nullptr;   // as the kernels read them (ModelOps::stage_tokens)
   const TokenIndex* m_targets = nullptr;
   std::int64_t m_batch = 0;
   bool m_forward_done = false;

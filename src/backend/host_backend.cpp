@@ -1,0 +1,263 @@
+// The host backend: host memory, the Kokkos kernels of kernels/, and no stream
+// to order (every kernel has finished when it returns).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "backend/model_ops.hpp"
+#include "core/error.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/half.hpp"
+#include "kernels/half_scratch.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/linear.hpp"
+
+#ifdef SHARDTRAIN_WITH_CUDA
+#include "backend/cuda/cuda_backend.hpp"
+#endif
+
+namespace shardtrain {
+
+namespace {
+
+template <class P>
+class HostVectorOps final : public VectorOps<P> {
+ public:
+  void fill_zero(P* x, std::int64_t n) override { std::fill(x, x + n, P(0.0f)); }
+  void accumulate(const P* src, P* dst, std::int64_t n) override {
+    for (std::int64_t i = 0; i < n; ++i)
+      dst[i] = P(static_cast<compute_t<P>>(dst[i]) + static_cast<compute_t<P>>(src[i]));
+  }
+  void set_inf(P* x) override { x[0] = P(std::numeric_limits<float>::infinity()); }
+  double sum_of_squares(const ParamLayout& layout, const P* g, std::int64_t lo, std::int64_t hi) override {
+    double total = 0.0;
+    for (const auto& e : layout.entries()) {
+      const std::int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+      for (std::int64_t i = a; i < b; ++i) {
+        const double x = static_cast<float>(g[i - lo]);
+        total += x * x;
+      }
+    }
+    return total;
+  }
+  std::int64_t first_non_finite(const P* x, std::int64_t n) override {
+    if constexpr (std::is_same_v<P, double>) {
+      for (std::int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(x[i])) return i;
+      return -1;
+    } else {
+      return shardtrain::first_non_finite(x, static_cast<std::size_t>(n));
+    }
+  }
+  void widen(const P* x, float* y, std::int64_t n) override {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
+  }
+  void narrow(const float* x, P* y, std::int64_t n) override {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = P(x[i]);
+  }
+  void adamw(const ParamLayout& layout, const AdamWUpdate& u, P* params, const P* grads, float* master,
+             float* m, float* v) override {
+    if constexpr (std::is_same_v<P, double>) {
+      SHARDTRAIN_FAIL("AdamW keeps fp32 state; a double model has no AdamW");
+    } else {
+      SHARDTRAIN_CHECK(master != nullptr || (std::is_same_v<P, float>), "a 16-bit model needs AdamW master weights");
+      float* w = master ? master : reinterpret_cast<float*>(params);
+      const double t = static_cast<double>(u.step + 1);
+      const float b1 = static_cast<float>(u.beta1), b2 = static_cast<float>(u.beta2);
+      const float bc1 = static_cast<float>(1.0 - std::pow(u.beta1, t));
+      const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(u.beta2, t)));
+      const float step_size = static_cast<float>(u.lr) / bc1;
+      const float eps = static_cast<float>(u.eps);
+      for (const auto& e : layout.entries()) {
+        const std::int64_t a = std::max(u.lo, e.offset), b = std::min(u.hi, e.offset + e.numel);
+        if (a >= b) continue;
+        const float decay = e.weight_decay ? static_cast<float>(1.0 - u.lr * u.weight_decay) : 1.0f;
+        for (std::int64_t i = a - u.lo; i < b - u.lo; ++i) {
+          const float g = static_cast<float>(grads[i]) * u.grad_scale;
+          m[i] = b1 * m[i] + (1.0f - b1) * g;
+          v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+          const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+          w[i] = w[i] * decay - step_size * m[i] / denom;
+          if (master) params[i] = P(w[i]);
+        }
+      }
+    }
+  }
+};
+
+class HostBackend final : public Backend {
+ public:
+  BackendKind kind() const override { return BackendKind::Host; }
+  std::string describe() const override { return "host (Kokkos Serial, OpenBLAS)"; }
+  MemorySpace* memory() override { return nullptr; }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+  void synchronize() override {}
+
+ protected:
+  VectorOps<float>& ops_for(float*) override { return m_f32; }
+  VectorOps<double>& ops_for(double*) override { return m_f64; }
+  VectorOps<f16>& ops_for(f16*) override { return m_f16; }
+  VectorOps<bf16>& ops_for(bf16*) override { return m_bf16; }
+
+ private:
+  HostVectorOps<float> m_f32;
+  HostVectorOps<double> m_f64;
+  HostVectorOps<f16> m_f16;
+  HostVectorOps<bf16> m_bf16;
+};
+
+AttentionShape host_shape(const AttnShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head}; }
+
+// The Kokkos kernels over unmanaged views of the caller's pointers. A 16-bit
+// model's kernels convert tiles into fp32 scratch (kernels/half_scratch.hpp),
+// owned here and bound while this object lives.
+template <class T>
+class HostModelOps final : public ModelOps<T> {
+ public:
+  HostModelOps(const ModelOpsLimits& l, MemoryTracker& memory) {
+    if constexpr (is_half_v<T>) {
+      const std::int64_t need = host_half_scratch_elems(l);
+      m_half_scratch = TrackedBuffer<float>(memory, MemCategory::Workspace, static_cast<std::size_t>(need));
+      half_scratch_bind(m_half_scratch.data(), m_half_scratch.size());
+    }
+  }
+  ~HostModelOps() override {
+    if (m_half_scratch.size() > 0 && half_scratch_size() == m_half_scratch.size()) half_scratch_bind(nullptr, 0);
+  }
+  MemorySpace* memory() override { return nullptr; }
+  void stage_tokens(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t,
+                    const TokenIndex** kt, const TokenIndex** kg) override {
+    *kt = tokens;
+    *kg = targets;
+  }
+  double sum_losses(const T* losses, std::int64_t n) override {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(static_cast<compute_t<T>>(losses[i]));
+    return sum;
+  }
+  void embedding_forward(const TokenIndex* tokens, const T* wte, const T* wpe, T* out, std::int64_t b,
+                         std::int64_t t, std::int64_t c, std::int64_t v) override {
+    shardtrain::embedding_forward<T>(CView2<TokenIndex>(tokens, b, t), CView2<T>(wte, v, c), CView2<T>(wpe, t, c),
+                                     View3<T>(out, b, t, c));
+  }
+  void embedding_backward(const TokenIndex* tokens, const T* dout, T* dwte, T* dwpe, std::int64_t b,
+                          std::int64_t t, std::int64_t c, std::int64_t v) override {
+    shardtrain::embedding_backward<T>(CView2<TokenIndex>(tokens, b, t), CView3<T>(dout, b, t, c),
+                                      View2<T>(dwte, v, c), View2<T>(dwpe, t, c));
+  }
+  void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t n,
+                         std::int64_t c, T eps) override {
+    shardtrain::layernorm_forward<T>(CView2<T>(x, n, c), CView1<T>(w, c), CView1<T>(b, c), View2<T>(y, n, c),
+                                     View1<T>(mean, n), View1<T>(rstd, n), eps);
+  }
+  void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, T* dw,
+                          T* db, std::int64_t n, std::int64_t c) override {
+    shardtrain::layernorm_backward<T>(CView2<T>(x, n, c), CView1<T>(w, c), CView1<T>(mean, n),
+                                      CView1<T>(rstd, n), CView2<T>(dy, n, c), View2<T>(dx, n, c),
+                                      View1<T>(dw, c), View1<T>(db, c));
+  }
+  void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k, std::int64_t m,
+                      bool accumulate) override {
+    shardtrain::linear_forward<T>(CView2<T>(x, n, k), CView2<T>(w, m, k), b ? CView1<T>(b, m) : CView1<T>(),
+                                  View2<T>(y, n, m), accumulate);
+  }
+  void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
+                       std::int64_t m) override {
+    shardtrain::linear_backward<T>(CView2<T>(x, n, k), CView2<T>(w, m, k), CView2<T>(dy, n, m),
+                                   dx ? View2<T>(dx, n, k) : View2<T>(), View2<T>(dw, m, k),
+                                   db ? View1<T>(db, m) : View1<T>());
+  }
+  void attention_forward(const AttnShape& s, const T* qkv, T* saved, T* workspace, T* out) override {
+    const AttentionShape h = host_shape(s);
+    shardtrain::attention_forward<T>(h, CView3<T>(qkv, s.batch, s.seq_len, 3 * s.channels),
+                                     View1<T>(saved, attention_saved_elems(h)),
+                                     View1<T>(workspace, attention_workspace_elems(h)),
+                                     View3<T>(out, s.batch, s.seq_len, s.channels));
+  }
+  void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T* workspace,
+                          T* dqkv) override {
+    const AttentionShape h = host_shape(s);
+    shardtrain::attention_backward<T>(h, CView3<T>(dout, s.batch, s.seq_len, s.channels),
+                                      CView1<T>(saved, attention_saved_elems(h)),
+                                      View1<T>(workspace, attention_workspace_elems(h)),
+                                      View3<T>(dqkv, s.batch, s.seq_len, 3 * s.channels));
+  }
+  void gelu_forward(const T* x, T* y, std::int64_t n) override {
+    shardtrain::gelu_forward<T>(CView1<T>(x, n), View1<T>(y, n));
+  }
+  void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) override {
+    shardtrain::gelu_backward<T>(CView1<T>(x, n), CView1<T>(dy, n), View1<T>(dx, n));
+  }
+  void cross_entropy_forward(const T* logits, const TokenIndex* targets, T* losses, std::int64_t n,
+                             std::int64_t v) override {
+    shardtrain::cross_entropy_forward<T>(CView2<T>(logits, n, v), CView1<TokenIndex>(targets, n),
+                                         View1<T>(losses, n));
+  }
+  void cross_entropy_backward(const T* logits, const TokenIndex* targets, T scale, T* dlogits, std::int64_t n,
+                              std::int64_t v) override {
+    shardtrain::cross_entropy_backward<T>(CView2<T>(logits, n, v), CView1<TokenIndex>(targets, n), scale,
+                                          View2<T>(dlogits, n, v));
+  }
+  void copy(const T* x, T* y, std::int64_t n) override { shardtrain::copy<T>(CView1<T>(x, n), View1<T>(y, n)); }
+  void fill(T* y, T value, std::int64_t n) override { shardtrain::fill<T>(View1<T>(y, n), value); }
+
+ private:
+  TrackedBuffer<float> m_half_scratch;  // Workspace
+};
+
+}  // namespace
+
+std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
+  const std::int64_t bt = l.max_batch * l.seq_len, c = l.channels, v = l.vocab;
+  const AttentionShape att{l.max_batch, l.seq_len, c, l.n_head};
+  std::int64_t need = 0;
+  for (std::int64_t n :
+       {layernorm_half_scratch_elems(c), linear_half_scratch_elems(bt, c, 3 * c), linear_half_scratch_elems(bt, c, c),
+        linear_half_scratch_elems(bt, c, 4 * c), linear_half_scratch_elems(bt, 4 * c, c),
+        linear_half_scratch_elems(bt, c, v), attention_half_scratch_elems(att), gelu_half_scratch_elems(),
+        embedding_half_scratch_elems(v, c), cross_entropy_half_scratch_elems(v), elementwise_half_scratch_elems()})
+    need = std::max(need, n);
+  return need;
+}
+
+Backend& host_backend() {
+  static HostBackend backend;
+  return backend;
+}
+
+template <class T>
+std::unique_ptr<ModelOps<T>> make_model_ops(Backend& backend, const ModelOpsLimits& limits, MemoryTracker& memory) {
+  switch (backend.kind()) {
+    case BackendKind::Host:
+      return std::make_unique<HostModelOps<T>>(limits, memory);
+    case BackendKind::Cuda:
+#ifdef SHARDTRAIN_WITH_CUDA
+      if constexpr (std::is_same_v<T, double>)
+        SHARDTRAIN_FAIL("the CUDA backend has no fp64 kernels (fp64 is for gradient checks on the host)");
+      else
+        return make_cuda_model_ops<T>(backend, limits, memory);
+#else
+      SHARDTRAIN_FAIL("this trainer was built without CUDA (configure with -DSHARDTRAIN_ENABLE_CUDA=ON)");
+#endif
+  }
+  SHARDTRAIN_FAIL("unknown backend");
+}
+
+template std::unique_ptr<ModelOps<float>> make_model_ops<float>(Backend&, const ModelOpsLimits&, MemoryTracker&);
+template std::unique_ptr<ModelOps<double>> make_model_ops<double>(Backend&, const ModelOpsLimits&, MemoryTracker&);
+template std::unique_ptr<ModelOps<f16>> make_model_ops<f16>(Backend&, const ModelOpsLimits&, MemoryTracker&);
+template std::unique_ptr<ModelOps<bf16>> make_model_ops<bf16>(Backend&, const ModelOpsLimits&, MemoryTracker&);
+
+}  // namespace shardtrain

@@ -1,0 +1,91 @@
+// shardtrain/backend/model_ops.hpp
+// Owns the layer-kernel interface the model is written against: the ops of
+// kernels/*.hpp in pointer form (row-major, the same semantics, shapes and
+// saved layouts), implemented by the host backend with the Kokkos kernels and
+// by the CUDA backend with kernels/cuda (cuBLAS GEMMs, cuDNN attention where
+// it is built). A ModelOps instance belongs to one model: it owns the scratch
+// its kernels need for micro-batches up to the limits it was made for
+// (category Workspace), and the device copy of the token ids.
+// Gradient convention as in kernels/: weight and bias gradients ACCUMULATE
+// (+=); activation gradients overwrite, except layernorm_backward's dx, which
+// accumulates (the residual stream's gradient flows through it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "kernels/types.hpp"
+
+namespace shardtrain {
+
+struct ModelOpsLimits {
+  std::int64_t max_batch = 0, seq_len = 0, channels = 0, n_head = 0, vocab = 0;
+};
+
+struct AttnShape {  // causal multi-head attention over packed qkv (B, T, 3C)
+  std::int64_t batch = 0, seq_len = 0, channels = 0, n_head = 0;
+};
+
+template <class T>
+class ModelOps {
+ public:
+  virtual ~ModelOps() = default;
+  // Where activations and workspace of this model live (nullptr: host).
+  virtual MemorySpace* memory() = 0;
+
+  // The token ids and targets (host arrays of n each) of the next forward and
+  // backward; returns the pointers the kernels read (the host's own arrays, or
+  // device copies valid until the next call).
+  virtual void stage_tokens(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t n,
+                            const TokenIndex** kernel_tokens, const TokenIndex** kernel_targets) = 0;
+  // Sum over losses[0, n) in double, in index order (the loss of a micro-batch).
+  virtual double sum_losses(const T* losses, std::int64_t n) = 0;
+
+  // out(b, t, :) = wte(tokens(b, t), :) + wpe(t, :)
+  virtual void embedding_forward(const TokenIndex* tokens, const T* wte, const T* wpe, T* out,
+                                 std::int64_t b, std::int64_t t, std::int64_t c, std::int64_t v) = 0;
+  // dwte(tokens(b, t), :) += dout(b, t, :); dwpe(t, :) += sum over b of dout(b, t, :)
+  virtual void embedding_backward(const TokenIndex* tokens, const T* dout, T* dwte, T* dwpe,
+                                  std::int64_t b, std::int64_t t, std::int64_t c, std::int64_t v) = 0;
+  virtual void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
+                                 std::int64_t n, std::int64_t c, T eps) = 0;
+  // dx += ..., dw += ..., db += ...
+  virtual void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy,
+                                  T* dx, T* dw, T* db, std::int64_t n, std::int64_t c) = 0;
+  // y(n, m) (+)= x(n, k) w(m, k)^T + b(m); b may be nullptr.
+  virtual void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k,
+                              std::int64_t m, bool accumulate) = 0;
+  // dx = dy w (skipped when dx is nullptr); dw += dy^T x; db += column sums of dy (nullptr: none).
+  virtual void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n,
+                               std::int64_t k, std::int64_t m) = 0;
+  // saved: attention_saved_elems(s) elements (kernels/attention.hpp); out (B, T, C);
+  // workspace: attention_workspace_elems(s) elements of the model's workspace
+  // (the host kernels' scratch; the CUDA ops use scratch of their own).
+  virtual void attention_forward(const AttnShape& s, const T* qkv, T* saved, T* workspace, T* out) = 0;
+  // out is the forward's output (backends that recompute from it need it).
+  virtual void attention_backward(const AttnShape& s, const T* out, const T* dout, const T* saved,
+                                  T* workspace, T* dqkv) = 0;
+  virtual void gelu_forward(const T* x, T* y, std::int64_t n) = 0;
+  virtual void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) = 0;
+  // losses(i) = logsumexp(logits(i, :)) - logits(i, targets(i)); targets < 0 give 0.
+  virtual void cross_entropy_forward(const T* logits, const TokenIndex* targets, T* losses, std::int64_t n,
+                                     std::int64_t v) = 0;
+  // dlogits = scale * (softmax(logits) - onehot(targets)); may be in place.
+  virtual void cross_entropy_backward(const T* logits, const TokenIndex* targets, T scale, T* dlogits,
+                                      std::int64_t n, std::int64_t v) = 0;
+  virtual void copy(const T* x, T* y, std::int64_t n) = 0;
+  virtual void fill(T* y, T value, std::int64_t n) = 0;
+};
+
+// Floats of fp32 scratch the host's 16-bit kernels need for a GPT within
+// `limits` (kernels/half_scratch.hpp): the largest op's tiles.
+std::int64_t host_half_scratch_elems(const ModelOpsLimits& limits);
+
+// The layer kernels of `backend` for a model within `limits`; their scratch is
+// counted in `memory`. T = double exists on the host only.
+template <class T>
+std::unique_ptr<ModelOps<T>> make_model_ops(Backend& backend, const ModelOpsLimits& limits,
+                                            MemoryTracker& memory);
+
+}  // namespace shardtrain
