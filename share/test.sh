@@ -4,9 +4,10 @@
 # measurements).
 # Then, when nvcc is installed (/usr/local/cuda/bin/nvcc or on PATH), a second
 # build with -DSHARDTRAIN_ENABLE_CUDA=ON in ${CUDA_BUILD_DIR:-${BUILD_DIR}-cuda}
-# builds only the CUDA targets (target cuda-build: shardtrain_nccl, nccl_probe,
-# the gpu test executables) and runs `ctest -L cuda-build`: they compile, link,
-# and fail cleanly without a GPU. No GPU test is run. Extra arguments go to the
+# builds only the CUDA targets (target cuda-build: the CUDA trainer and
+# trainer-data, shardtrain_nccl, nccl_probe, the gpu test executables) and runs
+# `ctest -L cuda-build`: they compile, link, and fail cleanly without a GPU (the
+# trainer also trains on the host with train.device = "cpu"). No GPU test is run. Extra arguments go to the
 # first ctest only.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

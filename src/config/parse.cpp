@@ -45,7 +45,7 @@ constexpr std::array<std::string_view, 8> k_sections = {"model",     "data",    
                                                         "optim",     "parallel",  "precision",
                                                         "recompute", "checkpoint"};
 
-constexpr std::array<KeySpec, 47> k_keys = {{
+constexpr std::array<KeySpec, 48> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -64,6 +64,7 @@ constexpr std::array<KeySpec, 47> k_keys = {{
     {"train", "run_dir", Kind::string},
     {"train", "memory_limit_mb", Kind::number},
     {"train", "time_limit", Kind::number},
+    {"train", "device", Kind::string},
     {"optim", "type", Kind::string},
     {"optim", "lr", Kind::number},
     {"optim", "min_lr", Kind::number},
@@ -664,6 +665,7 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
   r.read_string("train.run_dir", c.train.run_dir);
   r.read_number("train.memory_limit_mb", c.train.memory_limit_mb, {0, false, {}});
   r.read_time_limit("train.time_limit", c.train.time_limit_minutes);
+  r.read_string("train.device", c.train.device, {"auto", "cpu", "cuda"});
   if (!r.failed("train.steps") && !r.failed("train.batch_size") && !r.failed("model.seq_len")) {
     std::int64_t sequences = 0, tokens = 0;
     auto [where, first] = r.pick("train.steps", "train.batch_size");
@@ -809,9 +811,10 @@ std::string to_toml(const RunConfig& c) {
   s += fmt::format(
       "\n[train]\nsteps = {}\nbatch_size = {}\nmicro_batch = {}\nseed = {}\n"
       "eval_every = {}\neval_windows = {}\nlog_every = {}\nrun_dir = {}\nmemory_limit_mb = {}\n"
-      "time_limit = {}\n",
+      "time_limit = {}\ndevice = {}\n",
       t.steps, t.batch_size, t.micro_batch, t.seed, t.eval_every, t.eval_windows, t.log_every,
-      toml_string(t.run_dir), toml_float(t.memory_limit_mb), toml_float(t.time_limit_minutes));
+      toml_string(t.run_dir), toml_float(t.memory_limit_mb), toml_float(t.time_limit_minutes),
+      toml_string(t.device));
   s += fmt::format(
       "\n[optim]\ntype = {}\nlr = {}\nmin_lr = {}\nwarmup_steps = {}\nschedule = {}\n"
       "weight_decay = {}\nbeta1 = {}\nbeta2 = {}\neps = {}\ngrad_clip = {}\n",

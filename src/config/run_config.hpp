@@ -34,6 +34,7 @@ struct TrainConfig {
   std::string run_dir;             // default "runs/<input file stem>"
   double memory_limit_mb = 0.0;    // per-rank cap on the planned bytes (MiB); 0 = none; >= 0
   double time_limit_minutes = 0.0; // wall time from the trainer's start; checkpoint + exit 75 before it ends; 0 = none
+  std::string device = "auto";     // "auto" (cuda in a CUDA build, else cpu) | "cpu" | "cuda" (one GPU per rank)
 };
 
 struct OptimConfig {

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include "backend/backend.hpp"
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -39,6 +40,11 @@
 #include "train/progress.hpp"
 #include "train/run_directory.hpp"
 #include "version.hpp"
+
+#ifdef SHARDTRAIN_WITH_CUDA
+#include "backend/cuda/cuda_backend.hpp"
+#include "dist/nccl/nccl_communicator.hpp"
+#endif
 
 namespace shardtrain {
 
@@ -93,6 +99,24 @@ class RunBase {
   virtual TrainResult run() = 0;
 };
 
+// Where the run computes (backend/backend.hpp) and the communicator that moves
+// its memory: the host and the run's MpiCommunicator, or one CUDA device per
+// rank with an NcclCommunicator (CUDA build).
+struct DeviceContext {
+  Backend* backend = &host_backend();
+#ifdef SHARDTRAIN_WITH_CUDA
+  std::unique_ptr<NcclCommunicator> nccl;
+  std::unique_ptr<CudaBackend> cuda;
+#endif
+  // The communicator for backend memory; nullptr: the run's MpiCommunicator.
+  Communicator* comm() {
+#ifdef SHARDTRAIN_WITH_CUDA
+    if (nccl) return nccl.get();
+#endif
+    return nullptr;
+  }
+};
+
 namespace {
 
 // Holds everything one run needs; P is the storage type of parameters,
@@ -100,11 +124,13 @@ namespace {
 template <class P>
 class Run final : public RunBase {
  public:
-  Run(const RunConfig& cfg, MPI_Comm world, const TrainerHooks& hooks)
+  Run(const RunConfig& cfg, MPI_Comm world, const TrainerHooks& hooks, DeviceContext& device)
       : m_cfg(cfg),
         m_hooks(hooks),
         m_world(world),
         m_comm(world),
+        m_backend(*device.backend),
+        m_state_comm(device.comm() ? *device.comm() : static_cast<Communicator&>(m_comm)),
         m_data(cfg.data.path, world),
         m_scaler(scaler_config(cfg.precision)),
         m_watchdog(cfg.parallel.collective_timeout_s, m_comm.rank()),
@@ -121,18 +147,23 @@ class Run final : public RunBase {
         *m_layout,
         typename ZeroEngine<P>::Options{cfg.parallel.zero_stage, cfg.parallel.overlap,
                                         cfg.parallel.bucket_mb},
-        m_comm, m_memory);
+        m_state_comm, m_memory, &m_backend);
     const auto [plo, phi] = m_zero->stored_param_range();
-    gpt_init_params<P>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed,
-                       m_zero->stored_params(), plo, phi);
+    if (m_backend.memory() == nullptr) {
+      gpt_init_params<P>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed, m_zero->stored_params(), plo, phi);
+    } else {  // initialised on the host (the same values), then copied to the device
+      std::vector<P> init(static_cast<std::size_t>(phi - plo));
+      gpt_init_params<P>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed, init.data(), plo, phi);
+      m_backend.copy_from_host(m_zero->stored_params(), init.data(), init.size() * sizeof(P));
+    }
     m_model = std::make_unique<Gpt<P>>(m_dims, *m_layout, cfg.model.layernorm_eps, m_memory,
-                                       &m_plan.recompute);
+                                       &m_plan.recompute, &m_backend);
     m_model->bind(*m_zero);
     const auto [olo, ohi] = m_zero->optimizer_range();
     constexpr bool kMaster = !std::is_same_v<P, float>;
-    m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout, olo, ohi, m_memory, kMaster);
+    m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout, olo, ohi, m_memory, kMaster, m_backend.memory());
     // The optimizer's range lies inside the stored parameters at every stage.
-    if (kMaster) m_optim->init_master(m_zero->stored_params() + (olo - plo));
+    if (kMaster) m_optim->init_master(m_backend.vector_ops<P>(), m_zero->stored_params() + (olo - plo));
 
     const std::int64_t t = m_dims.seq_len, mb = m_dims.max_batch;
     m_window_buf = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * (t + 1));
@@ -162,7 +193,8 @@ class Run final : public RunBase {
     return c;
   }
   // This rank's shard [lo, hi) of the padded layout (what it writes to and reads
-  // from a checkpoint) and where element lo of each state vector lives here.
+  // from a checkpoint) and where element lo of each state vector lives here
+  // (backend memory: device pointers on a CUDA backend; see to_host / from_host).
   struct ShardViews {
     std::int64_t lo = 0, hi = 0;
     float* master = nullptr;      // fp32 weights: the optimizer's master copy, or the parameters (fp32)
@@ -171,6 +203,12 @@ class Run final : public RunBase {
     P* params = nullptr;          // the model's copy (== master for fp32)
   };
   ShardViews shard_views();
+  // Host access to n elements of backend memory at p: p itself on the host
+  // backend, else a copy in `stage` (to_host) or a buffer copied back by from_host.
+  template <class T>
+  T* to_host(T* p, std::size_t n, std::vector<unsigned char>& stage);
+  template <class T>
+  void from_host(T* p, const T* host, std::size_t n);
   // Resumes from checkpoint.resume (train/checkpointing.hpp): the first
   // candidate that loads wins; with "auto" a damaged file is reported and the
   // previous one tried. Collective; every rank throws the same InputError.
@@ -217,6 +255,10 @@ class Run final : public RunBase {
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
   void report_communication(std::uint64_t bytes_per_step);
   bool is_root() const { return m_comm.rank() == 0; }
+  // Bytes this rank sent through both communicators.
+  std::uint64_t bytes_sent() const {
+    return m_comm.bytes_sent() + (&m_state_comm != &m_comm ? m_state_comm.bytes_sent() : 0);
+  }
   // Micro-batches per rank for `count` samples split over the ranks (the largest slice).
   std::int64_t micro_batches(std::int64_t count) const {
     const std::int64_t largest = (count + m_comm.size() - 1) / m_comm.size();
@@ -226,7 +268,9 @@ class Run final : public RunBase {
   const RunConfig& m_cfg;
   TrainerHooks m_hooks;
   MPI_Comm m_world;
-  MpiCommunicator m_comm;
+  MpiCommunicator m_comm;         // host values: losses, flags, CRC pieces, memory report
+  Backend& m_backend;             // where model state and kernels live
+  Communicator& m_state_comm;     // moves backend memory (m_comm on the host, NCCL on a device)
   MemoryTracker m_memory;
   TokenDataset m_data;
   MemoryPlan m_plan;
@@ -337,6 +381,21 @@ typename Run<P>::ShardViews Run<P>::shard_views() {
 }
 
 template <class P>
+template <class T>
+T* Run<P>::to_host(T* p, std::size_t n, std::vector<unsigned char>& stage) {
+  if (m_backend.memory() == nullptr) return p;
+  stage.resize(n * sizeof(T));
+  m_backend.copy_to_host(stage.data(), p, n * sizeof(T));
+  return reinterpret_cast<T*>(stage.data());
+}
+
+template <class P>
+template <class T>
+void Run<P>::from_host(T* p, const T* host, std::size_t n) {
+  if (m_backend.memory() != nullptr) m_backend.copy_from_host(p, host, n * sizeof(T));
+}
+
+template <class P>
 void Run<P>::check_compatible(const CheckpointReader& reader) const {
   const auto& file = reader.layout();
   const auto& mine = m_layout->entries();
@@ -371,23 +430,34 @@ void Run<P>::check_compatible(const CheckpointReader& reader) const {
 template <class P>
 void Run<P>::load_state(CheckpointReader& reader) {
   const ShardViews s = shard_views();
-  reader.read_vector("master", s.lo, s.hi, s.master);
-  reader.read_vector("exp_avg", s.lo, s.hi, s.exp_avg);
-  reader.read_vector("exp_avg_sq", s.lo, s.hi, s.exp_avg_sq);
   const std::size_t n = static_cast<std::size_t>(s.hi - s.lo);
+  // On a device the file is read into host buffers, checked, then copied over.
+  std::vector<unsigned char> st_master, st_m, st_v, st_p;
+  float* master = to_host(s.master, n, st_master);
+  float* exp_avg = to_host(s.exp_avg, n, st_m);
+  float* exp_avg_sq = to_host(s.exp_avg_sq, n, st_v);
+  P* params = std::is_same_v<P, float> ? reinterpret_cast<P*>(master) : to_host(s.params, n, st_p);
+  reader.read_vector("master", s.lo, s.hi, master);
+  reader.read_vector("exp_avg", s.lo, s.hi, exp_avg);
+  reader.read_vector("exp_avg_sq", s.lo, s.hi, exp_avg_sq);
   if constexpr (!std::is_same_v<P, float>) {
     // The 16-bit copy as saved; from another precision, the master rounded
     // (which is what the saved copy is, bit for bit).
     const char* name = std::is_same_v<P, f16> ? "params_fp16" : "params_bf16";
-    if (reader.has_vector(name)) reader.read_vector(name, s.lo, s.hi, s.params);
-    else convert(s.master, s.params, n);
+    if (reader.has_vector(name)) reader.read_vector(name, s.lo, s.hi, params);
+    else convert(master, params, n);
   }
   reader.finish_reads();  // every CRC, before anything is spread further
+  from_host(s.master, master, n);
+  from_host(s.exp_avg, exp_avg, n);
+  from_host(s.exp_avg_sq, exp_avg_sq, n);
+  if constexpr (!std::is_same_v<P, float>) from_host(s.params, params, n);
   // Replicate what this stage keeps whole on every rank: the parameters at
   // stages 0-2, the optimizer state (and master weights) at stage 0.
   const int stage = m_cfg.parallel.zero_stage;
   auto gather = [&](auto* shard_start, DType type) {
-    m_comm.all_gather(shard_start, shard_start - s.lo, n, type);  // in place: element lo of a whole vector
+    // In place: element lo of a whole vector, in backend memory.
+    m_state_comm.all_gather(shard_start, shard_start - s.lo, n, type);
   };
   if (stage <= 2) gather(s.params, dtype_of<P>());
   if (stage == 0) {
@@ -484,11 +554,13 @@ void Run<P>::save_checkpoint(std::int64_t done) {
   meta.version = kVersion;
   std::vector<CheckpointTensor> layout;
   for (const auto& e : m_layout->entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
-  std::vector<CheckpointVectorOut> vectors{{"master", CkptType::F32, s.master},
-                                           {"exp_avg", CkptType::F32, s.exp_avg},
-                                           {"exp_avg_sq", CkptType::F32, s.exp_avg_sq}};
-  if constexpr (std::is_same_v<P, f16>) vectors.push_back({"params_fp16", CkptType::F16, s.params});
-  if constexpr (std::is_same_v<P, bf16>) vectors.push_back({"params_bf16", CkptType::BF16, s.params});
+  const std::size_t n = static_cast<std::size_t>(s.hi - s.lo);
+  std::vector<unsigned char> st_master, st_m, st_v, st_p;  // host copies of device state
+  std::vector<CheckpointVectorOut> vectors{{"master", CkptType::F32, to_host(s.master, n, st_master)},
+                                           {"exp_avg", CkptType::F32, to_host(s.exp_avg, n, st_m)},
+                                           {"exp_avg_sq", CkptType::F32, to_host(s.exp_avg_sq, n, st_v)}};
+  if constexpr (std::is_same_v<P, f16>) vectors.push_back({"params_fp16", CkptType::F16, to_host(s.params, n, st_p)});
+  if constexpr (std::is_same_v<P, bf16>) vectors.push_back({"params_bf16", CkptType::BF16, to_host(s.params, n, st_p)});
   const std::string path = m_ckpt->commit(done, [&](const std::string& partial, const std::function<void()>& pause) {
     return write_checkpoint(partial, m_world, meta, layout, vectors, s.lo, s.hi, pause);
   });
@@ -534,8 +606,11 @@ template <class P>
 std::uint32_t Run<P>::weights_crc() {
   const auto [olo, ohi] = m_zero->optimizer_range();
   const auto [plo, phi] = m_zero->stored_param_range();
-  const float* w = m_optim->has_master() ? m_optim->master().data()
-                                         : reinterpret_cast<const float*>(m_zero->stored_params() + (olo - plo));
+  const float* w_backend = m_optim->has_master()
+                              ? m_optim->master().data()
+                              : reinterpret_cast<const float*>(m_zero->stored_params() + (olo - plo));
+  std::vector<unsigned char> stage;
+  const float* w = to_host(const_cast<float*>(w_backend), static_cast<std::size_t>(ohi - olo), stage);
   // Stage 0: every rank owns the whole vector; rank 0's piece is the hash.
   const bool sharded = m_cfg.parallel.zero_stage > 0;
   std::uint64_t crc = 0, bytes = 0;
@@ -674,6 +749,7 @@ TrainResult Run<P>::run() {
                m_dims.vocab, m_layout->num_parameters(), tc.batch_size, m_dims.seq_len,
                m_dims.max_batch, m_cfg.data.path, m_data.size(Split::Train), m_data.size(Split::Val));
     fmt::print("{}", format_plan(m_plan));
+    fmt::print("compute: {}\n", m_backend.describe());
     fmt::print("run directory: {}\n", dir->path());
     if (!m_resume_note.empty()) fmt::print("{}\n", m_resume_note);
     if (m_ckpt->enabled())
@@ -701,10 +777,10 @@ TrainResult Run<P>::run() {
     const auto step_t0 = Clock::now();
     m_watchdog.set_step(step + 1);
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
-    const std::uint64_t sent_before = m_comm.bytes_sent();
+    const std::uint64_t sent_before = bytes_sent();
     const StepResult sr = train_step(step, lr);
     m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
-    const std::uint64_t step_bytes = m_comm.bytes_sent() - sent_before;
+    const std::uint64_t step_bytes = bytes_sent() - sent_before;
     comm_total += step_bytes;
     const double loss = sr.loss;
     if (sr.skipped) ++result.skipped_steps;
@@ -765,11 +841,36 @@ TrainResult Run<P>::run() {
 
 }  // namespace
 
-Trainer::Trainer(const RunConfig& config, MPI_Comm world, const TrainerHooks& hooks) {
+Trainer::Trainer(const RunConfig& config, MPI_Comm world, const TrainerHooks& hooks)
+    : m_device(std::make_unique<DeviceContext>()) {
+  std::string device = config.train.device;
+#ifdef SHARDTRAIN_WITH_CUDA
+  if (device == "auto") device = "cuda";
+#else
+  if (device == "auto") device = "cpu";
+  if (device == "cuda")
+    throw InputError(fmt::format("{}: train.device = \"cuda\", but this trainer was built without CUDA; rebuild "
+                                 "with -DSHARDTRAIN_ENABLE_CUDA=ON (share/doc/gpu.md) or use train.device = \"cpu\"",
+                                 config.source_name));
+#endif
+#ifdef SHARDTRAIN_WITH_CUDA
+  if (device == "cuda") {
+    // First, before anything is allocated: the device check (agreed by all ranks).
+    try {
+      m_device->nccl = std::make_unique<NcclCommunicator>(world);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}; train.device = \"{}\" trains on one CUDA device per rank: run on GPU nodes, "
+                              "or set train.device = \"cpu\" (--set train.device=cpu) to train on the host",
+                              e.what(), config.train.device));
+    }
+    m_device->cuda = std::make_unique<CudaBackend>(*m_device->nccl);
+    m_device->backend = m_device->cuda.get();
+  }
+#endif
   const std::string& mode = config.precision.mode;
-  if (mode == "fp16") m_run = std::make_unique<Run<f16>>(config, world, hooks);
-  else if (mode == "bf16") m_run = std::make_unique<Run<bf16>>(config, world, hooks);
-  else m_run = std::make_unique<Run<float>>(config, world, hooks);
+  if (mode == "fp16") m_run = std::make_unique<Run<f16>>(config, world, hooks, *m_device);
+  else if (mode == "bf16") m_run = std::make_unique<Run<bf16>>(config, world, hooks, *m_device);
+  else m_run = std::make_unique<Run<float>>(config, world, hooks, *m_device);
 }
 Trainer::~Trainer() = default;
 TrainResult Trainer::run() { return m_run->run(); }

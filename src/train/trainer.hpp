@@ -59,6 +59,7 @@ struct TrainerHooks {
 };
 
 class RunBase;
+struct DeviceContext;
 
 // One training run. Construction and run() are collective over `world`: the
 // trainer builds its Communicator on it and opens the data set on it with
@@ -76,6 +77,7 @@ class Trainer {
   TrainResult run();
 
  private:
+  std::unique_ptr<DeviceContext> m_device;  // outlives the run
   std::unique_ptr<RunBase> m_run;
 };
 

@@ -214,6 +214,16 @@ TEST_F(ConfigParse, BooleansNeverCoerce) {
             "inputs/x.toml:2:12: optim.schedule: expected a string, got boolean");
 }
 
+TEST_F(ConfigParse, Device) {
+  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").train.device, "auto");
+  EXPECT_EQ(parse_run_config("[train]\ndevice = \"cuda\"\n" + data_section(), "inputs/x.toml").train.device, "cuda");
+  EXPECT_EQ(parse_run_config("[train]\ndevice = \"cpu\"\n" + data_section(), "inputs/x.toml").train.device, "cpu");
+  EXPECT_EQ(error_of("[train]\ndevice = \"gpu\"\n" + data_section()),
+            "inputs/x.toml:2:10: train.device: must be \"auto\" or \"cpu\" or \"cuda\", got \"gpu\"");
+  EXPECT_EQ(error_of("[train]\ndevice = 0\n" + data_section()),
+            "inputs/x.toml:2:10: train.device: expected a string, got integer");
+}
+
 TEST_F(ConfigParse, ArrayForString) {
   EXPECT_EQ(error_of("[data]\npath = [\"a\", \"b\"]\n"),
             "inputs/x.toml:2:8: data.path: expected a string, got array");

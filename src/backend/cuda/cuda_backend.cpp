@@ -1,0 +1,220 @@
+// The CUDA backend: device memory, the compute stream and its fences with the
+// NCCL stream, and the vector ops (kernels/cuda/vector_reduce, adamw, elementwise).
+#include "backend/cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/device_types.hpp"
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "dist/nccl/nccl_communicator.hpp"
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/vector_reduce.cuh"
+
+namespace shardtrain {
+
+namespace {
+
+class DeviceMemory final : public MemorySpace {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t rc = cudaMalloc(&p, bytes);
+    if (rc != cudaSuccess) {
+      std::size_t free_b = 0, total_b = 0;
+      cudaGetLastError();  // clear the sticky-free allocation error
+      cudaMemGetInfo(&free_b, &total_b);
+      SHARDTRAIN_FAIL(fmt::format("cudaMalloc of {:.1f} MiB failed ({}); the device has {:.1f} of {:.1f} MiB free: "
+                                  "lower train.micro_batch, use a higher parallel.zero_stage or set a "
+                                  "recompute budget",
+                                  static_cast<double>(bytes) / 1048576.0, detail::cuda_error_text(rc),
+                                  static_cast<double>(free_b) / 1048576.0, static_cast<double>(total_b) / 1048576.0));
+    }
+    SHARDTRAIN_CUDA_CHECK(cudaMemset(p, 0, bytes));  // TrackedBuffer's zero-initialisation
+    return p;
+  }
+  void deallocate(void* p) noexcept override { cudaFree(p); }
+  const char* name() const override { return "cuda"; }
+};
+
+// Vector ops on the compute stream. Results the host needs (norm, first
+// inf/NaN) are copied back, which waits for the stream.
+template <class P>
+class CudaVectorOps final : public VectorOps<P> {
+ public:
+  explicit CudaVectorOps(cudaStream_t stream) : m_stream(stream) {}
+  ~CudaVectorOps() override {
+    if (m_scratch) cudaFree(m_scratch);
+  }
+  void fill_zero(P* x, std::int64_t n) override {
+    if (n > 0) SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(x, 0, static_cast<std::size_t>(n) * sizeof(P), m_stream));
+  }
+  void accumulate(const P* src, P* dst, std::int64_t n) override { cuda::accumulate(dev(src), dev(dst), n, m_stream); }
+  void set_inf(P* x) override {
+    const P inf(std::numeric_limits<float>::infinity());
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(x, &inf, sizeof(P), cudaMemcpyHostToDevice, m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));  // &inf is a stack variable
+  }
+  double sum_of_squares(const ParamLayout& layout, const P* g, std::int64_t lo, std::int64_t hi) override {
+    // One fixed-grid partial-sum launch per tensor piece in [lo, hi), in layout order.
+    std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+    for (const auto& e : layout.entries()) {
+      const std::int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+      if (a < b) pieces.emplace_back(a - lo, b - a);
+    }
+    if (pieces.empty()) return 0.0;
+    const std::size_t n_partials = pieces.size() * cuda::kReduceGrid;
+    double* partials = static_cast<double*>(scratch(n_partials * sizeof(double)));
+    for (std::size_t k = 0; k < pieces.size(); ++k)
+      cuda::sum_of_squares_partials(dev(g + pieces[k].first), pieces[k].second, partials + k * cuda::kReduceGrid,
+                                    m_stream);
+    std::vector<double> host(n_partials);
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(host.data(), partials, n_partials * sizeof(double),
+                                          cudaMemcpyDeviceToHost, m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+    double total = 0.0;
+    for (double p : host) total += p;  // fixed order
+    return total;
+  }
+  std::int64_t first_non_finite(const P* x, std::int64_t n) override {
+    auto* first = static_cast<unsigned long long*>(scratch(sizeof(unsigned long long)));
+    SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), m_stream));
+    cuda::first_non_finite(dev(x), n, first, m_stream);
+    unsigned long long host = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(&host, first, sizeof host, cudaMemcpyDeviceToHost, m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+    return host == ~0ull ? -1 : static_cast<std::int64_t>(host);
+  }
+  void widen(const P* x, float* y, std::int64_t n) override {
+    if constexpr (std::is_same_v<P, float>) {
+      if (n > 0) SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, m_stream));
+    } else {
+      cuda::widen(dev(x), y, n, m_stream);
+    }
+  }
+  void narrow(const float* x, P* y, std::int64_t n) override {
+    if constexpr (std::is_same_v<P, float>) {
+      if (n > 0) SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, m_stream));
+    } else {
+      cuda::narrow(x, dev(y), n, m_stream);
+    }
+  }
+  void adamw(const ParamLayout& layout, const AdamWUpdate& u, P* params, const P* grads, float* master, float* m,
+             float* v) override {
+    std::vector<cuda::AdamWSegment> segments;  // host array, as adamw_step takes it
+    for (const auto& e : layout.entries()) {
+      const std::int64_t a = std::max(u.lo, e.offset), b = std::min(u.hi, e.offset + e.numel);
+      if (a < b) segments.push_back({a - u.lo, b - u.lo, e.weight_decay});
+    }
+    cuda::AdamWHyper h;
+    h.lr = u.lr;
+    h.beta1 = u.beta1;
+    h.beta2 = u.beta2;
+    h.eps = u.eps;
+    h.weight_decay = u.weight_decay;
+    h.grad_scale = u.grad_scale;
+    h.step = u.step;
+    cuda::adamw_step(dev(params), dev(grads), master, m, v, segments.data(), segments.size(), h, m_stream);
+  }
+
+ private:
+  // Device scratch of at least `bytes`, reused across calls (the stream orders its users).
+  void* scratch(std::size_t bytes) {
+    if (bytes > m_scratch_bytes) {
+      SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+      if (m_scratch) SHARDTRAIN_CUDA_CHECK(cudaFree(m_scratch));
+      m_scratch = nullptr;
+      SHARDTRAIN_CUDA_CHECK(cudaMalloc(&m_scratch, bytes));
+      m_scratch_bytes = bytes;
+    }
+    return m_scratch;
+  }
+  cudaStream_t m_stream;
+  void* m_scratch = nullptr;
+  std::size_t m_scratch_bytes = 0;
+};
+
+// fp64 is the host's gradient-check type; a device run never asks for it.
+class NoDoubleOps final : public VectorOps<double> {
+  [[noreturn]] static void fail() { SHARDTRAIN_FAIL("the CUDA backend has no fp64 vector ops"); }
+ public:
+  void fill_zero(double*, std::int64_t) override { fail(); }
+  void accumulate(const double*, double*, std::int64_t) override { fail(); }
+  void set_inf(double*) override { fail(); }
+  double sum_of_squares(const ParamLayout&, const double*, std::int64_t, std::int64_t) override { fail(); }
+  std::int64_t first_non_finite(const double*, std::int64_t) override { fail(); }
+  void widen(const double*, float*, std::int64_t) override { fail(); }
+  void narrow(const float*, double*, std::int64_t) override { fail(); }
+  void adamw(const ParamLayout&, const AdamWUpdate&, double*, const double*, float*, float*, float*) override {
+    fail();
+  }
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  explicit Impl(cudaStream_t s) : f32(s), f16_ops(s), bf16_ops(s) {}
+  DeviceMemory memory;
+  CudaVectorOps<float> f32;
+  CudaVectorOps<f16> f16_ops;
+  CudaVectorOps<bf16> bf16_ops;
+  NoDoubleOps f64;
+};
+
+CudaBackend::CudaBackend(NcclCommunicator& comm) : m_comm(comm), m_device(comm.device()) {
+  // The communicator made the device current for this thread.
+  SHARDTRAIN_CUDA_CHECK(cudaSetDevice(m_device));
+  cudaDeviceProp prop{};
+  SHARDTRAIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, m_device));
+  m_description = fmt::format("CUDA device {} ({}, compute capability {}.{}, {:.1f} GiB)", m_device, prop.name,
+                              prop.major, prop.minor, static_cast<double>(prop.totalGlobalMem) / 1073741824.0);
+  try {
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
+    SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_cublas));
+    SHARDTRAIN_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
+    m_impl = std::make_unique<Impl>(m_stream);
+  } catch (...) {
+    if (m_cublas) cublasDestroy(m_cublas);
+    if (m_stream) cudaStreamDestroy(m_stream);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (m_stream) cudaStreamSynchronize(m_stream);
+  m_impl.reset();
+  if (m_cublas) cublasDestroy(m_cublas);
+  if (m_stream) cudaStreamDestroy(m_stream);
+}
+
+MemorySpace* CudaBackend::memory() { return &m_impl->memory; }
+
+void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, m_stream));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, m_stream));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+}
+
+void CudaBackend::synchronize() { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
+void CudaBackend::collectives_after_compute() { m_comm.wait_for_stream(m_stream); }
+void CudaBackend::compute_after_collectives() { m_comm.make_stream_wait(m_stream); }
+
+VectorOps<float>& CudaBackend::ops_for(float*) { return m_impl->f32; }
+VectorOps<double>& CudaBackend::ops_for(double*) { return m_impl->f64; }
+VectorOps<f16>& CudaBackend::ops_for(f16*) { return m_impl->f16_ops; }
+VectorOps<bf16>& CudaBackend::ops_for(bf16*) { return m_impl->bf16_ops; }
+
+}  // namespace shardtrain

@@ -1,0 +1,71 @@
+// shardtrain/backend/cuda/cuda_backend.hpp
+// Owns the CUDA backend (CUDA build only, target shardtrain_cuda_backend): one
+// device per rank, the one chosen by the NcclCommunicator it is built on (which
+// checked the devices and agreed on the outcome before anything was allocated:
+// no device, or fewer than the node's ranks, is an Error on every rank, exit 1).
+// Streams: one compute stream (non-blocking) for every kernel and copy; the
+// communicator's stream for collectives. collectives_after_compute() makes the
+// comm stream wait for the compute stream (NcclCommunicator::wait_for_stream),
+// compute_after_collectives() the other way round (make_stream_wait); neither
+// blocks the host. Handles: one cuBLAS handle bound to the compute stream
+// (tensor-core GEMMs with fp32 accumulation, kernels/cuda/gemm.cuh).
+// Memory: cudaMalloc'd, zeroed with cudaMemset before first use, tracked like
+// host memory (TrackedBuffer with memory()).
+// Every CUDA, cuBLAS and NCCL call is checked (core/cuda_check.hpp: call, file,
+// line, rank).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "backend/model_ops.hpp"
+
+namespace shardtrain {
+
+class NcclCommunicator;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(NcclCommunicator& comm);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  BackendKind kind() const override { return BackendKind::Cuda; }
+  std::string describe() const override { return m_description; }
+  MemorySpace* memory() override;
+  void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
+  void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override;
+  void synchronize() override;
+  void collectives_after_compute() override;
+  void compute_after_collectives() override;
+
+  cudaStream_t stream() const { return m_stream; }
+  cublasHandle_t cublas() const { return m_cublas; }
+  int device() const { return m_device; }
+
+ protected:
+  VectorOps<float>& ops_for(float*) override;
+  VectorOps<double>& ops_for(double*) override;
+  VectorOps<f16>& ops_for(f16*) override;
+  VectorOps<bf16>& ops_for(bf16*) override;
+
+ private:
+  struct Impl;
+  NcclCommunicator& m_comm;
+  int m_device = -1;
+  cudaStream_t m_stream = nullptr;
+  cublasHandle_t m_cublas = nullptr;
+  std::string m_description;
+  std::unique_ptr<Impl> m_impl;  // device memory space and the vector ops
+};
+
+// The layer kernels of kernels/cuda on `backend` (a CudaBackend).
+template <class T>
+std::unique_ptr<ModelOps<T>> make_cuda_model_ops(Backend& backend, const ModelOpsLimits& limits,
+                                                 MemoryTracker& memory);
+
+}  // namespace shardtrain

@@ -1,0 +1,146 @@
+// The layer kernels of kernels/cuda behind ModelOps: every op on the backend's
+// compute stream and cuBLAS handle, with one device scratch buffer sized for
+// the largest op (attention, LayerNorm and embedding backward) at the model's
+// limits, and device copies of the token ids.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/device_types.hpp"
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/layernorm.cuh"
+#include "kernels/cuda/linear.cuh"
+
+namespace shardtrain {
+
+namespace {
+
+template <class T>
+float as_float(T x) { return static_cast<float>(static_cast<compute_t<T>>(x)); }
+
+template <class T>
+class CudaModelOps final : public ModelOps<T> {
+  using D = device_t<T>;
+
+ public:
+  CudaModelOps(CudaBackend& backend, const ModelOpsLimits& l, MemoryTracker& memory)
+      : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_limits(l) {
+    const std::int64_t rows = l.max_batch * l.seq_len;
+    const cuda::AttentionShape att{l.max_batch, l.seq_len, l.channels, l.n_head};
+    m_scratch_bytes = std::max({cuda::attention_workspace_bytes<D>(att),
+                                cuda::layernorm_backward_workspace_bytes(rows, l.channels),
+                                cuda::embedding_backward_workspace_bytes(rows, l.vocab), std::size_t{256}});
+    m_scratch = TrackedBuffer<unsigned char>(memory, MemCategory::Workspace, m_scratch_bytes, backend.memory());
+    m_tokens = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, static_cast<std::size_t>(2 * rows),
+                                         backend.memory());
+  }
+  MemorySpace* memory() override { return m_backend.memory(); }
+
+  void stage_tokens(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t n, const TokenIndex** kt,
+                    const TokenIndex** kg) override {
+    SHARDTRAIN_CHECK(n <= m_limits.max_batch * m_limits.seq_len, "more tokens than the model was sized for");
+    TokenIndex* d = m_tokens.data();
+    if (n > 0) {
+      // From pageable host memory: the copy has read the source when the call returns.
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(d, tokens, n * sizeof(TokenIndex), cudaMemcpyHostToDevice, m_stream));
+      SHARDTRAIN_CUDA_CHECK(
+          cudaMemcpyAsync(d + n, targets, n * sizeof(TokenIndex), cudaMemcpyHostToDevice, m_stream));
+    }
+    *kt = d;
+    *kg = d + n;
+  }
+  double sum_losses(const T* losses, std::int64_t n) override {
+    m_losses.resize(static_cast<std::size_t>(n));
+    m_backend.copy_to_host(m_losses.data(), losses, static_cast<std::size_t>(n) * sizeof(T));
+    double sum = 0.0;
+    for (const T& x : m_losses) sum += static_cast<double>(static_cast<compute_t<T>>(x));
+    return sum;
+  }
+  void embedding_forward(const TokenIndex* tokens, const T* wte, const T* wpe, T* out, std::int64_t b,
+                         std::int64_t t, std::int64_t c, std::int64_t v) override {
+    cuda::embedding_forward(tokens, dev(wte), dev(wpe), dev(out), b, t, c, v, m_stream);
+  }
+  void embedding_backward(const TokenIndex* tokens, const T* dout, T* dwte, T* dwpe, std::int64_t b,
+                          std::int64_t t, std::int64_t c, std::int64_t v) override {
+    cuda::embedding_backward(tokens, dev(dout), dev(dwte), dev(dwpe), b, t, c, v, m_scratch.data(),
+                             m_scratch_bytes, m_stream);
+  }
+  void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t n,
+                         std::int64_t c, T eps) override {
+    cuda::layernorm_forward(dev(x), dev(w), dev(b), dev(y), dev(mean), dev(rstd), as_float(eps), n, c, m_stream);
+  }
+  void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, T* dw,
+                          T* db, std::int64_t n, std::int64_t c) override {
+    cuda::layernorm_backward(dev(x), dev(w), dev(mean), dev(rstd), dev(dy), dev(dx), dev(dw), dev(db), n, c,
+                             m_scratch.data(), m_scratch_bytes, m_stream);
+  }
+  void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k, std::int64_t m,
+                      bool accumulate) override {
+    cuda::linear_forward(m_cublas, m_stream, dev(x), dev(w), dev(b), dev(y), n, k, m, accumulate);
+  }
+  void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
+                       std::int64_t m) override {
+    cuda::linear_backward(m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), n, k, m);
+  }
+  void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) override {
+    cuda::attention_forward(m_cublas, m_stream, shape(s), dev(qkv), dev(saved), m_scratch.data(), m_scratch_bytes,
+                            dev(out));
+  }
+  void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T*, T* dqkv) override {
+    cuda::attention_backward(m_cublas, m_stream, shape(s), dev(dout), dev(saved), m_scratch.data(),
+                             m_scratch_bytes, dev(dqkv));
+  }
+  void gelu_forward(const T* x, T* y, std::int64_t n) override { cuda::gelu_forward(dev(x), dev(y), n, m_stream); }
+  void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) override {
+    cuda::gelu_backward(dev(x), dev(dy), dev(dx), n, m_stream);
+  }
+  void cross_entropy_forward(const T* logits, const TokenIndex* targets, T* losses, std::int64_t n,
+                             std::int64_t v) override {
+    cuda::cross_entropy_forward(dev(logits), targets, dev(losses), n, v, m_stream);
+  }
+  void cross_entropy_backward(const T* logits, const TokenIndex* targets, T scale, T* dlogits, std::int64_t n,
+                              std::int64_t v) override {
+    cuda::cross_entropy_backward(dev(logits), targets, as_float(scale), dev(dlogits), n, v, m_stream);
+  }
+  void copy(const T* x, T* y, std::int64_t n) override { cuda::copy(dev(x), dev(y), n, m_stream); }
+  void fill(T* y, T value, std::int64_t n) override {
+    D v;
+    std::memcpy(static_cast<void*>(&v), &value, sizeof v);  // the same bits
+    cuda::fill(dev(y), v, n, m_stream);
+  }
+
+ private:
+  static cuda::AttentionShape shape(const AttnShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head}; }
+
+  CudaBackend& m_backend;
+  cudaStream_t m_stream;
+  cublasHandle_t m_cublas;
+  ModelOpsLimits m_limits;
+  TrackedBuffer<unsigned char> m_scratch;  // Workspace: the largest op's scratch
+  std::size_t m_scratch_bytes = 0;
+  TrackedBuffer<TokenIndex> m_tokens;      // Data: tokens | targets of the current micro-batch
+  std::vector<T> m_losses;                 // host copy of a micro-batch's losses
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<ModelOps<T>> make_cuda_model_ops(Backend& backend, const ModelOpsLimits& limits,
+                                                 MemoryTracker& memory) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  SHARDTRAIN_CHECK(cuda != nullptr, "make_cuda_model_ops needs a CudaBackend");
+  return std::make_unique<CudaModelOps<T>>(*cuda, limits, memory);
+}
+
+template std::unique_ptr<ModelOps<float>> make_cuda_model_ops<float>(Backend&, const ModelOpsLimits&, MemoryTracker&);
+template std::unique_ptr<ModelOps<f16>> make_cuda_model_ops<f16>(Backend&, const ModelOpsLimits&, MemoryTracker&);
+template std::unique_ptr<ModelOps<bf16>> make_cuda_model_ops<bf16>(Backend&, const ModelOpsLimits&, MemoryTracker&);
+
+}  // namespace shardtrain
