@@ -863,7 +863,26 @@ Trainer::Trainer(const RunConfig& config, MPI_Comm world, const TrainerHooks& ho
                               "or set train.device = \"cpu\" (--set train.device=cpu) to train on the host",
                               e.what(), config.train.device));
     }
-    m_device->cuda = std::make_unique<CudaBackend>(*m_device->nccl);
+    // Stream and cuBLAS handle: may fail on one rank only, so the ranks agree
+    // before any of them goes on to the collectives of the run's set-up.
+    std::string failure;
+    try {
+      m_device->cuda = std::make_unique<CudaBackend>(*m_device->nccl);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    int rank = 0, first_failing = 0, size = 0;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm_size(world, &size);
+    first_failing = failure.empty() ? size : rank;
+    MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, world);
+    if (first_failing < size) {  // every rank throws the failing rank's message
+      int length = static_cast<int>(failure.size());
+      MPI_Bcast(&length, 1, MPI_INT, first_failing, world);
+      failure.resize(static_cast<std::size_t>(length));
+      MPI_Bcast(failure.data(), length, MPI_CHAR, first_failing, world);
+      throw Error(failure);
+    }
     m_device->backend = m_device->cuda.get();
   }
 #endif
