@@ -109,9 +109,16 @@ int run_main(int argc, char** argv) {
   CLI::App app{
       "shardtrain trainer: trains the model described by INPUT.toml on every rank of the MPI job.\n"
       "Launch with `mpirun -np N trainer INPUT.toml` or `srun trainer INPUT.toml`.\n"
-      "Exit codes: 0 done, 1 failure, 2 bad input (command line, config or data), 75 stopped early by\n"
-      "SIGUSR1/SIGTERM/SIGINT or the wall-time guard after writing a checkpoint (requeue the job;\n"
-      "it resumes from the checkpoint).\n"
+      "Exit codes: 0 done, 1 failure (including no CUDA device for train.device = \"cuda\"), 2 bad input\n"
+      "(command line, config or data), 75 stopped early by SIGUSR1/SIGTERM/SIGINT or the wall-time\n"
+      "guard after writing a checkpoint (requeue the job; it resumes from the checkpoint).\n"
+#ifdef SHARDTRAIN_WITH_CUDA
+      "This trainer is the CUDA build: it trains on one GPU per rank (train.device = \"auto\" or\n"
+      "\"cuda\"), or on the host with --set train.device=cpu.\n"
+#else
+      "This trainer is the host build (train.device = \"cpu\"; configure with\n"
+      "-DSHARDTRAIN_ENABLE_CUDA=ON for GPUs).\n"
+#endif
       "Arguments starting with --kokkos- go to Kokkos::initialize (e.g. --kokkos-help).",
       "trainer"};
   std::string input;
