@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
+#include <cstdio>
 #include <string>
 
 #include "core/error.hpp"
@@ -92,6 +93,17 @@ inline std::string cudnn_error_text(cudnnStatus_t rc) {
     if (shardtrain_cuda_rc_ != cudaSuccess)                                              \
       ::shardtrain::detail::throw_gpu_error(                                             \
           __FILE__, __LINE__, #call, ::shardtrain::detail::cuda_error_text(shardtrain_cuda_rc_)); \
+  } while (0)
+
+// For destructors and other places that must not throw: a failure is printed
+// to stderr in the same form ("file:line: rank R: call failed: ...") and ignored.
+#define SHARDTRAIN_CUDA_WARN(call)                                                       \
+  do {                                                                                   \
+    const cudaError_t shardtrain_cuda_rc_ = (call);                                      \
+    if (shardtrain_cuda_rc_ != cudaSuccess)                                              \
+      std::fprintf(stderr, "warning: %s:%d: %s: %s failed: %s\n", __FILE__, __LINE__,     \
+                   ::shardtrain::detail::mpi_rank_label().c_str(), #call,                \
+                   ::shardtrain::detail::cuda_error_text(shardtrain_cuda_rc_).c_str());  \
   } while (0)
 
 #ifdef SHARDTRAIN_HAVE_NCCL_H

@@ -4,6 +4,8 @@
 //    the host: loss and every parameter's gradient, fp32 (relative 1e-4) and
 //    fp16/bf16 storage against fp32 host (relative L2 3e-2), and bitwise the
 //    same gradients under two recompute schedules on the device;
+//  - the backend's vector kernels (norm, inf/NaN scan, accumulate, widen,
+//    narrow, AdamW) against the host backend's;
 //  - training steps through the ZeRO engine on NcclCommunicator, every stage,
 //    against the host engine on MpiCommunicator: per-step loss and gradient
 //    norm within 1e-4 relative.
@@ -13,6 +15,8 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <memory>
 #include <vector>
 
@@ -124,6 +128,106 @@ TEST(DeviceGpt, RecomputeGivesBitwiseTheSameGradients) {
   const auto [loss_b, grad_b] = gradients<float>(&dev.backend, "sqrt");
   EXPECT_EQ(loss_a, loss_b);
   EXPECT_EQ(grad_a, grad_b);
+}
+
+// The CUDA backend's vector kernels (kernels/cuda/vector_reduce, elementwise,
+// adamw) against the host backend's, on a layout with padding and decayed and
+// undecayed tensors, for every storage type.
+template <class P>
+void check_vector_ops(Backend& dev) {
+  ParamLayout layout(8);
+  layout.add("w", {37, 5}, true, 0);
+  layout.add("b", {13}, false, 0);
+  layout.add("v", {301}, true, 1);
+  layout.finalize(3);
+  const std::int64_t n = layout.padded_size(), lo = 5, hi = n - 7;
+  auto host_vals = [&](unsigned seed) {
+    std::vector<P> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[i] = P(std::sin(0.37f * float(i + seed)) * 0.5f);
+    return v;
+  };
+  MemoryTracker memory;
+  VectorOps<P>& h = host_backend().vector_ops<P>();
+  VectorOps<P>& d = dev.vector_ops<P>();
+  auto upload = [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    TrackedBuffer<T> b(memory, MemCategory::Workspace, v.size(), dev.memory());
+    dev.copy_from_host(b.data(), v.data(), v.size() * sizeof(T));
+    return b;
+  };
+  auto download = [&](const auto& b) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(b.data())>>;
+    std::vector<T> v(b.size());
+    dev.copy_to_host(v.data(), b.data(), v.size() * sizeof(T));
+    return v;
+  };
+  const std::vector<P> g = host_vals(1);
+  auto dg = upload(g);
+  const double want = h.sum_of_squares(layout, g.data() + lo, lo, hi);
+  EXPECT_NEAR(d.sum_of_squares(layout, dg.data() + lo, lo, hi), want, 1e-12 * want);
+  EXPECT_EQ(d.first_non_finite(dg.data(), n), -1);
+  std::vector<P> bad = g;
+  bad[200] = P(std::numeric_limits<float>::quiet_NaN());
+  bad[301] = P(std::numeric_limits<float>::infinity());
+  auto dbad = upload(bad);
+  EXPECT_EQ(d.first_non_finite(dbad.data(), n), h.first_non_finite(bad.data(), n));
+  d.set_inf(dbad.data() + 3);
+  EXPECT_EQ(d.first_non_finite(dbad.data(), n), 3);
+  // accumulate, widen, narrow: bitwise the host's (one fp32 add or conversion per element).
+  std::vector<P> acc = host_vals(2);
+  auto dacc = upload(acc);
+  h.accumulate(g.data(), acc.data(), n);
+  d.accumulate(dg.data(), dacc.data(), n);
+  const auto acc_dev = download(dacc);
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(float(acc_dev[i]), float(acc[i])) << i;
+  std::vector<float> wide(static_cast<std::size_t>(n));
+  h.widen(g.data(), wide.data(), n);
+  TrackedBuffer<float> dwide(memory, MemCategory::Workspace, static_cast<std::size_t>(n), dev.memory());
+  d.widen(dg.data(), dwide.data(), n);
+  EXPECT_EQ(download(dwide), wide);
+  for (auto& x : wide) x *= 1.001f;
+  std::vector<P> narrow(static_cast<std::size_t>(n));
+  h.narrow(wide.data(), narrow.data(), n);
+  auto dnarrow = upload(narrow);
+  d.fill_zero(dnarrow.data(), n);
+  dev.copy_from_host(dwide.data(), wide.data(), wide.size() * sizeof(float));
+  d.narrow(dwide.data(), dnarrow.data(), n);
+  const auto narrow_dev = download(dnarrow);
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(float(narrow_dev[i]), float(narrow[i])) << i;
+  // AdamW over [lo, hi): fp32 state within 1e-6 relative of the host's.
+  AdamWUpdate u;
+  u.lo = lo;
+  u.hi = hi;
+  u.lr = 1e-2;
+  u.weight_decay = 0.1;
+  u.grad_scale = 0.5f;
+  const bool master = !std::is_same_v<P, float>;
+  std::vector<P> params = host_vals(3);
+  std::vector<float> w(static_cast<std::size_t>(n)), m(w.size(), 0.0f), v(w.size(), 0.0f);
+  h.widen(params.data(), w.data(), n);
+  auto dp = upload(params);
+  auto dw = upload(w), dm = upload(m), dv = upload(v);
+  for (int step = 0; step < 3; ++step) {
+    u.step = step;
+    h.adamw(layout, u, params.data() + lo, g.data() + lo, master ? w.data() + lo : nullptr, m.data() + lo, v.data() + lo);
+    d.adamw(layout, u, dp.data() + lo, dg.data() + lo, master ? dw.data() + lo : nullptr, dm.data() + lo, dv.data() + lo);
+  }
+  const auto w_dev = master ? download(dw) : std::vector<float>();
+  const auto p_dev = download(dp);
+  const auto m_dev = download(dm);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float want_w = master ? w[i] : float(params[i]);
+    const float got_w = master ? w_dev[i] : float(p_dev[i]);
+    ASSERT_NEAR(got_w, want_w, 1e-6f * std::max(1.0f, std::abs(want_w))) << i;
+    ASSERT_NEAR(m_dev[i], m[i], 1e-6f * std::max(1e-3f, std::abs(m[i]))) << i;
+  }
+}
+
+TEST(DeviceVectorOps, MatchTheHostBackend) {
+  Device dev;
+  check_vector_ops<float>(dev.backend);
+  check_vector_ops<f16>(dev.backend);
+  check_vector_ops<bf16>(dev.backend);
 }
 
 // Per-step (loss, squared gradient norm) of `steps` fp32 training steps.

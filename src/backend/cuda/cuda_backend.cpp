@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -29,18 +30,18 @@ class DeviceMemory final : public MemorySpace {
     const cudaError_t rc = cudaMalloc(&p, bytes);
     if (rc != cudaSuccess) {
       std::size_t free_b = 0, total_b = 0;
-      cudaGetLastError();  // clear the sticky-free allocation error
-      cudaMemGetInfo(&free_b, &total_b);
-      SHARDTRAIN_FAIL(fmt::format("cudaMalloc of {:.1f} MiB failed ({}); the device has {:.1f} of {:.1f} MiB free: "
+      cudaGetLastError();  // clears the (non-sticky) allocation error; its code is rc
+      SHARDTRAIN_CUDA_WARN(cudaMemGetInfo(&free_b, &total_b));
+      SHARDTRAIN_FAIL(fmt::format("{}: cudaMalloc of {:.1f} MiB failed ({}); the device has {:.1f} of {:.1f} MiB free: "
                                   "lower train.micro_batch, use a higher parallel.zero_stage or set a "
                                   "recompute budget",
-                                  static_cast<double>(bytes) / 1048576.0, detail::cuda_error_text(rc),
+                                  detail::mpi_rank_label(), static_cast<double>(bytes) / 1048576.0, detail::cuda_error_text(rc),
                                   static_cast<double>(free_b) / 1048576.0, static_cast<double>(total_b) / 1048576.0));
     }
     SHARDTRAIN_CUDA_CHECK(cudaMemset(p, 0, bytes));  // TrackedBuffer's zero-initialisation
     return p;
   }
-  void deallocate(void* p) noexcept override { cudaFree(p); }
+  void deallocate(void* p) noexcept override { SHARDTRAIN_CUDA_WARN(cudaFree(p)); }
   const char* name() const override { return "cuda"; }
 };
 
@@ -51,7 +52,7 @@ class CudaVectorOps final : public VectorOps<P> {
  public:
   explicit CudaVectorOps(cudaStream_t stream) : m_stream(stream) {}
   ~CudaVectorOps() override {
-    if (m_scratch) cudaFree(m_scratch);
+    if (m_scratch) SHARDTRAIN_CUDA_WARN(cudaFree(m_scratch));
   }
   void fill_zero(P* x, std::int64_t n) override {
     if (n > 0) SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(x, 0, static_cast<std::size_t>(n) * sizeof(P), m_stream));
@@ -181,17 +182,18 @@ CudaBackend::CudaBackend(NcclCommunicator& comm) : m_comm(comm), m_device(comm.d
     SHARDTRAIN_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
     m_impl = std::make_unique<Impl>(m_stream);
   } catch (...) {
-    if (m_cublas) cublasDestroy(m_cublas);
-    if (m_stream) cudaStreamDestroy(m_stream);
+    if (m_cublas) cublasDestroy(m_cublas);             // already failing: the first error is the one reported
+    if (m_stream) SHARDTRAIN_CUDA_WARN(cudaStreamDestroy(m_stream));
     throw;
   }
 }
 
 CudaBackend::~CudaBackend() {
-  if (m_stream) cudaStreamSynchronize(m_stream);
+  if (m_stream) SHARDTRAIN_CUDA_WARN(cudaStreamSynchronize(m_stream));
   m_impl.reset();
-  if (m_cublas) cublasDestroy(m_cublas);
-  if (m_stream) cudaStreamDestroy(m_stream);
+  if (m_cublas && cublasDestroy(m_cublas) != CUBLAS_STATUS_SUCCESS)
+    std::fprintf(stderr, "warning: %s: cublasDestroy failed\n", detail::mpi_rank_label().c_str());
+  if (m_stream) SHARDTRAIN_CUDA_WARN(cudaStreamDestroy(m_stream));
 }
 
 MemorySpace* CudaBackend::memory() { return &m_impl->memory; }
