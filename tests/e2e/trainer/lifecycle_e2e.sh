@@ -69,17 +69,35 @@ case "${1:-}" in
     span=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", (b - a) * 0.6 }')
     echo "uninterrupted run: signals go out 0 to $span s (60% of its duration) after start-up"
     for ((i = 1; i <= rounds; ++i)); do
-      name="sig_round$i"; rm -rf "${WORK:?}/$name"
-      start_trainer "$np" "$name" "${long[@]}"
-      wait_for_line "$name" '^run directory:'
+      name="sig_round$i"
       delay=$(awk -v r="$RANDOM" -v s="$span" 'BEGIN { printf "%.2f", r / 32767 * s }')
-      sleep "$delay"
-      mapfile -t pids < <(rank_pids "$name")
-      [[ ${#pids[@]} -eq $np ]] || die "round $i: found ${#pids[@]} rank processes, expected $np"
-      victim=$((RANDOM % np))
-      echo "round $i: SIGUSR1 to rank process ${pids[$victim]} (of ${pids[*]}) ${delay} s after start-up"
-      kill -USR1 "${pids[$victim]}"
-      wait_job 120
+      # The delay is drawn from the uninterrupted run's duration; on a loaded
+      # machine a run can be faster than that one was and finish before the
+      # signal: then the round is repeated with half the delay (at most 3 tries).
+      for try in 1 2 3; do
+        rm -rf "${WORK:?}/$name"
+        start_trainer "$np" "$name" "${long[@]}"
+        wait_for_line "$name" '^run directory:'
+        sleep "$delay"
+        mapfile -t pids < <(rank_pids "$name")
+        if [[ ${#pids[@]} -ne $np ]] && ! kill -0 "$job" 2>/dev/null && grep -q '^done:' "$WORK/$name.log"; then
+          wait "$job"
+          echo "round $i: the run finished before the signal ${delay} s after start-up; again with half the delay"
+          delay=$(awk -v d="$delay" 'BEGIN { printf "%.2f", d / 2 }')
+          continue
+        fi
+        [[ ${#pids[@]} -eq $np ]] || die "round $i: found ${#pids[@]} rank processes, expected $np"
+        victim=$((RANDOM % np))
+        echo "round $i: SIGUSR1 to rank process ${pids[$victim]} (of ${pids[*]}) ${delay} s after start-up"
+        kill -USR1 "${pids[$victim]}"
+        wait_job 120
+        if [[ $rc -eq 0 ]] && grep -q '^done:' "$WORK/$name.log"; then
+          echo "round $i: the run finished before the signal took effect; again with half the delay"
+          delay=$(awk -v d="$delay" 'BEGIN { printf "%.2f", d / 2 }')
+          continue
+        fi
+        break
+      done
       grep -E '^(stopping|checkpoint step|error)' "$WORK/$name.log"
       [[ $rc -eq 75 ]] || { cat "$WORK/$name.log"; die "round $i: exit code $rc, expected 75"; }
       step=$(sed -n 's/^stopping after step \([0-9]*\) of .*/\1/p' "$WORK/$name.log")
