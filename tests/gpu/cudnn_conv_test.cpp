@@ -1,0 +1,143 @@
+// Device test of CudnnConv2d (kernels/cuda/cudnn_conv.cuh), label gpu, one device;
+// built in CI, never run here (no GPU). Forward, dx, dw (accumulated onto a
+// non-zero start) and db (likewise) against a float64 direct convolution on the
+// host, for float (relative 1e-4), __half and __nv_bfloat16 storage (relative
+// L2 1e-2 / 2e-2, inputs rounded to the storage type first), on a shape whose
+// numbers do not coincide (stride 2, padding 1, a 3x2 kernel) and on the two
+// LeNet layers; the backward is bitwise repeatable (deterministic algorithms).
+// Without a device main() prints why and exits 1: it never skips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/cuda_check.hpp"
+#include "kernels/cuda/cudnn_conv.cuh"
+#include "device_buffer.hpp"
+
+namespace shardtrain {
+namespace {
+
+using cuda::ConvShape;
+using test::DeviceBuffer;
+using test::random_values;
+
+struct Ref {
+  std::vector<double> y, dx, dw, db;
+};
+
+// Direct cross-correlation in double; dw and db start at `start`.
+Ref reference(const ConvShape& s, const std::vector<double>& x, const std::vector<double>& w,
+              const std::vector<double>& b, const std::vector<double>& dy, double start) {
+  const std::int64_t oh = s.out_h(), ow = s.out_w();
+  Ref r;
+  r.y.assign(s.batch * s.out_channels * oh * ow, 0.0);
+  r.dx.assign(x.size(), 0.0);
+  r.dw.assign(w.size(), start);
+  r.db.assign(s.out_channels, start);
+  for (std::int64_t n = 0; n < s.batch; ++n)
+    for (std::int64_t o = 0; o < s.out_channels; ++o)
+      for (std::int64_t i = 0; i < oh; ++i)
+        for (std::int64_t j = 0; j < ow; ++j) {
+          const std::int64_t yi = ((n * s.out_channels + o) * oh + i) * ow + j;
+          double acc = b[o];
+          for (std::int64_t c = 0; c < s.in_channels; ++c)
+            for (std::int64_t p = 0; p < s.kernel_h; ++p)
+              for (std::int64_t q = 0; q < s.kernel_w; ++q) {
+                const std::int64_t h = i * s.stride - s.padding + p, v = j * s.stride - s.padding + q;
+                if (h < 0 || h >= s.height || v < 0 || v >= s.width) continue;
+                const std::int64_t xi = ((n * s.in_channels + c) * s.height + h) * s.width + v;
+                const std::int64_t wi = ((o * s.in_channels + c) * s.kernel_h + p) * s.kernel_w + q;
+                acc += x[xi] * w[wi];
+                r.dx[xi] += dy[yi] * w[wi];
+                r.dw[wi] += dy[yi] * x[xi];
+              }
+          r.y[yi] = acc;
+          r.db[o] += dy[yi];
+        }
+  return r;
+}
+
+template <class T>
+double rel_l2(const std::vector<T>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double g = static_cast<double>(static_cast<float>(got[i]));
+    num += (g - want[i]) * (g - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+template <class T>
+std::vector<double> widen(const std::vector<T>& v) {
+  std::vector<double> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
+  return out;
+}
+
+template <class T>
+void check(const ConvShape& s, double tol) {
+  cudnnHandle_t handle = nullptr;
+  SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
+  cudaStream_t stream = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    cuda::CudnnConv2d<T> conv(handle, s);
+    const std::size_t nx = s.batch * s.in_channels * s.height * s.width;
+    const std::size_t nw = s.out_channels * s.in_channels * s.kernel_h * s.kernel_w;
+    const std::size_t ny = s.batch * s.out_channels * s.out_h() * s.out_w();
+    const auto x = random_values<T>(nx, 1), w = random_values<T>(nw, 2), b = random_values<T>(s.out_channels, 3);
+    const auto dy = random_values<T>(ny, 4);
+    const Ref ref = reference(s, widen(x), widen(w), widen(b), widen(dy), 0.5);
+    DeviceBuffer<T> d_x(x), d_w(w), d_b(b), d_dy(dy), d_y(ny), d_dx(nx);
+    DeviceBuffer<unsigned char> ws(conv.workspace_bytes());
+    std::vector<T> halfs_w(nw, T(0.5f)), halfs_b(s.out_channels, T(0.5f));
+    DeviceBuffer<T> d_dw(halfs_w), d_db(halfs_b);
+    conv.forward(stream, d_x.data(), d_w.data(), d_b.data(), d_y.data(), ws.data());
+    conv.backward(stream, d_x.data(), d_w.data(), d_dy.data(), d_dx.data(), d_dw.data(), d_db.data(), ws.data());
+    EXPECT_LT(rel_l2(d_y.download(), ref.y), tol) << "forward";
+    const auto dx1 = d_dx.download(), dw1 = d_dw.download();
+    EXPECT_LT(rel_l2(dx1, ref.dx), tol) << "dx";
+    EXPECT_LT(rel_l2(dw1, ref.dw), tol) << "dw (accumulated onto 0.5)";
+    EXPECT_LT(rel_l2(d_db.download(), ref.db), tol) << "db (accumulated onto 0.5)";
+    // Determinism: the same backward again gives the same dx bit for bit, and dw
+    // accumulates exactly the same increment once more.
+    d_dw.upload(halfs_w);
+    conv.backward(stream, d_x.data(), d_w.data(), d_dy.data(), d_dx.data(), d_dw.data(), nullptr, ws.data());
+    const auto dx2 = d_dx.download(), dw2 = d_dw.download();
+    for (std::size_t i = 0; i < nx; ++i) ASSERT_EQ(static_cast<float>(dx1[i]), static_cast<float>(dx2[i])) << i;
+    for (std::size_t i = 0; i < nw; ++i) ASSERT_EQ(static_cast<float>(dw1[i]), static_cast<float>(dw2[i])) << i;
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
+  SHARDTRAIN_CUDNN_CHECK(cudnnDestroy(handle));
+}
+
+const ConvShape kOdd{3, 2, 7, 6, 5, 3, 2, 2, 1};
+const ConvShape kLeNet1{8, 1, 28, 28, 6, 5, 5, 1, 2};
+const ConvShape kLeNet2{8, 6, 14, 14, 16, 5, 5, 1, 0};
+
+TEST(CudnnConv2d, Fp32MatchesDirectConvolution) {
+  for (const auto& s : {kOdd, kLeNet1, kLeNet2}) check<float>(s, 1e-4);
+}
+TEST(CudnnConv2d, Fp16MatchesWithinRounding) {
+  for (const auto& s : {kOdd, kLeNet1, kLeNet2}) check<__half>(s, 1e-2);
+}
+TEST(CudnnConv2d, Bf16MatchesWithinRounding) {
+  for (const auto& s : {kOdd, kLeNet1, kLeNet2}) check<__nv_bfloat16>(s, 2e-2);
+}
+TEST(CudnnConv2d, RefusesAKernelLargerThanThePaddedInput) {
+  cudnnHandle_t handle = nullptr;
+  SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
+  EXPECT_THROW(cuda::CudnnConv2d<float>(handle, ConvShape{1, 1, 4, 4, 1, 7, 7, 1, 1}), Error);
+  SHARDTRAIN_CUDNN_CHECK(cudnnDestroy(handle));
+}
+
+}  // namespace
+}  // namespace shardtrain
+
+int main(int argc, char** argv) {
+  if (shardtrain::test::no_device("gpu_cudnn_conv_test")) return 1;
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
