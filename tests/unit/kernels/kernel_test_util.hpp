@@ -35,6 +35,16 @@ CView3<T> cview3(const std::vector<T>& v, std::size_t n0, std::size_t n1, std::s
   return CView3<T>(v.data(), n0, n1, n2);
 }
 
+template <class T>
+View4<T> view4(std::vector<T>& v, std::size_t n0, std::size_t n1, std::size_t n2, std::size_t n3) {
+  return View4<T>(v.data(), n0, n1, n2, n3);
+}
+template <class T>
+CView4<T> cview4(const std::vector<T>& v, std::size_t n0, std::size_t n1, std::size_t n2,
+                 std::size_t n3) {
+  return CView4<T>(v.data(), n0, n1, n2, n3);
+}
+
 template <class To, class From>
 std::vector<To> cast_vector(const std::vector<From>& v) {
   return std::vector<To>(v.begin(), v.end());

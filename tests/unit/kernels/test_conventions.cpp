@@ -11,7 +11,9 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/conv2d.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/dropout.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
@@ -20,6 +22,8 @@
 #include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
+#include "kernels/pool.hpp"
+#include "kernels/relu.hpp"
 
 namespace shardtrain {
 namespace {
@@ -27,9 +31,11 @@ namespace {
 using test::cview1;
 using test::cview2;
 using test::cview3;
+using test::cview4;
 using test::view1;
 using test::view2;
 using test::view3;
+using test::view4;
 
 std::vector<std::string>* g_labels = nullptr;
 void on_begin(const char* name, const std::uint32_t, std::uint64_t* id) {
@@ -73,6 +79,26 @@ void run_every_kernel() {
   copy<T>(cview1(x), view1(dx));
   accumulate<T>(cview1(x), view1(dx));
   fill<T>(view1(dx), T(0));
+  // CNN layers: conv (bias, dx), max pool, relu, dropout (mask and identity).
+  const Conv2dShape cs{2, 2, 6, 5, 3, 3, 2, 1, 1};
+  std::vector<T> cx(2 * 2 * 6 * 5, T(0.5)), cw(3 * 2 * 3 * 2, T(0.25)), cb(3, T(0.1)),
+      cws(conv2d_workspace_elems(cs)), cy(2 * 3 * cs.out_h() * cs.out_w(), T(0)),
+      cdx(cx.size()), cdw(cw.size(), T(0)), cdb(3, T(0));
+  conv2d_forward<T>(cs, cview4(cx, 2, 2, 6, 5), cview4(cw, 3, 2, 3, 2), cview1(cb), view1(cws),
+                    view4(cy, 2, 3, cs.out_h(), cs.out_w()));
+  conv2d_backward<T>(cs, cview4(cx, 2, 2, 6, 5), cview4(cw, 3, 2, 3, 2),
+                     cview4(cy, 2, 3, cs.out_h(), cs.out_w()), view1(cws), view4(cdx, 2, 2, 6, 5),
+                     view4(cdw, 3, 2, 3, 2), view1(cdb));
+  const Pool2dShape ps{2, 2, 6, 5, 2, 2};
+  std::vector<T> py(2 * 2 * 3 * 2);
+  std::vector<std::int32_t> pa(py.size());
+  max_pool2d_forward<T>(ps, cview4(cx, 2, 2, 6, 5), view4(py, 2, 2, 3, 2), view4(pa, 2, 2, 3, 2));
+  max_pool2d_backward<T>(ps, cview4(py, 2, 2, 3, 2), cview4(pa, 2, 2, 3, 2),
+                         view4(cdx, 2, 2, 6, 5));
+  relu_forward<T>(cview1(cx), view1(cdx));
+  relu_backward<T>(cview1(cx), cview1(cx), view1(cdx));
+  dropout_forward<T>(DropoutParams{0.5, 1, 2, 0, true}, cview1(cx), view1(cdx));
+  dropout_backward<T>(DropoutParams{0.5, 1, 2, 0, false}, cview1(cx), view1(cdx));
   // K == 0 gemm launches the wrapper's own scaling kernel.
   std::vector<T> c0(6, T(1));
   gemm<T>(Trans::N, Trans::N, T(1), CView2<T>(x.data(), 2, 0), CView2<T>(x.data(), 0, 3), T(0),
@@ -86,7 +112,8 @@ std::int64_t half_scratch_elems_of_every_kernel() {
                    gelu_half_scratch_elems(), embedding_half_scratch_elems(v, c),
                    attention_half_scratch_elems(AttentionShape{2, 4, c, 3}),
                    cross_entropy_half_scratch_elems(v), elementwise_half_scratch_elems(),
-                   gemm_half_scratch_elems(2, 3, 0)});
+                   gemm_half_scratch_elems(2, 3, 0),
+                   conv2d_half_scratch_elems(Conv2dShape{2, 2, 6, 5, 3, 3, 2, 1, 1})});
 }
 
 TEST(KernelConventions, EveryLaunchIsLabelledOpMethod) {
@@ -117,7 +144,8 @@ TEST(KernelConventions, EveryLaunchIsLabelledOpMethod) {
   }
   // Every op shows up (guards against the callbacks silently not firing).
   for (const char* op : {"Linear::", "LayerNorm::", "Gelu::", "Embedding::", "Attention::",
-                         "CrossEntropy::", "Elementwise::", "Gemm::"}) {
+                         "CrossEntropy::", "Elementwise::", "Gemm::", "Conv::", "MaxPool::",
+                         "Relu::", "Dropout::"}) {
     bool found = false;
     for (const auto& l : distinct) found = found || l.rfind(op, 0) == 0;
     EXPECT_TRUE(found) << "no launch labelled " << op << "*";

@@ -1,0 +1,420 @@
+// Tests conv2d_forward / conv2d_backward (im2col + GEMM): output-size arithmetic and
+// the bounded workspace; forward (bias / no bias) against a direct 7-loop
+// convolution in long double on shapes whose dimensions all differ (stride 2 with
+// padding, stride 1 with padding 2, stride 3 > kernel so some inputs are never
+// read) and the LeNet shapes (1x28x28 -> 6 @ 5x5 pad 2; 6x14x14 -> 16 @ 5x5), in
+// double and float; float64 central-difference checks of dx, dw, db; dx
+// OVERWRITTEN, dw / db ACCUMULATED, empty dx / db skipped; bitwise determinism and
+// independence from the sample blocking (several blocks vs one sample per call);
+// f16 / bf16 against fp32; shape / workspace errors. A DISABLED_ timing test
+// (LeNet layer 1, batch 64, forward + backward) prints the median of 5 runs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/conv2d.hpp"
+#include "kernels/half_scratch.hpp"
+
+namespace shardtrain {
+namespace {
+
+using test::cast_vector;
+using test::cview1;
+using test::cview4;
+using test::view1;
+using test::view4;
+
+//                         N  IC  H  W  OC KH KW stride pad
+const Conv2dShape kOdd{3, 2, 7, 8, 5, 3, 2, 2, 1};         // -> 4 x 5
+const Conv2dShape kBrief{3, 2, 7, 6, 5, 3, 2, 2, 1};       // -> 4 x 4
+const Conv2dShape kPad2{2, 3, 6, 5, 4, 2, 3, 1, 2};        // -> 9 x 7
+const Conv2dShape kStride3{2, 2, 8, 7, 3, 2, 2, 3, 0};     // -> 3 x 2, rows/cols skipped
+const Conv2dShape kLeNet1{2, 1, 28, 28, 6, 5, 5, 1, 2};    // -> 28 x 28
+const Conv2dShape kLeNet2{3, 6, 14, 14, 16, 5, 5, 1, 0};   // -> 10 x 10
+
+std::int64_t x_elems(const Conv2dShape& s) { return s.batch * s.in_channels * s.height * s.width; }
+std::int64_t y_elems(const Conv2dShape& s) { return s.batch * s.out_channels * s.out_h() * s.out_w(); }
+std::int64_t w_elems(const Conv2dShape& s) { return s.out_channels * s.col_rows(); }
+
+// Direct convolution: y[n][o][i][j] = b[o] + sum w[o][c][p][q] x[n][c][i*s-pad+p][j*s-pad+q].
+std::vector<double> naive_conv(const Conv2dShape& s, const std::vector<double>& x,
+                               const std::vector<double>& w, const std::vector<double>& b) {
+  const std::int64_t oh = s.out_h(), ow = s.out_w();
+  std::vector<double> y(y_elems(s));
+  for (std::int64_t n = 0; n < s.batch; ++n)
+    for (std::int64_t o = 0; o < s.out_channels; ++o)
+      for (std::int64_t i = 0; i < oh; ++i)
+        for (std::int64_t j = 0; j < ow; ++j) {
+          long double acc = b.empty() ? 0.0L : b[o];
+          for (std::int64_t c = 0; c < s.in_channels; ++c)
+            for (std::int64_t p = 0; p < s.kernel_h; ++p)
+              for (std::int64_t q = 0; q < s.kernel_w; ++q) {
+                const std::int64_t ih = i * s.stride - s.padding + p;
+                const std::int64_t iw = j * s.stride - s.padding + q;
+                if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
+                acc += static_cast<long double>(
+                           w[((o * s.in_channels + c) * s.kernel_h + p) * s.kernel_w + q]) *
+                       x[((n * s.in_channels + c) * s.height + ih) * s.width + iw];
+              }
+          y[((n * s.out_channels + o) * oh + i) * ow + j] = static_cast<double>(acc);
+        }
+  return y;
+}
+
+struct Data {
+  Conv2dShape s;
+  std::vector<double> x, w, b, r;  // r: loss weights = dy
+  explicit Data(const Conv2dShape& shape, std::uint64_t seed = 100)
+      : s(shape), x(test::random_vector(x_elems(shape), seed)),
+        w(test::random_vector(w_elems(shape), seed + 1)),
+        b(test::random_vector(shape.out_channels, seed + 2)),
+        r(test::random_vector(y_elems(shape), seed + 3)) {}
+};
+
+template <class T>
+std::vector<T> forward(const Conv2dShape& s, const std::vector<T>& x, const std::vector<T>& w,
+                       const std::vector<T>* b) {
+  std::vector<T> ws(conv2d_workspace_elems(s), T(std::numeric_limits<float>::quiet_NaN()));
+  std::vector<T> y(y_elems(s), T(std::numeric_limits<float>::quiet_NaN()));  // overwritten
+  conv2d_forward<T>(s, cview4(x, s.batch, s.in_channels, s.height, s.width),
+                    cview4(w, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                    b ? cview1(*b) : CView1<T>(), view1(ws),
+                    view4(y, s.batch, s.out_channels, s.out_h(), s.out_w()));
+  return y;
+}
+
+// dx (when given) overwritten, dw / db (when db non-empty) accumulated.
+template <class T>
+void backward(const Conv2dShape& s, const std::vector<T>& x, const std::vector<T>& w,
+              const std::vector<T>& dy, std::vector<T>* dx, std::vector<T>& dw,
+              std::vector<T>* db) {
+  std::vector<T> ws(conv2d_workspace_elems(s), T(std::numeric_limits<float>::quiet_NaN()));
+  conv2d_backward<T>(s, cview4(x, s.batch, s.in_channels, s.height, s.width),
+                     cview4(w, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                     cview4(dy, s.batch, s.out_channels, s.out_h(), s.out_w()), view1(ws),
+                     dx ? view4(*dx, s.batch, s.in_channels, s.height, s.width) : View4<T>(),
+                     view4(dw, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                     db ? view1(*db) : View1<T>());
+}
+
+TEST(Conv2d, OutputSizesAndBoundedWorkspace) {
+  EXPECT_EQ(kOdd.out_h(), 4);
+  EXPECT_EQ(kOdd.out_w(), 5);
+  EXPECT_EQ(kPad2.out_h(), 9);
+  EXPECT_EQ(kPad2.out_w(), 7);
+  EXPECT_EQ(kStride3.out_h(), 3);
+  EXPECT_EQ(kStride3.out_w(), 2);
+  EXPECT_EQ(kLeNet1.out_h(), 28);
+  EXPECT_EQ(kLeNet2.out_h(), 10);
+  // 2^18 / (25 * 784) = 13 samples per block; the workspace stops growing there.
+  Conv2dShape s = kLeNet1;
+  s.batch = 64;
+  EXPECT_EQ(conv2d_samples_per_block(s), 13);
+  EXPECT_EQ(conv2d_workspace_elems(s), 13 * 25 * 784);
+  s.batch = 100000;
+  EXPECT_EQ(conv2d_workspace_elems(s), 13 * 25 * 784);
+  s.batch = 5;
+  EXPECT_EQ(conv2d_workspace_elems(s), 5 * 25 * 784);
+  s.batch = 0;
+  EXPECT_EQ(conv2d_workspace_elems(s), 0);
+}
+
+TEST(Conv2d, ForwardMatchesDirectConvolution) {
+  Conv2dShape many = kLeNet1;
+  many.batch = 30;  // 3 blocks of up to 13 samples, the last one ragged
+  for (const Conv2dShape& s : {kOdd, kBrief, kPad2, kStride3, kLeNet1, kLeNet2, many}) {
+    const Data d(s);
+    for (bool bias : {true, false}) {
+      const auto ref = naive_conv(s, d.x, d.w, bias ? d.b : std::vector<double>{});
+      const std::string label = "N=" + std::to_string(s.batch) + " IC=" +
+                                std::to_string(s.in_channels) + " H=" + std::to_string(s.height) +
+                                " bias=" + std::to_string(bias);
+      EXPECT_LE(test::max_scaled_error(forward<double>(s, d.x, d.w, bias ? &d.b : nullptr), ref),
+                1e-14)
+          << label;
+      const auto xf = cast_vector<float>(d.x), wf = cast_vector<float>(d.w),
+                 bf = cast_vector<float>(d.b);
+      EXPECT_LE(test::max_scaled_error(forward<float>(s, xf, wf, bias ? &bf : nullptr), ref), 2e-6)
+          << label;
+    }
+  }
+  // One hand-computed value: 1 channel, 3x3 ones kernel over 1..16 (4x4), pad 1,
+  // stride 2: y[0][0] = 1+2+5+6 = 14, y[1][1] = 6+7+8+10+11+12+14+15+16 = 99.
+  const Conv2dShape s{1, 1, 4, 4, 1, 3, 3, 2, 1};
+  std::vector<double> x(16), w(9, 1.0), b = {0.5};
+  for (int i = 0; i < 16; ++i) x[i] = i + 1;
+  const auto y = forward<double>(s, x, w, &b);
+  ASSERT_EQ(y.size(), 4u);
+  EXPECT_EQ(y[0], 14.5);
+  EXPECT_EQ(y[3], 99.5);
+}
+
+// Gradients of loss = sum(conv2d_forward(x, w, b) * r) by central differences
+// through the real forward.
+void check_gradients(const Conv2dShape& s, bool bias, const std::string& label) {
+  const Data d(s, 7);
+  auto loss_of = [&](const std::vector<double>& x, const std::vector<double>& w,
+                     const std::vector<double>& b) {
+    return test::weighted_sum(forward<double>(s, x, w, bias ? &b : nullptr), d.r);
+  };
+  std::vector<double> dx(x_elems(s), 123.0), dw(w_elems(s), 0.0), db(s.out_channels, 0.0);
+  backward<double>(s, d.x, d.w, d.r, &dx, dw, bias ? &db : nullptr);
+  EXPECT_TRUE(test::gradient_ok(label + " dx", test::gradcheck([&](std::span<const double> v) {
+    return loss_of(std::vector<double>(v.begin(), v.end()), d.w, d.b);
+  }, d.x, dx)));
+  EXPECT_TRUE(test::gradient_ok(label + " dw", test::gradcheck([&](std::span<const double> v) {
+    return loss_of(d.x, std::vector<double>(v.begin(), v.end()), d.b);
+  }, d.w, dw)));
+  if (bias) {
+    EXPECT_TRUE(test::gradient_ok(label + " db", test::gradcheck([&](std::span<const double> v) {
+      return loss_of(d.x, d.w, std::vector<double>(v.begin(), v.end()));
+    }, d.b, db)));
+  } else {
+    for (double v : db) EXPECT_EQ(v, 0.0);
+  }
+}
+
+TEST(Conv2d, GradientsStride2Padding1) { check_gradients(kOdd, true, "conv stride2 pad1"); }
+TEST(Conv2d, GradientsWithoutBias) { check_gradients(kOdd, false, "conv no-bias"); }
+TEST(Conv2d, GradientsStride1Padding2) { check_gradients(kPad2, true, "conv stride1 pad2"); }
+TEST(Conv2d, GradientsStrideAboveKernel) {
+  // Inputs in rows / columns no window reaches get an exact zero gradient.
+  check_gradients(kStride3, true, "conv stride3 > kernel");
+  const Data d(kStride3);
+  std::vector<double> dx(x_elems(kStride3), 9.0), dw(w_elems(kStride3), 0.0);
+  backward<double>(kStride3, d.x, d.w, d.r, &dx, dw, nullptr);
+  // Windows cover rows {0,1, 3,4, 6,7} and columns {0,1, 3,4}: rows 2, 5 and
+  // columns 2, 5, 6 are never read; everything else is.
+  for (std::int64_t nc = 0; nc < kStride3.batch * kStride3.in_channels; ++nc)
+    for (std::int64_t ih = 0; ih < kStride3.height; ++ih)
+      for (std::int64_t iw = 0; iw < kStride3.width; ++iw) {
+        const bool read = ih % 3 != 2 && iw % 3 != 2 && iw != 6;
+        const double g = dx[(nc * kStride3.height + ih) * kStride3.width + iw];
+        if (read) EXPECT_NE(g, 0.0) << ih << "," << iw;
+        else EXPECT_EQ(g, 0.0) << ih << "," << iw;
+      }
+}
+TEST(Conv2d, GradientsLeNetLayer1) {
+  Conv2dShape s = kLeNet1;
+  s.batch = 1;
+  s.height = s.width = 12;  // the LeNet kernel and padding on a smaller image
+  check_gradients(s, true, "conv lenet1 5x5 pad2");
+}
+TEST(Conv2d, GradientsLeNetLayer2) {
+  Conv2dShape s = kLeNet2;
+  s.batch = 1;
+  check_gradients(s, true, "conv lenet2 6x14x14->16x10x10");
+}
+
+TEST(Conv2d, BackwardOverwritesDxAndAccumulatesDwDb) {
+  const Data d(kOdd);
+  std::vector<double> dx1(x_elems(kOdd), 0.0), dw1(w_elems(kOdd), 0.0), db1(5, 0.0);
+  backward<double>(kOdd, d.x, d.w, d.r, &dx1, dw1, &db1);
+  std::vector<double> dx2(x_elems(kOdd), 5.0), dw2(w_elems(kOdd), 0.0), db2(5, 0.0);
+  backward<double>(kOdd, d.x, d.w, d.r, &dx2, dw2, &db2);
+  backward<double>(kOdd, d.x, d.w, d.r, &dx2, dw2, &db2);
+  EXPECT_EQ(dx2, dx1);  // overwritten, not doubled
+  for (std::size_t i = 0; i < dw1.size(); ++i) EXPECT_DOUBLE_EQ(dw2[i], 2.0 * dw1[i]);
+  for (std::size_t i = 0; i < db1.size(); ++i) EXPECT_DOUBLE_EQ(db2[i], 2.0 * db1[i]);
+  std::vector<double> dw3(w_elems(kOdd), 1.0), db3(5, -2.0);
+  backward<double>(kOdd, d.x, d.w, d.r, &dx2, dw3, &db3);
+  for (std::size_t i = 0; i < dw1.size(); ++i) EXPECT_NEAR(dw3[i], 1.0 + dw1[i], 1e-14);
+  for (std::size_t i = 0; i < db1.size(); ++i) EXPECT_NEAR(db3[i], -2.0 + db1[i], 1e-14);
+  // db is the plain sum of dy per channel.
+  for (std::int64_t o = 0; o < 5; ++o) {
+    double sum = 0.0;
+    for (std::int64_t n = 0; n < 3; ++n)
+      for (std::int64_t e = 0; e < 20; ++e) sum += d.r[(n * 5 + o) * 20 + e];
+    EXPECT_NEAR(db1[o], sum, 1e-13);
+  }
+}
+
+TEST(Conv2d, EmptyDxAndDbAreSkipped) {
+  const Data d(kPad2);
+  std::vector<double> dx(x_elems(kPad2)), dw_ref(w_elems(kPad2), 0.0), db_ref(4, 0.0);
+  backward<double>(kPad2, d.x, d.w, d.r, &dx, dw_ref, &db_ref);
+  std::vector<double> dw(w_elems(kPad2), 0.0);
+  backward<double>(kPad2, d.x, d.w, d.r, nullptr, dw, nullptr);
+  EXPECT_EQ(dw, dw_ref);
+}
+
+// Several blocks in one call give the same bits as one call per sample, and two
+// identical calls give the same bits.
+TEST(Conv2d, DeterministicAndIndependentOfBlocking) {
+  Conv2dShape s = kLeNet1;
+  s.batch = 30;
+  ASSERT_LT(conv2d_samples_per_block(s), s.batch);
+  const Data d(s, 21);
+  const auto x = cast_vector<float>(d.x), w = cast_vector<float>(d.w),
+             b = cast_vector<float>(d.b), dy = cast_vector<float>(d.r);
+  auto run = [&](std::vector<float>& y, std::vector<float>& dx, std::vector<float>& dw,
+                 std::vector<float>& db) {
+    y = forward<float>(s, x, w, &b);
+    dx.assign(x.size(), 0.0f);
+    dw.assign(w.size(), 0.0f);
+    db.assign(b.size(), 0.0f);
+    backward<float>(s, x, w, dy, &dx, dw, &db);
+  };
+  std::vector<float> y1, dx1, dw1, db1, y2, dx2, dw2, db2;
+  run(y1, dx1, dw1, db1);
+  run(y2, dx2, dw2, db2);
+  EXPECT_EQ(y1, y2);
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_EQ(dw1, dw2);
+  EXPECT_EQ(db1, db2);
+
+  Conv2dShape s1 = s;
+  s1.batch = 1;
+  const std::int64_t xs = x_elems(s1), ys = y_elems(s1);
+  std::vector<float> dw_seq(w.size(), 0.0f);
+  for (std::int64_t n = 0; n < s.batch; ++n) {
+    const std::vector<float> xn(x.begin() + n * xs, x.begin() + (n + 1) * xs);
+    const std::vector<float> dyn(dy.begin() + n * ys, dy.begin() + (n + 1) * ys);
+    const auto yn = forward<float>(s1, xn, w, &b);
+    EXPECT_TRUE(std::equal(yn.begin(), yn.end(), y1.begin() + n * ys)) << "sample " << n;
+    std::vector<float> dxn(xs);
+    backward<float>(s1, xn, w, dyn, &dxn, dw_seq, nullptr);
+    EXPECT_TRUE(std::equal(dxn.begin(), dxn.end(), dx1.begin() + n * xs)) << "sample " << n;
+  }
+  EXPECT_EQ(dw_seq, dw1);  // dw += per sample, in sample order, in both cases
+}
+
+TEST(Conv2d, FloatBackwardMatchesDouble) {
+  const Data d(kLeNet2);
+  std::vector<double> dx(x_elems(kLeNet2)), dw(w_elems(kLeNet2), 0.0), db(16, 0.0);
+  backward<double>(kLeNet2, d.x, d.w, d.r, &dx, dw, &db);
+  const auto x = cast_vector<float>(d.x), w = cast_vector<float>(d.w), r = cast_vector<float>(d.r);
+  std::vector<float> dxf(x.size()), dwf(w.size(), 0.0f), dbf(16, 0.0f);
+  backward<float>(kLeNet2, x, w, r, &dxf, dwf, &dbf);
+  EXPECT_LE(test::max_scaled_error(dxf, dx), 2e-6);
+  EXPECT_LE(test::max_scaled_error(dwf, dw), 2e-6);
+  EXPECT_LE(test::max_scaled_error(dbf, db), 2e-6);
+}
+
+// ||a16 - a32|| / ||a32|| over a buffer.
+template <class H>
+double rel_l2(const std::vector<H>& got, const std::vector<float>& want) {
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double g = to_float(got[i]), w = want[i];
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return std::isnan(num) ? INFINITY : std::sqrt(num / den);
+}
+
+template <class H>
+void check_half(double bound) {
+  const Conv2dShape s = kLeNet2;
+  const Data d(s, 41);
+  auto round16 = [](const std::vector<double>& v) {
+    std::vector<H> h(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) h[i] = H(static_cast<float>(v[i]));
+    return h;
+  };
+  auto widen = [](const std::vector<H>& v) {
+    std::vector<float> f(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) f[i] = to_float(v[i]);
+    return f;
+  };
+  const auto x = round16(d.x), w = round16(d.w), b = round16(d.b), dy = round16(d.r);
+  const auto dw0 = round16(test::random_vector(w.size(), 42)),
+             db0 = round16(test::random_vector(b.size(), 43));
+  // fp32 reference on the same (rounded) values.
+  const auto xf = widen(x), wf = widen(w), bf = widen(b), dyf = widen(dy);
+  const auto yf = forward<float>(s, xf, wf, &bf);
+  std::vector<float> dxf(xf.size()), dwf = widen(dw0), dbf = widen(db0);
+  backward<float>(s, xf, wf, dyf, &dxf, dwf, &dbf);
+
+  std::vector<float> scratch(conv2d_half_scratch_elems(s), std::numeric_limits<float>::quiet_NaN());
+  half_scratch_bind(scratch.data(), scratch.size() - 1);
+  EXPECT_THROW(forward<H>(s, x, w, &b), Error);  // one float short
+  half_scratch_bind(scratch.data(), scratch.size());
+  const auto y = forward<H>(s, x, w, &b);
+  std::vector<H> dx(x.size(), H(std::numeric_limits<float>::quiet_NaN())), dw = dw0, db = db0;
+  backward<H>(s, x, w, dy, &dx, dw, &db);
+  half_scratch_bind(nullptr, 0);
+  const std::string t = type_name<H>();
+  std::cout << "[half-error] " << t << " conv2d y=" << rel_l2(y, yf) << " dx=" << rel_l2(dx, dxf)
+            << " dw=" << rel_l2(dw, dwf) << " db=" << rel_l2(db, dbf) << std::endl;
+  EXPECT_LE(rel_l2(y, yf), bound) << t;
+  EXPECT_LE(rel_l2(dx, dxf), bound) << t;
+  EXPECT_LE(rel_l2(dw, dwf), bound) << t;
+  EXPECT_LE(rel_l2(db, dbf), bound) << t;
+}
+
+TEST(Conv2d, HalfMatchesFloat) {
+  check_half<f16>(1e-2);
+  check_half<bf16>(2e-2);
+}
+
+TEST(Conv2d, ShapeErrorsThrow) {
+  const Data d(kOdd);
+  std::vector<double> y(y_elems(kOdd)), ws(conv2d_workspace_elems(kOdd));
+  const auto x4 = cview4(d.x, 3, 2, 7, 8);
+  const auto w4 = cview4(d.w, 5, 2, 3, 2);
+  EXPECT_NO_THROW(conv2d_forward<double>(kOdd, x4, w4, cview1(d.b), view1(ws), view4(y, 3, 5, 4, 5)));
+  std::vector<double> small(ws.size() - 1);
+  EXPECT_THROW(conv2d_forward<double>(kOdd, x4, w4, cview1(d.b), view1(small), view4(y, 3, 5, 4, 5)),
+               Error);
+  EXPECT_THROW(conv2d_forward<double>(kOdd, x4, w4, cview1(d.b), view1(ws), view4(y, 3, 5, 5, 4)),
+               Error);
+  std::vector<double> bad_b(6);
+  EXPECT_THROW(conv2d_forward<double>(kOdd, x4, w4, cview1(bad_b), view1(ws), view4(y, 3, 5, 4, 5)),
+               Error);
+  EXPECT_THROW(conv2d_forward<double>(kOdd, cview4(d.x, 3, 2, 8, 7), w4, cview1(d.b), view1(ws),
+                                      view4(y, 3, 5, 4, 5)),
+               Error);
+  Conv2dShape too_big = kOdd;
+  too_big.kernel_h = 10;  // 7 + 2 < 10
+  EXPECT_THROW(conv2d_workspace_elems(too_big), Error);
+  Conv2dShape no_stride = kOdd;
+  no_stride.stride = 0;
+  EXPECT_THROW(conv2d_check_shape(no_stride), Error);
+  std::vector<double> dw(w_elems(kOdd)), dx_bad(x_elems(kOdd) + 8);
+  EXPECT_THROW(conv2d_backward<double>(kOdd, x4, w4, cview4(d.r, 3, 5, 4, 5), view1(ws),
+                                       view4(dx_bad, 3, 2, 8, 8), view4(dw, 5, 2, 3, 2),
+                                       View1<double>()),
+               Error);
+}
+
+// Run with --gtest_also_run_disabled_tests: LeNet layer 1 (1x28x28 -> 6 @ 5x5 pad 2),
+// batch 64, float, forward + backward (dx skipped, as for a first layer, and with dx).
+TEST(Conv2d, DISABLED_TimingLeNetLayer1Batch64) {
+  Conv2dShape s = kLeNet1;
+  s.batch = 64;
+  const Data d(s, 5);
+  const auto x = cast_vector<float>(d.x), w = cast_vector<float>(d.w),
+             b = cast_vector<float>(d.b), dy = cast_vector<float>(d.r);
+  std::vector<float> ws(conv2d_workspace_elems(s)), y(y_elems(s)), dx(x.size()), dw(w.size()),
+      db(b.size());
+  const auto X = cview4(x, 64, 1, 28, 28);
+  const auto W = cview4(w, 6, 1, 5, 5);
+  for (bool with_dx : {false, true}) {
+    std::vector<double> ms;
+    for (int rep = 0; rep < 6; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      conv2d_forward<float>(s, X, W, cview1(b), view1(ws), view4(y, 64, 6, 28, 28));
+      conv2d_backward<float>(s, X, W, cview4(dy, 64, 6, 28, 28), view1(ws),
+                             with_dx ? view4(dx, 64, 1, 28, 28) : View4<float>(),
+                             view4(dw, 6, 1, 5, 5), view1(db));
+      const auto t1 = std::chrono::steady_clock::now();
+      if (rep > 0) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double flops = 2.0 * 64 * 6 * 25 * 784 * (with_dx ? 3 : 2);
+    std::cout << "[timing] conv2d lenet1 batch 64 fwd+bwd" << (with_dx ? " (with dx)" : " (no dx)")
+              << ": median " << ms[2] << " ms over 5 (min " << ms[0] << ", max " << ms[4]
+              << "), " << flops / (ms[2] * 1e6) << " GFLOP/s" << std::endl;
+  }
+}
+
+}  // namespace
+}  // namespace shardtrain

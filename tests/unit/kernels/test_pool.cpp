@@ -1,0 +1,242 @@
+// Tests max_pool2d_forward / max_pool2d_backward: output sizes; forward and argmax
+// against a naive window scan (odd shape with overlapping 3x3/2 windows and a
+// ragged edge, and the LeNet 2x2/2 shapes 6x28x28 and 16x10x10); the tie rule
+// (first maximum in row-major window order) and NaN propagation; float64 central-
+// difference check of dx (inputs spaced far apart, so no near-ties); dx
+// OVERWRITTEN; overlapping windows sum their gradients; determinism; 16-bit types
+// (exact); shape and argmax errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernel_test_util.hpp"
+#include "kernels/pool.hpp"
+
+namespace shardtrain {
+namespace {
+
+using test::cast_vector;
+using test::cview4;
+using test::view4;
+
+//                          N  C  H  W  k  s
+const Pool2dShape kOverlap{3, 2, 7, 9, 3, 2};  // -> 3 x 4, windows overlap, last row/col unused
+const Pool2dShape kLeNet1{2, 6, 28, 28, 2, 2};  // -> 14 x 14
+const Pool2dShape kLeNet2{2, 16, 10, 10, 2, 2};  // -> 5 x 5
+
+std::int64_t in_elems(const Pool2dShape& s) { return s.batch * s.channels * s.height * s.width; }
+std::int64_t out_elems(const Pool2dShape& s) { return s.batch * s.channels * s.out_h() * s.out_w(); }
+
+// Distinct values (a shuffled grid with spacing 2/n in (-1, 1)): no ties, and no two
+// values closer than the finite-difference step.
+std::vector<double> distinct_values(std::size_t n, std::uint64_t seed) {
+  std::vector<std::size_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::shuffle(idx.begin(), idx.end(), std::mt19937_64(seed));
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = -1.0 + 2.0 * (idx[i] + 0.5) / n;
+  return v;
+}
+
+struct NaivePool {
+  std::vector<double> y;
+  std::vector<std::int32_t> argmax;
+};
+
+NaivePool naive_pool(const Pool2dShape& s, const std::vector<double>& x) {
+  NaivePool r;
+  const std::int64_t oh = s.out_h(), ow = s.out_w(), hw = s.height * s.width;
+  for (std::int64_t plane = 0; plane < s.batch * s.channels; ++plane)
+    for (std::int64_t i = 0; i < oh; ++i)
+      for (std::int64_t j = 0; j < ow; ++j) {
+        std::int64_t best = -1;
+        for (std::int64_t p = 0; p < s.kernel; ++p)
+          for (std::int64_t q = 0; q < s.kernel; ++q) {
+            const std::int64_t idx = (i * s.stride + p) * s.width + j * s.stride + q;
+            if (best < 0 || x[plane * hw + idx] > x[plane * hw + best]) best = idx;
+          }
+        r.y.push_back(x[plane * hw + best]);
+        r.argmax.push_back(static_cast<std::int32_t>(best));
+      }
+  return r;
+}
+
+template <class T>
+void run_forward(const Pool2dShape& s, const std::vector<T>& x, std::vector<T>& y,
+                      std::vector<std::int32_t>& argmax) {
+  y.assign(out_elems(s), T(std::numeric_limits<float>::quiet_NaN()));
+  argmax.assign(out_elems(s), -5);
+  max_pool2d_forward<T>(s, cview4(x, s.batch, s.channels, s.height, s.width),
+                        view4(y, s.batch, s.channels, s.out_h(), s.out_w()),
+                        view4(argmax, s.batch, s.channels, s.out_h(), s.out_w()));
+}
+
+template <class T>
+std::vector<T> run_backward(const Pool2dShape& s, const std::vector<T>& dy,
+                            const std::vector<std::int32_t>& argmax, T fill) {
+  std::vector<T> dx(in_elems(s), fill);
+  max_pool2d_backward<T>(s, cview4(dy, s.batch, s.channels, s.out_h(), s.out_w()),
+                         cview4(argmax, s.batch, s.channels, s.out_h(), s.out_w()),
+                         view4(dx, s.batch, s.channels, s.height, s.width));
+  return dx;
+}
+
+TEST(MaxPool2d, OutputSizes) {
+  EXPECT_EQ(kOverlap.out_h(), 3);
+  EXPECT_EQ(kOverlap.out_w(), 4);
+  EXPECT_EQ(kLeNet1.out_h(), 14);
+  EXPECT_EQ(kLeNet2.out_w(), 5);
+}
+
+TEST(MaxPool2d, ForwardMatchesNaive) {
+  for (const Pool2dShape& s : {kOverlap, kLeNet1, kLeNet2}) {
+    const auto x = test::random_vector(in_elems(s), 3);
+    const NaivePool ref = naive_pool(s, x);
+    std::vector<double> y;
+    std::vector<std::int32_t> am;
+    run_forward<double>(s, x, y, am);
+    EXPECT_EQ(y, ref.y);
+    EXPECT_EQ(am, ref.argmax);
+    const auto xf = cast_vector<float>(x);
+    std::vector<float> yf;
+    run_forward<float>(s, xf, yf, am);
+    EXPECT_EQ(am, ref.argmax);  // float rounding keeps the order of these values
+    EXPECT_EQ(yf, cast_vector<float>(ref.y));
+  }
+  // A concrete window: 2x2/2 over 4x4 = 0..15 row-major -> maxima 5, 7, 13, 15.
+  const Pool2dShape s{1, 1, 4, 4, 2, 2};
+  std::vector<double> x(16), y;
+  std::iota(x.begin(), x.end(), 0.0);
+  std::vector<std::int32_t> am;
+  run_forward<double>(s, x, y, am);
+  EXPECT_EQ(y, (std::vector<double>{5, 7, 13, 15}));
+  EXPECT_EQ(am, (std::vector<std::int32_t>{5, 7, 13, 15}));
+}
+
+TEST(MaxPool2d, TiesPickFirstInRowMajorOrderAndNaNPropagates) {
+  const Pool2dShape s{1, 1, 4, 4, 2, 2};
+  // Window (0,0): all equal -> index 0. Window (0,1): max 3 at (0,3) and (1,2) -> (0,3)=3.
+  // Window (1,0): max at (3,0) and (3,1) -> (3,0)=12. Window (1,1): NaN at (3,3) and max 9
+  // elsewhere -> NaN wins.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x = {1, 1, 2, 3,   //
+                           1, 1, 3, 0,   //
+                           0, 0, 9, 1,   //
+                           5, 5, 2, nan};
+  std::vector<double> y;
+  std::vector<std::int32_t> am;
+  run_forward<double>(s, x, y, am);
+  EXPECT_EQ(am, (std::vector<std::int32_t>{0, 3, 12, 15}));
+  EXPECT_EQ(y[0], 1.0);
+  EXPECT_EQ(y[1], 3.0);
+  EXPECT_EQ(y[2], 5.0);
+  EXPECT_TRUE(std::isnan(y[3]));
+  // NaN first in its window also wins against larger values after it.
+  x[10] = nan;
+  x[15] = 100.0;
+  run_forward<double>(s, x, y, am);
+  EXPECT_EQ(am[3], 10);
+  EXPECT_TRUE(std::isnan(y[3]));
+}
+
+void check_gradient(const Pool2dShape& s, const char* label) {
+  const auto x = distinct_values(in_elems(s), 17);
+  const auto r = test::random_vector(out_elems(s), 18);
+  std::vector<double> y;
+  std::vector<std::int32_t> am;
+  run_forward<double>(s, x, y, am);
+  const auto dx = run_backward<double>(s, r, am, 77.0);
+  auto loss = [&](std::span<const double> v) {
+    std::vector<double> xv(v.begin(), v.end()), yv;
+    std::vector<std::int32_t> a;
+    run_forward<double>(s, xv, yv, a);
+    return test::weighted_sum(yv, r);
+  };
+  EXPECT_TRUE(test::gradient_ok(label, test::gradcheck(loss, x, dx)));
+}
+
+TEST(MaxPool2d, GradientOverlappingWindows) { check_gradient(kOverlap, "maxpool 3x3/2 dx"); }
+TEST(MaxPool2d, GradientLeNet) {
+  Pool2dShape s = kLeNet2;
+  s.batch = 1;
+  check_gradient(s, "maxpool lenet 2x2/2 dx");
+}
+
+TEST(MaxPool2d, BackwardOverwritesAndSumsOverlaps) {
+  // 1x1x3x3, kernel 2, stride 1: the centre (index 4) is in all four windows.
+  const Pool2dShape s{1, 1, 3, 3, 2, 1};
+  const std::vector<double> x = {0, 0, 0, 0, 9, 0, 0, 0, 0};
+  std::vector<double> y;
+  std::vector<std::int32_t> am;
+  run_forward<double>(s, x, y, am);
+  EXPECT_EQ(am, (std::vector<std::int32_t>{4, 4, 4, 4}));
+  const std::vector<double> dy = {1, 2, 4, 8};
+  const auto dx = run_backward<double>(s, dy, am, -3.0);
+  EXPECT_EQ(dx, (std::vector<double>{0, 0, 0, 0, 15, 0, 0, 0, 0}));
+}
+
+TEST(MaxPool2d, DeterministicAndHalfExact) {
+  const Pool2dShape s = kLeNet1;
+  const auto xd = test::random_vector(in_elems(s), 9);
+  const auto dyd = test::random_vector(out_elems(s), 10);
+  const auto x = cast_vector<float>(xd), dy = cast_vector<float>(dyd);
+  std::vector<float> y1, y2;
+  std::vector<std::int32_t> a1, a2;
+  run_forward<float>(s, x, y1, a1);
+  run_forward<float>(s, x, y2, a2);
+  EXPECT_EQ(y1, y2);
+  EXPECT_EQ(a1, a2);
+  EXPECT_EQ(run_backward<float>(s, dy, a1, 1.0f), run_backward<float>(s, dy, a1, 2.0f));
+  // 16-bit storage: non-overlapping windows, so forward and backward are exact.
+  auto check16 = [&](auto tag) {
+    using H = decltype(tag);
+    std::vector<H> xh(x.size()), dyh(dy.size()), yh;
+    for (std::size_t i = 0; i < x.size(); ++i) xh[i] = H(x[i]);
+    for (std::size_t i = 0; i < dy.size(); ++i) dyh[i] = H(dy[i]);
+    std::vector<float> xw(x.size()), yw;
+    for (std::size_t i = 0; i < x.size(); ++i) xw[i] = to_float(xh[i]);
+    std::vector<std::int32_t> ah, aw;
+    run_forward<H>(s, xh, yh, ah);
+    run_forward<float>(s, xw, yw, aw);
+    EXPECT_EQ(ah, aw) << type_name<H>();
+    for (std::size_t i = 0; i < yw.size(); ++i) ASSERT_EQ(to_float(yh[i]), yw[i]) << type_name<H>();
+    const auto dxh = run_backward<H>(s, dyh, ah, H(5.0f));
+    for (std::size_t i = 0; i < dxh.size(); ++i) {
+      const auto it = std::find(ah.begin() + (i / 784) * 196, ah.begin() + (i / 784 + 1) * 196,
+                                static_cast<std::int32_t>(i % 784));
+      const float want = it == ah.begin() + (i / 784 + 1) * 196
+                             ? 0.0f
+                             : to_float(dyh[it - ah.begin()]);
+      ASSERT_EQ(to_float(dxh[i]), want) << type_name<H>() << " " << i;
+    }
+  };
+  check16(f16{});
+  check16(bf16{});
+}
+
+TEST(MaxPool2d, ErrorsThrow) {
+  const Pool2dShape s = kOverlap;
+  std::vector<double> x(in_elems(s)), y(out_elems(s)), dx(in_elems(s));
+  std::vector<std::int32_t> am(out_elems(s), 0);
+  EXPECT_THROW(max_pool2d_forward<double>(s, cview4(x, 3, 2, 9, 7), view4(y, 3, 2, 3, 4),
+                                          view4(am, 3, 2, 3, 4)),
+               Error);
+  Pool2dShape big = s;
+  big.kernel = 8;  // larger than H = 7
+  EXPECT_THROW(max_pool2d_check_shape(big), Error);
+  am[5] = 63;  // H * W = 63: out of range
+  EXPECT_THROW(run_backward<double>(s, y, am, 4.0), Error);
+  am[5] = -1;
+  EXPECT_THROW(run_backward<double>(s, y, am, 4.0), Error);
+  am[5] = 62;
+  EXPECT_NO_THROW(run_backward<double>(s, y, am, 4.0));
+}
+
+}  // namespace
+}  // namespace shardtrain
