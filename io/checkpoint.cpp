@@ -16,6 +16,8 @@
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
 #include "io/h5_check.hpp"
+#include "io/h5_read.hpp"
+#include "io/h5_write.hpp"
 
 namespace shardtrain {
 
@@ -39,11 +41,6 @@ constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per bounded 
 // costs only KiBs of file. h5py and h5repack choose chunks of at most ~1 MiB.
 constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{64} << 20;
 const char* const kVectorNames[] = {"master", "exp_avg", "exp_avg_sq", "params_fp16", "params_bf16"};
-
-[[noreturn]] void bad(const std::string& path, const std::string& msg) {
-  (void)error_stack_text();  // drop what HDF5 recorded for a raw call we expected to fail
-  throw InputError(path + ": " + msg);
-}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -146,19 +143,14 @@ H5PropList xfer(bool collective) {
 
 // ------------------------------------------------------------------ attributes
 
-void put_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* v) {
-  H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
-  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT)));
-  SHARDTRAIN_H5_CHECK(H5Awrite(a, mem_type, v));
-}
 void put_i64(hid_t obj, const char* name, std::int64_t v) {
-  put_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+  write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
 }
 void put_u32(hid_t obj, const char* name, std::uint32_t v) {
-  put_attr(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
+  write_scalar_attr(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
 }
 void put_f64(hid_t obj, const char* name, double v) {
-  put_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+  write_scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
 }
 void put_str(hid_t obj, const char* name, const std::string& v) {
   // Null-terminated, with room for the terminator: a C reader sizing its buffer
@@ -166,20 +158,20 @@ void put_str(hid_t obj, const char* name, const std::string& v) {
   H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
   SHARDTRAIN_H5_CHECK(H5Tset_size(t, v.size() + 1));
   SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
-  put_attr(obj, name, t, t, v.c_str());
+  write_scalar_attr(obj, name, t, t, v.c_str());
 }
 
 // Opens attribute `name` of `obj` and checks it is a scalar of `cls`.
 H5Attribute open_attr(const std::string& path, hid_t obj, const std::string& where, const char* name,
                       H5T_class_t cls, const char* what) {
   const htri_t exists = H5Aexists(obj, name);
-  if (exists <= 0) bad(path, where + " has no attribute '" + name + "' (not a complete shardtrain checkpoint)");
+  if (exists <= 0) bad_input(path, where + " has no attribute '" + name + "' (not a complete shardtrain checkpoint)");
   H5Attribute a(H5Aopen(obj, name, H5P_DEFAULT));
-  if (!a.valid()) bad(path, where + " attribute '" + name + "' cannot be opened");
+  if (!a.valid()) bad_input(path, where + " attribute '" + name + "' cannot be opened");
   H5Dataspace s(H5Aget_space(a));
   H5Datatype t(H5Aget_type(a));
   if (!s.valid() || !t.valid() || H5Sget_simple_extent_type(s) != H5S_SCALAR || H5Tget_class(t) != cls)
-    bad(path, where + " attribute '" + name + "' must be a scalar " + what);
+    bad_input(path, where + " attribute '" + name + "' must be a scalar " + what);
   return a;
 }
 
@@ -187,17 +179,17 @@ std::int64_t get_i64(const std::string& path, hid_t obj, const std::string& wher
                      std::int64_t lo, std::int64_t hi) {
   H5Attribute a = open_attr(path, obj, where, name, H5T_INTEGER, "integer");
   std::int64_t v = 0;
-  if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0) bad(path, where + " attribute '" + name + "' cannot be read");
+  if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0) bad_input(path, where + " attribute '" + name + "' cannot be read");
   if (v < lo || v > hi)
-    bad(path, where + " attribute '" + name + "' = " + std::to_string(v) + " is outside [" +
-                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    bad_input(path, where + " attribute '" + name + "' = " + std::to_string(v) + " is outside [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v;
 }
 
 double get_f64(const std::string& path, hid_t obj, const std::string& where, const char* name) {
   H5Attribute a = open_attr(path, obj, where, name, H5T_FLOAT, "float");
   double v = 0;
-  if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) bad(path, where + " attribute '" + name + "' cannot be read");
+  if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) bad_input(path, where + " attribute '" + name + "' cannot be read");
   return v;
 }
 
@@ -207,17 +199,17 @@ std::string get_str(const std::string& path, hid_t obj, const std::string& where
   const htri_t variable = H5Tis_variable_str(ft);
   const std::size_t size = H5Tget_size(ft);
   if (variable != 0 || size == 0 || size > kMaxAttrStringBytes)
-    bad(path, where + " attribute '" + name + "' must be a fixed-length string of at most " +
-                  std::to_string(kMaxAttrStringBytes) + " bytes");
+    bad_input(path, where + " attribute '" + name + "' must be a fixed-length string of at most " +
+                        std::to_string(kMaxAttrStringBytes) + " bytes");
   // HDF5 converts strings only between types of the same character set: read in the file's.
   const H5T_cset_t cset = H5Tget_cset(ft);
   if (cset != H5T_CSET_ASCII && cset != H5T_CSET_UTF8)
-    bad(path, where + " attribute '" + name + "' has an unknown character set");
+    bad_input(path, where + " attribute '" + name + "' has an unknown character set");
   H5Datatype mt(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
   SHARDTRAIN_H5_CHECK(H5Tset_size(mt, size + 1));
   SHARDTRAIN_H5_CHECK(H5Tset_cset(mt, cset));
   std::string v(size + 1, '\0');
-  if (H5Aread(a, mt, v.data()) < 0) bad(path, where + " attribute '" + name + "' cannot be read");
+  if (H5Aread(a, mt, v.data()) < 0) bad_input(path, where + " attribute '" + name + "' cannot be read");
   v.resize(std::strlen(v.c_str()));
   return v;
 }
@@ -450,7 +442,7 @@ struct CheckpointReader::Impl {
   std::map<std::string, std::uint32_t, std::less<>> stored_crc;  // by dataset path
   std::map<std::string, CrcPiece, std::less<>> read_pieces;      // vectors read, this rank's piece
 
-  [[noreturn]] void fail(const std::string& msg) const { bad(path, msg); }
+  [[noreturn]] void fail(const std::string& msg) const { bad_input(path, msg); }
 
   void read_meta() {
     const std::string where = "root group";
@@ -505,19 +497,8 @@ struct CheckpointReader::Impl {
   void check_storage(hid_t ds, const std::string& what, std::size_t elem_bytes) const {
     H5PropList dcpl(H5Dget_create_plist(ds));
     if (!dcpl.valid()) fail(what + ": storage properties cannot be read");
-    const H5D_layout_t storage = H5Pget_layout(dcpl);
-    if (storage == H5D_CHUNKED) {
-      hsize_t chunk[H5S_MAX_RANK] = {};
-      const int nd = H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk);
-      std::uint64_t bytes = elem_bytes;
-      for (int d = 0; d < nd; ++d)
-        bytes = chunk[d] > kMaxChunkBytes / std::max<std::uint64_t>(bytes, 1) ? kMaxChunkBytes + 1 : bytes * chunk[d];
-      if (nd < 1 || bytes > kMaxChunkBytes)
-        fail(what + " is stored in chunks of more than " + std::to_string(kMaxChunkBytes) + " bytes");
-    } else if (storage != H5D_CONTIGUOUS && storage != H5D_COMPACT) {
-      fail(what + " must be stored contiguous, compact or chunked (virtual storage is refused)");
-    }
-    if (H5Pget_external_count(dcpl) != 0) fail(what + " keeps its data in external files");
+    const std::string problem = storage_problem(dcpl, elem_bytes, kMaxChunkBytes);
+    if (!problem.empty()) fail(what + " " + problem);
   }
 
   std::uint32_t crc_attr(hid_t ds, const std::string& what) const {
@@ -680,12 +661,12 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : m(s
   H5PropList fapl = mpio_fapl(comm);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) bad(path, "cannot open checkpoint: " + std::string(std::strerror(errno)));
+    if (!f) bad_input(path, "cannot open checkpoint: " + std::string(std::strerror(errno)));
     std::fclose(f);
-    bad(path, "not an HDF5 file, or damaged or truncated (HDF5 cannot open it)");
+    bad_input(path, "not an HDF5 file, or damaged or truncated (HDF5 cannot open it)");
   }
   m->file = H5File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
-  if (!m->file.valid()) bad(path, "cannot open as HDF5 (damaged or truncated?): " + error_stack_text());
+  if (!m->file.valid()) bad_input(path, "cannot open as HDF5 (damaged or truncated?): " + error_stack_text());
   m->read_meta();
   m->read_config();
   m->read_layout();

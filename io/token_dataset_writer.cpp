@@ -6,14 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include "core/error.hpp"
 #include "io/h5_check.hpp"
+#include "io/h5_write.hpp"
 #include "io/token_dataset.hpp"
 
 namespace shardtrain {
@@ -40,25 +39,6 @@ namespace {
 
 using namespace shardtrain::h5;
 
-H5Datatype utf8_vlen_string() {
-  H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
-  SHARDTRAIN_H5_CHECK(H5Tset_size(t, H5T_VARIABLE));
-  SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
-  return t;
-}
-
-void write_scalar_attr(hid_t obj, const char* name, hid_t type, const void* value) {
-  H5Dataspace scalar(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
-  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, type, scalar, H5P_DEFAULT, H5P_DEFAULT)));
-  SHARDTRAIN_H5_CHECK(H5Awrite(a, type, value));
-}
-
-void write_string_attr(hid_t obj, const char* name, const std::string& value) {
-  H5Datatype t = utf8_vlen_string();
-  const char* p = value.c_str();
-  write_scalar_attr(obj, name, t, &p);
-}
-
 void write_tokens(hid_t file, const char* group, std::span<const TokenIndex> tokens, hid_t file_type) {
   H5Group g(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   const hsize_t n = tokens.size();
@@ -71,15 +51,7 @@ void write_tokens(hid_t file, const char* group, std::span<const TokenIndex> tok
 
 void write_file(const std::string& tmp, const std::string& final_path, const TokenDatasetSpec& spec,
                 std::span<const TokenIndex> tokens, std::int64_t n_val) {
-  // Probe with stdio first: its errno is a clearer message than HDF5's stack.
-  if (std::FILE* probe = std::fopen(tmp.c_str(), "wb")) {
-    std::fclose(probe);
-  } else {
-    throw InputError(final_path + ": cannot create '" + tmp + "': " + std::strerror(errno));
-  }
-  const hid_t id = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id < 0) throw InputError(final_path + ": cannot create '" + tmp + "': " + error_stack_text());
-  H5File file(id);
+  H5File file = create_file(tmp, final_path);
 
   write_string_attr(file, "format", std::string(TokenDataset::kFormat));
   const std::int64_t version = TokenDataset::kFormatVersion;

@@ -1,7 +1,8 @@
-// trainer-data: converts raw data into shardtrain data set files.
-// One subcommand per importer (today: `text`; `mnist`, `textdir`, `csv` slot in
-// the same way). The importers live in io/; this file only parses the command
-// line, runs one importer and maps errors to exit codes:
+// trainer-data: converts raw data into shardtrain data set files: token streams
+// for language models (`text`) and labelled samples for classifiers (`mnist`,
+// `textdir`, `csv`; registered by src/tools/data_*.cpp). The importers live in
+// io/; this file only parses the command line, runs one importer and maps
+// errors to exit codes:
 //   0 success, 2 bad input or usage (message names the file or option), 1 other failure.
 // MPI is initialised because the HDF5 library is the parallel build; the
 // importers themselves write serially from this one process.
@@ -15,6 +16,7 @@
 #include "core/error.hpp"
 #include "core/mpi_world.hpp"
 #include "io/text_import.hpp"
+#include "tools/data_commands.hpp"
 
 namespace {
 
@@ -22,8 +24,8 @@ using shardtrain::MpiSession;
 
 int run(int argc, char** argv) {
   CLI::App app{
-      "Convert raw data into a shardtrain token data set (HDF5; format: "
-      "share/doc/dataset-format.md).",
+      "Convert raw data into a shardtrain data set (HDF5; formats: share/doc/dataset-format.md): a token "
+      "stream for language models (text) or labelled samples for classifiers (mnist, textdir, csv).",
       "trainer-data"};
   app.require_subcommand(1);
   app.footer("Exit codes: 0 success, 2 bad input or usage, 1 internal error.");
@@ -47,6 +49,10 @@ int run(int argc, char** argv) {
                    "Fraction of tokens (at the end of the stream) held out for validation, in (0, 1)")
       ->capture_default_str();
 
+  std::vector<shardtrain::DataCommand> commands;
+  for (auto& c : shardtrain::add_mnist_commands(app)) commands.push_back(std::move(c));
+  for (auto& c : shardtrain::add_labelled_text_commands(app)) commands.push_back(std::move(c));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -65,6 +71,8 @@ int run(int argc, char** argv) {
                 static_cast<long long>(s.tokens), static_cast<long long>(s.vocab_size), tokenizer.c_str(),
                 static_cast<long long>(s.train), static_cast<long long>(s.val), secs);
   }
+  for (auto& c : commands)
+    if (c.sub->parsed()) c.run();
   return 0;
 }
 

@@ -1,0 +1,286 @@
+// The read-side checks shared by io/'s data set readers (see h5_read.hpp).
+// Validation order matters: every size that will drive an allocation is bounded
+// before the allocation happens, and no arithmetic on file-supplied sizes can overflow.
+#include "io/h5_read.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+
+#include "core/error.hpp"
+
+namespace shardtrain::h5 {
+
+namespace {
+
+constexpr std::size_t kMaxAttrStringBytes = 4096;  // one string attribute
+
+// Returns "" if `path` looks like a readable HDF5 file on this rank, else the reason.
+std::string precheck_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) return "no such file";
+  if (std::filesystem::is_directory(st)) return "is a directory, not a data set file";
+  {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return std::string("cannot open for reading: ") + std::strerror(errno);
+  }
+  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  (void)error_stack_text();
+  if (is_h5 <= 0) return "not an HDF5 file";
+  return {};
+}
+
+// Opens root attribute `name` if it exists; checks it holds exactly one value
+// (`scalar`) or is a 1-D array, and returns it with its point count.
+std::optional<H5Attribute> open_attr(hid_t file, const char* name, const std::string& path, bool scalar,
+                                     hssize_t* points) {
+  if (SHARDTRAIN_H5_CHECK(H5Aexists(file, name)) <= 0) return std::nullopt;
+  H5Attribute attr(SHARDTRAIN_H5_CHECK(H5Aopen(file, name, H5P_DEFAULT)));
+  H5Dataspace space(SHARDTRAIN_H5_CHECK(H5Aget_space(attr)));
+  const H5S_class_t sc = H5Sget_simple_extent_type(space);
+  const hssize_t npoints = SHARDTRAIN_H5_CHECK(H5Sget_simple_extent_npoints(space));
+  if (scalar && (sc == H5S_NULL || npoints != 1))
+    bad_input(path, std::string("attribute '") + name + "' must hold a single value");
+  if (!scalar) {
+    const int rank = sc == H5S_SIMPLE ? SHARDTRAIN_H5_CHECK(H5Sget_simple_extent_ndims(space)) : -1;
+    if (rank != 1) bad_input(path, std::string("attribute '") + name + "' must be a 1-D array");
+  }
+  if (points) *points = npoints;
+  return attr;
+}
+
+// Scalar root attribute `name` (if it exists) with its file type, whose class must
+// be one of `classes` ("attribute 'NAME' must be WHAT, is CLASS").
+struct TypedAttr {
+  H5Attribute attr;
+  H5Datatype type;
+};
+std::optional<TypedAttr> open_typed_attr(hid_t file, const char* name, const std::string& path,
+                                         std::initializer_list<H5T_class_t> classes, const char* what) {
+  auto attr = open_attr(file, name, path, true, nullptr);
+  if (!attr) return std::nullopt;
+  H5Datatype ft(SHARDTRAIN_H5_CHECK(H5Aget_type(*attr)));
+  const H5T_class_t cls = H5Tget_class(ft);
+  if (std::find(classes.begin(), classes.end(), cls) == classes.end())
+    bad_input(path, std::string("attribute '") + name + "' must be " + what + ", is " + class_name(cls));
+  return TypedAttr{std::move(*attr), std::move(ft)};
+}
+
+// Allocator for HDF5's variable-length reads that refuses to go past a budget.
+struct VlenBudget {
+  std::size_t limit;
+  std::size_t used = 0;
+  bool exceeded = false;
+  static void* alloc(std::size_t size, void* info) {
+    auto* b = static_cast<VlenBudget*>(info);
+    if (size > b->limit - b->used) {
+      b->exceeded = true;
+      return nullptr;
+    }
+    b->used += size;
+    return std::malloc(size);
+  }
+  static void release(void* p, void* /*info*/) { std::free(p); }
+};
+
+}  // namespace
+
+[[noreturn]] void bad_input(const std::string& path, const std::string& msg) {
+  (void)error_stack_text();  // drop whatever HDF5 recorded for a raw call we expected to fail
+  throw InputError(path + ": " + msg);
+}
+
+std::string class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_COMPOUND: return "compound";
+    case H5T_REFERENCE: return "reference";
+    case H5T_ENUM: return "enum";
+    case H5T_VLEN: return "variable-length sequence";
+    case H5T_ARRAY: return "array";
+    default: return "unknown";
+  }
+}
+
+H5Datatype string_mem_type(hid_t file_type, bool variable, std::size_t fixed_size) {
+  H5Datatype mt(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+  if (variable) {
+    SHARDTRAIN_H5_CHECK(H5Tset_size(mt, H5T_VARIABLE));
+  } else {
+    SHARDTRAIN_H5_CHECK(H5Tset_size(mt, fixed_size + 1));
+    SHARDTRAIN_H5_CHECK(H5Tset_strpad(mt, H5T_STR_NULLTERM));
+  }
+  SHARDTRAIN_H5_CHECK(H5Tset_cset(mt, SHARDTRAIN_H5_CHECK(H5Tget_cset(file_type))));
+  return mt;
+}
+
+H5File open_for_parallel_read(const std::string& path, MPI_Comm comm) {
+  const std::string problem = precheck_file(path);
+  int ok = problem.empty() ? 1 : 0, all_ok = 0;
+  SHARDTRAIN_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
+  if (!ok) bad_input(path, problem);
+  if (!all_ok) bad_input(path, "not readable on every rank (another rank could not open it)");
+
+  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  SHARDTRAIN_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+  if (id < 0) bad_input(path, "cannot open as HDF5: " + error_stack_text());
+  return H5File(id);
+}
+
+H5PropList independent_transfer() {
+  H5PropList xfer(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  SHARDTRAIN_H5_CHECK(H5Pset_dxpl_mpio(xfer, H5FD_MPIO_INDEPENDENT));
+  return xfer;
+}
+
+std::optional<H5Attribute> open_array_attr(hid_t file, const char* name, const std::string& path,
+                                           hssize_t& points) {
+  return open_attr(file, name, path, false, &points);
+}
+
+std::optional<std::string> read_string_attr(hid_t file, const char* name, const std::string& path) {
+  auto typed = open_typed_attr(file, name, path, {H5T_STRING}, "a string");
+  if (!typed) return std::nullopt;
+  const H5Attribute& attr = typed->attr;
+  const H5Datatype& ft = typed->type;
+  if (SHARDTRAIN_H5_CHECK(H5Tis_variable_str(ft)) > 0) {
+    H5Datatype mt = string_mem_type(ft, true, 0);
+    char* text = nullptr;
+    SHARDTRAIN_H5_CHECK(H5Aread(attr, mt, &text));
+    std::string out = text ? std::string(text, strnlen(text, kMaxAttrStringBytes)) : std::string();
+    if (text) H5free_memory(text);
+    return out;
+  }
+  const std::size_t size = H5Tget_size(ft);
+  if (size == 0 || size > kMaxAttrStringBytes)
+    bad_input(path,
+              std::string("attribute '") + name + "' has an implausible string size " + std::to_string(size));
+  H5Datatype mt = string_mem_type(ft, false, size);
+  std::string buf(size + 1, '\0');
+  SHARDTRAIN_H5_CHECK(H5Aread(attr, mt, buf.data()));
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+std::optional<std::int64_t> read_int_attr(hid_t file, const char* name, const std::string& path) {
+  const auto typed = open_typed_attr(file, name, path, {H5T_INTEGER}, "an integer");
+  if (!typed) return std::nullopt;
+  std::int64_t v = 0;  // HDF5 clips out-of-range values to the int64 range
+  SHARDTRAIN_H5_CHECK(H5Aread(typed->attr, H5T_NATIVE_INT64, &v));
+  return v;
+}
+
+std::optional<double> read_float_attr(hid_t file, const char* name, const std::string& path) {
+  const auto typed = open_typed_attr(file, name, path, {H5T_FLOAT, H5T_INTEGER}, "a number");
+  if (!typed) return std::nullopt;
+  double v = 0;
+  SHARDTRAIN_H5_CHECK(H5Aread(typed->attr, H5T_NATIVE_DOUBLE, &v));
+  return v;
+}
+
+void check_format(hid_t file, const std::string& path, const std::string& what, std::string_view format,
+                  std::int64_t version) {
+  const auto found = read_string_attr(file, "format", path);
+  if (!found) bad_input(path, "not a shardtrain " + what + " (no 'format' attribute)");
+  if (*found != format)
+    bad_input(path, "not a shardtrain " + what + " (format is '" + *found + "', expected '" + std::string(format) +
+                        "')");
+  const auto found_version = read_int_attr(file, "format_version", path);
+  if (!found_version) bad_input(path, "missing attribute 'format_version'");
+  if (*found_version != version)
+    bad_input(path, "unsupported format_version " + std::to_string(*found_version) + " (this build reads " +
+                        std::to_string(version) + ")");
+}
+
+std::int64_t require_int(hid_t file, const char* name, const std::string& path, std::int64_t lo,
+                         std::int64_t hi) {
+  const auto v = read_int_attr(file, name, path);
+  if (!v) bad_input(path, std::string("missing attribute '") + name + "'");
+  if (*v < lo || *v > hi)
+    bad_input(path, std::string(name) + " " + std::to_string(*v) + " out of range [" + std::to_string(lo) + ", " +
+                        std::to_string(hi) + "]");
+  return *v;
+}
+
+H5Dataset open_dataset(hid_t file, const std::string& name, const std::string& path) {
+  std::size_t pos = 1;
+  while (pos <= name.size()) {
+    const std::size_t next = std::min(name.find('/', pos), name.size());
+    if (H5Lexists(file, name.substr(0, next).c_str(), H5P_DEFAULT) <= 0)
+      bad_input(path, "missing dataset '" + name + "'");
+    pos = next + 1;
+  }
+  // H5Oopen + H5Iget_type rather than H5Oget_info*, whose signature differs
+  // between HDF5 1.10 and 1.12+.
+  const hid_t obj = H5Oopen(file, name.c_str(), H5P_DEFAULT);
+  if (obj < 0) bad_input(path, "cannot open '" + name + "': " + error_stack_text());
+  if (H5Iget_type(obj) != H5I_DATASET) {
+    (void)H5Oclose(obj);
+    bad_input(path, "'" + name + "' is not a dataset");
+  }
+  return H5Dataset(obj);  // an object id of a dataset is a dataset id
+}
+
+std::string storage_problem(hid_t dcpl, std::size_t elem_bytes, std::uint64_t max_chunk_bytes) {
+  const H5D_layout_t storage = H5Pget_layout(dcpl);
+  if (storage == H5D_CHUNKED) {
+    hsize_t chunk[H5S_MAX_RANK] = {};
+    const int nd = H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk);
+    std::uint64_t bytes = std::max<std::uint64_t>(elem_bytes, 1);
+    for (int d = 0; d < nd; ++d)
+      bytes = chunk[d] > max_chunk_bytes / bytes ? max_chunk_bytes + 1 : bytes * chunk[d];
+    if (nd < 1 || bytes > max_chunk_bytes)
+      return "is stored in chunks of more than " + std::to_string(max_chunk_bytes) + " bytes";
+  } else if (storage != H5D_CONTIGUOUS && storage != H5D_COMPACT) {
+    return "must be stored contiguous, compact or chunked (virtual storage is refused)";
+  }
+  if (H5Pget_external_count(dcpl) != 0) return "keeps its data in external files";
+  return {};
+}
+
+std::vector<std::string> read_strings(hid_t ds, hid_t file_type, const std::string& name, std::size_t count,
+                                      hid_t xfer, const StringLimits& limits, const std::string& path) {
+  H5Dataspace space(SHARDTRAIN_H5_CHECK(H5Dget_space(ds)));
+  std::vector<std::string> out;
+  out.reserve(count);
+  if (SHARDTRAIN_H5_CHECK(H5Tis_variable_str(file_type)) > 0) {
+    H5Datatype mt = string_mem_type(file_type, true, 0);
+    VlenBudget budget{limits.total_bytes};
+    H5PropList budget_xfer(SHARDTRAIN_H5_CHECK(H5Pcopy(xfer)));
+    SHARDTRAIN_H5_CHECK(
+        H5Pset_vlen_mem_manager(budget_xfer, VlenBudget::alloc, &budget, VlenBudget::release, &budget));
+    std::vector<char*> ptrs(count, nullptr);
+    const herr_t rc = H5Dread(ds, mt, H5S_ALL, H5S_ALL, budget_xfer, ptrs.data());
+    if (rc >= 0)
+      for (char* p : ptrs) out.emplace_back(p ? std::string(p, strnlen(p, limits.variable_entry_bytes)) : "");
+    (void)H5Dvlen_reclaim(mt, space, budget_xfer, ptrs.data());
+    if (budget.exceeded)
+      bad_input(path, "dataset '" + name + "' holds more than " + std::to_string(limits.total_bytes) +
+                          " bytes of text");
+    if (rc < 0) bad_input(path, "cannot read dataset '" + name + "': " + error_stack_text());
+  } else {
+    const std::size_t size = H5Tget_size(file_type);
+    if (size == 0 || size > limits.entry_bytes || (size + 1) * count > limits.total_bytes)
+      bad_input(path, "dataset '" + name + "' has an implausible string size " + std::to_string(size));
+    H5Datatype mt = string_mem_type(file_type, false, size);
+    std::vector<char> buf((size + 1) * count, '\0');
+    SHARDTRAIN_H5_CHECK(H5Dread(ds, mt, H5S_ALL, H5S_ALL, xfer, buf.data()));
+    for (std::size_t i = 0; i < count; ++i) {
+      const char* p = buf.data() + i * (size + 1);
+      out.emplace_back(p, strnlen(p, size));
+    }
+  }
+  return out;
+}
+
+}  // namespace shardtrain::h5

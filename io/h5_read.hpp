@@ -1,0 +1,94 @@
+// shardtrain/io/h5_read.hpp
+// Owns the checks io/'s data set readers (token_dataset.cpp, sample_dataset.cpp)
+// make on a file someone else wrote: opening it on every rank, reading root
+// attributes, opening datasets by path, refusing storage HDF5 would allocate from
+// the file's own claims, and reading 1-D string datasets under a byte budget.
+// Invariants: every size that drives an allocation is bounded before the
+// allocation; a problem with the file throws InputError "<path>: <what>" (via
+// bad_input, which also drops HDF5's error stack), while a failing HDF5 call that
+// should not fail throws shardtrain::Error through SHARDTRAIN_H5_CHECK.
+// Messages are part of the interface (tests check them): keep them byte-identical.
+#pragma once
+
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/h5_check.hpp"
+
+namespace shardtrain::h5 {
+
+// Throws InputError "<path>: <msg>" after dropping whatever HDF5 recorded for a
+// raw call that was expected to fail.
+[[noreturn]] void bad_input(const std::string& path, const std::string& msg);
+
+// "integer", "float", "string", ... for messages.
+std::string class_name(H5T_class_t c);
+
+// A string-typed memory type matching `file_type`'s character set: variable-length
+// if `variable`, otherwise fixed with room for `fixed_size` bytes and a terminating NUL.
+H5Datatype string_mem_type(hid_t file_type, bool variable, std::size_t fixed_size);
+
+// Collective open of `path` read-only with the MPI-IO driver on `comm`. Every rank
+// first checks it can read the file and the ranks agree, so a rank that cannot
+// does not leave the others waiting in H5Fopen. MPI must be initialised.
+H5File open_for_parallel_read(const std::string& path, MPI_Comm comm);
+
+// A transfer property list for independent (per-rank) MPI-IO reads.
+H5PropList independent_transfer();
+
+// Root attribute `name` of `file` if it exists, checked to be a 1-D array;
+// `points` receives its length.
+std::optional<H5Attribute> open_array_attr(hid_t file, const char* name, const std::string& path,
+                                           hssize_t& points);
+
+// Scalar root attributes; std::nullopt when absent, InputError when of the wrong
+// class. Strings are bounded to 4096 bytes.
+std::optional<std::string> read_string_attr(hid_t file, const char* name, const std::string& path);
+std::optional<std::int64_t> read_int_attr(hid_t file, const char* name, const std::string& path);
+std::optional<double> read_float_attr(hid_t file, const char* name, const std::string& path);  // float or integer
+
+// Checks the root attributes 'format' (== `format`) and 'format_version'
+// (== `version`); `what` names the kind of file ("token data set") in messages.
+void check_format(hid_t file, const std::string& path, const std::string& what, std::string_view format,
+                  std::int64_t version);
+
+// An integer root attribute that must exist and lie in [lo, hi]
+// ("missing attribute 'NAME'", "NAME V out of range [LO, HI]").
+std::int64_t require_int(hid_t file, const char* name, const std::string& path, std::int64_t lo,
+                         std::int64_t hi);
+
+// Opens the dataset at absolute path `name` ("/train/tokens"), or fails with
+// "missing dataset" naming it. Every path component is checked in turn because
+// H5Lexists fails (rather than answering false) on a missing intermediate group.
+H5Dataset open_dataset(hid_t file, const std::string& name, const std::string& path);
+
+// Why HDF5 should not read a dataset with creation properties `dcpl` and elements
+// of `elem_bytes`, as a phrase to follow the dataset's name ("is stored in chunks
+// of more than N bytes", ...), or "" if it may. Refused: chunks above
+// `max_chunk_bytes` (HDF5 allocates, and inflates, a whole chunk to read any
+// element of it), virtual storage and external files.
+std::string storage_problem(hid_t dcpl, std::size_t elem_bytes, std::uint64_t max_chunk_bytes);
+
+// Bounds for read_strings.
+struct StringLimits {
+  std::size_t entry_bytes;           // a fixed-length string type larger than this is refused
+  std::size_t total_bytes;           // all the text, fixed or variable-length
+  std::size_t variable_entry_bytes;  // a variable-length entry is cut to this (SIZE_MAX: not cut)
+};
+
+// Reads all `count` entries of the 1-D string dataset `ds` (file type `file_type`,
+// named `name` in messages) with transfer properties `xfer`. HDF5 allocates each
+// variable-length string itself, so a budgeted allocator bounds the total before
+// it is allocated (entries may all point at one huge heap object); it is also far
+// cheaper than H5Dvlen_get_buf_size (2 s for 70k strings in 1.10).
+std::vector<std::string> read_strings(hid_t ds, hid_t file_type, const std::string& name, std::size_t count,
+                                      hid_t xfer, const StringLimits& limits, const std::string& path);
+
+}  // namespace shardtrain::h5

@@ -1,0 +1,42 @@
+// The write-side helpers shared by io/'s writers (see h5_write.hpp).
+#include "io/h5_write.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace shardtrain::h5 {
+
+H5File create_file(const std::string& tmp, const std::string& final_path) {
+  if (std::FILE* probe = std::fopen(tmp.c_str(), "wb")) {
+    std::fclose(probe);
+  } else {
+    throw InputError(final_path + ": cannot create '" + tmp + "': " + std::strerror(errno));
+  }
+  const hid_t id = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw InputError(final_path + ": cannot create '" + tmp + "': " + error_stack_text());
+  return H5File(id);
+}
+
+H5Datatype utf8_vlen_string() {
+  H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_size(t, H5T_VARIABLE));
+  SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  return t;
+}
+
+void write_scalar_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* value) {
+  H5Dataspace scalar(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, file_type, scalar, H5P_DEFAULT, H5P_DEFAULT)));
+  SHARDTRAIN_H5_CHECK(H5Awrite(a, mem_type, value));
+}
+
+void write_string_attr(hid_t obj, const char* name, const std::string& value) {
+  H5Datatype t = utf8_vlen_string();
+  const char* p = value.c_str();
+  write_scalar_attr(obj, name, t, &p);
+}
+
+}  // namespace shardtrain::h5

@@ -1,0 +1,36 @@
+// shardtrain/io/h5_write.hpp
+// Owns the write-side pieces io/'s serial data set writers (token_dataset_writer.cpp,
+// sample_dataset_writer.cpp) and the checkpoint writer share: creating the
+// temporary file a writer renames into place, and writing scalar root attributes.
+// Invariants: every H5* return is checked (SHARDTRAIN_H5_CHECK); a file that
+// cannot be created is the user's problem and throws InputError naming the final
+// path; string attributes the data set writers make are variable-length UTF-8.
+#pragma once
+
+#include <hdf5.h>
+
+#include <string>
+
+#include "io/h5_check.hpp"
+
+namespace shardtrain::h5 {
+
+// Creates (truncating) the HDF5 file `tmp` that will become `final_path`, or
+// throws InputError "<final_path>: cannot create '<tmp>': <reason>". A stdio
+// probe comes first: its errno is a clearer reason than HDF5's error stack.
+H5File create_file(const std::string& tmp, const std::string& final_path);
+
+// A variable-length UTF-8 string type.
+H5Datatype utf8_vlen_string();
+
+// Writes the scalar attribute `name` of `obj`, stored as `file_type`, from
+// `value` of `mem_type` (HDF5 converts).
+void write_scalar_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* value);
+inline void write_scalar_attr(hid_t obj, const char* name, hid_t type, const void* value) {
+  write_scalar_attr(obj, name, type, type, value);
+}
+
+// Writes `value` as the scalar variable-length UTF-8 string attribute `name` of `obj`.
+void write_string_attr(hid_t obj, const char* name, const std::string& value);
+
+}  // namespace shardtrain::h5

@@ -1,0 +1,73 @@
+// shardtrain/io/sample_dataset.hpp
+// Owns read access to a labelled-sample data set file (format "shardtrain-samples",
+// share/doc/dataset-format.md; written by io/sample_dataset_writer.hpp), opened
+// with parallel HDF5 on an MPI communicator.
+// Invariants:
+//  - Everything about the file is validated in the constructor, before any buffer
+//    sized from the file is allocated; a bad file is an InputError whose message
+//    starts with the path ("data.h5: ..."), never a crash or a huge allocation.
+//    Every rank runs the same checks on the same bytes, so all ranks agree.
+//  - The constructor and destructor are collective over `comm` (H5Fopen/H5Fclose);
+//    read() is independent: each rank reads only the rows it is given, and a rank
+//    may pass no rows at all.
+//  - Every label handed out is in [0, num_classes()), every token id in
+//    [0, vocab_size()), every length in [1, seq_len]; a value outside is an
+//    InputError naming the file, the split and the row.
+// Not thread-safe (HDF5 is not): use from one thread per rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/types.hpp"
+#include "io/sample_dataset_writer.hpp"  // SampleKind, SampleSplit, the format's limits
+
+namespace shardtrain {
+
+class SampleDataset {
+ public:
+  // Collective over `comm`. Throws InputError("PATH: ...") for a missing or
+  // unreadable file, a non-HDF5 file, or any deviation from the format.
+  SampleDataset(const std::string& path, MPI_Comm comm);
+  ~SampleDataset();  // collective
+  SampleDataset(const SampleDataset&) = delete;
+  SampleDataset& operator=(const SampleDataset&) = delete;
+  SampleDataset(SampleDataset&&) noexcept;
+  SampleDataset& operator=(SampleDataset&&) noexcept;
+
+  const std::string& path() const;
+  SampleKind kind() const;
+  const std::vector<std::int64_t>& sample_shape() const;  // (C, H, W) or (seq_len)
+  std::int64_t sample_elems() const;                      // product of sample_shape
+  std::int64_t num_classes() const;
+  const std::vector<std::string>& class_names() const;    // num_classes entries
+  std::int64_t vocab_size() const;                        // tokens only; 0 for images
+  std::int64_t pad_id() const;                            // tokens only; -1 for images
+  std::int64_t cls_id() const;                            // tokens: -1 if none; -1 for images
+  const std::string& tokenizer() const;                   // tokens only; "" for images
+  const std::string& source() const;                      // informational ("" if absent)
+  const std::string& split_rule() const;                  // informational ("" if absent)
+  std::int64_t size(SampleSplit split) const;             // samples in the split
+
+  // Reads the rows `indices` of `split` (any order, repeats allowed) with one
+  // H5Dread per dataset over the union of the rows (independent transfer), and
+  // writes sample i to:
+  //   images: inputs[i*sample_elems ...] as float pixel/255 in [0, 1]; tokens must be null;
+  //   tokens: tokens[i*sample_elems ...] (ids); inputs must be null;
+  //   labels[i]; lengths[i] (tokens only, may be null; must be null for images).
+  // Throws Error for an index outside [0, size(split)) or a wrong combination of
+  // buffers (caller bugs), InputError for a bad value in the file.
+  void read(SampleSplit split, std::span<const std::int64_t> indices, float* inputs, TokenIndex* tokens,
+            std::int32_t* labels, std::int32_t* lengths) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace shardtrain
