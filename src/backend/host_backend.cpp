@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "backend/model_ops.hpp"
 #include "core/error.hpp"
@@ -18,6 +19,7 @@
 #include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
+#include "kernels/relu.hpp"
 
 #ifdef SHARDTRAIN_WITH_CUDA
 #include "backend/cuda/cuda_backend.hpp"
@@ -142,6 +144,15 @@ class HostModelOps final : public ModelOps<T> {
     *kt = tokens;
     *kg = targets;
   }
+  const T* stage_values(const float* values, std::int64_t n) override {
+    if constexpr (std::is_same_v<T, float>) {
+      return values;
+    } else {
+      m_values.resize(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) m_values[i] = static_cast<T>(values[i]);
+      return m_values.data();
+    }
+  }
   double sum_losses(const T* losses, std::int64_t n) override {
     double sum = 0.0;
     for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(static_cast<compute_t<T>>(losses[i]));
@@ -210,11 +221,18 @@ class HostModelOps final : public ModelOps<T> {
     shardtrain::cross_entropy_backward<T>(CView2<T>(logits, n, v), CView1<TokenIndex>(targets, n), scale,
                                           View2<T>(dlogits, n, v));
   }
+  void relu_forward(const T* x, T* y, std::int64_t n) override {
+    shardtrain::relu_forward<T>(CView1<T>(x, n), View1<T>(y, n));
+  }
+  void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) override {
+    shardtrain::relu_backward<T>(CView1<T>(saved, n), CView1<T>(dy, n), View1<T>(dx, n));
+  }
   void copy(const T* x, T* y, std::int64_t n) override { shardtrain::copy<T>(CView1<T>(x, n), View1<T>(y, n)); }
   void fill(T* y, T value, std::int64_t n) override { shardtrain::fill<T>(View1<T>(y, n), value); }
 
  private:
   TrackedBuffer<float> m_half_scratch;  // Workspace
+  std::vector<T> m_values;              // stage_values of a non-float model
 };
 
 }  // namespace
@@ -226,7 +244,8 @@ std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
   for (std::int64_t n :
        {layernorm_half_scratch_elems(c), linear_half_scratch_elems(bt, c, 3 * c), linear_half_scratch_elems(bt, c, c),
         linear_half_scratch_elems(bt, c, 4 * c), linear_half_scratch_elems(bt, 4 * c, c),
-        linear_half_scratch_elems(bt, c, v), attention_half_scratch_elems(att), gelu_half_scratch_elems(),
+        linear_half_scratch_elems(bt, c, v), l.n_head > 0 ? attention_half_scratch_elems(att) : 0,
+        gelu_half_scratch_elems(),
         embedding_half_scratch_elems(v, c), cross_entropy_half_scratch_elems(v), elementwise_half_scratch_elems()})
     need = std::max(need, n);
   return need;

@@ -21,6 +21,7 @@ namespace shardtrain {
 
 struct ModelOpsLimits {
   std::int64_t max_batch = 0, seq_len = 0, channels = 0, n_head = 0, vocab = 0;
+  std::int64_t max_input_elems = 0;  // floats stage_values takes at most (classifier inputs)
 };
 
 struct AttnShape {  // causal multi-head attention over packed qkv (B, T, 3C)
@@ -39,6 +40,9 @@ class ModelOps {
   // device copies valid until the next call).
   virtual void stage_tokens(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t n,
                             const TokenIndex** kernel_tokens, const TokenIndex** kernel_targets) = 0;
+  // n input values (host floats, e.g. pixels in [0, 1]) rounded to T where the
+  // kernels read them; valid until the next call.
+  virtual const T* stage_values(const float* values, std::int64_t n) = 0;
   // Sum over losses[0, n) in double, in index order (the loss of a micro-batch).
   virtual double sum_losses(const T* losses, std::int64_t n) = 0;
 
@@ -74,6 +78,10 @@ class ModelOps {
   // dlogits = scale * (softmax(logits) - onehot(targets)); may be in place.
   virtual void cross_entropy_backward(const T* logits, const TokenIndex* targets, T scale, T* dlogits,
                                       std::int64_t n, std::int64_t v) = 0;
+  // y = max(x, 0) (y may alias x); dx = saved > 0 ? dy : 0 with saved the
+  // forward's input or output (dx may alias dy).
+  virtual void relu_forward(const T* x, T* y, std::int64_t n) = 0;
+  virtual void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) = 0;
   virtual void copy(const T* x, T* y, std::int64_t n) = 0;
   virtual void fill(T* y, T value, std::int64_t n) = 0;
 };

@@ -1,5 +1,5 @@
 // Device tests of the pointwise/row CUDA ops (kernels/cuda: embedding, layernorm,
-// gelu, cross_entropy, elementwise, adamw) against the Kokkos host kernels
+// gelu, relu, cross_entropy, elementwise, adamw) against the Kokkos host kernels
 // (kernels/*.hpp) and AdamW::step (src/optim/adamw.cpp), for T = float, f16, bf16.
 //
 // Method: random inputs (fixed seeds) are rounded to T once; the host kernel and
@@ -41,10 +41,12 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/relu.cuh"
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
+#include "kernels/relu.hpp"
 #include "kernels/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
@@ -303,6 +305,30 @@ TYPED_TEST(PointwiseKernels, GeluMatchesHost) {
   cuda::gelu_backward(this->dev(d_y), this->dev(d_dy), this->dev(d_dy), kFlat, this->m_stream);
   expect_close(d_x.download(), y, "gelu y in place");
   expect_close(d_dy.download(), dx, "gelu dx in place");
+}
+
+// --- ReLU ----------------------------------------------------------------------
+
+// Exact in every type (each result is an input value or 0): bitwise against the
+// host kernel, from the saved input and from the saved output, in place too.
+TYPED_TEST(PointwiseKernels, ReluMatchesHostBitwise) {
+  using H = typename TestFixture::Host;
+  auto x = random_values<H>(kFlat, 23);
+  x[5] = H(0.0f);
+  const auto dy = random_values<H>(kFlat, 24);
+  std::vector<H> y(kFlat), dx(kFlat);
+  relu_forward<H>(CView1<H>(x.data(), kFlat), View1<H>(y.data(), kFlat));
+  relu_backward<H>(CView1<H>(x.data(), kFlat), CView1<H>(dy.data(), kFlat), View1<H>(dx.data(), kFlat));
+
+  DeviceBuffer<H> d_x(x), d_y(kFlat), d_dy(dy), d_dx(kFlat);
+  cuda::relu_forward(this->dev(d_x), this->dev(d_y), kFlat, this->m_stream);
+  cuda::relu_backward(this->dev(d_x), this->dev(d_dy), this->dev(d_dx), kFlat, this->m_stream);
+  EXPECT_TRUE(bitwise_equal(d_y.download(), y)) << "relu y";
+  EXPECT_TRUE(bitwise_equal(d_dx.download(), dx)) << "relu dx from the saved input";
+  cuda::relu_backward(this->dev(d_y), this->dev(d_dy), this->dev(d_dy), kFlat, this->m_stream);
+  EXPECT_TRUE(bitwise_equal(d_dy.download(), dx)) << "relu dx from the saved output, in place";
+  cuda::relu_forward(this->dev(d_x), this->dev(d_x), kFlat, this->m_stream);
+  EXPECT_TRUE(bitwise_equal(d_x.download(), y)) << "relu y in place";
 }
 
 // --- Cross entropy -------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/relu.cuh"
 
 namespace shardtrain {
 
@@ -34,12 +35,15 @@ class CudaModelOps final : public ModelOps<T> {
       : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_limits(l) {
     const std::int64_t rows = l.max_batch * l.seq_len;
     const cuda::AttentionShape att{l.max_batch, l.seq_len, l.channels, l.n_head};
-    m_scratch_bytes = std::max({cuda::attention_workspace_bytes<D>(att),
+    // Models without attention (n_head 0) or embeddings (vocab only classes) size less.
+    m_scratch_bytes = std::max({l.n_head > 0 ? cuda::attention_workspace_bytes<D>(att) : std::size_t{0},
                                 cuda::layernorm_backward_workspace_bytes(rows, l.channels),
                                 cuda::embedding_backward_workspace_bytes(rows, l.vocab), std::size_t{256}});
     m_scratch = TrackedBuffer<unsigned char>(memory, MemCategory::Workspace, m_scratch_bytes, backend.memory());
     m_tokens = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, static_cast<std::size_t>(2 * rows),
                                          backend.memory());
+    m_values = TrackedBuffer<T>(memory, MemCategory::Data, static_cast<std::size_t>(l.max_input_elems),
+                                backend.memory());
   }
   MemorySpace* memory() override { return m_backend.memory(); }
 
@@ -55,6 +59,13 @@ class CudaModelOps final : public ModelOps<T> {
     }
     *kt = d;
     *kg = d + n;
+  }
+  const T* stage_values(const float* values, std::int64_t n) override {
+    SHARDTRAIN_CHECK(n <= static_cast<std::int64_t>(m_values.size()), "more input values than the model was sized for");
+    m_rounded.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) m_rounded[i] = static_cast<T>(values[i]);
+    m_backend.copy_from_host(m_values.data(), m_rounded.data(), static_cast<std::size_t>(n) * sizeof(T));
+    return m_values.data();
   }
   double sum_losses(const T* losses, std::int64_t n) override {
     m_losses.resize(static_cast<std::size_t>(n));
@@ -109,6 +120,10 @@ class CudaModelOps final : public ModelOps<T> {
                               std::int64_t v) override {
     cuda::cross_entropy_backward(dev(logits), targets, as_float(scale), dev(dlogits), n, v, m_stream);
   }
+  void relu_forward(const T* x, T* y, std::int64_t n) override { cuda::relu_forward(dev(x), dev(y), n, m_stream); }
+  void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) override {
+    cuda::relu_backward(dev(saved), dev(dy), dev(dx), n, m_stream);
+  }
   void copy(const T* x, T* y, std::int64_t n) override { cuda::copy(dev(x), dev(y), n, m_stream); }
   void fill(T* y, T value, std::int64_t n) override {
     D v;
@@ -127,6 +142,8 @@ class CudaModelOps final : public ModelOps<T> {
   std::size_t m_scratch_bytes = 0;
   TrackedBuffer<TokenIndex> m_tokens;      // Data: tokens | targets of the current micro-batch
   std::vector<T> m_losses;                 // host copy of a micro-batch's losses
+  TrackedBuffer<T> m_values;               // Data: stage_values' device copy
+  std::vector<T> m_rounded;                // stage_values' host rounding
 };
 
 }  // namespace
