@@ -68,14 +68,6 @@ std::string shape_text(const Conv2dShape& s) {
          " padding=" + std::to_string(s.padding);
 }
 
-template <class V>
-bool extents_are(const V& v, std::int64_t e0, std::int64_t e1, std::int64_t e2, std::int64_t e3) {
-  return static_cast<std::int64_t>(v.extent(0)) == e0 &&
-         static_cast<std::int64_t>(v.extent(1)) == e1 &&
-         static_cast<std::int64_t>(v.extent(2)) == e2 &&
-         static_cast<std::int64_t>(v.extent(3)) == e3;
-}
-
 // Shapes of x, w and the workspace (common to forward and backward).
 template <class T>
 void check_common(const char* op, const Conv2dShape& s, CView4<T> x, CView4<T> w,

@@ -29,14 +29,6 @@ std::string shape_text(const Pool2dShape& s) {
          " kernel=" + std::to_string(s.kernel) + " stride=" + std::to_string(s.stride);
 }
 
-template <class V>
-bool extents_are(const V& v, std::int64_t e0, std::int64_t e1, std::int64_t e2, std::int64_t e3) {
-  return static_cast<std::int64_t>(v.extent(0)) == e0 &&
-         static_cast<std::int64_t>(v.extent(1)) == e1 &&
-         static_cast<std::int64_t>(v.extent(2)) == e2 &&
-         static_cast<std::int64_t>(v.extent(3)) == e3;
-}
-
 }  // namespace
 
 void max_pool2d_check_shape(const Pool2dShape& s) {

@@ -32,4 +32,11 @@ inline Kokkos::RangePolicy<ExecSpace> range(std::int64_t n) {
   return Kokkos::RangePolicy<ExecSpace>(0, n);
 }
 
+// True when the 4-D view v has extents (e0, e1, e2, e3) (shape checks of the NCHW kernels).
+template <class V>
+bool extents_are(const V& v, std::int64_t e0, std::int64_t e1, std::int64_t e2, std::int64_t e3) {
+  return static_cast<std::int64_t>(v.extent(0)) == e0 && static_cast<std::int64_t>(v.extent(1)) == e1 &&
+         static_cast<std::int64_t>(v.extent(2)) == e2 && static_cast<std::int64_t>(v.extent(3)) == e3;
+}
+
 }  // namespace shardtrain
