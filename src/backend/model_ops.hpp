@@ -37,7 +37,8 @@ class ModelOps {
 
   // The token ids and targets (host arrays of n each) of the next forward and
   // backward; returns the pointers the kernels read (the host's own arrays, or
-  // device copies valid until the next call).
+  // device copies valid until the next call). tokens may be nullptr (a
+  // classifier stages only its labels, as targets); *kernel_tokens is then nullptr.
   virtual void stage_tokens(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t n,
                             const TokenIndex** kernel_tokens, const TokenIndex** kernel_targets) = 0;
   // n input values (host floats, e.g. pixels in [0, 1]) rounded to T where the

@@ -1,5 +1,6 @@
 // Gpt: layout, initialisation, activation plan, forward and backward of the
-// GPT decoder. Every op is a kernel from kernels/; this file only wires views.
+// GPT decoder. Every op is a ModelOps kernel of the backend; this file only
+// wires buffers and parameter groups.
 #include "model/gpt.hpp"
 
 #include <algorithm>
@@ -8,14 +9,8 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/cross_entropy.hpp"
-#include "kernels/elementwise.hpp"
-#include "kernels/embedding.hpp"
-#include "kernels/gelu.hpp"
+#include "kernels/attention.hpp"  // attention_saved_elems / attention_workspace_elems: the arena layout
 #include "kernels/half.hpp"
-#include "kernels/layernorm.hpp"
-#include "kernels/linear.hpp"
 
 namespace shardtrain {
 

@@ -38,8 +38,7 @@ MlpActivationPlan mlp_activation_plan(const MlpDims& d) {
 }
 
 template <class T>
-void mlp_init_params(const ParamLayout& layout, const MlpDims& d, std::uint64_t seed, T* params, std::int64_t lo,
-                     std::int64_t hi) {
+void mlp_init_params(const ParamLayout& layout, std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi) {
   constexpr std::uint64_t kInitStream = 0x1417;  // as the GPT's "init" stream
   for (std::int64_t i = lo; i < hi; ++i) params[i - lo] = T(0);
   for (const auto& e : layout.entries()) {
@@ -49,7 +48,6 @@ void mlp_init_params(const ParamLayout& layout, const MlpDims& d, std::uint64_t 
     for (std::int64_t i = a; i < b; ++i)
       params[i - lo] = static_cast<T>(std_dev * normal(seed, kInitStream, static_cast<std::uint64_t>(i)));
   }
-  (void)d;
 }
 
 template <class T>
@@ -105,8 +103,8 @@ double Mlp<T>::forward(const float* inputs, const TokenIndex* labels, std::int64
   m_forward_done = true;
   if (work) {
     m_inputs = m_ops->stage_values(inputs, batch * m_dims.inputs);
-    const TokenIndex* ignored = nullptr;
-    m_ops->stage_tokens(labels, labels, batch, &ignored, &m_labels);
+    const TokenIndex* no_tokens = nullptr;
+    m_ops->stage_tokens(nullptr, labels, batch, &no_tokens, &m_labels);
   }
   const std::int64_t n = m_dims.layers();
   const T* x = m_inputs;
@@ -168,13 +166,9 @@ template class Mlp<float>;
 template class Mlp<double>;
 template class Mlp<f16>;
 template class Mlp<bf16>;
-template void mlp_init_params<float>(const ParamLayout&, const MlpDims&, std::uint64_t, float*, std::int64_t,
-                                     std::int64_t);
-template void mlp_init_params<double>(const ParamLayout&, const MlpDims&, std::uint64_t, double*, std::int64_t,
-                                      std::int64_t);
-template void mlp_init_params<f16>(const ParamLayout&, const MlpDims&, std::uint64_t, f16*, std::int64_t,
-                                   std::int64_t);
-template void mlp_init_params<bf16>(const ParamLayout&, const MlpDims&, std::uint64_t, bf16*, std::int64_t,
-                                    std::int64_t);
+template void mlp_init_params<float>(const ParamLayout&, std::uint64_t, float*, std::int64_t, std::int64_t);
+template void mlp_init_params<double>(const ParamLayout&, std::uint64_t, double*, std::int64_t, std::int64_t);
+template void mlp_init_params<f16>(const ParamLayout&, std::uint64_t, f16*, std::int64_t, std::int64_t);
+template void mlp_init_params<bf16>(const ParamLayout&, std::uint64_t, bf16*, std::int64_t, std::int64_t);
 
 }  // namespace shardtrain

@@ -48,8 +48,7 @@ MlpActivationPlan mlp_activation_plan(const MlpDims& d);
 // computes the same values): weights N(0, sqrt(2 / fan_in)) (He et al. 2015, for
 // ReLU), biases and padding 0.
 template <class T>
-void mlp_init_params(const ParamLayout& layout, const MlpDims& d, std::uint64_t seed, T* params, std::int64_t lo,
-                     std::int64_t hi);
+void mlp_init_params(const ParamLayout& layout, std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi);
 
 template <class T>
 class Mlp {

@@ -53,11 +53,12 @@ class CudaModelOps final : public ModelOps<T> {
     TokenIndex* d = m_tokens.data();
     if (n > 0) {
       // From pageable host memory: the copy has read the source when the call returns.
-      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(d, tokens, n * sizeof(TokenIndex), cudaMemcpyHostToDevice, m_stream));
+      if (tokens)
+        SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(d, tokens, n * sizeof(TokenIndex), cudaMemcpyHostToDevice, m_stream));
       SHARDTRAIN_CUDA_CHECK(
           cudaMemcpyAsync(d + n, targets, n * sizeof(TokenIndex), cudaMemcpyHostToDevice, m_stream));
     }
-    *kt = d;
+    *kt = tokens ? d : nullptr;
     *kg = d + n;
   }
   const T* stage_values(const float* values, std::int64_t n) override {

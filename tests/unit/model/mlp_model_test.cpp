@@ -25,7 +25,7 @@ struct Fixture {
   std::vector<float> inputs;
   std::vector<TokenIndex> labels{2, 0, -1, 1};
   Fixture() {
-    mlp_init_params<double>(layout, dims, 5, params.data(), 0, layout.padded_size());
+    mlp_init_params<double>(layout, 5, params.data(), 0, layout.padded_size());
     std::mt19937 gen(3);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (int i = 0; i < 4 * 7; ++i) inputs.push_back(u(gen));
@@ -60,9 +60,9 @@ TEST(MlpInit, HeNormalWeightsZeroBiasesIndependentOfSplit) {
   ParamLayout l = mlp_layout(d);
   l.finalize(1);
   std::vector<float> whole(l.padded_size()), part(l.padded_size());
-  mlp_init_params<float>(l, d, 9, whole.data(), 0, l.padded_size());
-  mlp_init_params<float>(l, d, 9, part.data(), 0, 1000);
-  mlp_init_params<float>(l, d, 9, part.data() + 1000, 1000, l.padded_size());
+  mlp_init_params<float>(l, 9, whole.data(), 0, l.padded_size());
+  mlp_init_params<float>(l, 9, part.data(), 0, 1000);
+  mlp_init_params<float>(l, 9, part.data() + 1000, 1000, l.padded_size());
   EXPECT_EQ(whole, part);
   double sum2 = 0;
   const auto& w = l.entries()[0];
