@@ -1,11 +1,13 @@
 // shardtrain/kernels/attention.cpp
-// Owns causal multi-head self-attention between the qkv and output projections.
+// Owns multi-head self-attention between the qkv and output projections:
+// causal (GPT) or bidirectional (encoder), with an optional key padding mask.
 //
 // saved (attention_saved_elems = 3*B*T*C + B*H*T*T), written by forward, read by backward:
 //   [ q (B,H,T,hd) | k (B,H,T,hd) | v (B,H,T,hd) | probs (B,H,T,T) ]
 //   q/k/v are qkv's [q | k | v] column blocks permuted head-major, so every (b, h)
-//   slice is a contiguous (T, hd) matrix; probs(b,h,t,s) = softmax over s <= t of
-//   q.k / sqrt(hd), and is exactly 0 for s > t.
+//   slice is a contiguous (T, hd) matrix; probs(b,h,t,s) = softmax over the
+//   unmasked s (s < len_b, and s <= t when causal) of q.k / sqrt(hd), exactly 0
+//   where masked.
 // workspace (attention_workspace_elems = T*T), scratch valid only during one call:
 //   forward:  unused;
 //   backward: [ dP / dS (T,T) ] for the (b, h) pair being processed.
@@ -23,6 +25,10 @@
 // that blocks entirely above the diagonal are skipped (75% of the full FLOPs at
 // T = 128, ~50% for long T). The softmax writes every entry of its probs row, so
 // whatever the skipped GEMM blocks left in `saved` never survives.
+// Key padding (len_b < T): the products only touch key columns [0, len_b) (so a
+// padded sequence costs len_b/T of the score FLOPs); dK and dV rows >= len_b are
+// set to 0. Bidirectional: one block of all T rows. With causal and no lengths
+// every call is the one the causal-only kernel made (len_b = T), bitwise.
 // Invariants: out and dqkv are OVERWRITTEN (every element is written once);
 // deterministic (fixed order everywhere, no atomics); no allocation.
 //
@@ -75,6 +81,7 @@ V block(const V& m, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int6
 
 struct Dims {
   std::int64_t b, t, c, h, hd;
+  bool causal;
 };
 
 Dims check_shape(const AttentionShape& s) {
@@ -83,7 +90,39 @@ Dims check_shape(const AttentionShape& s) {
   SHARDTRAIN_CHECK(s.channels % s.n_head == 0, "attention: n_head " + std::to_string(s.n_head) +
                                                    " does not divide channels " +
                                                    std::to_string(s.channels));
-  return {s.batch, s.seq_len, s.channels, s.n_head, s.channels / s.n_head};
+  return {s.batch, s.seq_len, s.channels, s.n_head, s.channels / s.n_head, s.causal};
+}
+
+// lengths: empty or B entries in [1, T].
+void check_lengths(const char* op, const Dims& d, CView1<std::int32_t> lengths) {
+  if (lengths.extent(0) == 0) return;
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(lengths.extent(0)) == d.b,
+                   std::string(op) + ": lengths has " + std::to_string(lengths.extent(0)) +
+                       " entries, batch is " + std::to_string(d.b));
+  for (std::int64_t b = 0; b < d.b; ++b)
+    SHARDTRAIN_CHECK(lengths(b) >= 1 && lengths(b) <= d.t,
+                     std::string(op) + ": lengths[" + std::to_string(b) + "] = " +
+                         std::to_string(lengths(b)) + " is not in [1, " + std::to_string(d.t) + "]");
+}
+
+// Valid keys of sequence b.
+std::int64_t valid_len(CView1<std::int32_t> lengths, std::int64_t b, std::int64_t nt) {
+  return lengths.extent(0) == 0 ? nt : static_cast<std::int64_t>(lengths(b));
+}
+
+// The single length of sequence b as a view (for one-sequence sub-calls).
+CView1<std::int32_t> length_of(CView1<std::int32_t> lengths, std::int64_t b) {
+  return lengths.extent(0) == 0 ? CView1<std::int32_t>() : CView1<std::int32_t>(lengths.data() + b, 1);
+}
+
+// Rows [r0, nt) of a (T, hd) strided head slice set to 0.
+template <class T>
+void zero_rows(View2<T> m, std::int64_t r0) {
+  const std::int64_t nt = static_cast<std::int64_t>(m.extent(0)), hd = static_cast<std::int64_t>(m.extent(1));
+  if (r0 >= nt) return;
+  Kokkos::parallel_for("Attention::backward_zero_padded_keys", range((nt - r0) * hd), KOKKOS_LAMBDA(const std::int64_t i) {
+    m(r0 + i / hd, i % hd) = T(0);
+  });
 }
 
 template <class V>
@@ -131,7 +170,8 @@ struct HalfAttentionTiles {
 
 // Shapes checked by attention_forward; B, T, C > 0.
 template <class H>
-void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<H> out) {
+void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<H> out,
+                            CView1<std::int32_t> lengths) {
   using namespace half_tiles;
   check_host("attention_forward");
   const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
@@ -141,7 +181,7 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
   float* st = scratch.take(tiles.saved_elems());
   float* ot = scratch.take(nt * hd);
   float* wt = scratch.take(nt * nt);
-  const AttentionShape head{1, nt, hd, 1};
+  const AttentionShape head{1, nt, hd, 1, d.causal};
   const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v in saved
   for (std::int64_t b = 0; b < d.b; ++b) {
     for (std::int64_t h = 0; h < nh; ++h) {
@@ -152,7 +192,7 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
       }
       attention_forward<float>(head, CView3<float>(qkvt, 1, nt, 3 * hd),
                                View1<float>(st, tiles.saved_elems()), View1<float>(wt, nt * nt),
-                               View3<float>(ot, 1, nt, hd));
+                               View3<float>(ot, 1, nt, hd), length_of(lengths, b));
       const std::int64_t bh = b * nh + h;
       for (std::int64_t part = 0; part < 3; ++part)
         from_f32(st + part * nt * hd, saved.data() + part * qkv_elems + bh * nt * hd, nt * hd);
@@ -164,7 +204,8 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
 
 // Shapes checked by attention_backward; B, T, C > 0.
 template <class H>
-void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, View3<H> dqkv) {
+void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, View3<H> dqkv,
+                             CView1<std::int32_t> lengths) {
   using namespace half_tiles;
   check_host("attention_backward");
   const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
@@ -174,7 +215,7 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
   float* st = scratch.take(tiles.saved_elems());
   float* dot = scratch.take(nt * hd);
   float* wt = scratch.take(nt * nt);
-  const AttentionShape head{1, nt, hd, 1};
+  const AttentionShape head{1, nt, hd, 1, d.causal};
   const std::int64_t qkv_elems = d.b * nt * nc;
   for (std::int64_t b = 0; b < d.b; ++b) {
     for (std::int64_t h = 0; h < nh; ++h) {
@@ -185,7 +226,7 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
       load_block(dout.data() + b * nt * nc + h * hd, nc, nt, hd, dot);
       attention_backward<float>(head, CView3<float>(dot, 1, nt, hd),
                                 CView1<float>(st, tiles.saved_elems()), View1<float>(wt, nt * nt),
-                                View3<float>(dqkvt, 1, nt, 3 * hd));
+                                View3<float>(dqkvt, 1, nt, 3 * hd), length_of(lengths, b));
       for (std::int64_t t = 0; t < nt; ++t) {
         H* row = dqkv.data() + (b * nt + t) * 3 * nc + h * hd;
         for (std::int64_t part = 0; part < 3; ++part)  // dq, dk, dv
@@ -215,7 +256,7 @@ std::int64_t attention_workspace_elems(const AttentionShape& s) {
 
 template <class T>
 void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, View1<T> workspace,
-                       View3<T> out) {
+                       View3<T> out, CView1<std::int32_t> lengths) {
   const Dims d = check_shape(s);
   SHARDTRAIN_CHECK(has_extents(qkv, d.b, d.t, 3 * d.c), "attention_forward: qkv is not (B,T,3C)");
   SHARDTRAIN_CHECK(has_extents(out, d.b, d.t, d.c), "attention_forward: out is not (B,T,C)");
@@ -224,9 +265,10 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
                        " elements, needs " + std::to_string(attention_saved_elems(s)));
   SHARDTRAIN_CHECK(static_cast<std::int64_t>(workspace.extent(0)) >= attention_workspace_elems(s),
                    "attention_forward: workspace too small");
+  check_lengths("attention_forward", d, lengths);
   if (d.b == 0 || d.t == 0 || d.c == 0) return;
   if constexpr (is_half_v<T>) {
-    attention_forward_half(d, qkv, saved, out);
+    attention_forward_half(d, qkv, saved, out, lengths);
   } else {
     const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
     const std::int64_t head_elems = nt * hd;       // one (T, hd) slice
@@ -250,7 +292,10 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
     });
 
     const T scale = T(1) / std::sqrt(T(hd));
+    const bool causal = d.causal;
+    const std::int64_t rb = causal ? kCausalBlock : nt;  // rows per block
     for (std::int64_t b = 0; b < d.b; ++b) {
+      const std::int64_t len = valid_len(lengths, b, nt);
       for (std::int64_t h = 0; h < nh; ++h) {
         const std::int64_t bh = b * nh + h;
         CView2<T> qh(q + bh * head_elems, nt, hd);
@@ -259,20 +304,22 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
         T* pp = probs + bh * nt * nt;
         View2<T> ph(pp, nt, nt);
         View2<T> yh = Kokkos::subview(out, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
-        // S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T: blocks right of the diagonal
-        // block are masked, so they are neither computed nor read.
-        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {
-          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-          gemm<T>(Trans::N, Trans::T, scale, rows(qh, r0, r1), rows(kh, 0, r1), T(0),
-                  block(ph, r0, r1, 0, r1));
+        // S[r0:r1, 0:kc] = scale Q[r0:r1] K[0:kc]^T with kc = min(r1, len) (causal)
+        // or len: masked blocks are neither computed nor read.
+        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
+          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+          const std::int64_t kc = causal && r1 < len ? r1 : len;
+          gemm<T>(Trans::N, Trans::T, scale, rows(qh, r0, r1), rows(kh, 0, kc), T(0),
+                  block(ph, r0, r1, 0, kc));
         }
         Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-          causal_softmax_row(pp + t * nt, t + 1, nt);
+          causal_softmax_row(pp + t * nt, causal && t + 1 < len ? t + 1 : len, nt);
         });
-        // Y[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
-        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {
-          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(ph), r0, r1, 0, r1), rows(vh, 0, r1),
+        // Y[r0:r1] = P[r0:r1, 0:kc] V[0:kc]
+        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
+          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+          const std::int64_t kc = causal && r1 < len ? r1 : len;
+          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(ph), r0, r1, 0, kc), rows(vh, 0, kc),
                   T(0), rows(yh, r0, r1));
         }
       }
@@ -282,7 +329,7 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
 
 template <class T>
 void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved,
-                        View1<T> workspace, View3<T> dqkv) {
+                        View1<T> workspace, View3<T> dqkv, CView1<std::int32_t> lengths) {
   const Dims d = check_shape(s);
   SHARDTRAIN_CHECK(has_extents(dout, d.b, d.t, d.c), "attention_backward: dout is not (B,T,C)");
   SHARDTRAIN_CHECK(has_extents(dqkv, d.b, d.t, 3 * d.c),
@@ -293,9 +340,10 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
   SHARDTRAIN_CHECK(static_cast<std::int64_t>(workspace.extent(0)) >= attention_workspace_elems(s),
                    "attention_backward: workspace has " + std::to_string(workspace.extent(0)) +
                        " elements, needs " + std::to_string(attention_workspace_elems(s)));
+  check_lengths("attention_backward", d, lengths);
   if (d.b == 0 || d.t == 0 || d.c == 0) return;
   if constexpr (is_half_v<T>) {
-    attention_backward_half(d, dout, saved, dqkv);
+    attention_backward_half(d, dout, saved, dqkv, lengths);
   } else {
     const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
     const std::int64_t head_elems = nt * hd;
@@ -307,7 +355,10 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
     T* dpp = workspace.data();
     View2<T> dp(dpp, nt, nt);
     const T scale = T(1) / std::sqrt(T(hd));
+    const bool causal = d.causal;
+    const std::int64_t rb = causal ? kCausalBlock : nt;  // rows (columns) per block
     for (std::int64_t b = 0; b < d.b; ++b) {
+      const std::int64_t len = valid_len(lengths, b, nt);
       for (std::int64_t h = 0; h < nh; ++h) {
         const std::int64_t bh = b * nh + h;
         CView2<T> qh(q + bh * head_elems, nt, hd);
@@ -323,31 +374,38 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
                                        Kokkos::make_pair(nc + h * hd, nc + (h + 1) * hd));
         View2<T> dvh = Kokkos::subview(dqkv, b, Kokkos::ALL,
                                        Kokkos::make_pair(2 * nc + h * hd, 2 * nc + (h + 1) * hd));
-        // Row blocks [r0, r1) touch columns [0, r1); column blocks [c0, c1) touch rows
-        // [c0, T): only the lower block triangle of P, dP and dS is used.
-        for (std::int64_t c0 = 0; c0 < nt; c0 += kCausalBlock) {  // dV = P^T dY
-          const std::int64_t c1 = c0 + kCausalBlock < nt ? c0 + kCausalBlock : nt;
-          gemm<T>(Trans::T, Trans::N, T(1), block(ph, c0, nt, c0, c1), rows(dyh, c0, nt), T(0),
+        // Row blocks [r0, r1) touch columns [0, kc); column blocks [c0, c1) (c1 <= len)
+        // touch rows [c0, T) when causal (only the lower block triangle of P, dP and
+        // dS is used), all rows otherwise. Key rows >= len of dK and dV are 0.
+        for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dV = P^T dY
+          const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
+          const std::int64_t r_lo = causal ? c0 : 0;
+          gemm<T>(Trans::T, Trans::N, T(1), block(ph, r_lo, nt, c0, c1), rows(dyh, r_lo, nt), T(0),
                   rows(dvh, c0, c1));
         }
-        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {  // dP = dY V^T
-          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-          gemm<T>(Trans::N, Trans::T, T(1), rows(dyh, r0, r1), rows(vh, 0, r1), T(0),
-                  block(dp, r0, r1, 0, r1));
+        zero_rows(dvh, len);
+        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dP = dY V^T
+          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+          const std::int64_t kc = causal && r1 < len ? r1 : len;
+          gemm<T>(Trans::N, Trans::T, T(1), rows(dyh, r0, r1), rows(vh, 0, kc), T(0),
+                  block(dp, r0, r1, 0, kc));
         }
         Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-          causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, t + 1, nt);
+          causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, causal && t + 1 < len ? t + 1 : len, nt);
         });
-        for (std::int64_t r0 = 0; r0 < nt; r0 += kCausalBlock) {  // dQ = dS K
-          const std::int64_t r1 = r0 + kCausalBlock < nt ? r0 + kCausalBlock : nt;
-          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(dp), r0, r1, 0, r1), rows(kh, 0, r1),
+        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dQ = dS K
+          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+          const std::int64_t kc = causal && r1 < len ? r1 : len;
+          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(dp), r0, r1, 0, kc), rows(kh, 0, kc),
                   T(0), rows(dqh, r0, r1));
         }
-        for (std::int64_t c0 = 0; c0 < nt; c0 += kCausalBlock) {  // dK = dS^T Q
-          const std::int64_t c1 = c0 + kCausalBlock < nt ? c0 + kCausalBlock : nt;
-          gemm<T>(Trans::T, Trans::N, T(1), block(CView2<T>(dp), c0, nt, c0, c1), rows(qh, c0, nt),
+        for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dK = dS^T Q
+          const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
+          const std::int64_t r_lo = causal ? c0 : 0;
+          gemm<T>(Trans::T, Trans::N, T(1), block(CView2<T>(dp), r_lo, nt, c0, c1), rows(qh, r_lo, nt),
                   T(0), rows(dkh, c0, c1));
         }
+        zero_rows(dkh, len);
       }
     }
   }
@@ -355,9 +413,9 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
 
 #define SHARDTRAIN_INSTANTIATE_ATTENTION(T)                                                   \
   template void attention_forward<T>(const AttentionShape&, CView3<T>, View1<T>, View1<T>,   \
-                                     View3<T>);                                              \
+                                     View3<T>, CView1<std::int32_t>);                        \
   template void attention_backward<T>(const AttentionShape&, CView3<T>, CView1<T>, View1<T>, \
-                                      View3<T>);
+                                      View3<T>, CView1<std::int32_t>);
 SHARDTRAIN_INSTANTIATE_ATTENTION(float)
 SHARDTRAIN_INSTANTIATE_ATTENTION(double)
 SHARDTRAIN_INSTANTIATE_ATTENTION(f16)

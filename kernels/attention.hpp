@@ -1,9 +1,14 @@
 // shardtrain/kernels/attention.hpp
-// Causal multi-head self-attention core (everything between the qkv projection
-// and the output projection), GPT-2/nanoGPT conventions:
+// Multi-head self-attention core (everything between the qkv projection and
+// the output projection), GPT-2/nanoGPT conventions:
 //   qkv(B,T,3C) last dim is [q | k | v], each C = H heads x hd = C/H (head-major);
-//   att = softmax(q k^T / sqrt(hd)) with position t attending to s <= t;
+//   att = softmax(q k^T / sqrt(hd)) with position t attending to the keys s with
+//   s < len_b (key padding mask) and, when causal, s <= t;
 //   out(B,T,C) = att v, heads concatenated back in head-major order.
+// len_b = lengths(b) when `lengths` is given (B entries, each in [1, T]), else T.
+// Rows t >= len_b are computed the same way (a model ignores them). Masked
+// probabilities are exactly 0. causal with no lengths is the GPT's attention
+// (bitwise the same as before the mask existed).
 // `saved` holds what backward needs (q, k, v permuted to (B,H,T,hd) and the
 // probabilities (B,H,T,T)); `workspace` is scratch valid only during the call.
 // Per (b, h) the products are GEMMs on contiguous (T, hd) / (T, T) slices.
@@ -24,24 +29,27 @@ struct AttentionShape {
   std::int64_t seq_len = 0;  // T
   std::int64_t channels = 0; // C
   std::int64_t n_head = 0;   // H, divides C
+  bool causal = true;        // false: bidirectional (encoder)
 };
 
 std::int64_t attention_saved_elems(const AttentionShape& s);      // 3*B*T*C + B*H*T*T
 std::int64_t attention_workspace_elems(const AttentionShape& s);
 
+// lengths: per-sequence valid lengths (B entries in [1, T]); empty = all T valid.
+// backward must get the forward's lengths.
 template <class T>
 void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, View1<T> workspace,
-                       View3<T> out);
+                       View3<T> out, CView1<std::int32_t> lengths = {});
 
 template <class T>
 void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved,
-                        View1<T> workspace, View3<T> dqkv);
+                        View1<T> workspace, View3<T> dqkv, CView1<std::int32_t> lengths = {});
 
 #define SHARDTRAIN_DECLARE_ATTENTION(T)                                                       \
   extern template void attention_forward<T>(const AttentionShape&, CView3<T>, View1<T>,      \
-                                            View1<T>, View3<T>);                             \
+                                            View1<T>, View3<T>, CView1<std::int32_t>);       \
   extern template void attention_backward<T>(const AttentionShape&, CView3<T>, CView1<T>,    \
-                                             View1<T>, View3<T>);
+                                             View1<T>, View3<T>, CView1<std::int32_t>);
 SHARDTRAIN_DECLARE_ATTENTION(float)
 SHARDTRAIN_DECLARE_ATTENTION(double)
 SHARDTRAIN_DECLARE_ATTENTION(f16)

@@ -16,27 +16,14 @@
 // size is still checked).
 #pragma once
 
+#include "cnn_shapes.hpp"
 #include "half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {
 
-struct Conv2dShape {
-  std::int64_t batch = 0;         // N
-  std::int64_t in_channels = 0;   // IC
-  std::int64_t height = 0;        // H
-  std::int64_t width = 0;         // W
-  std::int64_t out_channels = 0;  // OC
-  std::int64_t kernel_h = 0;      // KH
-  std::int64_t kernel_w = 0;      // KW
-  std::int64_t stride = 1;
-  std::int64_t padding = 0;       // zero padding on all four sides
-
-  std::int64_t out_h() const { return (height + 2 * padding - kernel_h) / stride + 1; }
-  std::int64_t out_w() const { return (width + 2 * padding - kernel_w) / stride + 1; }
-  // Rows of the im2col matrix of one sample: IC * KH * KW (the GEMM inner dimension).
-  std::int64_t col_rows() const { return in_channels * kernel_h * kernel_w; }
-};
+// Conv2dShape (N, IC, H, W, OC, KH, KW, stride, padding; out_h/out_w/col_rows):
+// kernels/cnn_shapes.hpp.
 
 // Throws shardtrain::Error unless every extent is >= 1 (batch >= 0), padding >= 0,
 // stride >= 1 and the padded image holds at least one kernel window.

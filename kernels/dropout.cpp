@@ -54,8 +54,7 @@ void apply(const char* op, const DropoutParams& prm, CView1<T> in, View1<T> out)
     const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
     const T zero = T(C(0));
     for (std::int64_t i = i0; i < i1; ++i) {
-      const bool keep =
-          (hash64(seed, stream, offset + static_cast<std::uint64_t>(i)) >> 11) >= threshold;
+      const bool keep = dropout_keeps_bits(seed, stream, offset + static_cast<std::uint64_t>(i), threshold);
       outp[i] = keep ? T(static_cast<C>(ip[i]) * scale) : zero;
     }
   });
@@ -67,13 +66,12 @@ std::uint64_t dropout_threshold(double p) {
   SHARDTRAIN_CHECK(p >= 0.0 && p <= 1.0,
                    "dropout: probability " + std::to_string(p) + " is outside [0, 1]");
   // p * 2^53 is exact (a power-of-two scaling), so keep <=> u >= p exactly.
-  return static_cast<std::uint64_t>(std::ceil(p * 9007199254740992.0));
+  return dropout_threshold_bits(p);
 }
 
 bool dropout_keeps(const DropoutParams& params, std::uint64_t i) {
   if (!params.training) return true;
-  return (hash64(params.seed, params.stream, params.offset + i) >> 11) >=
-         dropout_threshold(params.p);
+  return dropout_keeps_bits(params.seed, params.stream, params.offset + i, dropout_threshold(params.p));
 }
 
 template <class T>

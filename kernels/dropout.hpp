@@ -16,6 +16,7 @@
 // T = f16 / bf16: x / (1 - p) in fp32, rounded once per element; no scratch.
 #pragma once
 
+#include "cnn_shapes.hpp"
 #include "half.hpp"
 #include "types.hpp"
 
@@ -23,13 +24,8 @@
 
 namespace shardtrain {
 
-struct DropoutParams {
-  double p = 0.0;            // drop probability, in [0, 1]
-  std::uint64_t seed = 0;    // the run's seed
-  std::uint64_t stream = 0;  // one per (dropout site, step, micro-batch), chosen by the caller
-  std::uint64_t offset = 0;  // global counter of element 0 of this call
-  bool training = true;      // false: identity
-};
+// DropoutParams (p, seed, stream, offset, training) and the keep predicate
+// dropout_keeps_bits (host and device code): kernels/cnn_shapes.hpp.
 
 // The kept fraction is 1 - dropout_threshold(p) / 2^53: element i is kept when
 // (hash64(seed, stream, offset + i) >> 11) >= dropout_threshold(p) = ceil(p * 2^53).

@@ -14,22 +14,13 @@
 // 16 bits (exact unless windows overlap: then each addition rounds once). No scratch.
 #pragma once
 
+#include "cnn_shapes.hpp"
 #include "half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {
 
-struct Pool2dShape {
-  std::int64_t batch = 0;     // N
-  std::int64_t channels = 0;  // C
-  std::int64_t height = 0;    // H
-  std::int64_t width = 0;     // W
-  std::int64_t kernel = 2;    // square window
-  std::int64_t stride = 2;
-
-  std::int64_t out_h() const { return (height - kernel) / stride + 1; }
-  std::int64_t out_w() const { return (width - kernel) / stride + 1; }
-};
+// Pool2dShape (N, C, H, W, kernel, stride; out_h/out_w): kernels/cnn_shapes.hpp.
 
 // Throws shardtrain::Error unless batch >= 0, channels, kernel, stride >= 1,
 // kernel <= H, W and H * W fits an int32 index.

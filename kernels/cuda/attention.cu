@@ -1,5 +1,6 @@
 // shardtrain/kernels/cuda/attention.cu
-// Causal multi-head self-attention on the device (see attention.cuh).
+// Multi-head self-attention on the device, causal or bidirectional, with an
+// optional key padding mask (see attention.cuh).
 //
 // saved (attention_saved_elems, T), written by forward, read by backward, as the host:
 //   [ q (B,H,T,hd) | k (B,H,T,hd) | v (B,H,T,hd) | probs (B,H,T,T) ]
@@ -47,6 +48,7 @@ constexpr std::size_t kAlign = 256;
 
 struct Dims {
   std::int64_t b, t, c, h, hd;
+  bool causal;
 };
 
 Dims check_shape(const AttentionShape& s) {
@@ -55,7 +57,7 @@ Dims check_shape(const AttentionShape& s) {
   SHARDTRAIN_CHECK(s.channels % s.n_head == 0,
                    "cuda::attention: n_head " + std::to_string(s.n_head) +
                        " does not divide channels " + std::to_string(s.channels));
-  return {s.batch, s.seq_len, s.channels, s.n_head, s.channels / s.n_head};
+  return {s.batch, s.seq_len, s.channels, s.n_head, s.channels / s.n_head, s.causal};
 }
 
 std::size_t round_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -110,14 +112,21 @@ __global__ void merge_heads_kernel(const T* heads, T* dst, std::int64_t parts, s
   dst[idx] = heads[part * nh * nt * hd + (h * nt + t) * hd + i];
 }
 
-// Row r of `rows` (H*T of them, t = r % T): p[0..t] = softmax(s[0..t]), p[t+1..T) = 0.
+// Unmasked keys [0, len) of row t: s <= t when causal, s < *valid (the
+// sequence's length; nullptr: T).
+__device__ inline std::int64_t row_len(std::int64_t t, std::int64_t nt, bool causal, const std::int32_t* valid) {
+  const std::int64_t keys = valid ? static_cast<std::int64_t>(*valid) : nt;
+  return causal && t + 1 < keys ? t + 1 : keys;
+}
+
+// Row r of `rows` (H*T of them, t = r % T): p[0..len) = softmax(s[0..len)), 0 after.
 template <class T>
 __global__ void causal_softmax_kernel(const float* scores, T* probs, std::int64_t rows,
-                                      std::int64_t nt) {
+                                      std::int64_t nt, bool causal, const std::int32_t* valid) {
   const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(kRowsPerBlock) + threadIdx.y;
   if (r >= rows) return;  // whole warp leaves together: threadIdx.y is per warp
   const unsigned lane = threadIdx.x;
-  const std::int64_t len = r % nt + 1;
+  const std::int64_t len = row_len(r % nt, nt, causal, valid);
   const float* s = scores + r * nt;
   T* p = probs + r * nt;
   float m = -INFINITY;
@@ -130,14 +139,15 @@ __global__ void causal_softmax_kernel(const float* scores, T* probs, std::int64_
     p[j] = store_as<T>(j < len ? expf(s[j] - m) * inv : 0.0f);
 }
 
-// Row r: ds[j] = scale * p[j] * (dp[j] - sum_{i <= t} dp[i] p[i]) for j <= t, 0 after.
+// Row r: ds[j] = scale * p[j] * (dp[j] - sum_{i < len} dp[i] p[i]) for j < len, 0 after.
 template <class T>
 __global__ void causal_softmax_grad_kernel(const T* probs, const float* dp, T* ds,
-                                           std::int64_t rows, std::int64_t nt, float scale) {
+                                           std::int64_t rows, std::int64_t nt, float scale,
+                                           bool causal, const std::int32_t* valid) {
   const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(kRowsPerBlock) + threadIdx.y;
   if (r >= rows) return;
   const unsigned lane = threadIdx.x;
-  const std::int64_t len = r % nt + 1;
+  const std::int64_t len = row_len(r % nt, nt, causal, valid);
   const T* p = probs + r * nt;
   const float* g = dp + r * nt;
   T* out = ds + r * nt;
@@ -179,7 +189,7 @@ std::size_t attention_workspace_bytes(const AttentionShape& s) {
 template <class T>
 void attention_forward(cublasHandle_t handle, cudaStream_t stream, const AttentionShape& s,
                        const T* qkv, T* saved, void* workspace, std::size_t workspace_bytes,
-                       T* out) {
+                       T* out, const std::int32_t* lengths) {
   const Dims d = check_shape(s);
   const Workspace<T> ws(d);
   check_workspace("cuda::attention_forward", workspace_bytes, ws.total, workspace);
@@ -205,7 +215,7 @@ void attention_forward(cublasHandle_t handle, cudaStream_t stream, const Attenti
                                    q + off, hd, nt * hd, k + off, hd, nt * hd, 0.0f, scores, nt,
                                    nt * nt, nh);
     causal_softmax_kernel<T><<<row_blocks(nh * nt), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
-        scores, pb, nh * nt, nt);
+        scores, pb, nh * nt, nt, d.causal, lengths ? lengths + b : nullptr);
     check_launch("cuda::attention_forward softmax");
     // Y(h) = P(h) V(h), (T,hd) per head, contiguous.
     gemm_strided_batched<T>(handle, stream, Trans::N, Trans::N, nt, hd, nt, 1.0f, pb, nt,
@@ -219,7 +229,7 @@ void attention_forward(cublasHandle_t handle, cudaStream_t stream, const Attenti
 template <class T>
 void attention_backward(cublasHandle_t handle, cudaStream_t stream, const AttentionShape& s,
                         const T* dout, const T* saved, void* workspace,
-                        std::size_t workspace_bytes, T* dqkv) {
+                        std::size_t workspace_bytes, T* dqkv, const std::int32_t* lengths) {
   const Dims d = check_shape(s);
   const Workspace<T> ws(d);
   check_workspace("cuda::attention_backward", workspace_bytes, ws.total, workspace);
@@ -248,8 +258,8 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream, const Attent
     gemm_strided_batched<T, float>(handle, stream, Trans::N, Trans::T, nt, nt, hd, 1.0f, dy, nc,
                                    hd, v + off, hd, nt * hd, 0.0f, dp, nt, nt * nt, nh);
     causal_softmax_grad_kernel<T>
-        <<<row_blocks(nh * nt), dim3(kWarp, kRowsPerBlock), 0, stream>>>(pb, dp, ds, nh * nt, nt,
-                                                                         scale);
+        <<<row_blocks(nh * nt), dim3(kWarp, kRowsPerBlock), 0, stream>>>(
+            pb, dp, ds, nh * nt, nt, scale, d.causal, lengths ? lengths + b : nullptr);
     check_launch("cuda::attention_backward softmax_grad");
     // dQ(h) = dS(h) K(h);  dK(h) = dS(h)^T Q(h)
     gemm_strided_batched<T>(handle, stream, Trans::N, Trans::N, nt, hd, nt, 1.0f, ds, nt,
@@ -265,9 +275,10 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream, const Attent
 #define SHARDTRAIN_CUDA_INSTANTIATE_ATTENTION(T)                                               \
   template std::size_t attention_workspace_bytes<T>(const AttentionShape&);                   \
   template void attention_forward<T>(cublasHandle_t, cudaStream_t, const AttentionShape&,     \
-                                     const T*, T*, void*, std::size_t, T*);                   \
+                                     const T*, T*, void*, std::size_t, T*, const std::int32_t*); \
   template void attention_backward<T>(cublasHandle_t, cudaStream_t, const AttentionShape&,    \
-                                      const T*, const T*, void*, std::size_t, T*);
+                                      const T*, const T*, void*, std::size_t, T*,             \
+                                      const std::int32_t*);
 SHARDTRAIN_CUDA_INSTANTIATE_ATTENTION(float)
 SHARDTRAIN_CUDA_INSTANTIATE_ATTENTION(__half)
 SHARDTRAIN_CUDA_INSTANTIATE_ATTENTION(__nv_bfloat16)

@@ -11,6 +11,9 @@
 #include "backend/model_ops.hpp"
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/conv2d.hpp"  // CNN ops
+#include "kernels/dropout.hpp"
+#include "kernels/pool.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -20,6 +23,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/relu.hpp"
+#include "kernels/seq_pool.hpp"  // encoder classifier ops
 
 #ifdef SHARDTRAIN_WITH_CUDA
 #include "backend/cuda/cuda_backend.hpp"
@@ -120,7 +124,12 @@ class HostBackend final : public Backend {
   HostVectorOps<bf16> m_bf16;
 };
 
-AttentionShape host_shape(const AttnShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head}; }
+AttentionShape host_shape(const AttnShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head, s.causal}; }
+
+// AttnShape's / the pooling ops' host lengths as a view (empty: all valid).
+CView1<std::int32_t> lengths_view(const std::int32_t* lengths, std::int64_t b) {
+  return lengths ? CView1<std::int32_t>(lengths, b) : CView1<std::int32_t>();
+}
 
 // The Kokkos kernels over unmanaged views of the caller's pointers. A 16-bit
 // model's kernels convert tiles into fp32 scratch (kernels/half_scratch.hpp),
@@ -195,7 +204,7 @@ class HostModelOps final : public ModelOps<T> {
     shardtrain::attention_forward<T>(h, CView3<T>(qkv, s.batch, s.seq_len, 3 * s.channels),
                                      View1<T>(saved, attention_saved_elems(h)),
                                      View1<T>(workspace, attention_workspace_elems(h)),
-                                     View3<T>(out, s.batch, s.seq_len, s.channels));
+                                     View3<T>(out, s.batch, s.seq_len, s.channels), lengths_view(s.lengths, s.batch));
   }
   void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T* workspace,
                           T* dqkv) override {
@@ -203,7 +212,8 @@ class HostModelOps final : public ModelOps<T> {
     shardtrain::attention_backward<T>(h, CView3<T>(dout, s.batch, s.seq_len, s.channels),
                                       CView1<T>(saved, attention_saved_elems(h)),
                                       View1<T>(workspace, attention_workspace_elems(h)),
-                                      View3<T>(dqkv, s.batch, s.seq_len, 3 * s.channels));
+                                      View3<T>(dqkv, s.batch, s.seq_len, 3 * s.channels),
+                                      lengths_view(s.lengths, s.batch));
   }
   void gelu_forward(const T* x, T* y, std::int64_t n) override {
     shardtrain::gelu_forward<T>(CView1<T>(x, n), View1<T>(y, n));
@@ -227,6 +237,58 @@ class HostModelOps final : public ModelOps<T> {
   void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) override {
     shardtrain::relu_backward<T>(CView1<T>(saved, n), CView1<T>(dy, n), View1<T>(dx, n));
   }
+  // --- CNN ops (conv2d, max-pool, dropout) ---
+  void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) override {
+    shardtrain::conv2d_forward<T>(s, conv_x(s, x), conv_w(s, w), b ? CView1<T>(b, s.out_channels) : CView1<T>(),
+                                  View1<T>(workspace, conv2d_workspace_elems(s)),
+                                  View4<T>(y, s.batch, s.out_channels, s.out_h(), s.out_w()));
+  }
+  void conv2d_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* workspace, T* dx, T* dw,
+                       T* db) override {
+    shardtrain::conv2d_backward<T>(
+        s, conv_x(s, x), conv_w(s, w), CView4<T>(dy, s.batch, s.out_channels, s.out_h(), s.out_w()),
+        View1<T>(workspace, conv2d_workspace_elems(s)),
+        dx ? View4<T>(dx, s.batch, s.in_channels, s.height, s.width) : View4<T>(),
+        View4<T>(dw, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+        db ? View1<T>(db, s.out_channels) : View1<T>());
+  }
+  void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, std::int32_t* argmax) override {
+    shardtrain::max_pool2d_forward<T>(s, CView4<T>(x, s.batch, s.channels, s.height, s.width),
+                                      View4<T>(y, s.batch, s.channels, s.out_h(), s.out_w()),
+                                      View4<std::int32_t>(argmax, s.batch, s.channels, s.out_h(), s.out_w()));
+  }
+  void max_pool2d_backward(const Pool2dShape& s, const T* dy, const std::int32_t* argmax, T* dx) override {
+    shardtrain::max_pool2d_backward<T>(
+        s, CView4<T>(dy, s.batch, s.channels, s.out_h(), s.out_w()),
+        CView4<std::int32_t>(argmax, s.batch, s.channels, s.out_h(), s.out_w()),
+        View4<T>(dx, s.batch, s.channels, s.height, s.width));
+  }
+  void dropout_forward(const DropoutParams& p, const T* x, T* y, std::int64_t n) override {
+    shardtrain::dropout_forward<T>(p, CView1<T>(x, n), View1<T>(y, n));
+  }
+  void dropout_backward(const DropoutParams& p, const T* dy, T* dx, std::int64_t n) override {
+    shardtrain::dropout_backward<T>(p, CView1<T>(dy, n), View1<T>(dx, n));
+  }
+  static CView4<T> conv_x(const Conv2dShape& s, const T* x) {
+    return CView4<T>(x, s.batch, s.in_channels, s.height, s.width);
+  }
+  static CView4<T> conv_w(const Conv2dShape& s, const T* w) {
+    return CView4<T>(w, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w);
+  }
+  // --- end CNN ops ---
+  // --- encoder classifier ops ---
+  void accumulate(const T* x, T* y, std::int64_t n) override {
+    shardtrain::accumulate<T>(CView1<T>(x, n), View1<T>(y, n));
+  }
+  void seq_mean_pool_forward(const T* x, const std::int32_t* lengths, T* y, std::int64_t b, std::int64_t t,
+                             std::int64_t c) override {
+    shardtrain::seq_mean_pool_forward<T>(CView3<T>(x, b, t, c), lengths_view(lengths, b), View2<T>(y, b, c));
+  }
+  void seq_mean_pool_backward(const T* dy, const std::int32_t* lengths, T* dx, std::int64_t b, std::int64_t t,
+                              std::int64_t c) override {
+    shardtrain::seq_mean_pool_backward<T>(CView2<T>(dy, b, c), lengths_view(lengths, b), View3<T>(dx, b, t, c));
+  }
+  // --- end encoder classifier ops ---
   void copy(const T* x, T* y, std::int64_t n) override { shardtrain::copy<T>(CView1<T>(x, n), View1<T>(y, n)); }
   void fill(T* y, T value, std::int64_t n) override { shardtrain::fill<T>(View1<T>(y, n), value); }
 
@@ -240,7 +302,7 @@ class HostModelOps final : public ModelOps<T> {
 std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
   const std::int64_t bt = l.max_batch * l.seq_len, c = l.channels, v = l.vocab;
   const AttentionShape att{l.max_batch, l.seq_len, c, l.n_head};
-  std::int64_t need = 0;
+  std::int64_t need = l.half_scratch_elems;
   for (std::int64_t n :
        {layernorm_half_scratch_elems(c), linear_half_scratch_elems(bt, c, 3 * c), linear_half_scratch_elems(bt, c, c),
         linear_half_scratch_elems(bt, c, 4 * c), linear_half_scratch_elems(bt, 4 * c, c),

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "backend/backend.hpp"
+#include "kernels/cnn_shapes.hpp"  // Conv2dShape, Pool2dShape, DropoutParams (Kokkos-free)
 #include "kernels/types.hpp"
 
 namespace shardtrain {
@@ -22,10 +23,16 @@ namespace shardtrain {
 struct ModelOpsLimits {
   std::int64_t max_batch = 0, seq_len = 0, channels = 0, n_head = 0, vocab = 0;
   std::int64_t max_input_elems = 0;  // floats stage_values takes at most (classifier inputs)
+  // Host 16-bit kernels: fp32 scratch floats the model's other ops need at
+  // least (e.g. the CNN's conv2d_half_scratch_elems); the GPT ops' need is
+  // computed from the fields above.
+  std::int64_t half_scratch_elems = 0;
 };
 
-struct AttnShape {  // causal multi-head attention over packed qkv (B, T, 3C)
+struct AttnShape {  // multi-head attention over packed qkv (B, T, 3C), kernels/attention.hpp
   std::int64_t batch = 0, seq_len = 0, channels = 0, n_head = 0;
+  bool causal = true;                     // false: bidirectional (encoder classifier)
+  const std::int32_t* lengths = nullptr;  // HOST: valid keys per sequence, in [1, T]; nullptr: all T
 };
 
 template <class T>
@@ -83,6 +90,36 @@ class ModelOps {
   // forward's input or output (dx may alias dy).
   virtual void relu_forward(const T* x, T* y, std::int64_t n) = 0;
   virtual void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) = 0;
+  // --- CNN ops (conv2d, max-pool, dropout) ---
+  // NCHW row-major, the semantics of kernels/conv2d.hpp, pool.hpp, dropout.hpp.
+  // conv2d: x (N, IC, H, W), w (OC, IC, KH, KW), b (OC, nullptr: none), y (N, OC, OH, OW);
+  // workspace: conv2d_workspace_elems(s) elements of the model's workspace (the
+  // host kernels' im2col block; the CUDA ops use cuDNN scratch of their own).
+  virtual void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) = 0;
+  // dx = conv_transpose(dy, w) (nullptr: skipped); dw += ...; db += ... (nullptr: none).
+  virtual void conv2d_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* workspace, T* dx,
+                               T* dw, T* db) = 0;
+  // y (N, C, OH, OW) = window maxima (first maximum wins, NaN propagates); argmax
+  // (N, C, OH, OW) = in-plane index ih * W + iw of the chosen element.
+  virtual void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, std::int32_t* argmax) = 0;
+  // dx (N, C, H, W) = dy routed to argmax (OVERWRITES; zero elsewhere).
+  virtual void max_pool2d_backward(const Pool2dShape& s, const T* dy, const std::int32_t* argmax, T* dx) = 0;
+  // Inverted dropout of n elements (mask from (seed, stream, offset + i), not
+  // stored); y may alias x, dx may alias dy.
+  virtual void dropout_forward(const DropoutParams& p, const T* x, T* y, std::int64_t n) = 0;
+  virtual void dropout_backward(const DropoutParams& p, const T* dy, T* dx, std::int64_t n) = 0;
+  // --- end CNN ops ---
+  // --- encoder classifier ops (its attention: AttnShape's causal / lengths) ---
+  // y += x, n elements.
+  virtual void accumulate(const T* x, T* y, std::int64_t n) = 0;
+  // Mean over the valid positions (kernels/seq_pool.hpp): x (B, T, C) -> y (B, C);
+  // backward OVERWRITES dx (B, T, C), 0 at padded positions. lengths: HOST array
+  // of B entries in [1, T] (nullptr: all T valid); the CUDA ops copy it over.
+  virtual void seq_mean_pool_forward(const T* x, const std::int32_t* lengths, T* y, std::int64_t b,
+                                     std::int64_t t, std::int64_t c) = 0;
+  virtual void seq_mean_pool_backward(const T* dy, const std::int32_t* lengths, T* dx, std::int64_t b,
+                                      std::int64_t t, std::int64_t c) = 0;
+  // --- end encoder classifier ops ---
   virtual void copy(const T* x, T* y, std::int64_t n) = 0;
   virtual void fill(T* y, T value, std::int64_t n) = 0;
 };

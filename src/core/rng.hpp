@@ -8,10 +8,18 @@
 #include <cmath>
 #include <cstdint>
 
+// Functions that device code calls too (the CUDA dropout kernel, Kokkos device
+// lambdas): __host__ __device__ under nvcc / a device compiler, nothing otherwise.
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define SHARDTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define SHARDTRAIN_HOST_DEVICE
+#endif
+
 namespace shardtrain {
 
 // SplitMix64 finaliser: a bijective 64-bit mix (Steele, Lea, Flood 2014).
-constexpr std::uint64_t mix64(std::uint64_t x) {
+SHARDTRAIN_HOST_DEVICE constexpr std::uint64_t mix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -19,7 +27,7 @@ constexpr std::uint64_t mix64(std::uint64_t x) {
 }
 
 // Value `index` of the stream `(seed, stream)`.
-constexpr std::uint64_t hash64(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+SHARDTRAIN_HOST_DEVICE constexpr std::uint64_t hash64(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
   return mix64(mix64(mix64(seed) ^ stream) ^ index);
 }
 

@@ -1,7 +1,8 @@
 // shardtrain/model/gpt.hpp
 // Owns the GPT-2-style decoder: token + position embeddings, L pre-LayerNorm
-// blocks (causal multi-head attention, GELU MLP), final LayerNorm, LM head tied
-// to the token embedding. Parameters and gradients are NOT owned here: the model
+// blocks (causal multi-head attention, GELU MLP: model/transformer_block.hpp,
+// shared with the encoder classifier), final LayerNorm, LM head tied to the
+// token embedding. Parameters and gradients are NOT owned here: the model
 // acquires each parameter group from a ParamProvider right before using it and
 // releases it right after (so a ZeRO engine can gather groups just in time and
 // reduce gradients group by group); groups are 0 = embeddings, 1..L = blocks,
@@ -30,6 +31,7 @@
 #include "kernels/types.hpp"
 #include "model/param_layout.hpp"
 #include "model/param_provider.hpp"
+#include "model/transformer_block.hpp"
 #include "plan/recompute.hpp"
 
 namespace shardtrain {
@@ -106,37 +108,20 @@ class Gpt {
   const GptDims& dims() const { return m_dims; }
 
  private:
-  struct BlockParams {
-    View1<T> ln1_w, ln1_b;
-    View2<T> qkv_w;   View1<T> qkv_b;    // (3C, C), (3C)
-    View2<T> proj_w;  View1<T> proj_b;   // (C, C), (C)
-    View1<T> ln2_w, ln2_b;
-    View2<T> fc_w;    View1<T> fc_b;     // (4C, C), (4C)
-    View2<T> fc2_w;   View1<T> fc2_b;    // (C, 4C), (C)
-  };
-  struct BlockActs {   // saved for backward, per block; row count B*T
-    T* ln1_mean; T* ln1_rstd; T* ln1_out;  // (BT), (BT), (BT, C)
-    T* att_saved;                          // attention_saved_elems
-    T* att_out;                            // (BT, C) heads concatenated
-    T* resid1;                             // (BT, C) x + attn
-    T* ln2_mean; T* ln2_rstd; T* ln2_out;  // (BT), (BT), (BT, C)
-    T* fc_pre; T* fc_act;                  // (BT, 4C) before / after GELU
-    T* out;                                // (BT, C) block output = next block input
-  };
+  using BlockParams = TransformerBlockParams<T>;
+  using BlockActs = TransformerBlockActs<T>;
 
-  static constexpr int kBlockTensors = 12;
-  BlockParams block_views(T* group_base, int layer) const;
+  static constexpr int kBlockTensors = kTransformerBlockTensors;
   // Binds the views of group g (parameters or gradients) to storage starting at `base`.
   void bind_group(int g, T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w, View1<T>& lnf_b,
                   std::vector<BlockParams>& blocks) const;
   void acquire_params(int g);
   void acquire_grads(int g);
   int lnf_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
-  void block_forward(int layer, const T* x, const BlockActs& a, std::int64_t batch);
-  void block_backward(int layer, const T* x, const BlockActs& a, std::int64_t batch, T* dres);
-  // Runs schedule ops [first, last): forwards, backwards (dres holds the
+  TransformerBlockShape block_shape() const;
+  // Runs schedule ops [first, last): forwards, backwards (m_ws.dres holds the
   // gradient of the current block output) and frees. Kernels only when work.
-  void run_ops(std::size_t first, std::size_t last, bool work, std::int64_t batch, T* dres);
+  void run_ops(std::size_t first, std::size_t last, bool work, std::int64_t batch);
   // The group the op after `k` needs parameters of (-1: none), for prefetching.
   int next_group(std::size_t k) const;
   const T* input_of(int layer) const;  // x_layer wherever the schedule keeps it
@@ -154,7 +139,8 @@ class Gpt {
   std::vector<BlockParams> m_blocks, m_dblocks;
 
   TrackedBuffer<T> m_acts;       // Activations: embeddings out, blocks, head
-  TrackedBuffer<T> m_work;       // Workspace
+  TrackedBuffer<T> m_work;       // Workspace: the blocks' (transformer_block_workspace)
+  TransformerBlockWork<T> m_ws{};
   RecomputeSchedule m_schedule;
   std::int64_t m_per_block = 0;                // elements one block saves (gpt_activation_plan)
   T* m_stack = nullptr;                        // the schedule's activation stack (LIFO)

@@ -37,6 +37,32 @@ MlpActivationPlan mlp_activation_plan(const MlpDims& d) {
   return p;
 }
 
+ModelOpsLimits mlp_ops_limits(const MlpDims& d) {
+  ModelOpsLimits limits;
+  limits.max_batch = d.max_batch;
+  limits.seq_len = 1;
+  // The widest layer bounds every Linear's operands (the host 16-bit kernels'
+  // scratch is sized from it: ModelOpsLimits' channels and 4x channels).
+  limits.channels = std::max(d.inputs, d.classes);
+  for (std::int64_t h : d.hidden) limits.channels = std::max(limits.channels, h);
+  limits.vocab = d.classes;
+  limits.max_input_elems = d.max_batch * d.inputs;
+  return limits;
+}
+
+template <class T>
+ClassifierCosts mlp_costs(const MlpDims& d) {
+  const MlpActivationPlan plan = mlp_activation_plan(d);
+  ClassifierCosts c;
+  c.activation_bytes = plan.activations * static_cast<std::int64_t>(sizeof(T));
+  c.workspace_bytes = plan.workspace * static_cast<std::int64_t>(sizeof(T));
+  if constexpr (is_half_v<T>)
+    c.workspace_bytes += host_half_scratch_elems(mlp_ops_limits(d)) * static_cast<std::int64_t>(sizeof(float));
+  for (std::int64_t l = 0; l < d.layers(); ++l)
+    c.forward_flops += 2.0 * static_cast<double>(d.in_of(l)) * static_cast<double>(d.out_of(l));
+  return c;
+}
+
 template <class T>
 void mlp_init_params(const ParamLayout& layout, std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi) {
   constexpr std::uint64_t kInitStream = 0x1417;  // as the GPT's "init" stream
@@ -56,15 +82,7 @@ Mlp<T>::Mlp(const MlpDims& dims, const ParamLayout& layout, MemoryTracker& memor
   SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
   SHARDTRAIN_CHECK(static_cast<std::int64_t>(layout.entries().size()) == 2 * dims.layers(),
                    "layout is not an mlp_layout() of these dims");
-  ModelOpsLimits limits;
-  limits.max_batch = dims.max_batch;
-  limits.seq_len = 1;
-  // The widest layer bounds every Linear's operands (the host 16-bit kernels'
-  // scratch is sized from it: ModelOpsLimits' channels and 4x channels).
-  limits.channels = std::max(dims.inputs, dims.classes);
-  for (std::int64_t h : dims.hidden) limits.channels = std::max(limits.channels, h);
-  limits.vocab = dims.classes;
-  limits.max_input_elems = dims.max_batch * dims.inputs;
+  const ModelOpsLimits limits = mlp_ops_limits(dims);
   m_ops = make_model_ops<T>(m_backend, limits, memory);
   const auto plan = mlp_activation_plan(dims);
   m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, plan.activations, m_ops->memory());
@@ -166,6 +184,10 @@ template class Mlp<float>;
 template class Mlp<double>;
 template class Mlp<f16>;
 template class Mlp<bf16>;
+template ClassifierCosts mlp_costs<float>(const MlpDims&);
+template ClassifierCosts mlp_costs<double>(const MlpDims&);
+template ClassifierCosts mlp_costs<f16>(const MlpDims&);
+template ClassifierCosts mlp_costs<bf16>(const MlpDims&);
 template void mlp_init_params<float>(const ParamLayout&, std::uint64_t, float*, std::int64_t, std::int64_t);
 template void mlp_init_params<double>(const ParamLayout&, std::uint64_t, double*, std::int64_t, std::int64_t);
 template void mlp_init_params<f16>(const ParamLayout&, std::uint64_t, f16*, std::int64_t, std::int64_t);

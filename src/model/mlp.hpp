@@ -19,6 +19,7 @@
 #include "backend/model_ops.hpp"
 #include "core/memory.hpp"
 #include "core/types.hpp"
+#include "model/classifier.hpp"
 #include "model/param_layout.hpp"
 #include "model/param_provider.hpp"
 
@@ -43,6 +44,11 @@ struct MlpActivationPlan {
   std::int64_t workspace = 0;    // two gradient buffers of the widest layer
 };
 MlpActivationPlan mlp_activation_plan(const MlpDims& d);
+// The limits the model's ModelOps are made for.
+ModelOpsLimits mlp_ops_limits(const MlpDims& d);
+// Bytes the model (incl. its host ModelOps' 16-bit scratch) allocates, and FLOPs.
+template <class T>
+ClassifierCosts mlp_costs(const MlpDims& d);
 
 // Initialises params[lo, hi) of the flat vector (global indices, so every rank
 // computes the same values): weights N(0, sqrt(2 / fan_in)) (He et al. 2015, for
@@ -51,14 +57,14 @@ template <class T>
 void mlp_init_params(const ParamLayout& layout, std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi);
 
 template <class T>
-class Mlp {
+class Mlp final : public Classifier<T> {
  public:
   // backend: where the kernels run and activations live (nullptr: the host).
   Mlp(const MlpDims& dims, const ParamLayout& layout, MemoryTracker& memory, Backend* backend = nullptr);
   Mlp(const Mlp&) = delete;
   Mlp& operator=(const Mlp&) = delete;
 
-  void bind(ParamProvider<T>& provider);
+  void bind(ParamProvider<T>& provider) override;
   void bind(T* params, T* grads);  // full flat vectors (padded_size() each)
 
   // Forward on `batch` samples (0 <= batch <= max_batch; 0 makes the same
@@ -66,10 +72,11 @@ class Mlp {
   // (batch) host class ids (< 0: ignored). Returns the SUM of the per-sample
   // losses over valid labels. Both arrays must stay alive until backward() returns.
   double forward(const float* inputs, const TokenIndex* labels, std::int64_t batch);
+  double forward(const SampleBatch& b) override { return forward(b.values, b.labels, b.batch); }
   // The last forward's logits (batch, K) copied to the host as floats.
-  void logits(std::vector<float>& out) const;
+  void logits(std::vector<float>& out) const override;
   // grads += d(dloss * sum of sample losses)/d(params).
-  void backward(T dloss);
+  void backward(T dloss) override;
 
   const MlpDims& dims() const { return m_dims; }
 

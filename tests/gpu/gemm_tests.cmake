@@ -9,3 +9,13 @@ target_compile_options(gpu_gemm_kernels_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_gemm_kernels COMMAND gpu_gemm_kernels_test)
 set_tests_properties(gpu_gemm_kernels PROPERTIES LABELS gpu)
 add_dependencies(cuda-build gpu_gemm_kernels_test)
+
+# gpu_encoder_kernels_test: the encoder classifier's masked / bidirectional
+# attention and mean pooling (kernels/cuda/{attention,seq_pool}) against the host.
+add_executable(gpu_encoder_kernels_test encoder_kernels_test.cpp)
+target_link_libraries(gpu_encoder_kernels_test PRIVATE
+  shardtrain_cuda_kernels shardtrain_kernels GTest::gtest CUDA::cudart CUDA::cublas)
+target_compile_options(gpu_encoder_kernels_test PRIVATE -Wall -Wextra)
+add_test(NAME gpu_encoder_kernels COMMAND gpu_encoder_kernels_test)
+set_tests_properties(gpu_encoder_kernels PROPERTIES LABELS gpu)
+add_dependencies(cuda-build gpu_encoder_kernels_test)

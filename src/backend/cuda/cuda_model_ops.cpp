@@ -1,9 +1,14 @@
 // The layer kernels of kernels/cuda behind ModelOps: every op on the backend's
 // compute stream and cuBLAS handle, with one device scratch buffer sized for
 // the largest op (attention, LayerNorm and embedding backward) at the model's
-// limits, and device copies of the token ids.
+// limits, and device copies of the token ids. The CNN's convolutions run
+// through cuDNN: one CudnnConv2d per distinct shape (batch included), made on
+// first use with its own Workspace buffer, all on one cuDNN handle of this object.
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
@@ -12,12 +17,16 @@
 #include "core/error.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cudnn_conv.cuh"  // CNN ops
+#include "kernels/cuda/dropout.cuh"
+#include "kernels/cuda/pool.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/relu.cuh"
+#include "kernels/cuda/seq_pool.cuh"  // encoder classifier ops
 
 namespace shardtrain {
 
@@ -32,7 +41,7 @@ class CudaModelOps final : public ModelOps<T> {
 
  public:
   CudaModelOps(CudaBackend& backend, const ModelOpsLimits& l, MemoryTracker& memory)
-      : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_limits(l) {
+      : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_limits(l), m_memory(memory) {
     const std::int64_t rows = l.max_batch * l.seq_len;
     const cuda::AttentionShape att{l.max_batch, l.seq_len, l.channels, l.n_head};
     // Models without attention (n_head 0) or embeddings (vocab only classes) size less.
@@ -44,6 +53,14 @@ class CudaModelOps final : public ModelOps<T> {
                                          backend.memory());
     m_values = TrackedBuffer<T>(memory, MemCategory::Data, static_cast<std::size_t>(l.max_input_elems),
                                 backend.memory());
+    // Encoder classifier: device copy of the per-sequence lengths (attention mask, pooling).
+    m_lengths = TrackedBuffer<std::int32_t>(memory, MemCategory::Data, static_cast<std::size_t>(l.max_batch),
+                                            backend.memory());
+  }
+  ~CudaModelOps() override {
+    m_convs.clear();  // their descriptors before the handle they were made with
+    // Cannot throw here; cudnnDestroy fails only on an invalid handle.
+    if (m_cudnn != nullptr) cudnnDestroy(m_cudnn);
   }
   MemorySpace* memory() override { return m_backend.memory(); }
 
@@ -103,11 +120,11 @@ class CudaModelOps final : public ModelOps<T> {
   }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) override {
     cuda::attention_forward(m_cublas, m_stream, shape(s), dev(qkv), dev(saved), m_scratch.data(), m_scratch_bytes,
-                            dev(out));
+                            dev(out), device_lengths(s.lengths, s.batch));
   }
   void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T*, T* dqkv) override {
     cuda::attention_backward(m_cublas, m_stream, shape(s), dev(dout), dev(saved), m_scratch.data(),
-                             m_scratch_bytes, dev(dqkv));
+                             m_scratch_bytes, dev(dqkv), device_lengths(s.lengths, s.batch));
   }
   void gelu_forward(const T* x, T* y, std::int64_t n) override { cuda::gelu_forward(dev(x), dev(y), n, m_stream); }
   void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) override {
@@ -125,6 +142,44 @@ class CudaModelOps final : public ModelOps<T> {
   void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) override {
     cuda::relu_backward(dev(saved), dev(dy), dev(dx), n, m_stream);
   }
+  // --- CNN ops: conv through cuDNN (kernels/cuda/cudnn_conv.cuh; the model's
+  // workspace argument is the host's im2col block, unused here), max-pool and
+  // dropout kernels bitwise as the host's (kernels/cuda/pool.cuh, dropout.cuh) ---
+  void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T*, T* y) override {
+    if (s.batch <= 0) return;
+    Conv& c = conv(s);
+    c.op->forward(m_stream, dev(x), dev(w), dev(b), dev(y), c.workspace.data());
+  }
+  void conv2d_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T*, T* dx, T* dw,
+                       T* db) override {
+    if (s.batch <= 0) return;
+    Conv& c = conv(s);
+    c.op->backward(m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), c.workspace.data());
+  }
+  void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, std::int32_t* argmax) override {
+    cuda::max_pool2d_forward(s, dev(x), dev(y), argmax, m_stream);
+  }
+  void max_pool2d_backward(const Pool2dShape& s, const T* dy, const std::int32_t* argmax, T* dx) override {
+    cuda::max_pool2d_backward(s, dev(dy), argmax, dev(dx), m_stream);
+  }
+  void dropout_forward(const DropoutParams& p, const T* x, T* y, std::int64_t n) override {
+    cuda::dropout_forward(p, dev(x), dev(y), n, m_stream);
+  }
+  void dropout_backward(const DropoutParams& p, const T* dy, T* dx, std::int64_t n) override {
+    cuda::dropout_backward(p, dev(dy), dev(dx), n, m_stream);
+  }
+  // --- end CNN ops ---
+  // --- encoder classifier ops ---
+  void accumulate(const T* x, T* y, std::int64_t n) override { cuda::accumulate(dev(x), dev(y), n, m_stream); }
+  void seq_mean_pool_forward(const T* x, const std::int32_t* lengths, T* y, std::int64_t b, std::int64_t t,
+                             std::int64_t c) override {
+    cuda::seq_mean_pool_forward(dev(x), device_lengths(lengths, b), dev(y), b, t, c, m_stream);
+  }
+  void seq_mean_pool_backward(const T* dy, const std::int32_t* lengths, T* dx, std::int64_t b, std::int64_t t,
+                              std::int64_t c) override {
+    cuda::seq_mean_pool_backward(dev(dy), device_lengths(lengths, b), dev(dx), b, t, c, m_stream);
+  }
+  // --- end encoder classifier ops ---
   void copy(const T* x, T* y, std::int64_t n) override { cuda::copy(dev(x), dev(y), n, m_stream); }
   void fill(T* y, T value, std::int64_t n) override {
     D v;
@@ -133,7 +188,46 @@ class CudaModelOps final : public ModelOps<T> {
   }
 
  private:
-  static cuda::AttentionShape shape(const AttnShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head}; }
+  // CNN: a cuDNN convolution of one shape (batch included: a smaller last
+  // micro-batch gets its own) and the device scratch only it uses.
+  struct Conv {
+    std::unique_ptr<cuda::CudnnConv2d<D>> op;
+    TrackedBuffer<unsigned char> workspace;  // Workspace: op->workspace_bytes()
+  };
+  // The convolution of shape s, made (with the cuDNN handle) on first use.
+  Conv& conv(const Conv2dShape& s) {
+    const std::array<std::int64_t, 9> key{s.batch,    s.in_channels, s.height, s.width, s.out_channels,
+                                          s.kernel_h, s.kernel_w,    s.stride, s.padding};
+    auto it = m_convs.find(key);
+    if (it != m_convs.end()) return it->second;
+    if (m_cudnn == nullptr) SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&m_cudnn));
+    Conv c;
+    c.op = std::make_unique<cuda::CudnnConv2d<D>>(
+        m_cudnn, cuda::ConvShape{s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel_h, s.kernel_w,
+                                 s.stride, s.padding});
+    c.workspace = TrackedBuffer<unsigned char>(m_memory, MemCategory::Workspace, c.op->workspace_bytes(),
+                                               m_backend.memory());
+    return m_convs.emplace(key, std::move(c)).first->second;
+  }
+
+  static cuda::AttentionShape shape(const AttnShape& s) {
+    return {s.batch, s.seq_len, s.channels, s.n_head, s.causal};
+  }
+  // The host lengths (nullptr: all valid) copied to the device buffer, in stream
+  // order; skipped when the same values are already there (every block of a
+  // micro-batch passes the same array).
+  const std::int32_t* device_lengths(const std::int32_t* host, std::int64_t b) {
+    if (host == nullptr || b <= 0) return nullptr;
+    SHARDTRAIN_CHECK(b <= static_cast<std::int64_t>(m_lengths.size()), "more sequences than the model was sized for");
+    if (m_lengths_host.size() != static_cast<std::size_t>(b) ||
+        !std::equal(host, host + b, m_lengths_host.begin())) {
+      m_lengths_host.assign(host, host + b);
+      // From pageable host memory: the copy has read the source when the call returns.
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(m_lengths.data(), host, static_cast<std::size_t>(b) * sizeof(std::int32_t),
+                                            cudaMemcpyHostToDevice, m_stream));
+    }
+    return m_lengths.data();
+  }
 
   CudaBackend& m_backend;
   cudaStream_t m_stream;
@@ -145,6 +239,11 @@ class CudaModelOps final : public ModelOps<T> {
   std::vector<T> m_losses;                 // host copy of a micro-batch's losses
   TrackedBuffer<T> m_values;               // Data: stage_values' device copy
   std::vector<T> m_rounded;                // stage_values' host rounding
+  TrackedBuffer<std::int32_t> m_lengths;   // Data: device copy of the current lengths
+  std::vector<std::int32_t> m_lengths_host;  // what m_lengths holds
+  MemoryTracker& m_memory;                 // where the CNN's cuDNN workspaces are counted
+  cudnnHandle_t m_cudnn = nullptr;         // CNN: made with the first convolution
+  std::map<std::array<std::int64_t, 9>, Conv> m_convs;  // CNN: one per distinct Conv2dShape
 };
 
 }  // namespace

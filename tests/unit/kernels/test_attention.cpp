@@ -3,6 +3,10 @@
 // float); masked probabilities exactly 0; the documented layout of `saved`;
 // float64 central-difference checks of dqkv for (B,T,C,H) = (2,5,6,2) and two
 // shapes with hd != T; dqkv OVERWRITTEN; bitwise-deterministic repeats; errors.
+// Bidirectional attention and the key padding mask (lengths): forward against a
+// direct reference, masked probabilities exactly 0, float64 gradient checks
+// (non-causal with and without lengths, causal with lengths), length checks,
+// the 16-bit path against fp32, and causal with all-T lengths == no lengths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +16,7 @@
 #include "core/error.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/half_scratch.hpp"
 
 namespace shardtrain {
 namespace {
@@ -206,6 +211,158 @@ TEST(Attention, FloatBackwardMatchesDouble) {
   const auto fwdf = run_forward<float>(s, qkvf);
   const auto got = run_backward<float>(s, fwdf.saved, rf);
   EXPECT_LE(test::max_scaled_error(got, ref), 2e-6);
+}
+
+// ---- bidirectional attention and key padding mask --------------------------
+
+Ref masked_reference(const AttentionShape& s, const std::vector<double>& qkv,
+                     const std::vector<std::int32_t>& lengths) {
+  const int B = s.batch, T = s.seq_len, C = s.channels, H = s.n_head, hd = C / H;
+  Ref r{std::vector<double>(B * T * C, 0.0), std::vector<double>(B * H * T * T, 0.0)};
+  auto at = [&](int b, int t, int col) { return qkv[(b * T + t) * 3 * C + col]; };
+  for (int b = 0; b < B; ++b) {
+    const int len = lengths.empty() ? T : lengths[b];
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t) {
+        const int n = s.causal ? std::min(t + 1, len) : len;  // keys 0..n-1
+        std::vector<long double> sc(n);
+        long double mx = -INFINITY, z = 0.0L;
+        for (int u = 0; u < n; ++u) {
+          long double d = 0.0L;
+          for (int i = 0; i < hd; ++i) d += (long double)at(b, t, h * hd + i) * at(b, u, C + h * hd + i);
+          sc[u] = d / std::sqrt((long double)hd);
+          mx = std::max(mx, sc[u]);
+        }
+        for (int u = 0; u < n; ++u) z += std::exp(sc[u] - mx);
+        for (int u = 0; u < n; ++u) {
+          const long double p = std::exp(sc[u] - mx) / z;
+          r.probs[((b * H + h) * T + t) * T + u] = static_cast<double>(p);
+          for (int i = 0; i < hd; ++i)
+            r.out[(b * T + t) * C + h * hd + i] += static_cast<double>(p * at(b, u, 2 * C + h * hd + i));
+        }
+      }
+  }
+  return r;
+}
+
+template <class T>
+Run<T> run_forward_masked(const AttentionShape& s, const std::vector<T>& qkv, const std::vector<std::int32_t>& len) {
+  Run<T> r{std::vector<T>(s.batch * s.seq_len * s.channels, T(-3.0f)),
+           std::vector<T>(attention_saved_elems(s), T(-5.0f))};
+  std::vector<T> ws(attention_workspace_elems(s), T(-9.0f));
+  attention_forward<T>(s, cview3(qkv, s.batch, s.seq_len, 3 * s.channels), view1(r.saved), view1(ws),
+                       view3(r.out, s.batch, s.seq_len, s.channels), cview1(len));
+  return r;
+}
+
+template <class T>
+std::vector<T> run_backward_masked(const AttentionShape& s, const std::vector<T>& saved, const std::vector<T>& dout,
+                                   const std::vector<std::int32_t>& len, T prefill) {
+  std::vector<T> dqkv(s.batch * s.seq_len * 3 * s.channels, prefill);
+  std::vector<T> ws(attention_workspace_elems(s), T(-7.0f));
+  attention_backward<T>(s, cview3(dout, s.batch, s.seq_len, s.channels), cview1(saved), view1(ws),
+                        view3(dqkv, s.batch, s.seq_len, 3 * s.channels), cview1(len));
+  return dqkv;
+}
+
+struct MaskCase {
+  AttentionShape s;
+  std::vector<std::int32_t> lengths;
+  const char* label;
+};
+
+std::vector<MaskCase> mask_cases() {
+  return {
+      {{2, 5, 6, 2, false}, {}, "bidirectional B2 T5 C6 H2"},
+      {{3, 6, 8, 2, false}, {1, 6, 4}, "bidirectional B3 T6 C8 H2 lengths 1,6,4"},
+      {{2, 7, 12, 3, true}, {3, 7}, "causal B2 T7 C12 H3 lengths 3,7"},
+      {{2, 130, 8, 2, false}, {130, 71}, "bidirectional B2 T130 lengths 130,71"},
+      {{2, 130, 8, 2, true}, {100, 65}, "causal B2 T130 (3 blocks) lengths 100,65"},
+  };
+}
+
+TEST(AttentionMask, ForwardMatchesReference) {
+  std::uint64_t seed = 90;
+  for (const MaskCase& m : mask_cases()) {
+    const AttentionShape& s = m.s;
+    const auto qkv = qkv_for(s, ++seed);
+    const Ref ref = masked_reference(s, qkv, m.lengths);
+    const auto d = run_forward_masked<double>(s, qkv, m.lengths);
+    EXPECT_LE(test::tolerance_ratio(d.out, ref.out, 1e-14, 1e-13), 1.0) << m.label;
+    const std::int64_t BTC = s.batch * s.seq_len * s.channels;
+    const std::vector<double> probs(d.saved.begin() + 3 * BTC, d.saved.end());
+    EXPECT_LE(test::tolerance_ratio(probs, ref.probs, 1e-15, 1e-13), 1.0) << m.label;
+    for (std::size_t i = 0; i < probs.size(); ++i) {
+      if (ref.probs[i] == 0.0) {
+        ASSERT_EQ(probs[i], 0.0) << m.label << " masked entry " << i;
+      }
+    }
+    const auto qkvf = cast_vector<float>(qkv);
+    const Ref reff = masked_reference(s, cast_vector<double>(qkvf), m.lengths);
+    const auto f = run_forward_masked<float>(s, qkvf, m.lengths);
+    EXPECT_LE(test::tolerance_ratio(f.out, reff.out, 2e-6, 2e-6), 1.0) << m.label;
+  }
+}
+
+TEST(AttentionMask, GradientsMatchCentralDifferences) {
+  for (const MaskCase& m : mask_cases()) {
+    const AttentionShape& s = m.s;
+    const auto qkv = qkv_for(s, 160 + s.seq_len);
+    const auto r = test::random_vector(s.batch * s.seq_len * s.channels, 161);
+    const auto fwd = run_forward_masked<double>(s, qkv, m.lengths);
+    const auto dqkv = run_backward_masked<double>(s, fwd.saved, r, m.lengths, std::numeric_limits<double>::quiet_NaN());
+    auto loss = [&](std::span<const double> v) {
+      return test::weighted_sum(run_forward_masked<double>(s, {v.begin(), v.end()}, m.lengths).out, r);
+    };
+    EXPECT_TRUE(test::gradient_ok(m.label, test::gradcheck(loss, qkv, dqkv)));
+  }
+}
+
+TEST(AttentionMask, CausalWithFullLengthsIsBitwiseTheUnmaskedKernel) {
+  const AttentionShape s{2, 130, 12, 3};
+  const auto qkv = qkv_for(s, 200);
+  const auto r = test::random_vector(s.batch * s.seq_len * s.channels, 201);
+  const std::vector<std::int32_t> full{130, 130};
+  const auto a = run_forward<double>(s, qkv);
+  const auto b = run_forward_masked<double>(s, qkv, full);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.saved, b.saved);
+  EXPECT_EQ(run_backward<double>(s, a.saved, r), run_backward_masked<double>(s, b.saved, r, full, 0.0));
+}
+
+TEST(AttentionMask, LengthsAreChecked) {
+  const AttentionShape s{2, 5, 6, 2, false};
+  const auto qkv = qkv_for(s, 210);
+  for (const std::vector<std::int32_t>& bad : {std::vector<std::int32_t>{0, 5}, {5, 6}, {3}, {1, 2, 3}})
+    EXPECT_THROW(run_forward_masked<double>(s, qkv, bad), Error);
+  const auto fwd = run_forward_masked<double>(s, qkv, {2, 5});
+  const auto r = test::random_vector(2 * 5 * 6, 211);
+  EXPECT_THROW(run_backward_masked<double>(s, fwd.saved, r, {2, -1}, 0.0), Error);
+}
+
+template <class H>
+void half_matches_float(double tol) {
+  for (const MaskCase& m : mask_cases()) {
+    const AttentionShape& s = m.s;
+    std::vector<float> scratch(attention_half_scratch_elems(s));
+    half_scratch_bind(scratch.data(), scratch.size());
+    const auto qkvh = cast_vector<H>(cast_vector<float>(qkv_for(s, 220 + s.seq_len)));
+    const auto rh = cast_vector<H>(cast_vector<float>(test::random_vector(s.batch * s.seq_len * s.channels, 221)));
+    const auto qkvf = cast_vector<float>(qkvh);
+    const auto rf = cast_vector<float>(rh);
+    const auto ff = run_forward_masked<float>(s, qkvf, m.lengths);
+    const auto gf = run_backward_masked<float>(s, ff.saved, rf, m.lengths, 0.0f);
+    const auto fh = run_forward_masked<H>(s, qkvh, m.lengths);
+    const auto gh = run_backward_masked<H>(s, fh.saved, rh, m.lengths, H(0.0f));
+    EXPECT_LE(test::max_scaled_error(cast_vector<float>(fh.out), ff.out), tol) << m.label;
+    EXPECT_LE(test::max_scaled_error(cast_vector<float>(gh), gf), 4 * tol) << m.label;
+    half_scratch_bind(nullptr, 0);
+  }
+}
+
+TEST(AttentionMask, SixteenBitMatchesFloat) {
+  half_matches_float<bf16>(1e-2);
+  half_matches_float<f16>(2e-3);
 }
 
 }  // namespace

@@ -1,0 +1,59 @@
+// shardtrain/model/classifier.hpp
+// Owns the interface the trainer drives every classification model through
+// (issue 9: `mlp`, `cnn`, `encoder_classifier`): one labelled sample in, one
+// row of class logits out, loss = cross-entropy against the label. The models
+// follow the GPT's parameter-group protocol (model/param_provider.hpp), so
+// every ZeRO stage applies, and run their kernels through the backend's
+// ModelOps (backend/model_ops.hpp). Gradients ACCUMULATE over micro-batches.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/types.hpp"
+#include "model/param_provider.hpp"
+
+namespace shardtrain {
+
+// One micro-batch of labelled samples as the host holds it. Every array has
+// `batch` rows and must stay alive and unchanged until backward() returns.
+struct SampleBatch {
+  std::int64_t batch = 0;
+  const float* values = nullptr;         // image models: (batch, sample elements), pixels in [0, 1]
+  const TokenIndex* tokens = nullptr;    // token models: (batch, seq_len), padded with the data set's pad id
+  const std::int32_t* lengths = nullptr; // token models: valid tokens of each row, in [1, seq_len]
+  const TokenIndex* labels = nullptr;    // class ids; < 0: ignored (no loss, no gradient)
+  // Dropout: on only when training. Row r is global sample `first_sample + r`
+  // of the run's sample stream, which fixes its dropout masks: they do not
+  // depend on the rank count or the micro-batch split (kernels/dropout.hpp).
+  bool training = false;
+  std::uint64_t first_sample = 0;
+};
+
+// What a classifier costs, for the memory plan (plan/memory_plan.hpp) and the
+// progress line: computed from the dimensions alone, before anything is
+// allocated, and equal to what the model then allocates (its tests check it
+// against the tracker). Host backend; T = the storage type.
+struct ClassifierCosts {
+  std::int64_t activation_bytes = 0;  // category Activations: everything the model allocates there
+  std::int64_t workspace_bytes = 0;   // category Workspace, incl. its ModelOps' scratch (16-bit host tiles)
+  double forward_flops = 0;           // one sample's forward pass (multiply-adds count 2)
+};
+
+template <class T>
+class Classifier {
+ public:
+  virtual ~Classifier() = default;
+  // Takes parameters and gradients from `provider` (which must outlive the model's use).
+  virtual void bind(ParamProvider<T>& provider) = 0;
+  // Forward on b.batch samples (0 <= batch <= the model's max_batch; 0 makes
+  // the same provider calls and computes nothing). Returns the SUM of the
+  // per-sample losses over valid labels.
+  virtual double forward(const SampleBatch& b) = 0;
+  // The last forward's logits (batch, classes) copied to the host as floats.
+  virtual void logits(std::vector<float>& out) const = 0;
+  // Backward of the last forward: grads += d(dloss * sum of sample losses)/d(params).
+  virtual void backward(T dloss) = 0;
+};
+
+}  // namespace shardtrain

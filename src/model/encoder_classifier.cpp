@@ -1,0 +1,303 @@
+// EncoderClassifier: dims check, layout, initialisation, costs, forward and
+// backward of the BERT-style classifier. The blocks are model/transformer_block
+// (shared with the GPT); every op is a ModelOps kernel; this file only wires
+// buffers, parameter groups and dropout sites.
+#include "model/encoder_classifier.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/cross_entropy.hpp"  // cross_entropy_half_scratch_elems
+#include "kernels/half.hpp"
+#include "kernels/linear.hpp"         // linear_half_scratch_elems
+
+namespace shardtrain {
+
+namespace {
+
+// Dropout streams: the embeddings, the head, then two per block (stream, stream + 1).
+constexpr std::uint64_t kDropoutStreamEmbedding = 0xE7C0DE00;
+constexpr std::uint64_t kDropoutStreamHead = kDropoutStreamEmbedding + 1;
+constexpr std::uint64_t kDropoutStreamBlocks = kDropoutStreamEmbedding + 2;
+
+TransformerBlockShape shape_of(const EncoderDims& d) {
+  return TransformerBlockShape{d.max_batch, d.seq_len, d.channels, d.n_head};
+}
+
+struct ActivationElems {
+  std::int64_t per_block = 0, total = 0;
+};
+
+ActivationElems activation_elems(const EncoderDims& d) {
+  const std::int64_t b = d.max_batch, bt = b * d.seq_len, c = d.channels;
+  ActivationElems a;
+  a.per_block = transformer_block_saved_elems(shape_of(d));
+  // emb_out | blocks | lnf mean, rstd, out | pooled | logits | losses
+  a.total = bt * c + d.n_layer * a.per_block + 2 * bt + bt * c + b * c + b * d.classes + b;
+  return a;
+}
+
+}  // namespace
+
+void encoder_check_dims(const EncoderDims& d) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw InputError("encoder_classifier: " + what);
+  };
+  need(d.vocab >= 1, "vocab must be >= 1 (got " + std::to_string(d.vocab) + ")");
+  need(d.seq_len >= 1, "seq_len must be >= 1 (got " + std::to_string(d.seq_len) + ")");
+  need(d.n_layer >= 1, "n_layer must be >= 1 (got " + std::to_string(d.n_layer) + ")");
+  need(d.channels >= 1, "d_model (channels) must be >= 1 (got " + std::to_string(d.channels) + ")");
+  need(d.n_head >= 1, "n_head must be >= 1 (got " + std::to_string(d.n_head) + ")");
+  need(d.channels % d.n_head == 0, "n_head " + std::to_string(d.n_head) + " does not divide d_model " +
+                                       std::to_string(d.channels));
+  need(d.classes >= 2, "classes must be >= 2 (got " + std::to_string(d.classes) + ")");
+  need(d.max_batch >= 1, "micro-batch must be >= 1 (got " + std::to_string(d.max_batch) + ")");
+  need(d.dropout >= 0.0 && d.dropout < 1.0, "dropout must be in [0, 1) (got " + std::to_string(d.dropout) + ")");
+}
+
+ParamLayout encoder_layout(const EncoderDims& d) {
+  encoder_check_dims(d);
+  const std::int64_t c = d.channels;
+  ParamLayout layout;
+  layout.add("wte.weight", {d.vocab, c}, false, 0);
+  layout.add("wpe.weight", {d.seq_len, c}, false, 0);
+  for (int l = 0; l < d.n_layer; ++l) add_transformer_block_params(layout, l, l + 1, c);
+  const int g = static_cast<int>(d.n_layer) + 1;
+  layout.add("ln_f.weight", {c}, false, g);
+  layout.add("ln_f.bias", {c}, false, g);
+  layout.add("head.weight", {d.classes, c}, true, g);
+  layout.add("head.bias", {d.classes}, false, g);
+  return layout;
+}
+
+template <class T>
+void encoder_init_params(const ParamLayout& layout, const EncoderDims& d, double init_std, std::uint64_t seed,
+                         T* params, std::int64_t lo, std::int64_t hi) {
+  transformer_init_params(layout, d.n_layer, init_std, seed, params, lo, hi);
+}
+
+ModelOpsLimits encoder_ops_limits(const EncoderDims& d) {
+  ModelOpsLimits l{d.max_batch, d.seq_len, d.channels, d.n_head, d.vocab};
+  // The head: Linear(C, K) over B rows and cross-entropy over K classes.
+  l.half_scratch_elems = std::max(linear_half_scratch_elems(d.max_batch, d.channels, d.classes),
+                                  cross_entropy_half_scratch_elems(d.classes));
+  return l;
+}
+
+template <class T>
+ClassifierCosts encoder_costs(const EncoderDims& d) {
+  ClassifierCosts costs;
+  const auto elem = static_cast<std::int64_t>(sizeof(T));
+  costs.activation_bytes = activation_elems(d).total * elem;
+  costs.workspace_bytes = transformer_block_workspace_elems(shape_of(d)) * elem;
+  if constexpr (is_half_v<T>)
+    costs.workspace_bytes += host_half_scratch_elems(encoder_ops_limits(d)) * static_cast<std::int64_t>(sizeof(float));
+  const double tokens = static_cast<double>(d.seq_len);
+  costs.forward_flops = static_cast<double>(d.n_layer) *
+                            transformer_block_forward_flops(tokens, d.seq_len, d.channels, /*causal=*/false) +
+                        2.0 * static_cast<double>(d.channels) * static_cast<double>(d.classes);  // head
+  return costs;
+}
+
+template <class T>
+EncoderClassifier<T>::EncoderClassifier(const EncoderDims& dims, const ParamLayout& layout, double layernorm_eps,
+                                        MemoryTracker& memory, Backend* backend)
+    : m_dims(dims), m_layout(layout), m_eps(static_cast<T>(layernorm_eps)),
+      m_backend(backend ? *backend : host_backend()) {
+  encoder_check_dims(dims);
+  SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
+  const auto& entries = layout.entries();
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(entries.size()) == 2 + kTransformerBlockTensors * dims.n_layer + 4,
+                   "layout is not an encoder_layout() of these dims");
+  for (const auto& e : entries) m_rel.push_back(e.offset - layout.group_range(e.group).first);
+  m_ops = make_model_ops<T>(m_backend, encoder_ops_limits(dims), memory);
+  const auto elems = activation_elems(dims);
+  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, elems.total, m_ops->memory());
+  m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, transformer_block_workspace_elems(block_shape()),
+                            m_ops->memory());
+  m_ws = transformer_block_workspace(m_work.data(), block_shape());
+  const std::int64_t b = dims.max_batch, bt = b * dims.seq_len, c = dims.channels;
+  T* p = m_acts.data();
+  auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
+  m_emb_out = carve(bt * c);
+  for (std::int64_t l = 0; l < dims.n_layer; ++l) m_block_acts.push_back(transformer_block_carve(carve(elems.per_block), block_shape()));
+  m_lnf_mean = carve(bt); m_lnf_rstd = carve(bt); m_lnf_out = carve(bt * c);
+  m_pooled = carve(b * c);
+  m_logits = carve(b * dims.classes);
+  m_losses = carve(b);
+  SHARDTRAIN_CHECK(p == m_acts.data() + m_acts.size(), "activation arena carve mismatch");
+  m_label_rows.assign(static_cast<std::size_t>(bt), TokenIndex(-1));
+  m_ones.assign(static_cast<std::size_t>(b), 1);
+}
+
+template <class T>
+TransformerBlockShape EncoderClassifier<T>::block_shape() const { return shape_of(m_dims); }
+
+template <class T>
+TransformerBlockRun EncoderClassifier<T>::block_run(int layer) const {
+  TransformerBlockRun run;
+  run.batch = m_batch;
+  run.causal = false;
+  run.lengths = m_lengths;
+  run.dropout = m_dims.dropout;
+  run.training = m_training;
+  run.seed = m_dims.dropout_seed;
+  run.stream = kDropoutStreamBlocks + 2 * static_cast<std::uint64_t>(layer);
+  run.first_sample = m_first_sample;
+  return run;
+}
+
+template <class T>
+DropoutParams EncoderClassifier<T>::dropout_site(std::uint64_t stream, std::int64_t elems_per_sample) const {
+  DropoutParams d;
+  d.p = m_dims.dropout;
+  d.seed = m_dims.dropout_seed;
+  d.stream = stream;
+  d.offset = m_first_sample * static_cast<std::uint64_t>(elems_per_sample);
+  d.training = m_training;
+  return d;
+}
+
+template <class T>
+const std::int32_t* EncoderClassifier<T>::pool_lengths() const {
+  return m_dims.pooling == EncoderDims::Pooling::Mean ? m_lengths : m_ones.data();
+}
+
+template <class T>
+void EncoderClassifier<T>::bind(ParamProvider<T>& provider) { m_provider = &provider; }
+
+template <class T>
+void EncoderClassifier<T>::bind(T* params, T* grads) {
+  m_flat = std::make_unique<FlatParams<T>>(m_layout, params, grads);
+  bind(*m_flat);
+}
+
+template <class T>
+double EncoderClassifier<T>::forward(const SampleBatch& sb) {
+  const std::int64_t batch = sb.batch, t = m_dims.seq_len, c = m_dims.channels, v = m_dims.vocab;
+  SHARDTRAIN_CHECK(batch >= 0 && batch <= m_dims.max_batch, "micro-batch larger than planned");
+  SHARDTRAIN_CHECK(m_provider != nullptr, "EncoderClassifier::forward before bind");
+  const bool work = batch > 0;
+  const std::int64_t bt = batch * t, l_count = m_dims.n_layer;
+  m_batch = batch;
+  m_training = sb.training;
+  m_first_sample = sb.first_sample;
+  m_forward_done = true;
+  const bool drop = m_dims.dropout > 0.0 && m_training;
+  if (work) {
+    SHARDTRAIN_CHECK(sb.tokens && sb.lengths && sb.labels, "EncoderClassifier::forward: tokens, lengths and labels are required");
+    for (std::int64_t r = 0; r < batch; ++r)
+      SHARDTRAIN_CHECK(sb.lengths[r] >= 1 && sb.lengths[r] <= t,
+                       "EncoderClassifier: lengths[" + std::to_string(r) + "] = " + std::to_string(sb.lengths[r]) +
+                           " is not in [1, " + std::to_string(t) + "]");
+    m_lengths = sb.lengths;
+    std::copy(sb.labels, sb.labels + batch, m_label_rows.begin());
+    m_ops->stage_tokens(sb.tokens, m_label_rows.data(), bt, &m_tokens, &m_labels);
+  }
+  T* base = m_provider->acquire_params(0);
+  m_provider->prefetch(1);
+  if (work) {
+    m_ops->embedding_forward(m_tokens, rel(base, 0), rel(base, 1), m_emb_out, batch, t, c, v);
+    if (drop) m_ops->dropout_forward(dropout_site(kDropoutStreamEmbedding, t * c), m_emb_out, m_emb_out, bt * c);
+  }
+  m_provider->release_params(0);
+  const T* x = m_emb_out;
+  for (int l = 0; l < l_count; ++l) {
+    T* g = m_provider->acquire_params(l + 1);
+    m_provider->prefetch(l + 2);
+    if (work) {
+      const auto p = transformer_block_params(g, m_rel.data() + 2 + l * kTransformerBlockTensors);
+      transformer_block_forward(*m_ops, block_shape(), block_run(l), m_eps, p, x, m_block_acts[l], m_ws);
+    }
+    m_provider->release_params(l + 1);
+    x = m_block_acts[l].out;
+  }
+  const std::size_t e = m_rel.size() - 4;  // ln_f.weight, ln_f.bias, head.weight, head.bias
+  T* hb = m_provider->acquire_params(head_group());
+  if (work) {
+    m_ops->layernorm_forward(x, rel(hb, e), rel(hb, e + 1), m_lnf_out, m_lnf_mean, m_lnf_rstd, bt, c, m_eps);
+    m_ops->seq_mean_pool_forward(m_lnf_out, pool_lengths(), m_pooled, batch, t, c);
+    if (drop) m_ops->dropout_forward(dropout_site(kDropoutStreamHead, c), m_pooled, m_pooled, batch * c);
+    m_ops->linear_forward(m_pooled, rel(hb, e + 2), rel(hb, e + 3), m_logits, batch, c, m_dims.classes, false);
+  }
+  m_provider->release_params(head_group());
+  if (!work) return 0.0;
+  m_ops->cross_entropy_forward(m_logits, m_labels, m_losses, batch, m_dims.classes);
+  return m_ops->sum_losses(m_losses, batch);
+}
+
+template <class T>
+void EncoderClassifier<T>::logits(std::vector<float>& out) const {
+  const std::int64_t n = m_batch * m_dims.classes;
+  std::vector<T> host(static_cast<std::size_t>(n));
+  m_backend.copy_to_host(host.data(), m_logits, static_cast<std::size_t>(n) * sizeof(T));
+  out.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<compute_t<T>>(host[i]));
+}
+
+template <class T>
+void EncoderClassifier<T>::backward(T dloss) {
+  SHARDTRAIN_CHECK(m_forward_done, "backward without forward");
+  const std::int64_t batch = m_batch, t = m_dims.seq_len, c = m_dims.channels, v = m_dims.vocab;
+  const std::int64_t bt = batch * t, k = m_dims.classes;
+  const int l_count = static_cast<int>(m_dims.n_layer);
+  const bool work = batch > 0, drop = m_dims.dropout > 0.0 && m_training;
+  // Head: dlogits overwrite the logits; dpooled in dbig1, dlnf_out in dsmall,
+  // d(x_L) in dres (the blocks' backward carries it down).
+  const std::size_t e = m_rel.size() - 4;
+  T* dpooled = m_ws.dbig1;
+  if (work) m_ops->cross_entropy_backward(m_logits, m_labels, dloss, m_logits, batch, k);
+  T* hb = m_provider->acquire_params(head_group());
+  m_provider->prefetch(l_count);
+  T* hg = m_provider->acquire_grads(head_group());
+  if (work) {
+    m_ops->linear_backward(m_pooled, rel(hb, e + 2), m_logits, dpooled, rel(hg, e + 2), rel(hg, e + 3), batch, c, k);
+    if (drop) m_ops->dropout_backward(dropout_site(kDropoutStreamHead, c), dpooled, dpooled, batch * c);
+    m_ops->seq_mean_pool_backward(dpooled, pool_lengths(), m_ws.dsmall, batch, t, c);
+    m_ops->fill(m_ws.dres, T(0), bt * c);
+    const T* x_last = l_count > 0 ? m_block_acts[l_count - 1].out : m_emb_out;
+    m_ops->layernorm_backward(x_last, rel(hb, e), m_lnf_mean, m_lnf_rstd, m_ws.dsmall, m_ws.dres, rel(hg, e),
+                              rel(hg, e + 1), bt, c);
+  }
+  m_provider->grads_ready(head_group());
+  m_provider->release_params(head_group());
+  for (int l = l_count - 1; l >= 0; --l) {
+    T* pb = m_provider->acquire_params(l + 1);
+    m_provider->prefetch(l);
+    T* gb = m_provider->acquire_grads(l + 1);
+    if (work) {
+      const std::int64_t* r = m_rel.data() + 2 + l * kTransformerBlockTensors;
+      const T* x = l == 0 ? m_emb_out : m_block_acts[l - 1].out;
+      transformer_block_backward(*m_ops, block_shape(), block_run(l), transformer_block_params(pb, r),
+                                 transformer_block_params(gb, r), x, m_block_acts[l], m_ws);
+    }
+    m_provider->grads_ready(l + 1);
+    m_provider->release_params(l + 1);
+  }
+  m_provider->acquire_params(0);
+  T* eg = m_provider->acquire_grads(0);
+  if (work) {
+    if (drop) m_ops->dropout_backward(dropout_site(kDropoutStreamEmbedding, t * c), m_ws.dres, m_ws.dres, bt * c);
+    m_ops->embedding_backward(m_tokens, m_ws.dres, rel(eg, 0), rel(eg, 1), batch, t, c, v);
+  }
+  m_provider->grads_ready(0);
+  m_provider->release_params(0);
+  m_forward_done = false;
+}
+
+template class EncoderClassifier<float>;
+template class EncoderClassifier<double>;
+template class EncoderClassifier<f16>;
+template class EncoderClassifier<bf16>;
+#define SHARDTRAIN_INSTANTIATE_ENCODER(T)                                                                    \
+  template void encoder_init_params<T>(const ParamLayout&, const EncoderDims&, double, std::uint64_t, T*, \
+                                       std::int64_t, std::int64_t);                                        \
+  template ClassifierCosts encoder_costs<T>(const EncoderDims&);
+SHARDTRAIN_INSTANTIATE_ENCODER(float)
+SHARDTRAIN_INSTANTIATE_ENCODER(double)
+SHARDTRAIN_INSTANTIATE_ENCODER(f16)
+SHARDTRAIN_INSTANTIATE_ENCODER(bf16)
+#undef SHARDTRAIN_INSTANTIATE_ENCODER
+
+}  // namespace shardtrain

@@ -1,0 +1,138 @@
+// shardtrain/model/encoder_classifier.hpp
+// Owns the BERT-style text classifier (issue 9's `encoder_classifier`, e.g.
+// SpamAssassin with the byte tokenizer of io/text_tokenizer: [CLS] at position 0,
+// [PAD] after the valid tokens): token + position embeddings, L pre-LayerNorm
+// transformer blocks with BIDIRECTIONAL attention and a key padding mask
+// (model/transformer_block.hpp, the GPT's blocks), final LayerNorm, pooling
+// (Cls: position 0; Mean: average over the valid positions t < length), a
+// Linear(C, classes) head, loss = cross-entropy against the labels.
+// Dropout p (BERT's sites): on the embeddings output, after each attention
+// projection and fc2, and before the head; only when SampleBatch::training.
+// Masks depend on (dropout_seed, site stream, global element index) with row r
+// of a micro-batch = global sample first_sample + r, so they do not depend on
+// the rank count or the micro-batch split.
+// Parameter groups (GPT protocol, model/param_provider.hpp): 0 = wte + wpe,
+// 1..L = blocks, L+1 = ln_f + head; acquired right before use, released right
+// after, so every ZeRO stage works. Gradients ACCUMULATE over micro-batches.
+// Activations (category Activations, all kept: no recompute): embeddings
+// output, every block's saved tensors, final LayerNorm, pooled rows, logits,
+// losses. Workspace: the blocks' shared scratch (the head's backward reuses it)
+// and the host 16-bit ModelOps' fp32 tiles. encoder_costs<T> is exactly that.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/model_ops.hpp"
+#include "core/memory.hpp"
+#include "core/types.hpp"
+#include "model/classifier.hpp"
+#include "model/param_layout.hpp"
+#include "model/param_provider.hpp"
+#include "model/transformer_block.hpp"
+
+namespace shardtrain {
+
+struct EncoderDims {
+  enum class Pooling { Cls, Mean };
+  std::int64_t vocab = 0;      // V (the byte tokenizer: 258)
+  std::int64_t seq_len = 0;    // T
+  std::int64_t n_layer = 0;    // L
+  std::int64_t channels = 0;   // C
+  std::int64_t n_head = 0;     // H, divides C
+  std::int64_t classes = 0;    // K >= 2
+  std::int64_t max_batch = 0;  // largest micro-batch the buffers are sized for
+  Pooling pooling = Pooling::Cls;
+  double dropout = 0.0;        // p in [0, 1)
+  std::uint64_t dropout_seed = 0;
+};
+
+// Throws InputError naming the first bad field.
+void encoder_check_dims(const EncoderDims& d);
+
+// Parameter table (not finalized): wte.weight (V, C), wpe.weight (T, C) in group
+// 0; the GPT's block tensors "h.<l>.*" in group l + 1; ln_f.weight, ln_f.bias,
+// head.weight (K, C) (weight decay), head.bias in group L + 1.
+ParamLayout encoder_layout(const EncoderDims& d);
+
+// Initialises params[lo, hi) (global indices: independent of the split) as
+// gpt_init_params does (transformer_init_params); head.weight N(0, init_std),
+// head.bias 0.
+template <class T>
+void encoder_init_params(const ParamLayout& layout, const EncoderDims& d, double init_std, std::uint64_t seed,
+                         T* params, std::int64_t lo, std::int64_t hi);
+
+// The ModelOps limits the model makes its kernels for.
+ModelOpsLimits encoder_ops_limits(const EncoderDims& d);
+
+// Activation and workspace bytes the model and its host ModelOps allocate, and
+// one sample's forward FLOPs.
+template <class T>
+ClassifierCosts encoder_costs(const EncoderDims& d);
+
+template <class T>
+class EncoderClassifier final : public Classifier<T> {
+ public:
+  // backend: where the kernels run and activations live (nullptr: the host).
+  EncoderClassifier(const EncoderDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory,
+                    Backend* backend = nullptr);
+  EncoderClassifier(const EncoderClassifier&) = delete;
+  EncoderClassifier& operator=(const EncoderClassifier&) = delete;
+
+  void bind(ParamProvider<T>& provider) override;
+  void bind(T* params, T* grads);  // full flat vectors (padded_size() each)
+
+  // b.tokens (batch, T), b.lengths (batch, in [1, T]), b.labels (batch, < 0:
+  // ignored), b.training / b.first_sample (dropout). Returns the SUM of the
+  // per-sample losses over valid labels.
+  double forward(const SampleBatch& b) override;
+  void logits(std::vector<float>& out) const override;
+  void backward(T dloss) override;
+
+  const EncoderDims& dims() const { return m_dims; }
+
+ private:
+  TransformerBlockShape block_shape() const;
+  TransformerBlockRun block_run(int layer) const;
+  DropoutParams dropout_site(std::uint64_t stream, std::int64_t elems_per_sample) const;
+  int head_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
+  const std::int32_t* pool_lengths() const;  // Mean: the batch's lengths; Cls: ones
+  T* rel(T* base, std::size_t entry) const { return base + m_rel[entry]; }
+
+  EncoderDims m_dims;
+  const ParamLayout& m_layout;
+  T m_eps;
+  std::vector<std::int64_t> m_rel;  // entry offset relative to its group's start
+  ParamProvider<T>* m_provider = nullptr;
+  std::unique_ptr<FlatParams<T>> m_flat;
+  std::unique_ptr<ModelOps<T>> m_ops;
+  Backend& m_backend;
+
+  TrackedBuffer<T> m_acts;  // emb_out | L blocks | lnf mean, rstd, out | pooled | logits | losses
+  TrackedBuffer<T> m_work;  // the blocks' workspace
+  TransformerBlockWork<T> m_ws{};
+  std::vector<TransformerBlockActs<T>> m_block_acts;
+  T* m_emb_out = nullptr;   // (BT, C)
+  T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;  // (BT), (BT), (BT, C)
+  T* m_pooled = nullptr;    // (B, C) after the head dropout
+  T* m_logits = nullptr;    // (B, K); overwritten by dlogits in backward
+  T* m_losses = nullptr;    // (B)
+
+  std::vector<TokenIndex> m_label_rows;  // labels padded to B*T entries (stage_tokens stages n of each)
+  std::vector<std::int32_t> m_ones;      // Cls pooling: length 1 for every row
+  const TokenIndex* m_tokens = nullptr;  // as the kernels read them
+  const TokenIndex* m_labels = nullptr;
+  const std::int32_t* m_lengths = nullptr;  // host, the batch's
+  std::int64_t m_batch = 0;
+  bool m_training = false;
+  std::uint64_t m_first_sample = 0;
+  bool m_forward_done = false;
+};
+
+extern template class EncoderClassifier<float>;
+extern template class EncoderClassifier<double>;
+extern template class EncoderClassifier<f16>;
+extern template class EncoderClassifier<bf16>;
+
+}  // namespace shardtrain
