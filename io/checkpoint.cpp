@@ -477,8 +477,8 @@ struct CheckpointReader::Impl {
     m.scaler_consecutive_skips = get_i64(path, file, where, "scaler_consecutive_skips", 0, kMaxElements);
     m.data_path = get_str(path, file, where, "data_path");
     m.data_train_tokens = get_i64(path, file, where, "data_train_tokens", 0, kMaxElements);
-    m.data_vocab_size = get_i64(path, file, where, "data_vocab_size", 1, std::int64_t{1} << 24);
-    m.seq_len = get_i64(path, file, where, "seq_len", 1, std::int64_t{1} << 30);
+    m.data_vocab_size = get_i64(path, file, where, "data_vocab_size", 0, std::int64_t{1} << 24);
+    m.seq_len = get_i64(path, file, where, "seq_len", 0, std::int64_t{1} << 30);
     m.created_utc = get_str(path, file, where, "created_utc");
     m.version = get_str(path, file, where, "shardtrain_version");
   }

@@ -26,9 +26,9 @@
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "core/mpi_world.hpp"
-#include "io/token_dataset.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/lifecycle.hpp"
+#include "train/task.hpp"
 #include "train/trainer.hpp"
 #include "version.hpp"
 
@@ -200,8 +200,8 @@ int run_main(int argc, char** argv) {
 
   if (plan_only) {
     return agree([&] {
-      const TokenDataset data(config.data.path, MPI_COMM_WORLD);  // for the vocabulary size
-      const MemoryPlan plan = plan_memory(config, data.vocab_size(), plan_ranks > 0 ? plan_ranks : world_size());
+      // Opens the data set for the model's sizes (vocabulary, sample shape, classes).
+      const MemoryPlan plan = plan_run(config, MPI_COMM_WORLD, plan_ranks > 0 ? plan_ranks : world_size());
       if (world_rank() == 0) std::fputs(format_plan(plan).c_str(), stdout);
       std::fflush(stdout);
       check_memory_limit(plan, config);

@@ -33,7 +33,7 @@ namespace {
 // ---------------------------------------------------------------------------------
 // Schema
 
-enum class Kind { integer, number, string, boolean };
+enum class Kind { integer, number, string, boolean, integer_list };
 
 struct KeySpec {
   std::string_view section;
@@ -45,7 +45,7 @@ constexpr std::array<std::string_view, 8> k_sections = {"model",     "data",    
                                                         "optim",     "parallel",  "precision",
                                                         "recompute", "checkpoint"};
 
-constexpr std::array<KeySpec, 48> k_keys = {{
+constexpr std::array<KeySpec, 55> k_keys = {{
     {"model", "type", Kind::string},
     {"model", "n_layer", Kind::integer},
     {"model", "n_head", Kind::integer},
@@ -53,6 +53,13 @@ constexpr std::array<KeySpec, 48> k_keys = {{
     {"model", "seq_len", Kind::integer},
     {"model", "init_std", Kind::number},
     {"model", "layernorm_eps", Kind::number},
+    {"model", "pooling", Kind::string},
+    {"model", "hidden", Kind::integer_list},
+    {"model", "conv_channels", Kind::integer_list},
+    {"model", "conv_kernel", Kind::integer},
+    {"model", "conv_padding", Kind::integer},
+    {"model", "pool", Kind::integer},
+    {"model", "dropout", Kind::number},
     {"data", "path", Kind::string},
     {"train", "steps", Kind::integer},
     {"train", "batch_size", Kind::integer},
@@ -530,6 +537,29 @@ class Resolver {
     out = b->get();
   }
 
+  // Reads an array of integers, each in [lo, hi], with at most max_size entries.
+  void read_int_list(std::string_view key, std::vector<std::int64_t>& out, std::int64_t lo, std::int64_t hi,
+                     std::size_t max_size) {
+    const Origin o = origin(key);
+    if (!o.given()) return;
+    const auto* a = o.node->as_array();
+    if (!a)
+      return report(o, key, fmt::format("expected an array of integers like [300, 100], got {}",
+                                        type_name(o.node->type())));
+    if (a->size() > max_size)
+      return report(o, key, fmt::format("at most {} entries, got {}", max_size, a->size()));
+    std::vector<std::int64_t> values;
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const auto* v = a->get(i)->as_integer();
+      if (!v)
+        return report(o, key, fmt::format("entry {} must be an integer, got {}", i + 1, type_name(a->get(i)->type())));
+      if (v->get() < lo || v->get() > hi)
+        return report(o, key, fmt::format("entry {} must be in [{}, {}], got {}", i + 1, lo, hi, v->get()));
+      values.push_back(v->get());
+    }
+    out = std::move(values);
+  }
+
   void read_string(std::string_view key, std::string& out,
                    std::initializer_list<std::string_view> allowed = {},
                    std::string_view why = {}) {
@@ -615,14 +645,55 @@ void resolve(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
   constexpr std::int64_t k_int_max = std::numeric_limits<int>::max();
 
   // [model]
-  r.read_string("model.type", c.model.type, {"gpt"}, " (the only model implemented so far)");
+  r.read_string("model.type", c.model.type, {"gpt", "encoder_classifier", "mlp", "cnn"});
+  const bool model_type_ok = !r.failed("model.type");
+  const std::string& type = c.model.type;
+  // Keys of one model type only: given for another type, they are a mistake.
+  struct TypedKey {
+    std::string_view key, types;
+  };
+  static constexpr TypedKey k_typed[] = {
+      {"model.n_layer", "gpt encoder_classifier"}, {"model.n_head", "gpt encoder_classifier"},
+      {"model.d_model", "gpt encoder_classifier"}, {"model.seq_len", "gpt encoder_classifier"},
+      {"model.init_std", "gpt encoder_classifier"}, {"model.layernorm_eps", "gpt encoder_classifier"},
+      {"model.pooling", "encoder_classifier"},      {"model.dropout", "encoder_classifier cnn"},
+      {"model.hidden", "mlp cnn"},                  {"model.conv_channels", "cnn"},
+      {"model.conv_kernel", "cnn"},                 {"model.conv_padding", "cnn"},
+      {"model.pool", "cnn"}};
+  if (model_type_ok)
+    for (const auto& k : k_typed) {
+      const Origin o = r.origin(k.key);
+      std::string types = std::string(k.types);
+      bool used = false;
+      for (std::size_t at = 0; at <= types.size();) {
+        const std::size_t end = std::min(types.find(' ', at), types.size());
+        used = used || types.substr(at, end - at) == type;
+        at = end + 1;
+      }
+      if (o.given() && !used) {
+        std::replace(types.begin(), types.end(), ' ', '/');
+        r.report(o, k.key, fmt::format("is not used by model.type = \"{}\" (only by {})", type, types));
+      }
+    }
+  if (type != "gpt") c.model.seq_len = 0;  // the encoder's default: the data set's length
   r.read_int("model.n_layer", c.model.n_layer, 1, k_int_max);
   r.read_int("model.n_head", c.model.n_head, 1, k_int_max);
   r.read_int("model.d_model", c.model.d_model, 1, k_int_max);
   r.read_int("model.seq_len", c.model.seq_len, 2, k_int_max);
   r.read_number("model.init_std", c.model.init_std, {0, false, {}});
   r.read_number("model.layernorm_eps", c.model.layernorm_eps, {0, true, {}});
-  if (!r.failed("model.n_head") && !r.failed("model.d_model") &&
+  r.read_string("model.pooling", c.model.pooling, {"cls", "mean"});
+  r.read_int_list("model.hidden", c.model.hidden, 1, 1 << 24, 16);
+  r.read_int_list("model.conv_channels", c.model.conv_channels, 1, 1 << 16, 16);
+  r.read_int("model.conv_kernel", c.model.conv_kernel, 1, 1024);
+  r.read_int("model.conv_padding", c.model.conv_padding, 0, 1024);
+  r.read_int("model.pool", c.model.pool, 1, 1024);
+  r.read_number("model.dropout", c.model.dropout, {0, false, 1.0});
+  if (type == "cnn" && !r.failed("model.conv_channels") && c.model.conv_channels.empty())
+    r.report(r.origin("model.conv_channels"), "model.conv_channels",
+             "model.type = \"cnn\" needs at least one convolution (use model.type = \"mlp\" for none)");
+  const bool transformer = type == "gpt" || type == "encoder_classifier";
+  if (transformer && !r.failed("model.n_head") && !r.failed("model.d_model") &&
       c.model.d_model % c.model.n_head != 0) {
     auto [where, first] = r.pick("model.n_head", "model.d_model");
     if (first)
@@ -802,11 +873,23 @@ std::string to_toml(const RunConfig& c) {
   const auto& o = c.optim;
   std::string s =
       "# shardtrain run configuration, fully resolved (every key, defaults filled in)\n";
-  s += fmt::format(
-      "\n[model]\ntype = {}\nn_layer = {}\nn_head = {}\nd_model = {}\nseq_len = {}\n"
-      "init_std = {}\nlayernorm_eps = {}\n",
-      toml_string(m.type), m.n_layer, m.n_head, m.d_model, m.seq_len, toml_float(m.init_std),
-      toml_float(m.layernorm_eps));
+  auto int_list = [](const std::vector<std::int64_t>& v) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", v[i]);
+    return out + "]";
+  };
+  // Only the keys of the model's type (the others are errors in an input).
+  s += fmt::format("\n[model]\ntype = {}\n", toml_string(m.type));
+  if (m.type == "gpt" || m.type == "encoder_classifier")
+    s += fmt::format("n_layer = {}\nn_head = {}\nd_model = {}\n{}init_std = {}\nlayernorm_eps = {}\n", m.n_layer,
+                     m.n_head, m.d_model, m.seq_len > 0 ? fmt::format("seq_len = {}\n", m.seq_len) : "",
+                     toml_float(m.init_std), toml_float(m.layernorm_eps));
+  if (m.type == "encoder_classifier") s += fmt::format("pooling = {}\n", toml_string(m.pooling));
+  if (m.type == "mlp" || m.type == "cnn") s += fmt::format("hidden = {}\n", int_list(m.hidden));
+  if (m.type == "cnn")
+    s += fmt::format("conv_channels = {}\nconv_kernel = {}\nconv_padding = {}\npool = {}\n",
+                     int_list(m.conv_channels), m.conv_kernel, m.conv_padding, m.pool);
+  if (m.type == "cnn" || m.type == "encoder_classifier") s += fmt::format("dropout = {}\n", toml_float(m.dropout));
   s += fmt::format("\n[data]\npath = {}\n", toml_string(c.data.path));
   s += fmt::format(
       "\n[train]\nsteps = {}\nbatch_size = {}\nmicro_batch = {}\nseed = {}\n"

@@ -6,17 +6,32 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shardtrain {
 
+// share/doc/config.md#model. Which keys apply depends on the type; a key
+// given for a type that does not use it is an error.
 struct ModelConfig {
-  std::string type = "gpt";        // only "gpt" for now
+  std::string type = "gpt";        // "gpt" | "encoder_classifier" | "mlp" | "cnn"
+  // gpt, encoder_classifier:
   int n_layer = 4;                 // transformer blocks, >= 1
   int n_head = 4;                  // attention heads, >= 1, divides d_model
   int d_model = 128;               // residual width C, >= 1
-  int seq_len = 128;               // context length T, >= 2
+  int seq_len = 128;               // gpt: context length T, >= 2 (default 128); encoder: tokens read
+                                   // per sample, >= 2 (rows are cut to it; 0, the default: the data set's)
   double init_std = 0.02;          // N(0, init_std) init; residual projections scaled by 1/sqrt(2L)
   double layernorm_eps = 1e-5;     // > 0
+  std::string pooling = "cls";     // encoder_classifier: "cls" (position 0) | "mean" (valid positions)
+  // mlp, cnn:
+  std::vector<std::int64_t> hidden;          // fully connected hidden widths (ReLU); may be empty
+  // cnn: conv (stride 1) -> ReLU -> max-pool per entry of conv_channels, then the hidden layers
+  std::vector<std::int64_t> conv_channels = {20, 50};
+  int conv_kernel = 5;             // square kernels, >= 1
+  int conv_padding = 0;            // zero padding, >= 0
+  int pool = 2;                    // max-pool window = stride; 1 = no pooling
+  // cnn, encoder_classifier: dropout probability in [0, 1) (cnn: after each hidden layer)
+  double dropout = 0.0;
 };
 
 struct DataConfig {
@@ -29,7 +44,7 @@ struct TrainConfig {
   std::int64_t micro_batch = 8;    // sequences per rank per forward/backward, >= 1
   std::uint64_t seed = 1234;       // init, data order
   std::int64_t eval_every = 100;   // steps between validation passes; 0 = only at the end
-  std::int64_t eval_windows = 0;   // validation windows per pass; 0 = the whole split
+  std::int64_t eval_windows = 0;   // validation windows (gpt) or samples (classifiers) per pass; 0 = the whole split
   std::int64_t log_every = 10;     // steps between progress lines, >= 1
   std::string run_dir;             // default "runs/<input file stem>"
   double memory_limit_mb = 0.0;    // per-rank cap on the planned bytes (MiB); 0 = none; >= 0

@@ -31,13 +31,16 @@ GptDims gpt_dims(const RunConfig& c, std::int64_t vocab, int world) {
   return d;
 }
 
-MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
+namespace {
+
+// Parameters, gradients, optimizer state and communication buckets of `layout`
+// (finalized here for `world`) at the config's stage and precision.
+MemoryPlan plan_model_state(const RunConfig& c, ParamLayout& layout, int world) {
   MemoryPlan p;
   p.world = world;
   p.zero_stage = c.parallel.zero_stage;
   p.precision = c.precision.mode;
-  p.dims = gpt_dims(c, vocab, world);
-  ParamLayout layout = gpt_layout(p.dims);
+  p.model = c.model.type;
   layout.finalize(world);
   p.num_parameters = layout.num_parameters();
   p.padded_parameters = layout.padded_size();
@@ -55,6 +58,21 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
   set(MemCategory::OptimizerState, (half ? 3 : 2) * f32 * (s == 0 ? psi : shard));
   set(MemCategory::Communication,
       f * zero_bucket_elems(layout, s, c.parallel.bucket_mb, static_cast<std::size_t>(f)));
+  p.batch_size = c.train.batch_size;
+  return p;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
+  const GptDims dims = gpt_dims(c, vocab, world);
+  ParamLayout layout = gpt_layout(dims);
+  MemoryPlan p = plan_model_state(c, layout, world);
+  p.dims = dims;
+  p.max_batch = dims.max_batch;
+  const bool half = c.precision.mode != "fp32";
+  const std::int64_t f = p.element_bytes, f32 = sizeof(float);
+  auto set = [&p](MemCategory cat, std::int64_t b) { p.bytes[static_cast<int>(cat)] = b; };
   const auto acts = gpt_activation_plan(p.dims);
   // Recompute: the blocks' schedule for the policy (budget_mb bounds the whole
   // Activations category; the head is always kept).
@@ -78,7 +96,6 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
   {
     double one_pass = chain.other_forward_flops;
     for (double fl : chain.forward_flops) one_pass += fl;
-    p.batch_size = c.train.batch_size;
     p.forward_flops_per_sequence = one_pass / static_cast<double>(p.dims.max_batch);
     p.step_flops = p.forward_flops_per_sequence * static_cast<double>(p.batch_size) * (3.0 + p.recompute.extra_flops);
   }
@@ -90,22 +107,45 @@ MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
   return p;
 }
 
+MemoryPlan plan_classifier_memory(const RunConfig& c, ParamLayout layout, const ClassifierCosts& costs,
+                                  std::int64_t data_bytes, std::int64_t max_batch, int world) {
+  MemoryPlan p = plan_model_state(c, layout, world);
+  p.max_batch = max_batch;
+  auto set = [&p](MemCategory cat, std::int64_t b) { p.bytes[static_cast<int>(cat)] = b; };
+  set(MemCategory::Activations, costs.activation_bytes);
+  set(MemCategory::Workspace, costs.workspace_bytes);
+  set(MemCategory::Data, data_bytes);
+  p.activations_none = costs.activation_bytes;
+  p.forward_flops_per_sequence = costs.forward_flops;
+  p.step_flops = costs.forward_flops * static_cast<double>(p.batch_size) * 3.0;
+  return p;
+}
+
 std::string format_plan(const MemoryPlan& p) {
   std::string out = fmt::format(
       "memory plan per rank: {} ranks, ZeRO stage {}, {}, {} parameters ({} padded), micro-batch {}\n",
-      p.world, p.zero_stage, p.precision, p.num_parameters, p.padded_parameters, p.dims.max_batch);
+      p.world, p.zero_stage, p.precision, p.num_parameters, p.padded_parameters, p.max_batch);
   for (int c = 0; c < MemoryTracker::kCategories; ++c)
     out += fmt::format("  {:<16} {:>12.3f} MiB\n", to_string(static_cast<MemCategory>(c)),
                        static_cast<double>(p.bytes[c]) / kMiB);
   out += fmt::format("  {:<16} {:>12.3f} MiB\n", "total", static_cast<double>(p.total()) / kMiB);
-  out += format_schedule(p.recompute);
-  out += fmt::format("  activations {:.3f} MiB per rank (policy \"none\" would need {:.3f} MiB)\n",
-                     static_cast<double>(p.of(MemCategory::Activations)) / kMiB,
-                     static_cast<double>(p.activations_none) / kMiB);
-  out += fmt::format("compute per step: {:.4g} GFLOP for the global batch of {} sequences ({:.4g} MFLOP forward per "
-                     "sequence; x (3 + {:.3f} recomputed) for forward, backward and recompute), {:.4g} GFLOP per rank\n",
-                     p.step_flops / 1e9, p.batch_size, p.forward_flops_per_sequence / 1e6, p.recompute.extra_flops,
-                     p.step_flops / 1e9 / p.world);
+  if (p.model == "gpt") {
+    out += format_schedule(p.recompute);
+    out += fmt::format("  activations {:.3f} MiB per rank (policy \"none\" would need {:.3f} MiB)\n",
+                       static_cast<double>(p.of(MemCategory::Activations)) / kMiB,
+                       static_cast<double>(p.activations_none) / kMiB);
+    out += fmt::format("compute per step: {:.4g} GFLOP for the global batch of {} sequences ({:.4g} MFLOP forward per "
+                       "sequence; x (3 + {:.3f} recomputed) for forward, backward and recompute), {:.4g} GFLOP per "
+                       "rank\n",
+                       p.step_flops / 1e9, p.batch_size, p.forward_flops_per_sequence / 1e6, p.recompute.extra_flops,
+                       p.step_flops / 1e9 / p.world);
+  } else {
+    out += fmt::format("  activations kept whole ({} has no recompute schedule)\n", p.model);
+    out += fmt::format("compute per step: {:.4g} GFLOP for the global batch of {} samples ({:.4g} MFLOP forward per "
+                       "sample; x 3 for forward and backward), {:.4g} GFLOP per rank\n",
+                       p.step_flops / 1e9, p.batch_size, p.forward_flops_per_sequence / 1e6,
+                       p.step_flops / 1e9 / p.world);
+  }
   return out;
 }
 

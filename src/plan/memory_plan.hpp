@@ -8,7 +8,8 @@
 //   (fp32: stage 0 16 Psi, 1 8 Psi + 8 Psi/N, 2 4 Psi + 12 Psi/N, 3 16 Psi/N;
 //   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,
 //   2 Psi + 14 Psi/N, 16 Psi/N; Psi = padded parameter count), communication: ZeroEngine's buckets,
-//   activations and workspace: gpt_activation_plan, data: the token buffers.
+//   activations and workspace: gpt_activation_plan (classifiers: their
+//   ClassifierCosts, model/classifier.hpp), data: the input buffers.
 #pragma once
 
 #include <array>
@@ -17,7 +18,9 @@
 
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
+#include "model/classifier.hpp"
 #include "model/gpt.hpp"
+#include "model/param_layout.hpp"
 #include "plan/recompute.hpp"
 
 namespace shardtrain {
@@ -30,8 +33,10 @@ struct MemoryPlan {
   int zero_stage = 0;
   std::string precision = "fp32";   // precision.mode
   std::int64_t element_bytes = 4;   // of parameters, gradients, activations
-  GptDims dims;
-  RecomputeSchedule recompute;      // the blocks' schedule; activations are sized by it
+  std::string model = "gpt";        // model.type
+  std::int64_t max_batch = 0;       // samples per rank per micro-batch
+  GptDims dims;                     // gpt only
+  RecomputeSchedule recompute;      // gpt: the blocks' schedule; activations are sized by it
   std::int64_t activations_none = 0;  // activation bytes policy "none" would need (for the report)
   // Compute per optimizer step (analytic, gpt_chain_costs): forward FLOPs of one
   // sequence, and the global batch's training FLOPs: forward + recomputed
@@ -48,6 +53,12 @@ struct MemoryPlan {
 GptDims gpt_dims(const RunConfig& config, std::int64_t vocab, int world);
 
 MemoryPlan plan_memory(const RunConfig& config, std::int64_t vocab, int world);
+
+// The plan of a classifier (model.type mlp, cnn, encoder_classifier): model
+// state from its layout (not finalized; finalized here for `world`), activations and
+// workspace from its costs, `data_bytes` of input buffers per rank.
+MemoryPlan plan_classifier_memory(const RunConfig& config, ParamLayout layout, const ClassifierCosts& costs,
+                                  std::int64_t data_bytes, std::int64_t max_batch, int world);
 
 // Human-readable plan (for `trainer --plan` and the start of a run).
 std::string format_plan(const MemoryPlan& plan);

@@ -73,19 +73,40 @@ Xoshiro256ss epoch_rng(std::uint64_t seed, std::int64_t epoch) {
   SplitMix64 e(static_cast<std::uint64_t>(epoch) ^ 0x5DEECE66DA3C1E5Bull);
   return Xoshiro256ss(seed ^ e.next());
 }
+
+
+// perm = a uniformly random permutation of 0..n-1 drawn from rng.
+void random_permutation(Xoshiro256ss& rng, std::int64_t n, std::vector<std::int64_t>& perm) {
+  perm.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) perm[static_cast<std::size_t>(i)] = i;
+  // Fisher-Yates (Durstenfeld): for i = n-1 .. 1 swap perm[i] with perm[j], j uniform in [0, i].
+  for (std::int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<std::int64_t>(rng.uniform(static_cast<std::uint64_t>(i) + 1));
+    std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(j)]);
+  }
+}
 }  // namespace
 
 void WindowSampler::load_epoch(std::int64_t epoch) const {
   Xoshiro256ss rng = epoch_rng(m_seed, epoch);
   m_cached_offset = static_cast<std::int64_t>(rng.uniform(static_cast<std::uint64_t>(m_seq_len)));
-  m_perm.resize(static_cast<std::size_t>(m_windows));
-  for (std::int64_t i = 0; i < m_windows; ++i) m_perm[static_cast<std::size_t>(i)] = i;
-  // Fisher-Yates (Durstenfeld): for i = W-1 .. 1 swap perm[i] with perm[j], j uniform in [0, i].
-  for (std::int64_t i = m_windows - 1; i > 0; --i) {
-    const auto j = static_cast<std::int64_t>(rng.uniform(static_cast<std::uint64_t>(i) + 1));
-    std::swap(m_perm[static_cast<std::size_t>(i)], m_perm[static_cast<std::size_t>(j)]);
-  }
+  random_permutation(rng, m_windows, m_perm);
   m_cached_epoch = epoch;
+}
+
+SampleSampler::SampleSampler(std::int64_t n_samples, std::uint64_t seed) : m_n(n_samples), m_seed(seed) {
+  if (n_samples < 1) throw InputError("the training split has no samples");
+}
+
+std::int64_t SampleSampler::sample(std::int64_t global_index) const {
+  SHARDTRAIN_CHECK(global_index >= 0, "negative sample index " + std::to_string(global_index));
+  const std::int64_t epoch = global_index / m_n;
+  if (epoch != m_cached_epoch) {
+    Xoshiro256ss rng = epoch_rng(m_seed, epoch);
+    random_permutation(rng, m_n, m_perm);
+    m_cached_epoch = epoch;
+  }
+  return m_perm[static_cast<std::size_t>(global_index % m_n)];
 }
 
 std::int64_t WindowSampler::epoch_offset(std::int64_t epoch) const {

@@ -78,6 +78,25 @@ class WindowSampler {
   mutable std::vector<std::int64_t> m_perm;
 };
 
+// Labelled samples (classifiers): global index g lies in epoch e = g / N at
+// position p = g % N and is sample perm_e[p] of the training split, where the
+// permutation of 0..N-1 comes from (seed, e) alone (the same generator as the
+// windows'). Every epoch visits every sample once.
+// Not thread-safe: sample() caches the current epoch's permutation (N int64s).
+class SampleSampler {
+ public:
+  // Throws InputError (message without a file name) if n_samples < 1.
+  SampleSampler(std::int64_t n_samples, std::uint64_t seed);
+  std::int64_t n_samples() const { return m_n; }
+  std::int64_t sample(std::int64_t global_index) const;
+
+ private:
+  std::int64_t m_n;
+  std::uint64_t m_seed;
+  mutable std::int64_t m_cached_epoch = -1;
+  mutable std::vector<std::int64_t> m_perm;
+};
+
 // Balanced contiguous partition of [0, count) over `world` ranks: rank r gets
 // [lo, hi); the first count % world ranks get one extra. Ranks may get none.
 std::pair<std::int64_t, std::int64_t> rank_slice(std::int64_t count, int rank, int world);

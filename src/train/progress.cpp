@@ -24,20 +24,27 @@ void Progress::step_done(double elapsed_s) {
   m_elapsed = elapsed_s;
 }
 
-double Progress::tokens_per_second() const {
+double Progress::samples_per_second() const {
   const double dt = m_elapsed - m_mark_time;
-  return dt > 0 ? static_cast<double>((m_done - m_mark_step) * m_tokens_per_step) / dt : 0.0;
+  return dt > 0 ? static_cast<double>((m_done - m_mark_step) * m_samples_per_step) / dt : 0.0;
+}
+
+double Progress::tokens_per_second() const {
+  return samples_per_second() * static_cast<double>(m_tokens_per_sample);
 }
 
 void Progress::print(const MetricsRow& row) {
   const double per_step = m_done > 0 ? m_elapsed / static_cast<double>(m_done) : 0.0;
   const double eta = per_step * static_cast<double>(m_total - m_first - m_done);
-  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | eta {}",
-                                 row.step, std::to_string(m_total).size(), m_total, row.loss, row.lr,
-                                 row.grad_norm, tokens_per_second(), format_duration(eta));
+  const std::string speed = m_tokens_per_sample > 0 ? fmt::format("{:.0f} tok/s", tokens_per_second())
+                                                     : fmt::format("{:.0f} samples/s", samples_per_second());
+  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} | eta {}", row.step,
+                                 std::to_string(m_total).size(), m_total, row.loss, row.lr, row.grad_norm, speed,
+                                 format_duration(eta));
   if (row.loss_scale != 1.0) line += fmt::format(" | scale {:g}", row.loss_scale);
   if (row.skipped) line += " | skipped";
   if (row.val_loss) line += fmt::format(" | val {:.4f}", *row.val_loss);
+  if (row.val_accuracy) line += fmt::format(" | acc {:.4f}", *row.val_accuracy);
   std::puts(line.c_str());
   std::fflush(stdout);
   m_mark_step = m_done;

@@ -24,12 +24,14 @@ struct MetricsRow {
   std::optional<double> val_loss;     // when a validation pass ran at this step
   double lr = 0.0;
   double grad_norm = 0.0;             // global norm before clipping
-  double tokens_per_s = 0.0;
+  double tokens_per_s = 0.0;          // global; empty in metrics.csv for image models
   double elapsed_s = 0.0;
   std::uint64_t comm_bytes = 0;       // bytes this rank (rank 0) sent during the step's collectives
   double loss_scale = 1.0;            // the loss scale the step's backward used (fp16; else 1)
   bool skipped = false;               // no update: inf/NaN gradient (fp16 loss scaling)
   std::uint32_t weights_crc = 0;      // CRC-32 of the fp32 (master) weights after the step
+  double samples_per_s = 0.0;         // global samples (sequences, images, documents) per second
+  std::optional<double> val_accuracy; // classifiers, when a validation pass ran at this step
 };
 
 class RunDirectory {
@@ -43,6 +45,8 @@ class RunDirectory {
   // memory.csv: peak bytes per category for each rank (rows of `categories + 1`
   // values, the last the total), then the plan's row.
   void write_memory(const std::vector<std::int64_t>& peaks, const std::vector<std::int64_t>& plan);
+  // Writes `text` to the file `name` in the run directory (replacing it).
+  void write_file(const std::string& name, const std::string& text);
   const std::string& path() const { return m_path; }
   std::string metrics_path() const { return m_path + "/metrics.csv"; }
 

@@ -27,8 +27,6 @@
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/zero_engine.hpp"
 #include "io/checkpoint.hpp"
-#include "io/token_dataset.hpp"
-#include "model/gpt.hpp"
 #include "model/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/loss_scaler.hpp"
@@ -39,6 +37,8 @@
 #include "train/lifecycle.hpp"
 #include "train/progress.hpp"
 #include "train/run_directory.hpp"
+#include "train/task.hpp"
+#include "train/task_factory.hpp"
 #include "version.hpp"
 
 #ifdef SHARDTRAIN_WITH_CUDA
@@ -54,19 +54,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Checks that the data set fits the model; every rank sees the same file, so
-// every rank throws the same InputError.
-void check_data_fits(const RunConfig& cfg, const TokenDataset& data) {
-  const auto& p = cfg.data.path;
-  const std::int64_t need = cfg.model.seq_len + 1;
-  if (data.size(Split::Train) < 2 * need)
-    throw InputError(fmt::format("{}: train split has {} tokens; model.seq_len = {} needs at least {}",
-                                 p, data.size(Split::Train), cfg.model.seq_len, 2 * need));
-  if (data.size(Split::Val) < need)
-    throw InputError(fmt::format("{}: validation split has {} tokens; model.seq_len = {} needs at least {}",
-                                 p, data.size(Split::Val), cfg.model.seq_len, need));
 }
 
 // A checkpoint whose model does not match the config: no other checkpoint of
@@ -131,17 +118,15 @@ class Run final : public RunBase {
         m_comm(world),
         m_backend(*device.backend),
         m_state_comm(device.comm() ? *device.comm() : static_cast<Communicator&>(m_comm)),
-        m_data(cfg.data.path, world),
+        m_task(make_task<P>(cfg, m_comm, m_comm.size())),
         m_scaler(scaler_config(cfg.precision)),
         m_watchdog(cfg.parallel.collective_timeout_s, m_comm.rank()),
         m_guard(cfg.train.time_limit_minutes) {
     m_comm.set_watchdog(&m_watchdog);
-    check_data_fits(cfg, m_data);
-    m_plan = plan_memory(cfg, m_data.vocab_size(), m_comm.size());
+    m_plan = m_task->plan();
     check_memory_limit(m_plan, cfg);  // before anything large is allocated
-    m_dims = m_plan.dims;
 
-    m_layout = std::make_unique<ParamLayout>(gpt_layout(m_dims));
+    m_layout = std::make_unique<ParamLayout>(m_task->make_layout());
     m_layout->finalize(m_comm.size());
     m_zero = std::make_unique<ZeroEngine<P>>(
         *m_layout,
@@ -150,26 +135,19 @@ class Run final : public RunBase {
         m_state_comm, m_memory, &m_backend);
     const auto [plo, phi] = m_zero->stored_param_range();
     if (m_backend.memory() == nullptr) {
-      gpt_init_params<P>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed, m_zero->stored_params(), plo, phi);
+      m_task->init_params(*m_layout, m_zero->stored_params(), plo, phi);
     } else {  // initialised on the host (the same values), then copied to the device
       std::vector<P> init(static_cast<std::size_t>(phi - plo));
-      gpt_init_params<P>(*m_layout, m_dims, cfg.model.init_std, cfg.train.seed, init.data(), plo, phi);
+      m_task->init_params(*m_layout, init.data(), plo, phi);
       m_backend.copy_from_host(m_zero->stored_params(), init.data(), init.size() * sizeof(P));
     }
-    m_model = std::make_unique<Gpt<P>>(m_dims, *m_layout, cfg.model.layernorm_eps, m_memory,
-                                       &m_plan.recompute, &m_backend);
-    m_model->bind(*m_zero);
+    m_task->build(*m_layout, m_memory, m_backend, *m_zero);
     const auto [olo, ohi] = m_zero->optimizer_range();
     constexpr bool kMaster = !std::is_same_v<P, float>;
     m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout, olo, ohi, m_memory, kMaster, m_backend.memory());
     // The optimizer's range lies inside the stored parameters at every stage.
     if (kMaster) m_optim->init_master(m_backend.vector_ops<P>(), m_zero->stored_params() + (olo - plo));
 
-    const std::int64_t t = m_dims.seq_len, mb = m_dims.max_batch;
-    m_window_buf = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * (t + 1));
-    m_inputs = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * t);
-    m_targets = TrackedBuffer<TokenIndex>(m_memory, MemCategory::Data, mb * t);
-    m_sampler = std::make_unique<WindowSampler>(m_data.size(Split::Train), t, cfg.train.seed);
 
     m_ckpt = std::make_unique<CheckpointManager>(cfg.checkpoint, cfg.source_name, world);
     m_ckpt->set_pause_step(hooks.pause_checkpoint_step);
@@ -235,12 +213,6 @@ class Run final : public RunBase {
     double loss_scale = 1.0;  // the scale this step's backward used
     bool skipped = false;     // inf/NaN gradient: no update (fp16)
   };
-  // Micro-batch m of this rank's slice [lo, hi): reads the windows of samples
-  // first..first+b-1 (first token of sample k at start_of(k)) and splits them into
-  // inputs and targets. Returns b, 0 once the slice is used up.
-  template <class StartOf>
-  std::int64_t load_micro_batch(Split split, std::int64_t lo, std::int64_t hi, std::int64_t m,
-                                StartOf start_of);
   StepResult train_step(std::int64_t step, double lr);
   // Handles an inf/NaN gradient or loss found at `step` (0-based): the scaler's
   // decision, one log line, and the abort or failure when training cannot go on.
@@ -251,7 +223,6 @@ class Run final : public RunBase {
   // optimizer owns and rank 0 chains the pieces, so the value does not depend
   // on the rank count or ZeRO stage. Collective; the result is rank 0's.
   std::uint32_t weights_crc();
-  double evaluate(std::int64_t max_windows);
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
   void report_communication(std::uint64_t bytes_per_step);
   bool is_root() const { return m_comm.rank() == 0; }
@@ -259,12 +230,6 @@ class Run final : public RunBase {
   std::uint64_t bytes_sent() const {
     return m_comm.bytes_sent() + (&m_state_comm != &m_comm ? m_state_comm.bytes_sent() : 0);
   }
-  // Micro-batches per rank for `count` samples split over the ranks (the largest slice).
-  std::int64_t micro_batches(std::int64_t count) const {
-    const std::int64_t largest = (count + m_comm.size() - 1) / m_comm.size();
-    return (largest + m_dims.max_batch - 1) / m_dims.max_batch;
-  }
-
   const RunConfig& m_cfg;
   TrainerHooks m_hooks;
   MPI_Comm m_world;
@@ -272,12 +237,10 @@ class Run final : public RunBase {
   Backend& m_backend;             // where model state and kernels live
   Communicator& m_state_comm;     // moves backend memory (m_comm on the host, NCCL on a device)
   MemoryTracker m_memory;
-  TokenDataset m_data;
+  std::unique_ptr<Task<P>> m_task;  // the model and its data
   MemoryPlan m_plan;
-  GptDims m_dims;
   std::unique_ptr<ParamLayout> m_layout;
   std::unique_ptr<ZeroEngine<P>> m_zero;
-  std::unique_ptr<Gpt<P>> m_model;
   std::unique_ptr<AdamW> m_optim;
   LossScaler m_scaler;
   CollectiveWatchdog m_watchdog;
@@ -287,32 +250,11 @@ class Run final : public RunBase {
   std::int64_t m_samples = 0;     // data cursor: global index of the next training sample
   std::unique_ptr<CheckpointManager> m_ckpt;
   std::string m_resume_note;      // rank 0's "resumed from ..." line
-  std::unique_ptr<WindowSampler> m_sampler;
-  TrackedBuffer<TokenIndex> m_window_buf, m_inputs, m_targets;
-  std::vector<std::int64_t> m_starts;
 };
 
 template <class P>
-template <class StartOf>
-std::int64_t Run<P>::load_micro_batch(Split split, std::int64_t lo, std::int64_t hi, std::int64_t m,
-                                   StartOf start_of) {
-  const std::int64_t t = m_dims.seq_len, first = lo + m * m_dims.max_batch;
-  const std::int64_t b = std::clamp<std::int64_t>(hi - first, 0, m_dims.max_batch);
-  if (b == 0) return 0;
-  m_starts.resize(b);
-  for (std::int64_t i = 0; i < b; ++i) m_starts[i] = start_of(first + i);
-  m_data.read_windows(split, m_starts, t + 1, m_window_buf.data());
-  for (std::int64_t i = 0; i < b; ++i) {
-    const TokenIndex* w = m_window_buf.data() + i * (t + 1);
-    std::copy(w, w + t, m_inputs.data() + i * t);
-    std::copy(w + 1, w + t + 1, m_targets.data() + i * t);
-  }
-  return b;
-}
-
-template <class P>
 typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
-  const std::int64_t global_batch = m_cfg.train.batch_size, t = m_dims.seq_len;
+  const std::int64_t global_batch = m_cfg.train.batch_size, t = m_task->targets_per_sample();
   const auto [lo, hi] = rank_slice(global_batch, m_comm.rank(), m_comm.size());
   StepResult r;
   r.loss_scale = m_scaler.scale();
@@ -328,13 +270,8 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   double loss_sum = 0.0;
   // Every rank runs the same number of micro-batches (sharded stages reduce per
   // micro-batch); a rank whose slice is used up runs empty ones.
-  for (std::int64_t m = 0; m < micro_batches(global_batch); ++m) {
-    const std::int64_t b = load_micro_batch(Split::Train, lo, hi, m, [&](std::int64_t k) {
-      return m_sampler->window_start(m_samples + k);
-    });
-    loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
-    m_model->backward(dloss);
-  }
+  for (std::int64_t m = 0; m < micro_batches(global_batch, m_comm.size(), m_task->max_batch()); ++m)
+    loss_sum += m_task->train_micro_batch(m_samples, lo, hi, m, dloss);
 
   // The summed gradient of the whole global batch: all-reduced (stage 0) or
   // reduce-scattered into each rank's shard (stages 1-3). Its squared norm is
@@ -400,7 +337,7 @@ void Run<P>::check_compatible(const CheckpointReader& reader) const {
   const auto& file = reader.layout();
   const auto& mine = m_layout->entries();
   const std::string hint =
-      "; to resume, the model (model.n_layer, n_head, d_model, seq_len and the data set's vocabulary) "
+      "; to resume, the model (model.type and its model.* sizes, and the data set's vocabulary or classes) "
       "must match the checkpoint's; batch size, rank count, ZeRO stage, precision and the learning-rate "
       "schedule may change";
   auto fail = [&](const std::string& what) {
@@ -499,10 +436,11 @@ void Run<P>::resume() {
         if (meta.sampler_seed != m_cfg.train.seed)
           fmt::print(stderr, "warning: {}: train.seed was {} there and is {} here: the data order continues "
                      "with the new seed's\n", path, meta.sampler_seed, m_cfg.train.seed);
-        if (meta.data_train_tokens != m_data.size(Split::Train) || meta.data_path != m_cfg.data.path)
-          fmt::print(stderr, "warning: {}: trained on {} ({} training tokens); this run reads {} ({} tokens): "
+        const DataIdentity data = m_task->data_identity();
+        if (meta.data_train_tokens != data.train_size || meta.data_path != m_cfg.data.path)
+          fmt::print(stderr, "warning: {}: trained on {} ({} training {}); this run reads {} ({} {}): "
                      "the sample order is not a continuation of the checkpoint's\n", path, meta.data_path,
-                     meta.data_train_tokens, m_cfg.data.path, m_data.size(Split::Train));
+                     meta.data_train_tokens, data.unit, m_cfg.data.path, data.train_size, data.unit);
         std::fflush(stderr);
       }
       return;
@@ -532,7 +470,8 @@ void Run<P>::save_checkpoint(std::int64_t done) {
   CheckpointMeta meta;
   meta.step = done;
   meta.samples_seen = m_samples;
-  meta.tokens_seen = m_samples * m_dims.seq_len;
+  const DataIdentity data = m_task->data_identity();
+  meta.tokens_seen = m_samples * data.seq_len;
   meta.optimizer_updates = m_updates;
   meta.sampler_seed = m_cfg.train.seed;
   meta.world_size = m_comm.size();
@@ -546,9 +485,9 @@ void Run<P>::save_checkpoint(std::int64_t done) {
   meta.scaler_hysteresis_left = st.hysteresis_left;
   meta.scaler_consecutive_skips = st.consecutive_skips;
   meta.data_path = m_cfg.data.path;
-  meta.data_train_tokens = m_data.size(Split::Train);
-  meta.data_vocab_size = m_data.vocab_size();
-  meta.seq_len = m_dims.seq_len;
+  meta.data_train_tokens = data.train_size;  // tokens (gpt) or samples (classifiers)
+  meta.data_vocab_size = data.vocab_size;
+  meta.seq_len = data.seq_len;
   meta.config_text = to_toml(m_cfg);
   meta.created_utc = utc_now();
   meta.version = kVersion;
@@ -677,22 +616,6 @@ void Run<P>::handle_overflow(std::int64_t step) {
 }
 
 template <class P>
-double Run<P>::evaluate(std::int64_t max_windows) {
-  const std::int64_t t = m_dims.seq_len;
-  std::int64_t windows = eval_window_count(m_data.size(Split::Val), t);
-  if (max_windows > 0) windows = std::min(windows, max_windows);
-  const auto [lo, hi] = rank_slice(windows, m_comm.rank(), m_comm.size());
-  double loss_sum = 0.0;
-  for (std::int64_t m = 0; m < micro_batches(windows); ++m) {
-    const std::int64_t b =
-        load_micro_batch(Split::Val, lo, hi, m, [t](std::int64_t k) { return k * t; });
-    loss_sum += m_model->forward(m_inputs.data(), m_targets.data(), b);
-  }
-  loss_sum = m_comm.all_reduce_value(loss_sum);
-  return loss_sum / static_cast<double>(windows * t);
-}
-
-template <class P>
 void Run<P>::report_memory(RunDirectory* dir) {
   constexpr int kCats = MemoryTracker::kCategories;
   const int n = m_comm.size();
@@ -743,11 +666,10 @@ TrainResult Run<P>::run() {
   std::optional<RunDirectory> dir;
   if (is_root()) {
     dir.emplace(m_cfg, m_start_step);
-    fmt::print("shardtrain: {} ranks, ZeRO stage {}, {} | GPT L={} C={} H={} T={} V={} | {} parameters | "
-               "batch {} x {} tokens, micro-batch {} | data {} ({} train / {} val tokens)\n",
-               m_comm.size(), m_cfg.parallel.zero_stage, m_cfg.precision.mode, m_dims.n_layer, m_dims.channels, m_dims.n_head, m_dims.seq_len,
-               m_dims.vocab, m_layout->num_parameters(), tc.batch_size, m_dims.seq_len,
-               m_dims.max_batch, m_cfg.data.path, m_data.size(Split::Train), m_data.size(Split::Val));
+    const TaskText text = m_task->describe();
+    fmt::print("shardtrain: {} ranks, ZeRO stage {}, {} | {} | {} parameters | {} | {}\n", m_comm.size(),
+               m_cfg.parallel.zero_stage, m_cfg.precision.mode, text.model, m_layout->num_parameters(), text.batch,
+               text.data);
     fmt::print("{}", format_plan(m_plan));
     fmt::print("compute: {}\n", m_backend.describe());
     fmt::print("run directory: {}\n", dir->path());
@@ -769,10 +691,11 @@ TrainResult Run<P>::run() {
   TrainResult result;
   result.first_step = first;
   std::uint64_t comm_total = 0;  // bytes this rank sent in training steps (not evaluation)
-  Progress progress(tc.steps, tc.batch_size * m_dims.seq_len, first);
+  Progress progress(tc.steps, tc.batch_size, m_task->tokens_per_sample(), first);
   const auto t0 = Clock::now();
   double longest_step = 0.0;  // seconds, for the wall-time guard
   std::int64_t stop = 0;      // agreed stop reason (agree_at_boundary), 0 while running
+  std::optional<EvalResult> final_eval;  // the pass after the last step
   for (std::int64_t step = first; step < end; ++step) {
     const auto step_t0 = Clock::now();
     m_watchdog.set_step(step + 1);
@@ -788,19 +711,25 @@ TrainResult Run<P>::run() {
     const std::int64_t done = step + 1;
     progress.step_done(seconds_since(t0));
 
-    std::optional<double> val;
+    std::optional<EvalResult> eval;
     const bool last = done == tc.steps;
     if (last || (tc.eval_every > 0 && done % tc.eval_every == 0))
-      val = evaluate(last ? 0 : tc.eval_windows);  // the final pass covers the whole split
+      eval = m_task->evaluate(last ? 0 : tc.eval_windows);  // the final pass covers the whole split
+    const std::optional<double> val = eval ? std::optional<double>(eval->loss) : std::nullopt;
     const bool log_row = done % tc.log_every == 0 || last || val || sr.skipped;
     const std::uint32_t crc = log_row ? weights_crc() : 0;  // collective
     if (is_root() && log_row) {
       MetricsRow row{done, loss, val, lr, sr.grad_norm, progress.tokens_per_second(), seconds_since(t0),
-                     step_bytes, sr.loss_scale, sr.skipped, crc};
+                     step_bytes, sr.loss_scale, sr.skipped, crc, progress.samples_per_second(),
+                     eval ? eval->accuracy : std::nullopt};
       dir->append(row);
       progress.print(row);
     }
-    if (val) result.final_val_loss = *val;
+    if (eval) {
+      result.final_val_loss = eval->loss;
+      result.final_val_accuracy = eval->accuracy;
+      if (last) final_eval = std::move(eval);
+    }
     longest_step = std::max(longest_step, seconds_since(step_t0));
     const bool job_end = done == end;
     const Boundary at = job_end ? Boundary{} : agree_at_boundary(longest_step);
@@ -811,7 +740,11 @@ TrainResult Run<P>::run() {
       break;
     }
   }
-  if (first >= tc.steps) result.final_val_loss = evaluate(0);
+  if (first >= tc.steps) {
+    final_eval = m_task->evaluate(0);
+    result.final_val_loss = final_eval->loss;
+    result.final_val_accuracy = final_eval->accuracy;
+  }
   result.last_step = std::max(first, end);
   result.seconds = seconds_since(t0);
   report_memory(dir ? &*dir : nullptr);
@@ -829,10 +762,21 @@ TrainResult Run<P>::run() {
                  m_ckpt->enabled() ? " | the run continues from its checkpoint with checkpoint.resume = \"auto\""
                                    : " | checkpointing is off: this progress is not saved");
     else
-      fmt::print("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f} "
+      fmt::print("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f}{} "
                  "(whole validation split)\n",
                  tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", tc.steps - first, first + 1) : "",
-                 result.seconds, result.final_train_loss, result.final_val_loss);
+                 result.seconds, result.final_train_loss, result.final_val_loss,
+                 result.final_val_accuracy
+                     ? fmt::format(" | val accuracy {:.4f} (error {:.2f}%)", *result.final_val_accuracy,
+                                   100.0 * (1.0 - *result.final_val_accuracy))
+                     : std::string());
+    if (final_eval && final_eval->confusion) {
+      const std::string table = final_eval->confusion->format(m_task->class_names());
+      fmt::print("confusion matrix of the validation split ({} samples; rows: true class, columns: predicted; "
+                 "also {}/confusion.txt):\n{}",
+                 final_eval->samples, dir->path(), table);
+      dir->write_file("confusion.txt", table);
+    }
     fmt::print("metrics: {}\n", dir->metrics_path());
     std::fflush(stdout);
   }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "config/run_config.hpp"
 
@@ -25,6 +26,7 @@ struct TrainResult {
   std::int64_t last_step = 0;      // steps done when this job ended
   double final_train_loss = 0.0;
   double final_val_loss = 0.0;
+  std::optional<double> final_val_accuracy;  // classifiers
   double seconds = 0.0;
   std::int64_t skipped_steps = 0;  // fp16: steps skipped for an inf/NaN gradient
   // Stopped early by a signal or the wall-time guard, after a checkpoint: the

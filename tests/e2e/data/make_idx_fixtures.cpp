@@ -5,6 +5,10 @@
 //   OUTDIR/truncated/   train-images is one byte short
 //   OUTDIR/mismatched/  train-labels holds 22 labels for 23 images
 //   OUTDIR/label10/     t10k-labels has a 10 at sample 3
+//   OUTDIR/learnable/   train 400, t10k 100 images of 4x6 whose label (a hashed
+//                       sequence of 0-9) is readable from them: pixel 2*label is
+//                       255, the others are hashed noise below 64 (for tests
+//                       that a classifier learns, i.e. images and labels stay paired)
 // Usage: make_idx_fixtures OUTDIR
 #include <cstdint>
 #include <cstdio>
@@ -47,6 +51,28 @@ bool write_set(const std::filesystem::path& dir, const std::string& train_images
   return true;
 }
 
+// Label of sample i of the learnable set (split salt s) and its image.
+std::uint32_t mix(std::uint32_t x) {
+  x ^= x >> 16, x *= 0x7feb352dU, x ^= x >> 15, x *= 0x846ca68bU, x ^= x >> 16;
+  return x;
+}
+std::string learnable_labels(std::uint32_t n, std::uint32_t s) {
+  std::string b;
+  be32(b, 0x801), be32(b, n);
+  for (std::uint32_t i = 0; i < n; ++i) b.push_back(static_cast<char>(mix(i * 2 + s) % 10));
+  return b;
+}
+std::string learnable_images(std::uint32_t n, std::uint32_t s) {
+  std::string b;
+  be32(b, 0x803), be32(b, n), be32(b, 4), be32(b, 6);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t label = mix(i * 2 + s) % 10;
+    for (std::uint32_t p = 0; p < 24; ++p)
+      b.push_back(static_cast<char>(p == 2 * label ? 255 : mix(i * 31 + p + 1000 * s) % 64));
+  }
+  return b;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,7 +87,9 @@ int main(int argc, char** argv) {
                   write_set(out / "bad_magic", images(23), labels(23), images(7, 0x802), labels(7)) &&
                   write_set(out / "truncated", short_images, labels(23), images(7), labels(7)) &&
                   write_set(out / "mismatched", images(23), labels(22), images(7), labels(7)) &&
-                  write_set(out / "label10", images(23), labels(23), images(7), labels(7, 3));
+                  write_set(out / "label10", images(23), labels(23), images(7), labels(7, 3)) &&
+                  write_set(out / "learnable", learnable_images(400, 0), learnable_labels(400, 0),
+                            learnable_images(100, 1), learnable_labels(100, 1));
   if (!ok) std::fprintf(stderr, "make_idx_fixtures: cannot write below %s\n", argv[1]);
   return ok ? 0 : 1;
 }

@@ -5,6 +5,8 @@
 #   run NP NAME [--set ...]     train into $WORK/NAME, fail on non-zero exit
 #   equiv NAME NP REF TOL [--set ...]  train at NP ranks; losses must match run REF within relative TOL
 #                               (TOL 0: bitwise, weight CRCs included)
+#   learn NP NAME MIN_ACC [--set ...]  a classifier trains; final val accuracy >= MIN_ACC, confusion
+#                               matrix printed and in confusion.txt, val_accuracy in metrics.csv
 #   determinism NP [TAG --set ...]  two runs at NP ranks; losses (and weight CRCs) must be
 #                               bitwise identical
 #   bad-input NP CASE REGEX     a broken input must give exit 2, ONE message matching REGEX, no hang
@@ -38,9 +40,25 @@ case "${1:-}" in
            <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$name/metrics.csv") || die "weight CRCs differ"
       echo "bitwise identical losses and weight CRCs"
     fi
-    # The loss must actually fall, or equal curves prove nothing.
-    awk -F, 'NR == 2 { first = $2 } END { if (!($2 < first - 0.3)) { print "loss did not fall: " first " -> " $2; exit 1 } }' \
+    # The loss must actually fall (by MIN_DROP, default 0.3 nats), or equal curves prove nothing.
+    awk -F, -v drop="${MIN_DROP:-0.3}" 'NR == 2 { first = $2 }
+      END { if (!($2 < first - drop)) { print "loss did not fall by " drop ": " first " -> " $2; exit 1 } }' \
       "$WORK/$name/metrics.csv" || die "training did not learn"
+    ;;
+  learn)  # NP NAME MIN_ACCURACY [--set ...]: a classifier learns and reports its evaluation
+    np=$2; name=$3; min=$4; shift 4
+    run_trainer "$np" "$name" "$@"
+    log="$WORK/$name.log"; dir="$WORK/$name"
+    acc=$(sed -n 's/^done: .* | val accuracy \([0-9.]*\) (error .*/\1/p' "$log")
+    [[ -n "$acc" ]] || die "no final val accuracy in the log"
+    awk -v a="$acc" -v m="$min" 'BEGIN { exit !(a >= m) }' || die "val accuracy $acc below $min"
+    echo "final val accuracy $acc (>= $min)"
+    grep -q '^confusion matrix of the validation split' "$log" || die "no confusion matrix printed"
+    grep -q '^accuracy ' "$dir/confusion.txt" || die "no confusion.txt in the run directory"
+    # Every row with a validation loss has its accuracy, and only those.
+    awk -F, 'NR > 1 && (($3 == "") != ($13 == "")) { print "row " $1 ": val_loss and val_accuracy disagree"; bad = 1 }
+             NR > 1 && $13 != "" { n++ } END { if (n < 2) { print "fewer than 2 evaluations"; bad = 1 }; exit bad }' \
+      "$dir/metrics.csv" || die "metrics.csv val_accuracy column"
     ;;
   determinism)
     np=$2; tag=${3:-}; shift $(( $# >= 3 ? 3 : 2 ))
@@ -164,6 +182,8 @@ case "${1:-}" in
       data_too_short) sed -i 's/^seq_len = .*/seq_len = 512/' "$input" ;;
       memory_limit) sed -i 's/^log_every = .*/log_every = 5\nmemory_limit_mb = 0.1/' "$input" ;;
       recompute_budget) printf '\n[recompute]\npolicy = "budget"\nbudget_mb = 0.01\n' >> "$input" ;;
+      mlp_on_text) sed -i "s|^path = .*|path = \"${DATA%/*}/text.h5\"|" "$input" ;;
+      cnn_kernel)  sed -i 's/^conv_kernel = .*/conv_kernel = 7/' "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)

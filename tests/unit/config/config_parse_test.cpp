@@ -305,9 +305,9 @@ TEST_F(ConfigParse, StepsTimesBatchSizeOverflow) {
             "<no error>");
 }
 
-TEST_F(ConfigParse, OnlyGptAndAdamw) {
+TEST_F(ConfigParse, ModelTypesAndAdamw) {
   EXPECT_EQ(error_of("[model]\ntype = \"bert\"\n" + data_section()),
-            "inputs/x.toml:2:8: model.type: must be \"gpt\" (the only model implemented so far), "
+            "inputs/x.toml:2:8: model.type: must be \"gpt\" or \"encoder_classifier\" or \"mlp\" or \"cnn\", "
             "got \"bert\"");
   EXPECT_EQ(error_of("[optim]\ntype = \"sgd\"\n" + data_section()),
             "inputs/x.toml:2:8: optim.type: must be \"adamw\" (the only optimizer implemented so "
@@ -475,6 +475,59 @@ TEST_F(ConfigParse, EveryProblemIsReportedOnItsOwnLineInFileOrder) {
 
 TEST_F(ConfigParse, ErrorIsAnInputError) {
   EXPECT_THROW(parse_run_config("[train]\nsteps = 0\n" + data_section(), "x.toml"), InputError);
+}
+
+// The classifiers' keys (issue 9): lists, per-type keys, defaults, round trip.
+TEST_F(ConfigParse, ClassifierModels) {
+  const std::string data = data_section();
+  const RunConfig mlp = parse_run_config("[model]\ntype = \"mlp\"\nhidden = [300, 100]\n" + data, "x.toml");
+  EXPECT_EQ(mlp.model.type, "mlp");
+  EXPECT_EQ(mlp.model.hidden, (std::vector<std::int64_t>{300, 100}));
+  const RunConfig cnn = parse_run_config(
+      "[model]\ntype = \"cnn\"\nconv_channels = [6, 16]\nconv_kernel = 3\nconv_padding = 1\npool = 1\n"
+      "hidden = [84]\ndropout = 0.5\n" + data, "x.toml");
+  EXPECT_EQ(cnn.model.conv_channels, (std::vector<std::int64_t>{6, 16}));
+  EXPECT_EQ(cnn.model.conv_kernel, 3);
+  EXPECT_EQ(cnn.model.conv_padding, 1);
+  EXPECT_EQ(cnn.model.pool, 1);
+  EXPECT_EQ(cnn.model.dropout, 0.5);
+  const RunConfig enc = parse_run_config("[model]\ntype = \"encoder_classifier\"\npooling = \"mean\"\n" + data,
+                                         "x.toml");
+  EXPECT_EQ(enc.model.seq_len, 0);  // the data set's length
+  EXPECT_EQ(enc.model.pooling, "mean");
+  EXPECT_EQ(parse_run_config(data, "x.toml").model.seq_len, 128);  // the GPT's default is unchanged
+  // Round trip: to_toml writes only the type's keys and reads back the same.
+  for (const RunConfig* c : {&mlp, &cnn, &enc}) {
+    const RunConfig again = parse_run_config(to_toml(*c), "config.toml");
+    EXPECT_EQ(to_toml(again), to_toml(*c));
+    EXPECT_EQ(again.model.hidden, c->model.hidden);
+    EXPECT_EQ(again.model.conv_channels, c->model.conv_channels);
+  }
+  // A list on the command line.
+  const std::vector<std::string> set{"model.hidden=[32, 16, 8]"};
+  EXPECT_EQ(parse_run_config("[model]\ntype = \"mlp\"\n" + data, "x.toml", set).model.hidden,
+            (std::vector<std::int64_t>{32, 16, 8}));
+}
+
+TEST_F(ConfigParse, ClassifierModelErrors) {
+  const std::string data = data_section();
+  EXPECT_EQ(error_of("[model]\nhidden = [300]\n" + data),
+            "inputs/x.toml:2:10: model.hidden: is not used by model.type = \"gpt\" (only by mlp/cnn)");
+  EXPECT_EQ(error_of("[model]\ntype = \"mlp\"\nn_layer = 2\n" + data),
+            "inputs/x.toml:3:11: model.n_layer: is not used by model.type = \"mlp\" (only by gpt/encoder_classifier)");
+  EXPECT_EQ(error_of("[model]\ntype = \"mlp\"\nhidden = 300\n" + data),
+            "inputs/x.toml:3:10: model.hidden: expected an array of integers like [300, 100], got integer");
+  EXPECT_EQ(error_of("[model]\ntype = \"mlp\"\nhidden = [300, 0]\n" + data),
+            "inputs/x.toml:3:10: model.hidden: entry 2 must be in [1, 16777216], got 0");
+  EXPECT_EQ(error_of("[model]\ntype = \"mlp\"\nhidden = [300, 1.5]\n" + data),
+            "inputs/x.toml:3:10: model.hidden: entry 2 must be an integer, got float");
+  EXPECT_EQ(error_of("[model]\ntype = \"cnn\"\nconv_channels = []\n" + data),
+            "inputs/x.toml:3:17: model.conv_channels: model.type = \"cnn\" needs at least one convolution (use "
+            "model.type = \"mlp\" for none)");
+  EXPECT_EQ(error_of("[model]\ntype = \"cnn\"\ndropout = 1.0\n" + data),
+            "inputs/x.toml:3:11: model.dropout: must be in [0, 1), got 1");
+  EXPECT_EQ(error_of("[model]\ntype = \"encoder_classifier\"\npooling = \"max\"\n" + data),
+            "inputs/x.toml:3:11: model.pooling: must be \"cls\" or \"mean\", got \"max\"");
 }
 
 }  // namespace

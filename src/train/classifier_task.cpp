@@ -1,0 +1,259 @@
+// ClassifierTask: model.type mlp, cnn or encoder_classifier on a labelled-sample
+// data set (train/task.hpp, io/sample_dataset.hpp).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "io/sample_dataset.hpp"
+#include "model/classifier.hpp"
+#include "model/cnn.hpp"
+#include "model/encoder_classifier.hpp"
+#include "model/mlp.hpp"
+#include "train/batch_sampler.hpp"
+#include "train/task_factory.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+std::string join(const std::vector<std::int64_t>& v, const char* sep) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? sep : "", v[i]);
+  return out;
+}
+
+template <class P>
+class ClassifierTask final : public Task<P> {
+ public:
+  ClassifierTask(const RunConfig& cfg, MpiCommunicator& comm, int plan_world)
+      : m_cfg(cfg), m_comm(comm), m_data(cfg.data.path, comm.comm()) {
+    const std::string& type = cfg.model.type;
+    const bool images = m_data.kind() == SampleKind::Image;
+    const std::string& path = cfg.data.path;
+    if (type == "encoder_classifier" ? images : !images)
+      throw InputError(fmt::format("{}: holds {} samples, but model.type = \"{}\" reads {}; import {} with "
+                                   "trainer-data ({}), or choose a model for this data",
+                                   path, images ? "image" : "token", type, images ? "token sequences" : "images",
+                                   images ? "text" : "images", images ? "textdir, csv" : "mnist"));
+    if (cfg.recompute.policy != "none")
+      throw InputError(fmt::format("{}: recompute.policy = \"{}\": activation recompute is implemented for "
+                                   "model.type = \"gpt\" only; use \"none\"",
+                                   cfg.source_name, cfg.recompute.policy));
+    if (m_data.size(SampleSplit::Train) < 1 || m_data.size(SampleSplit::Val) < 1)
+      throw InputError(fmt::format("{}: a classifier needs training and validation samples; the file has {} and {}",
+                                   path, m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val)));
+    m_classes = m_data.num_classes();
+    m_row = m_data.sample_elems();
+    m_seq_len = images ? 0 : m_row;
+    const std::int64_t mb = run_max_batch(cfg, plan_world);
+    const auto& shape = m_data.sample_shape();
+    if (type == "mlp") {
+      m_mlp = MlpDims{m_row, cfg.model.hidden, m_classes, mb};
+    } else if (type == "cnn") {
+      if (shape.size() != 3)
+        throw InputError(fmt::format("{}: model.type = \"cnn\" needs images of shape (C, H, W); the samples have "
+                                     "shape ({})", path, join(shape, ", ")));
+      m_cnn.in_channels = shape[0];
+      m_cnn.height = shape[1];
+      m_cnn.width = shape[2];
+      for (std::int64_t oc : cfg.model.conv_channels)
+        m_cnn.convs.push_back({oc, cfg.model.conv_kernel, cfg.model.conv_padding});
+      m_cnn.pool = cfg.model.pool;
+      m_cnn.hidden = cfg.model.hidden;
+      m_cnn.classes = m_classes;
+      m_cnn.dropout = cfg.model.dropout;
+      m_cnn.max_batch = mb;
+      m_cnn.dropout_seed = cfg.train.seed;
+      try {
+        cnn_check_dims(m_cnn);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: the model.* keys do not fit the images of {}: {}", cfg.source_name, path,
+                                     e.what()));
+      }
+    } else {  // encoder_classifier
+      const std::int64_t t = cfg.model.seq_len > 0 ? cfg.model.seq_len : m_row;
+      if (t > m_row)
+        throw InputError(fmt::format("{}: model.seq_len = {}, but the documents of {} are {} tokens long; use at "
+                                     "most {} (or import with a larger trainer-data --seq-len)",
+                                     cfg.source_name, t, path, m_row, m_row));
+      if (cfg.model.pooling == "cls" && m_data.cls_id() < 0)
+        throw InputError(fmt::format("{}: model.pooling = \"cls\" needs a [CLS] token at position 0, but {} has "
+                                     "none; use pooling = \"mean\"", cfg.source_name, path));
+      m_seq_len = t;
+      m_enc.vocab = m_data.vocab_size();
+      m_enc.seq_len = t;
+      m_enc.n_layer = cfg.model.n_layer;
+      m_enc.channels = cfg.model.d_model;
+      m_enc.n_head = cfg.model.n_head;
+      m_enc.classes = m_classes;
+      m_enc.max_batch = mb;
+      m_enc.pooling = cfg.model.pooling == "mean" ? EncoderDims::Pooling::Mean : EncoderDims::Pooling::Cls;
+      m_enc.dropout = cfg.model.dropout;
+      m_enc.dropout_seed = cfg.train.seed;
+      encoder_check_dims(m_enc);
+    }
+    // Input buffers: one micro-batch of rows as the file stores them, labels (and lengths).
+    const std::int64_t row_bytes = images ? m_row * static_cast<std::int64_t>(sizeof(float))
+                                          : m_row * static_cast<std::int64_t>(sizeof(TokenIndex)) + 4;
+    this->m_plan = plan_classifier_memory(cfg, make_layout(), costs(), mb * (row_bytes + 4), mb, plan_world);
+  }
+
+  TaskText describe() const override {
+    std::string model;
+    if (m_cfg.model.type == "mlp") {
+      std::vector<std::int64_t> widths{m_mlp.inputs};
+      widths.insert(widths.end(), m_mlp.hidden.begin(), m_mlp.hidden.end());
+      widths.push_back(m_classes);
+      model = fmt::format("MLP {}", join(widths, "-"));
+    } else if (m_cfg.model.type == "cnn") {
+      model = fmt::format("CNN conv {} k{} pad {} pool {} | fc {}{} -> {}", join(m_cfg.model.conv_channels, ","),
+                          m_cnn.convs[0].kernel, m_cnn.convs[0].padding, m_cnn.pool,
+                          m_cnn.hidden.empty() ? "none" : join(m_cnn.hidden, ","),
+                          m_cnn.dropout > 0 ? fmt::format(" dropout {:g}", m_cnn.dropout) : "", m_classes);
+    } else {
+      model = fmt::format("encoder L={} C={} H={} T={} V={} pooling {}{} -> {} classes", m_enc.n_layer,
+                          m_enc.channels, m_enc.n_head, m_enc.seq_len, m_enc.vocab, m_cfg.model.pooling,
+                          m_enc.dropout > 0 ? fmt::format(" dropout {:g}", m_enc.dropout) : "", m_classes);
+    }
+    return {model, fmt::format("batch {} samples, micro-batch {}", m_cfg.train.batch_size, this->max_batch()),
+            fmt::format("data {} ({} train / {} val samples of shape ({}), {} classes)", m_cfg.data.path,
+                        m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val),
+                        join(m_data.sample_shape(), ", "), m_classes)};
+  }
+  std::int64_t targets_per_sample() const override { return 1; }
+  std::int64_t tokens_per_sample() const override { return m_seq_len; }
+  DataIdentity data_identity() const override {
+    return {m_data.size(SampleSplit::Train), "samples", m_data.vocab_size(), m_seq_len};
+  }
+  std::vector<std::string> class_names() const override { return m_data.class_names(); }
+
+  ParamLayout make_layout() const override {
+    if (m_cfg.model.type == "cnn") return cnn_layout(m_cnn);
+    if (m_cfg.model.type == "encoder_classifier") return encoder_layout(m_enc);
+    return mlp_layout(m_mlp);
+  }
+  void init_params(const ParamLayout& layout, P* params, std::int64_t lo, std::int64_t hi) const override {
+    if (m_cfg.model.type == "cnn") cnn_init_params<P>(layout, m_cfg.train.seed, params, lo, hi);
+    else if (m_cfg.model.type == "encoder_classifier")
+      encoder_init_params<P>(layout, m_enc, m_cfg.model.init_std, m_cfg.train.seed, params, lo, hi);
+    else mlp_init_params<P>(layout, m_cfg.train.seed, params, lo, hi);
+  }
+  void build(const ParamLayout& layout, MemoryTracker& memory, Backend& backend,
+             ParamProvider<P>& provider) override {
+    if (m_cfg.model.type == "cnn") m_model = std::make_unique<Cnn<P>>(m_cnn, layout, memory, &backend);
+    else if (m_cfg.model.type == "encoder_classifier")
+      m_model = std::make_unique<EncoderClassifier<P>>(m_enc, layout, m_cfg.model.layernorm_eps, memory, &backend);
+    else m_model = std::make_unique<Mlp<P>>(m_mlp, layout, memory, &backend);
+    m_model->bind(provider);
+    const std::int64_t mb = this->max_batch();
+    if (m_seq_len == 0) {
+      m_values = TrackedBuffer<float>(memory, MemCategory::Data, mb * m_row);
+    } else {
+      m_tokens = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, mb * m_row);
+      m_lengths = TrackedBuffer<std::int32_t>(memory, MemCategory::Data, mb);
+    }
+    m_labels = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, mb);
+    m_sampler = std::make_unique<SampleSampler>(m_data.size(SampleSplit::Train), m_cfg.train.seed);
+  }
+
+  double train_micro_batch(std::int64_t cursor, std::int64_t lo, std::int64_t hi, std::int64_t m,
+                           P dloss) override {
+    const std::int64_t first = lo + m * this->max_batch();
+    SampleBatch b = load(SampleSplit::Train, first, hi, [&](std::int64_t k) { return m_sampler->sample(cursor + k); });
+    b.training = true;
+    b.first_sample = static_cast<std::uint64_t>(cursor + first);
+    const double loss = m_model->forward(b);
+    m_model->backward(dloss);
+    return loss;
+  }
+
+  EvalResult evaluate(std::int64_t max_samples) override {
+    std::int64_t count = m_data.size(SampleSplit::Val);
+    if (max_samples > 0) count = std::min(count, max_samples);
+    const auto [lo, hi] = rank_slice(count, m_comm.rank(), m_comm.size());
+    const std::int64_t mb = this->max_batch();
+    double loss_sum = 0.0;
+    ConfusionMatrix confusion(m_classes);
+    for (std::int64_t m = 0; m < micro_batches(count, m_comm.size(), mb); ++m) {
+      const SampleBatch b = load(SampleSplit::Val, lo + m * mb, hi, [](std::int64_t k) { return k; });
+      loss_sum += m_model->forward(b);  // training = false: no dropout
+      if (b.batch > 0) {
+        m_model->logits(m_logits);
+        confusion.add_logits(m_logits.data(), b.labels, b.batch);
+      }
+    }
+    loss_sum = m_comm.all_reduce_value(loss_sum);
+    confusion.all_reduce(m_comm);
+    EvalResult r;
+    r.loss = loss_sum / static_cast<double>(count);
+    r.samples = count;
+    r.accuracy = confusion.accuracy();
+    r.confusion = std::move(confusion);
+    return r;
+  }
+
+ private:
+  ClassifierCosts costs() const {
+    if (m_cfg.model.type == "cnn") return cnn_costs<P>(m_cnn);
+    if (m_cfg.model.type == "encoder_classifier") return encoder_costs<P>(m_enc);
+    return mlp_costs<P>(m_mlp);
+  }
+
+  // Reads samples index_of(first .. min(first + max_batch, hi) - 1) of `split`.
+  template <class IndexOf>
+  SampleBatch load(SampleSplit split, std::int64_t first, std::int64_t hi, IndexOf index_of) {
+    SampleBatch b;
+    b.batch = std::clamp<std::int64_t>(hi - first, 0, this->max_batch());
+    if (b.batch == 0) return b;
+    m_indices.resize(static_cast<std::size_t>(b.batch));
+    for (std::int64_t i = 0; i < b.batch; ++i) m_indices[i] = index_of(first + i);
+    const bool images = m_seq_len == 0;
+    m_data.read(split, m_indices, images ? m_values.data() : nullptr, images ? nullptr : m_tokens.data(),
+                m_labels.data(), images ? nullptr : m_lengths.data());
+    if (!images && m_seq_len < m_row) {  // the model reads the first m_seq_len tokens of every row
+      for (std::int64_t i = 0; i < b.batch; ++i) {
+        std::copy_n(m_tokens.data() + i * m_row, m_seq_len, m_tokens.data() + i * m_seq_len);
+        m_lengths.data()[i] = std::min<std::int32_t>(m_lengths.data()[i], static_cast<std::int32_t>(m_seq_len));
+      }
+    }
+    b.values = images ? m_values.data() : nullptr;
+    b.tokens = images ? nullptr : m_tokens.data();
+    b.lengths = images ? nullptr : m_lengths.data();
+    b.labels = m_labels.data();
+    return b;
+  }
+
+  const RunConfig& m_cfg;
+  MpiCommunicator& m_comm;
+  SampleDataset m_data;
+  std::int64_t m_classes = 0;
+  std::int64_t m_row = 0;      // elements of one sample as stored
+  std::int64_t m_seq_len = 0;  // tokens per sample the model reads (<= m_row); 0: images
+  MlpDims m_mlp;
+  CnnDims m_cnn;
+  EncoderDims m_enc;
+  std::unique_ptr<Classifier<P>> m_model;
+  std::unique_ptr<SampleSampler> m_sampler;
+  TrackedBuffer<float> m_values;
+  TrackedBuffer<TokenIndex> m_tokens, m_labels;
+  TrackedBuffer<std::int32_t> m_lengths;
+  std::vector<std::int64_t> m_indices;
+  std::vector<float> m_logits;
+};
+
+}  // namespace
+
+template <class P>
+std::unique_ptr<Task<P>> make_classifier_task(const RunConfig& config, MpiCommunicator& comm, int plan_world) {
+  return std::make_unique<ClassifierTask<P>>(config, comm, plan_world);
+}
+
+template std::unique_ptr<Task<float>> make_classifier_task<float>(const RunConfig&, MpiCommunicator&, int);
+template std::unique_ptr<Task<f16>> make_classifier_task<f16>(const RunConfig&, MpiCommunicator&, int);
+template std::unique_ptr<Task<bf16>> make_classifier_task<bf16>(const RunConfig&, MpiCommunicator&, int);
+
+}  // namespace shardtrain
