@@ -33,6 +33,38 @@ std::int64_t encode_classifier_bytes(std::string_view text, bool lowercase, std:
   return static_cast<std::int64_t>(n + 1);
 }
 
+std::int64_t encode_classifier_words(std::string_view text, bool lowercase, std::int64_t buckets,
+                                     std::span<TokenIndex> out, std::int64_t* total) {
+  SHARDTRAIN_CHECK(out.size() >= 2, "seq_len must be at least 2");
+  SHARDTRAIN_CHECK(buckets >= 1 && buckets <= (std::int64_t{1} << 24), "buckets must be in [1, 2^24]");
+  auto alnum = [](unsigned char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  auto blank = [](unsigned char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  const auto cap = static_cast<std::int64_t>(out.size()) - 1;
+  std::int64_t n = 0, count = 0;
+  out[0] = static_cast<TokenIndex>(buckets + 1);
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (blank(c)) {
+      ++i;
+      continue;
+    }
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+    std::size_t j = i;
+    do {
+      auto b = static_cast<unsigned char>(text[j]);
+      if (lowercase && b >= 'A' && b <= 'Z') b = static_cast<unsigned char>(b - 'A' + 'a');
+      h = (h ^ b) * 1099511628211ull;
+      ++j;
+    } while (alnum(c) && j < text.size() && alnum(static_cast<unsigned char>(text[j])));
+    if (n < cap) out[static_cast<std::size_t>(++n)] = static_cast<TokenIndex>(h % static_cast<std::uint64_t>(buckets));
+    ++count;
+    i = j;
+  }
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(n + 1), out.end(), static_cast<TokenIndex>(buckets));
+  if (total) *total = count;
+  return n + 1;
+}
+
 // ---- e-mail ------------------------------------------------------------------
 
 namespace {
@@ -265,6 +297,10 @@ void check_options(const LabelledTextOptions& o) {
     throw InputError("--val-fraction must be in (0, 1), got " + format_double(o.val_fraction));
   if (o.seq_len < 2 || o.seq_len > (1 << 20))
     throw InputError("--seq-len must be in [2, 1048576], got " + std::to_string(o.seq_len));
+  if (o.tokenizer != "byte" && o.tokenizer != "word-hash")
+    throw InputError("--tokenizer must be byte or word-hash, got '" + o.tokenizer + "'");
+  if (o.buckets < 1 || o.buckets > (1 << 24))
+    throw InputError("--buckets must be in [1, 16777216], got " + std::to_string(o.buckets));
 }
 
 std::string split_rule(const LabelledTextOptions& o, const char* key) {
@@ -295,10 +331,11 @@ SampleDatasetSpec make_spec(const LabelledTextOptions& o, std::vector<std::strin
   spec.kind = SampleKind::Tokens;
   spec.sample_shape = {o.seq_len};
   spec.class_names = std::move(class_names);
-  spec.tokenizer = "byte";
-  spec.vocab_size = kClassifierVocabSize;
-  spec.pad_id = kClassifierPadId;
-  spec.cls_id = kClassifierClsId;
+  const bool words = o.tokenizer == "word-hash";
+  spec.tokenizer = words ? "word-hash" : "byte";
+  spec.vocab_size = words ? o.buckets + 2 : kClassifierVocabSize;
+  spec.pad_id = words ? o.buckets : kClassifierPadId;
+  spec.cls_id = words ? o.buckets + 1 : kClassifierClsId;
   spec.source = std::move(source);
   spec.split_rule = split_rule(o, key);
   return spec;
@@ -322,8 +359,10 @@ void append_document(SampleDatasetWriter& writer, std::vector<TokenIndex>& ids, 
     stripped = strip_email_headers(raw);
     text = stripped;
   }
-  if (static_cast<std::int64_t>(text.size()) > o.seq_len - 1) ++s.truncated;
-  const std::int64_t length = encode_classifier_bytes(text, o.lowercase, ids);
+  std::int64_t length = 0, total = static_cast<std::int64_t>(text.size());
+  if (o.tokenizer == "word-hash") length = encode_classifier_words(text, o.lowercase, o.buckets, ids, &total);
+  else length = encode_classifier_bytes(text, o.lowercase, ids);
+  if (total > o.seq_len - 1) ++s.truncated;
   writer.append_tokens(val ? SampleSplit::Val : SampleSplit::Train, ids, length, label);
 }
 

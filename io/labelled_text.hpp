@@ -9,9 +9,12 @@
 //  - Streaming: one document (one file, one CSV record) is in memory at a time,
 //    never the corpus. textdir holds the sorted list of paths; csv reads its file
 //    twice (labels first, then samples).
-//  - Sample = [CLS] + the first seq_len-1 bytes of the processed document, padded
-//    with [PAD] to seq_len; length counts [CLS]. Ids 0..255 are bytes, 256 [PAD],
-//    257 [CLS]; vocab_size 258.
+//  - Sample = [CLS] + the first seq_len-1 tokens of the processed document, padded
+//    with [PAD] to seq_len; length counts [CLS]. Tokenizer "byte": ids 0..255 are
+//    bytes, 256 [PAD], 257 [CLS]; vocab_size 258. Tokenizer "word-hash" (--buckets
+//    B): words (runs of ASCII letters and digits) and every other non-blank byte
+//    are tokens, each hashed (FNV-1a) into ids 0..B-1; B [PAD], B+1 [CLS];
+//    vocab_size B+2 (share/doc/dataset-format.md says why).
 //  - Class ids are the class names sorted (byte order): the same label set always
 //    gives the same ids.
 //  - The split of a document depends only on (seed, its key): textdir's key is the
@@ -42,6 +45,15 @@ inline constexpr std::int64_t kClassifierVocabSize = 258;
 // when `lowercase`) + [PAD]... into `out` (out.size() = seq_len >= 2). Returns the
 // number of real tokens (including [CLS]).
 std::int64_t encode_classifier_bytes(std::string_view text, bool lowercase, std::span<TokenIndex> out);
+
+// The "word-hash" tokenizer: [CLS] (= buckets + 1) + the first out.size()-1
+// tokens of `text` (words: maximal runs of ASCII letters and digits, lowercased
+// when `lowercase`; every other byte except blanks (space, tab, CR, LF) is a
+// token of its own), each id = FNV-1a(token) mod buckets, then [PAD] (= buckets).
+// Returns the number of real tokens (including [CLS]); *total (if given) gets
+// the document's whole token count (for the truncation count).
+std::int64_t encode_classifier_words(std::string_view text, bool lowercase, std::int64_t buckets,
+                                     std::span<TokenIndex> out, std::int64_t* total = nullptr);
 
 // ---- e-mail ------------------------------------------------------------------
 // Drops the RFC 822 header block of `email` (everything up to the first empty
@@ -99,13 +111,15 @@ struct LabelledTextOptions {
   std::uint64_t seed = 1234;
   bool strip_headers = false;
   bool lowercase = false;
+  std::string tokenizer = "byte";  // "byte" | "word-hash"
+  std::int64_t buckets = 32768;    // word-hash: hash buckets B (ids 0..B-1)
 };
 
 struct LabelledTextSummary {
   std::vector<std::string> class_names;      // id -> name
   std::vector<std::int64_t> train_per_class;  // id -> documents
   std::vector<std::int64_t> val_per_class;
-  std::int64_t truncated = 0;                 // documents longer than seq_len-1 bytes
+  std::int64_t truncated = 0;                 // documents longer than seq_len-1 tokens
   std::int64_t train() const;
   std::int64_t val() const;
 };

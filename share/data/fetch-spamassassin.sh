@@ -9,6 +9,9 @@
 # 512 bytes per sample the model would otherwise see only Received: lines, and
 # they carry collection artefacts (relays, dates, list headers) rather than
 # what makes a message spam. The Subject line is kept first.
+# Tokens: hashed lowercase words (--tokenizer word-hash --lowercase, 32768
+# buckets; share/doc/dataset-format.md), 512 per e-mail: about 2-3 KB of text,
+# where 512 bytes would hold only the subject and the first lines.
 # Usage: share/data/fetch-spamassassin.sh TRAINER_DATA OUTPUT.h5 [extra trainer-data textdir options]
 set -euo pipefail
 tool=${1:?usage: fetch-spamassassin.sh TRAINER_DATA OUTPUT.h5 [options]}
@@ -32,4 +35,4 @@ fi
 "$tool" textdir "$tmp/package/data" "$out" \
   --label easy-ham-1=ham --label easy-ham-2=ham --label hard-ham-1=ham \
   --label spam-1=spam --label spam-2=spam \
-  --strip-headers --seq-len 512 --val-fraction 0.2 --seed 1234 "$@"
+  --strip-headers --tokenizer word-hash --lowercase --seq-len 512 --val-fraction 0.2 --seed 1234 "$@"

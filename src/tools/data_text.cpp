@@ -15,8 +15,10 @@ namespace shardtrain {
 namespace {
 
 const char* kTokensFooter =
-    "Tokens: byte-level, vocab 258 (ids 0-255 are bytes, 256 [PAD], 257 [CLS]). A sample is [CLS] "
-    "followed by the first SEQ_LEN-1 bytes of the document, padded with [PAD]. Classes are the "
+    "Tokens (--tokenizer): byte (default): vocab 258 (ids 0-255 are bytes, 256 [PAD], 257 [CLS]); "
+    "word-hash: words (runs of ASCII letters and digits) and every other non-blank byte, each hashed "
+    "(FNV-1a) into BUCKETS ids, BUCKETS = [PAD], BUCKETS+1 = [CLS], vocab BUCKETS+2. A sample is [CLS] "
+    "followed by the first SEQ_LEN-1 tokens of the document, padded with [PAD]. Classes are the "
     "labels sorted by name (id 0 first). The split is seeded: a document is in val when a hash of "
     "(SEED, its key) falls in VAL_FRACTION, so it does not depend on listing or row order. OUTPUT "
     "is written to OUTPUT.partial and renamed into place when complete.";
@@ -30,6 +32,11 @@ void add_common_options(CLI::App* sub, LabelledTextOptions& o) {
                 "Treat documents as e-mails: drop the RFC 822 header block except the Subject line, "
                 "which is kept first");
   sub->add_flag("--lowercase", o.lowercase, "Lowercase ASCII letters A-Z");
+  sub->add_option("--tokenizer", o.tokenizer, "byte or word-hash (see below)")
+      ->check(CLI::IsMember({"byte", "word-hash"}))
+      ->capture_default_str();
+  sub->add_option("--buckets", o.buckets, "word-hash: hash buckets (vocabulary without [PAD], [CLS])")
+      ->capture_default_str();
 }
 
 std::string class_counts(const LabelledTextSummary& s) {

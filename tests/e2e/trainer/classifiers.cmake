@@ -14,7 +14,9 @@ set_tests_properties(trainer_cls_image_data PROPERTIES FIXTURES_SETUP cls_images
 add_test(NAME trainer_cls_text_data COMMAND sh -c
   "set -e; '${CMAKE_CURRENT_SOURCE_DIR}/make_text_fixture.sh' '${CMAKE_CURRENT_BINARY_DIR}/text.csv'; \
    $<TARGET_FILE:trainer-data> csv '${CMAKE_CURRENT_BINARY_DIR}/text.csv' '${cls_text}' --seq-len 48 \
-   --val-fraction 0.25")
+   --val-fraction 0.25; \
+   $<TARGET_FILE:trainer-data> csv '${CMAKE_CURRENT_BINARY_DIR}/text.csv' '${CMAKE_CURRENT_BINARY_DIR}/words.h5' \
+   --seq-len 16 --val-fraction 0.25 --tokenizer word-hash --buckets 512")
 set_tests_properties(trainer_cls_text_data PROPERTIES FIXTURES_SETUP cls_text LABELS e2e
   ENVIRONMENT "${SHARDTRAIN_MPI_ENV}")
 
@@ -77,6 +79,11 @@ foreach(model mlp cnn encoder)
   classifier_e2e(${t}_resume_s3_np3 2 ${model} checkpoint_e2e.sh resume 3 ${model}_s3_np3
     --set parallel.zero_stage=3)
 endforeach()
+
+# The encoder on hashed words (--tokenizer word-hash), mean pooling.
+classifier_e2e(trainer_encoder_learn_words_np2 2 encoder trainer_e2e.sh learn 2 encoder_learn_words 0.9
+  --set train.steps=150 --set train.eval_every=50 --set data.path=${CMAKE_CURRENT_BINARY_DIR}/words.h5
+  --set model.seq_len=16 --set model.pooling=mean)
 
 # Bad input: exit code 2 and one message naming the file.
 classifier_e2e(trainer_mlp_bad_text_data 2 mlp trainer_e2e.sh bad-input 2 mlp_on_text

@@ -55,6 +55,43 @@ TEST(ClassifierTokenizer, LowercaseOnlyAsciiLetters) {
   EXPECT_EQ(encode("AbZ", 4, false, len), (std::vector<TokenIndex>{C, 'A', 'b', 'Z'}));
 }
 
+// The word-hash tokenizer: FNV-1a 64 of each token's bytes mod the buckets.
+TokenIndex word_id(std::string_view token, std::int64_t buckets) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : token) h = (h ^ c) * 1099511628211ull;
+  return static_cast<TokenIndex>(h % static_cast<std::uint64_t>(buckets));
+}
+
+TEST(WordHashTokenizer, WordsAndSymbolsHashedThenPad) {
+  const std::int64_t b = 1000;
+  std::vector<TokenIndex> ids(8, -7);
+  std::int64_t total = 0;
+  // Words are runs of ASCII letters and digits; blanks separate; every other byte is a token.
+  const std::int64_t len = encode_classifier_words("Win $100\tnow!!", false, b, ids, &total);
+  EXPECT_EQ(len, 7);
+  EXPECT_EQ(total, 6);
+  EXPECT_EQ(ids, (std::vector<TokenIndex>{b + 1, word_id("Win", b), word_id("$", b), word_id("100", b),
+                                           word_id("now", b), word_id("!", b), word_id("!", b), b}));
+  // Lowercasing maps "Win" and "win" to one id; without it they differ (for these buckets).
+  std::vector<TokenIndex> lower(3, -7);
+  encode_classifier_words("WIN", true, b, lower);
+  EXPECT_EQ(lower[1], word_id("win", b));
+  EXPECT_NE(word_id("WIN", b), word_id("win", b));
+  // Truncation: the first seq_len - 1 tokens are kept, the total still counts all.
+  std::vector<TokenIndex> two(3, -7);
+  EXPECT_EQ(encode_classifier_words("a b c d", false, b, two, &total), 3);
+  EXPECT_EQ(total, 4);
+  EXPECT_EQ(two, (std::vector<TokenIndex>{b + 1, word_id("a", b), word_id("b", b)}));
+  // Empty and blank-only text: [CLS] then [PAD]; every id is below the vocabulary b + 2.
+  std::vector<TokenIndex> empty(3, -7);
+  EXPECT_EQ(encode_classifier_words(" \r\n", false, b, empty, &total), 1);
+  EXPECT_EQ(total, 0);
+  EXPECT_EQ(empty, (std::vector<TokenIndex>{b + 1, b, b}));
+  std::vector<TokenIndex> bytes(64, -7);
+  encode_classifier_words(std::string("\xE9t\xC3\xA9 \x00x", 7), false, b, bytes);
+  for (TokenIndex id : bytes) EXPECT_TRUE(id >= 0 && id < b + 2);
+}
+
 TEST(EmailHeaders, KeepsSubjectFirstThenBody) {
   const std::string mail =
       "From someone@example.com  Thu Aug 22 13:17:22 2002\n"
