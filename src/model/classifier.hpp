@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "core/types.hpp"
+#include "kernels/half.hpp"
 #include "model/param_provider.hpp"
 
 namespace shardtrain {
@@ -55,5 +57,15 @@ class Classifier {
   // Backward of the last forward: grads += d(dloss * sum of sample losses)/d(params).
   virtual void backward(T dloss) = 0;
 };
+
+// The models' logits(): n logits of type T in `backend` memory, copied to the
+// host and widened to float.
+template <class T>
+void logits_to_host(Backend& backend, const T* logits, std::int64_t n, std::vector<float>& out) {
+  std::vector<T> host(static_cast<std::size_t>(n));
+  backend.copy_to_host(host.data(), logits, static_cast<std::size_t>(n) * sizeof(T));
+  out.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<compute_t<T>>(host[i]));
+}
 
 }  // namespace shardtrain

@@ -229,11 +229,7 @@ double EncoderClassifier<T>::forward(const SampleBatch& sb) {
 
 template <class T>
 void EncoderClassifier<T>::logits(std::vector<float>& out) const {
-  const std::int64_t n = m_batch * m_dims.classes;
-  std::vector<T> host(static_cast<std::size_t>(n));
-  m_backend.copy_to_host(host.data(), m_logits, static_cast<std::size_t>(n) * sizeof(T));
-  out.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<compute_t<T>>(host[i]));
+  logits_to_host(m_backend, m_logits, m_batch * m_dims.classes, out);
 }
 
 template <class T>

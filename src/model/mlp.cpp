@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "core/rng.hpp"
+#include "model/param_init.hpp"
 #include "kernels/half.hpp"
 
 namespace shardtrain {
@@ -65,15 +65,7 @@ ClassifierCosts mlp_costs(const MlpDims& d) {
 
 template <class T>
 void mlp_init_params(const ParamLayout& layout, std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi) {
-  constexpr std::uint64_t kInitStream = 0x1417;  // as the GPT's "init" stream
-  for (std::int64_t i = lo; i < hi; ++i) params[i - lo] = T(0);
-  for (const auto& e : layout.entries()) {
-    if (!e.name.ends_with(".weight")) continue;  // biases stay 0
-    const std::int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
-    const double std_dev = std::sqrt(2.0 / static_cast<double>(e.shape[1]));
-    for (std::int64_t i = a; i < b; ++i)
-      params[i - lo] = static_cast<T>(std_dev * normal(seed, kInitStream, static_cast<std::uint64_t>(i)));
-  }
+  he_normal_init(layout, seed, params, lo, hi);  // fan_in of fc.i.weight (out, in) = in
 }
 
 template <class T>
@@ -145,11 +137,7 @@ double Mlp<T>::forward(const float* inputs, const TokenIndex* labels, std::int64
 
 template <class T>
 void Mlp<T>::logits(std::vector<float>& out) const {
-  const std::int64_t n = m_batch * m_dims.classes;
-  std::vector<T> host(static_cast<std::size_t>(n));
-  m_backend.copy_to_host(host.data(), m_logits, static_cast<std::size_t>(n) * sizeof(T));
-  out.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<compute_t<T>>(host[i]));
+  logits_to_host(m_backend, m_logits, m_batch * m_dims.classes, out);
 }
 
 template <class T>
