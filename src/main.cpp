@@ -109,6 +109,8 @@ int run_main(int argc, char** argv) {
   CLI::App app{
       "shardtrain trainer: trains the model described by INPUT.toml on every rank of the MPI job.\n"
       "Launch with `mpirun -np N trainer INPUT.toml` or `srun trainer INPUT.toml`.\n"
+      "[model] type: gpt (language model on a token data set), or a classifier on labelled samples:\n"
+      "encoder_classifier (tokens), mlp or cnn (images); data sets come from trainer-data.\n"
       "Exit codes: 0 done, 1 failure (including no CUDA device for train.device = \"cuda\"), 2 bad input\n"
       "(command line, config or data), 75 stopped early by SIGUSR1/SIGTERM/SIGINT or the wall-time\n"
       "guard after writing a checkpoint (requeue the job; it resumes from the checkpoint).\n"
@@ -125,7 +127,8 @@ int run_main(int argc, char** argv) {
   std::vector<std::string> overrides;
   app.add_option("input", input, "TOML input file (see share/doc/config.md)")->required();
   app.add_option("--set", overrides,
-                 "Override a config key, e.g. --set optim.lr=3e-4 (repeatable; wins over the file)")
+                 "Override a config key, e.g. --set optim.lr=3e-4 or --set model.hidden=[300,100] (repeatable; "
+                 "wins over the file)")
       ->take_all()
       ->type_name("SECTION.KEY=VALUE");
   bool plan_only = false;
