@@ -614,7 +614,7 @@ std::vector<HostileCase> hostile_cases() {
   c.push_back({"world_size zero", [](hid_t f) { attr_i64(f, "world_size", 0); }, {"'world_size' = 0 is outside"}});
   c.push_back({"zero_stage 4", [](hid_t f) { attr_i64(f, "zero_stage", 4); }, {"'zero_stage' = 4 is outside"}});
   c.push_back({"alignment negative", [](hid_t f) { attr_i64(f, "alignment", -64); }, {"'alignment' = -64"}});
-  c.push_back({"data_vocab_size zero", [](hid_t f) { attr_i64(f, "data_vocab_size", 0); }, {"'data_vocab_size'"}});
+  c.push_back({"data_vocab_size negative", [](hid_t f) { attr_i64(f, "data_vocab_size", -1); }, {"'data_vocab_size'"}});
   c.push_back({"seq_len huge", [](hid_t f) { attr_i64(f, "seq_len", std::int64_t{1} << 50); }, {"'seq_len'"}});
   c.push_back({"samples_seen negative", [](hid_t f) { attr_i64(f, "samples_seen", -1); }, {"'samples_seen' = -1"}});
   c.push_back({"padded_size 2^60", [](hid_t f) { attr_i64(f, "padded_size", std::int64_t{1} << 60); },
