@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs whatever shardtrain needs to build and test that is missing, with apt-get.
 # Does nothing (and needs no network) when everything is already installed.
-# Usage: share/install-deps.sh            build + test dependencies
-#        share/install-deps.sh --quickstart  also what the quickstart needs (npm)
+# Usage: share/install-deps.sh            build + test dependencies (PyTorch for tests/parity included)
+#        share/install-deps.sh --quickstart  build dependencies and what the quickstart needs (npm);
+#                                            not PyTorch
 set -euo pipefail
 
 packages=(
@@ -17,6 +18,10 @@ packages=(
 )
 if [[ "${1:-}" == "--quickstart" ]]; then
   command -v npm >/dev/null 2>&1 || packages+=(npm)
+else
+  # tests/parity (label parity): our GPT against PyTorch through /usr/bin/python3
+  # (about 80 s and 630 MB; the quickstart does not need it).
+  packages+=(python3-torch)
 fi
 
 missing=()
