@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""Parity of our MLP and CNN classifiers with PyTorch (label parity).
+
+Usage: classifier_parity.py DUMP.h5   (written by classifier_parity_dump)
+Builds the same network in PyTorch from the dump's parameter shapes (mlp:
+Linear + ReLU layers; cnn: [Conv2d stride 1 + ReLU + MaxPool2d] per conv,
+flatten, [Linear + ReLU] per hidden layer, Linear), loads our weights by name,
+runs the dump's batch and compares the mean cross-entropy within a relative
+1e-5 and every gradient within a relative 1e-4 (max |ours - torch| / max
+|torch| per tensor). Exit 1 on any violation.
+"""
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+LOSS_TOL, GRAD_TOL = 1e-5, 1e-4
+
+
+def main(path):
+    with h5py.File(path, "r") as f:
+        cnn = bool(int(f.attrs["cnn"]))
+        params = {n: torch.tensor(np.asarray(f["params"][n]), requires_grad=True) for n in f["params"]}
+        grads = {n: np.asarray(f["grads"][n], dtype=np.float64) for n in f["grads"]}
+        x = torch.from_numpy(np.asarray(f["inputs"]))
+        labels = torch.from_numpy(np.asarray(f["labels"]).astype(np.int64))
+        ours_loss = float(f.attrs["loss"])
+        pad = [int(p) for p in f["conv_padding"]] if cnn else []
+        pool = int(f.attrs["pool"]) if cnn else 1
+    convs = sum(1 for n in params if n.startswith("conv.") and n.endswith(".weight"))
+    fcs = sum(1 for n in params if n.startswith("fc.") and n.endswith(".weight"))
+    for i in range(convs):
+        x = F.conv2d(x, params[f"conv.{i}.weight"], params[f"conv.{i}.bias"], padding=pad[i])
+        x = F.relu(x)
+        if pool > 1:
+            x = F.max_pool2d(x, pool, pool)
+    x = x.reshape(x.shape[0], -1)
+    for j in range(fcs):
+        x = F.linear(x, params[f"fc.{j}.weight"], params[f"fc.{j}.bias"])
+        if j + 1 < fcs:
+            x = F.relu(x)
+    loss = F.cross_entropy(x, labels)
+    loss.backward()
+    bad = []
+    rel_loss = abs(ours_loss - float(loss)) / abs(float(loss))
+    print(f"{'cnn' if cnn else 'mlp'}: {convs} conv, {fcs} linear layers; loss ours {ours_loss:.9f}, torch "
+          f"{float(loss):.9f}, relative difference {rel_loss:.2e} (tol {LOSS_TOL})")
+    if not rel_loss <= LOSS_TOL:
+        bad.append("loss")
+    rows = []
+    for n, p in params.items():
+        ref = p.grad.numpy().astype(np.float64)
+        scale = np.abs(ref).max()
+        rel = np.abs(grads[n] - ref).max() / scale if scale > 0 else np.abs(grads[n]).max()
+        rows.append((rel, n))
+        if not rel <= GRAD_TOL:
+            bad.append(n)
+    rows.sort(reverse=True)
+    print(f"gradients of {len(rows)} tensors; worst: " + ", ".join(f"{n} {r:.2e}" for r, n in rows[:3]))
+    if bad:
+        print("FAIL: outside tolerance: " + ", ".join(bad))
+        return 1
+    print("parity: loss and every gradient agree with PyTorch")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    sys.exit(main(sys.argv[1]))
