@@ -1,13 +1,16 @@
 // Writes what tests/parity/classifier_parity.py compares with PyTorch for the
-// image classifiers (model/mlp, model/cnn): the model built and initialised as
-// the trainer does, a seeded random batch of images in [0, 1) with labels, and
+// classifiers (model/mlp, model/cnn, model/encoder_classifier): the model built
+// and initialised as the trainer does, a seeded random batch (images in [0, 1),
+// or token rows of mixed valid lengths, padded) with labels, and
 // our fp32 forward/backward (dropout off: the masks are our own counter hash,
 // which PyTorch cannot reproduce).
 // Output (plain HDF5, read with h5py): attrs cnn (0/1), batch, channels, height,
 // width, classes, loss (mean per sample), pool (cnn); /conv_padding (cnn);
 // /inputs (batch, C, H, W) float32, /labels; /params/<name>, /grads/<name>
 // float32 (d mean loss / d param). Layer shapes follow from the parameters.
-// Usage: classifier_parity_dump mlp|cnn OUT.h5
+// Encoder: attrs encoder 1, n_head, mean_pool (0: [CLS] = position 0); /tokens
+// (batch, seq_len) int32, /lengths.
+// Usage: classifier_parity_dump mlp|cnn|encoder-cls|encoder-mean OUT.h5
 #include <hdf5.h>
 #include <mpi.h>
 
@@ -19,6 +22,7 @@
 
 #include "core/rng.hpp"
 #include "model/cnn.hpp"
+#include "model/encoder_classifier.hpp"
 #include "model/mlp.hpp"
 
 namespace {
@@ -57,8 +61,9 @@ int main(int argc, char** argv) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     using namespace shardtrain;
     const std::string kind = argc == 3 ? argv[1] : "";
-    if (kind != "mlp" && kind != "cnn") {
-      std::fprintf(stderr, "usage: classifier_parity_dump mlp|cnn OUT.h5\n");
+    const bool encoder = kind == "encoder-cls" || kind == "encoder-mean";
+    if (kind != "mlp" && kind != "cnn" && !encoder) {
+      std::fprintf(stderr, "usage: classifier_parity_dump mlp|cnn|encoder-cls|encoder-mean OUT.h5\n");
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
     const std::int64_t b = 5, c = 2, h = 10, w = 9, k = 4, seed = 11;
@@ -69,7 +74,12 @@ int main(int argc, char** argv) {
     cnn.in_channels = c, cnn.height = h, cnn.width = w, cnn.convs = {{3, 3, 1}, {4, 3, 0}}, cnn.pool = 2;
     cnn.hidden = {7}, cnn.classes = k, cnn.max_batch = b;
     const MlpDims mlp{c * h * w, {12, 8}, k, b};
+    EncoderDims enc;
+    enc.vocab = 23, enc.seq_len = 7, enc.n_layer = 2, enc.channels = 16, enc.n_head = 2, enc.classes = k;
+    enc.max_batch = b;
+    enc.pooling = kind == "encoder-mean" ? EncoderDims::Pooling::Mean : EncoderDims::Pooling::Cls;
     if (kind == "cnn") layout = std::make_unique<ParamLayout>(cnn_layout(cnn));
+    else if (encoder) layout = std::make_unique<ParamLayout>(encoder_layout(enc));
     else layout = std::make_unique<ParamLayout>(mlp_layout(mlp));
     layout->finalize(1);
     const auto n = static_cast<std::size_t>(layout->padded_size());
@@ -77,20 +87,37 @@ int main(int argc, char** argv) {
     if (kind == "cnn") {
       cnn_init_params<float>(*layout, seed, params.data(), 0, layout->padded_size());
       model = std::make_unique<Cnn<float>>(cnn, *layout, memory);
+    } else if (encoder) {
+      encoder_init_params<float>(*layout, enc, 0.02, seed, params.data(), 0, layout->padded_size());
+      auto m = std::make_unique<EncoderClassifier<float>>(enc, *layout, 1e-5, memory);
+      m->bind(params.data(), grads.data());
+      model = std::move(m);
     } else {
       mlp_init_params<float>(*layout, seed, params.data(), 0, layout->padded_size());
       model = std::make_unique<Mlp<float>>(mlp, *layout, memory);
     }
     auto& bindable = *model;
     if (kind == "cnn") static_cast<Cnn<float>&>(bindable).bind(params.data(), grads.data());
-    else static_cast<Mlp<float>&>(bindable).bind(params.data(), grads.data());
+    else if (kind == "mlp") static_cast<Mlp<float>&>(bindable).bind(params.data(), grads.data());
 
     std::vector<float> inputs(static_cast<std::size_t>(b * c * h * w));
     for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<float>(uniform01(hash64(seed, 99, i)));
     std::vector<TokenIndex> labels{0, 3, 1, 3, 2};
+    // Token rows: [CLS] (vocab - 1) then random ids, [PAD] (vocab - 2) after each row's length.
+    const std::vector<std::int32_t> lengths{7, 4, 1, 6, 2};
+    std::vector<TokenIndex> tokens(static_cast<std::size_t>(b * enc.seq_len));
+    for (std::int64_t r = 0; r < b; ++r)
+      for (std::int64_t t = 0; t < enc.seq_len; ++t)
+        tokens[static_cast<std::size_t>(r * enc.seq_len + t)] =
+            t == 0 ? static_cast<TokenIndex>(enc.vocab - 1)
+            : t < lengths[static_cast<std::size_t>(r)]
+                ? static_cast<TokenIndex>(hash64(seed, 98, static_cast<std::uint64_t>(r * 100 + t)) % (enc.vocab - 2))
+                : static_cast<TokenIndex>(enc.vocab - 2);
     SampleBatch batch;
     batch.batch = b;
-    batch.values = inputs.data();
+    batch.values = encoder ? nullptr : inputs.data();
+    batch.tokens = encoder ? tokens.data() : nullptr;
+    batch.lengths = encoder ? lengths.data() : nullptr;
     batch.labels = labels.data();
     const double loss = model->forward(batch) / static_cast<double>(b);
     model->backward(1.0f / static_cast<float>(b));
@@ -98,6 +125,14 @@ int main(int argc, char** argv) {
     const hid_t file = H5Fcreate(argv[2], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     check(file >= 0, "creating the output file");
     attr(file, "cnn", kind == "cnn" ? 1 : 0);
+    attr(file, "encoder", encoder ? 1 : 0);
+    if (encoder) {
+      attr(file, "n_head", enc.n_head);
+      attr(file, "mean_pool", kind == "encoder-mean" ? 1 : 0);
+      write(file, "tokens", H5T_NATIVE_INT32, {static_cast<hsize_t>(b), static_cast<hsize_t>(enc.seq_len)},
+            tokens.data());
+      write(file, "lengths", H5T_NATIVE_INT32, {static_cast<hsize_t>(b)}, lengths.data());
+    }
     for (auto [name, value] : {std::pair{"batch", b}, {"channels", c}, {"height", h}, {"width", w}, {"classes", k}})
       attr(file, name, value);
     const hid_t space = H5Screate(H5S_SCALAR);
