@@ -140,6 +140,13 @@ int run_main(int argc, char** argv) {
                "code 2 if it exceeds train.memory_limit_mb or recompute.budget_mb cannot be met");
   app.add_option("--ranks", plan_ranks, "With --plan: plan for this many ranks (default: the MPI job's)")
       ->check(CLI::PositiveNumber);
+  bool profile = false;
+  app.add_flag("--profile", profile,
+               "Time every op of the training steps (layer kernels, gradient communication, the optimizer) "
+               "and print the per-op breakdown at the end of the job: ms per step, share of the step, and "
+               "the totals for GEMM, elementwise, communication and optimizer (also RUN_DIR/profile.txt). "
+               "The job's first step (warm-up) and evaluations are not counted. On a GPU every op waits "
+               "for the device, so the run is slower");
   std::string inject_overflow;
   app.add_option("--inject-overflow", inject_overflow,
                  "Test hook: at optimizer step STEP (1-based) rank RANK (default 0) plants an inf in "
@@ -194,6 +201,7 @@ int run_main(int argc, char** argv) {
   if (!signal_at.empty() && !parse_step_rank("--signal-at-step", signal_at, hooks.signal_step, hooks.signal_rank))
     return kExitBadInput;
 
+  hooks.profile = profile;
   hooks.stop_after_step = stop_after_step;
   hooks.pause_checkpoint_step = pause_checkpoint;
 

@@ -18,9 +18,20 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     /params/<name>, /tokens, /targets); OUT.h5 gets attribute loss and
     /grads/<name> (d mean loss / d parameter), float64 math in float32 storage
     as our trainer's.
+  gpt_torch.py train DATA.h5 --n-layer L --n-head H --d-model C --seq-len T
+               --batch B --steps N [--threads P] [--lr LR] [--seed S]
+    Trains the same model on the same data set (a shardtrain tokens file,
+    /train/tokens and /vocab) with AdamW (betas 0.9/0.95, weight decay 0.1 on
+    the 2-D Linear weights, grad-norm clip 1.0, constant lr): B random windows
+    of T+1 tokens per step. Prints one line per step, "step S loss L ms M", and
+    at the end "peak_rss_kib K" (the process's maximum resident set, getrusage).
+    This is the PyTorch side of tests/bench/torch_parity_speed.sh.
 """
+import argparse
 import math
+import resource
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -108,7 +119,53 @@ def walk(group):
     return list(group.keys())
 
 
+def train(argv):
+    ap = argparse.ArgumentParser(prog="gpt_torch.py train")
+    ap.add_argument("data")
+    for k in ("n-layer", "n-head", "d-model", "seq-len", "batch", "steps"):
+        ap.add_argument("--" + k, type=int, required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=1234)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    with h5py.File(a.data, "r") as f:
+        if "train" not in f or "tokens" not in f["train"] or "vocab" not in f:
+            raise SystemExit(f"{a.data}: not a shardtrain tokens file (needs /train/tokens and /vocab)")
+        tokens = torch.from_numpy(np.asarray(f["train"]["tokens"]).astype(np.int64))
+        vocab = int(f["vocab"].shape[0])
+    T, B = a.seq_len, a.batch
+    if tokens.numel() <= T + 1:
+        raise SystemExit(f"{a.data}: {tokens.numel()} training tokens, need more than seq_len + 1 = {T + 1}")
+    model = GPT(vocab, a.n_layer, a.d_model, a.n_head, T)
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            nn.init.normal_(p, std=0.02)
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
+    other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    gen = torch.Generator().manual_seed(a.seed)
+    offsets = torch.arange(T + 1)
+    for step in range(1, a.steps + 1):
+        start = time.perf_counter()
+        idx = torch.randint(0, tokens.numel() - T - 1, (B,), generator=gen)[:, None] + offsets
+        window = tokens[idx]
+        loss = model(window[:, :-1], window[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        value = float(loss)
+        ms = (time.perf_counter() - start) * 1e3
+        print(f"step {step} loss {value:.6f} ms {ms:.3f}", flush=True)
+    print(f"peak_rss_kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[1] == "train":
+        return train(argv[2:])
     if len(argv) != 3:
         raise SystemExit(__doc__)
     torch.manual_seed(0)

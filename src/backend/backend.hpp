@@ -25,6 +25,7 @@
 #include <string>
 
 #include "core/memory.hpp"
+#include "core/profiler.hpp"
 #include "kernels/half.hpp"
 #include "model/param_layout.hpp"
 
@@ -95,11 +96,20 @@ class Backend {
   template <class P>
   VectorOps<P>& vector_ops() { return ops_for(static_cast<P*>(nullptr)); }
 
+  // The run's `--profile` timers (core/profiler.hpp), or nullptr (the default):
+  // model ops made while it is set time their calls, and the ZeRO engine times
+  // its communication and optimizer step. The run that sets it clears it.
+  void set_profiler(Profiler* profiler) { m_profiler = profiler; }
+  Profiler* profiler() const { return m_profiler; }
+
  protected:
   virtual VectorOps<float>& ops_for(float*) = 0;
   virtual VectorOps<double>& ops_for(double*) = 0;
   virtual VectorOps<f16>& ops_for(f16*) = 0;
   virtual VectorOps<bf16>& ops_for(bf16*) = 0;
+
+ private:
+  Profiler* m_profiler = nullptr;
 };
 
 // The host backend (stateless, one per process).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/model_ops.hpp"
+#include "backend/profiled_model_ops.hpp"
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/conv2d.hpp"  // CNN ops
@@ -319,7 +320,7 @@ Backend& host_backend() {
 }
 
 template <class T>
-std::unique_ptr<ModelOps<T>> make_model_ops(Backend& backend, const ModelOpsLimits& limits, MemoryTracker& memory) {
+std::unique_ptr<ModelOps<T>> make_backend_ops(Backend& backend, const ModelOpsLimits& limits, MemoryTracker& memory) {
   switch (backend.kind()) {
     case BackendKind::Host:
       return std::make_unique<HostModelOps<T>>(limits, memory);
@@ -334,6 +335,13 @@ std::unique_ptr<ModelOps<T>> make_model_ops(Backend& backend, const ModelOpsLimi
 #endif
   }
   SHARDTRAIN_FAIL("unknown backend");
+}
+
+template <class T>
+std::unique_ptr<ModelOps<T>> make_model_ops(Backend& backend, const ModelOpsLimits& limits, MemoryTracker& memory) {
+  auto ops = make_backend_ops<T>(backend, limits, memory);
+  if (backend.profiler() == nullptr) return ops;
+  return std::make_unique<ProfiledModelOps<T>>(std::move(ops), backend.profiler());
 }
 
 template std::unique_ptr<ModelOps<float>> make_model_ops<float>(Backend&, const ModelOpsLimits&, MemoryTracker&);

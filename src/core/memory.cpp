@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <new>
 
 #include "core/error.hpp"
@@ -53,4 +55,19 @@ void* tracked_alloc(std::size_t bytes) {
 void tracked_free(void* p) { std::free(p); }
 
 }  // namespace detail
+
+std::int64_t process_peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      std::int64_t kib = -1;
+      status >> kib;
+      return kib < 0 ? -1 : kib * 1024;
+    }
+    status.ignore(1 << 16, '\n');
+  }
+  return -1;
+}
+
 }  // namespace shardtrain

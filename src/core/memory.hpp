@@ -49,6 +49,11 @@ class MemoryTracker {
   std::size_t m_peak_total = 0;
 };
 
+// The process's peak resident set (VmHWM of /proc/self/status) in bytes: what
+// the tracked categories hold plus code, libraries, MPI's buffers and the heap
+// outside the tracker. -1 where /proc is not available.
+std::int64_t process_peak_rss_bytes();
+
 namespace detail {
 void* tracked_alloc(std::size_t bytes);
 void tracked_free(void* p);

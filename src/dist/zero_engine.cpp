@@ -155,6 +155,7 @@ typename ZeroEngine<P>::Buffer& ZeroEngine<P>::take_grad_buffer(int s) {
     if (best) {
       best->span = s;
       best->ready = 0;
+      Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradZero);
       m_ops.fill_zero(best->data.data(), need);
       return *best;
     }
@@ -182,6 +183,7 @@ typename ZeroEngine<P>::Buffer* ZeroEngine<P>::oldest_pending_grad_buffer() {
 
 template <class P>
 void ZeroEngine<P>::complete_grad_buffer(Buffer& b) {
+  Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradReduce);
   b.pending->wait();
   b.pending.reset();
   m_backend.compute_after_collectives();
@@ -216,14 +218,18 @@ void ZeroEngine<P>::grads_ready(int g) {
     m_ops.set_inf(b->data.data());
     m_plant_overflow = false;
   }
-  m_backend.collectives_after_compute();  // the backward kernels that wrote the bucket
-  b->pending = m_comm.ireduce_scatter_v(b->data.data(), b->data.data() + sp.own_displ, sp.counts,
-                                        dtype_of<P>(), ReduceOp::Sum);
+  {
+    Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradReduce);
+    m_backend.collectives_after_compute();  // the backward kernels that wrote the bucket
+    b->pending = m_comm.ireduce_scatter_v(b->data.data(), b->data.data() + sp.own_displ, sp.counts,
+                                          dtype_of<P>(), ReduceOp::Sum);
+  }
   if (!m_overlap) complete_grad_buffer(*b);
 }
 
 template <class P>
 void ZeroEngine<P>::begin_step() {
+  Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradZero);
   m_ops.fill_zero(m_grads.data(), static_cast<std::int64_t>(m_grads.size()));
 }
 
@@ -233,23 +239,36 @@ double ZeroEngine<P>::finish_gradients() {
     m_ops.set_inf(m_grads.data());
     m_plant_overflow = false;
   }
+  Profiler* const prof = m_backend.profiler();
   switch (m_stage) {
-    case 0:
-      m_backend.collectives_after_compute();
-      m_comm.all_reduce(m_grads.data(), m_grads.size(), dtype_of<P>(), ReduceOp::Sum);
-      m_backend.compute_after_collectives();
+    case 0: {
+      {
+        Profiler::Scope timed(prof, ProfileOp::GradReduce);
+        m_backend.collectives_after_compute();
+        m_comm.all_reduce(m_grads.data(), m_grads.size(), dtype_of<P>(), ReduceOp::Sum);
+        m_backend.compute_after_collectives();
+      }
+      Profiler::Scope timed(prof, ProfileOp::GradNorm);
       return m_ops.sum_of_squares(m_layout, m_grads.data(), 0, m_layout.padded_size());
-    case 1:
-      m_backend.collectives_after_compute();
-      m_comm.reduce_scatter(m_grads.data(), m_grads.data() + m_lo,
-                            static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>(), ReduceOp::Sum);
-      m_backend.compute_after_collectives();
+    }
+    case 1: {
+      {
+        Profiler::Scope timed(prof, ProfileOp::GradReduce);
+        m_backend.collectives_after_compute();
+        m_comm.reduce_scatter(m_grads.data(), m_grads.data() + m_lo,
+                              static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>(), ReduceOp::Sum);
+        m_backend.compute_after_collectives();
+      }
+      Profiler::Scope timed(prof, ProfileOp::GradNorm);
       return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_grads.data() + m_lo, m_lo, m_hi));
-    default:
+    }
+    default: {
       for (const auto& b : m_grad_buffers)
         SHARDTRAIN_CHECK(b.span < 0 || b.pending, "a gradient bucket was never reported ready");
       while (Buffer* oldest = oldest_pending_grad_buffer()) complete_grad_buffer(*oldest);
+      Profiler::Scope timed(prof, ProfileOp::GradNorm);
       return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_grads.data(), m_lo, m_hi));
+    }
   }
 }
 
@@ -269,8 +288,12 @@ void ZeroEngine<P>::apply_optimizer(AdamW& optim, double lr, float grad_scale, s
   SHARDTRAIN_CHECK(optim.lo() == lo && optim.hi() == hi, "optimizer range does not match the shard");
   P* params = m_stage == 3 ? m_params.data() : m_params.data() + lo;
   const P* grads = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
-  optim.step(m_ops, params, grads, lr, grad_scale, step);
+  {
+    Profiler::Scope timed(m_backend.profiler(), ProfileOp::Optimizer);
+    optim.step(m_ops, params, grads, lr, grad_scale, step);
+  }
   if (m_stage == 1 || m_stage == 2) {
+    Profiler::Scope timed(m_backend.profiler(), ProfileOp::ParamGather);
     m_backend.collectives_after_compute();  // the optimizer's new shard
     m_comm.all_gather(m_params.data() + m_lo, m_params.data(),
                       static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>());
@@ -305,7 +328,10 @@ typename ZeroEngine<P>::Buffer& ZeroEngine<P>::take_param_buffer(int s) {
     if (better) best = &b;
   }
   SHARDTRAIN_CHECK(best != nullptr, "no parameter buffer free for bucket " + std::to_string(s));
-  if (best->pending) best->pending->wait();  // a prefetch being evicted
+  if (best->pending) {  // a prefetch being evicted
+    Profiler::Scope timed(m_backend.profiler(), ProfileOp::ParamGather);
+    best->pending->wait();
+  }
   best->pending.reset();
   best->span = s;
   best->order = ++m_clock;
@@ -317,6 +343,7 @@ void ZeroEngine<P>::start_gather(Buffer& b, int s) {
   const Span& sp = m_spans[s];
   const P* mine = sp.counts[m_comm.rank()] > 0 ? m_params.data() + (std::max(sp.lo, m_lo) - m_lo)
                                                : m_params.data();
+  Profiler::Scope timed(m_backend.profiler(), ProfileOp::ParamGather);
   m_backend.collectives_after_compute();  // the optimizer's update of the shard
   b.pending = m_comm.iall_gather_v(mine, b.data.data(), sp.counts, dtype_of<P>());
 }
@@ -345,6 +372,7 @@ P* ZeroEngine<P>::acquire_params(int g) {
     start_gather(*b, s);
   }
   if (b->pending) {
+    Profiler::Scope timed(m_backend.profiler(), ProfileOp::ParamGather);
     b->pending->wait();
     b->pending.reset();
     m_backend.compute_after_collectives();

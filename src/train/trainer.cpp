@@ -4,15 +4,16 @@
 #include "train/trainer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <ctime>
-#include <thread>
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -106,6 +107,28 @@ struct DeviceContext {
 
 namespace {
 
+// `--profile`: the run's Profiler, bound to the backend for the run's lifetime
+// (the host backend is one per process, so the binding is undone on every exit).
+class ProfilerBinding {
+ public:
+  ProfilerBinding(Backend& backend, bool on) : m_backend(backend) {
+    if (!on) return;
+    m_profiler = std::make_unique<Profiler>();
+    if (backend.memory() != nullptr) m_profiler->set_sync([&backend] { backend.synchronize(); });
+    backend.set_profiler(m_profiler.get());
+  }
+  ~ProfilerBinding() {
+    if (m_profiler) m_backend.set_profiler(nullptr);
+  }
+  ProfilerBinding(const ProfilerBinding&) = delete;
+  ProfilerBinding& operator=(const ProfilerBinding&) = delete;
+  Profiler* get() const { return m_profiler.get(); }
+
+ private:
+  Backend& m_backend;
+  std::unique_ptr<Profiler> m_profiler;
+};
+
 // Holds everything one run needs; P is the storage type of parameters,
 // activations and gradients (float, f16 or bf16).
 template <class P>
@@ -118,6 +141,7 @@ class Run final : public RunBase {
         m_comm(world),
         m_backend(*device.backend),
         m_state_comm(device.comm() ? *device.comm() : static_cast<Communicator&>(m_comm)),
+        m_profiler(m_backend, hooks.profile),
         m_task(make_task<P>(cfg, m_comm, m_comm.size())),
         m_scaler(scaler_config(cfg.precision)),
         m_watchdog(cfg.parallel.collective_timeout_s, m_comm.rank()),
@@ -224,6 +248,7 @@ class Run final : public RunBase {
   // on the rank count or ZeRO stage. Collective; the result is rank 0's.
   std::uint32_t weights_crc();
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
+  void report_profile(RunDirectory* dir);  // collective (--profile); dir is rank 0's
   void report_communication(std::uint64_t bytes_per_step);
   bool is_root() const { return m_comm.rank() == 0; }
   // Bytes this rank sent through both communicators.
@@ -236,6 +261,9 @@ class Run final : public RunBase {
   MpiCommunicator m_comm;         // host values: losses, flags, CRC pieces, memory report
   Backend& m_backend;             // where model state and kernels live
   Communicator& m_state_comm;     // moves backend memory (m_comm on the host, NCCL on a device)
+  ProfilerBinding m_profiler;     // --profile (before everything that makes ops)
+  double m_profiled_seconds = 0.0;  // wall time of the profiled steps (rank-local)
+  std::int64_t m_profiled_steps = 0;
   MemoryTracker m_memory;
   std::unique_ptr<Task<P>> m_task;  // the model and its data
   MemoryPlan m_plan;
@@ -624,6 +652,9 @@ void Run<P>::report_memory(RunDirectory* dir) {
     peaks[m_comm.rank() * (kCats + 1) + c] = static_cast<std::int64_t>(m_memory.peak(static_cast<MemCategory>(c)));
   peaks[m_comm.rank() * (kCats + 1) + kCats] = static_cast<std::int64_t>(m_memory.peak_total());
   m_comm.all_reduce(std::span<std::int64_t>(peaks), ReduceOp::Sum);
+  std::vector<std::int64_t> rss(static_cast<std::size_t>(n), 0);
+  rss[m_comm.rank()] = process_peak_rss_bytes();
+  m_comm.all_reduce(std::span<std::int64_t>(rss), ReduceOp::Sum);
   if (!is_root()) return;
   std::vector<std::int64_t> plan(m_plan.bytes.begin(), m_plan.bytes.end());
   plan.push_back(m_plan.total());
@@ -638,6 +669,11 @@ void Run<P>::report_memory(RunDirectory* dir) {
              "grads", "optimizer", "activations", "workspace", "comm", "data", "total");
   for (int r = 0; r < n; ++r) row(std::to_string(r), &peaks[r * (kCats + 1)]);
   row("plan", plan.data());
+  std::string rss_text;
+  for (int r = 0; r < n; ++r)
+    rss_text += rss[r] < 0 ? std::string(" n/a") : fmt::format(" {:.1f}", static_cast<double>(rss[r]) / (1024.0 * 1024.0));
+  fmt::print("process peak RSS per rank (MiB, VmHWM: the above plus code, libraries, MPI and untracked heap):{}\n",
+             rss_text);
 }
 
 // Rank 0's bytes per step against ZeRO's theory: 2 Psi (N-1)/N elements per
@@ -645,6 +681,56 @@ void Run<P>::report_memory(RunDirectory* dir) {
 // for stage 3 (parameters gathered for forward and again for backward), with
 // Psi the padded parameter count and one micro-batch per step; stages 2 and 3
 // reduce gradients once per micro-batch.
+template <class P>
+void Run<P>::report_profile(RunDirectory* dir) {
+  // Per op: seconds summed over ranks (for the mean) and the largest rank's.
+  const Profiler::Totals& t = m_profiler.get()->totals();
+  constexpr int kOps = Profiler::kOps;
+  std::vector<double> mine(t.seconds.begin(), t.seconds.end());
+  mine.push_back(m_profiled_seconds);
+  std::vector<double> sum(mine.size()), max(mine.size());
+  MPI_Reduce(mine.data(), sum.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM, 0, m_world);
+  MPI_Reduce(mine.data(), max.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, 0, m_world);
+  if (!is_root()) return;
+  const double ranks = m_comm.size(), steps = static_cast<double>(m_profiled_steps);
+  std::string out;
+  if (m_profiled_steps == 0) {
+    out = "profile: no step to report (the job's first step is warm-up and is not timed)\n";
+  } else {
+    const double step_ms = 1e3 * sum[kOps] / ranks / steps;
+    out += fmt::format("profile of {} training steps (--profile; the job's first step and evaluations excluded), "
+                       "{} rank(s):\n", m_profiled_steps, m_comm.size());
+    out += fmt::format("  step time {:.2f} ms (mean over ranks)\n", step_ms);
+    out += fmt::format("  {:<16} {:<14} {:>10} {:>12} {:>14} {:>7}\n", "op", "class", "calls/step", "ms/step",
+                       "max rank ms", "share");
+    std::array<double, static_cast<int>(ProfileClass::Count)> by_class{};
+    double timed = 0.0;
+    for (int i = 0; i < kOps; ++i) {
+      if (t.calls[i] == 0 && sum[i] == 0.0) continue;
+      const auto op = static_cast<ProfileOp>(i);
+      const double ms = 1e3 * sum[i] / ranks / steps;
+      by_class[static_cast<int>(profile_op_class(op))] += ms;
+      timed += ms;
+      out += fmt::format("  {:<16} {:<14} {:>10.1f} {:>12.2f} {:>14.2f} {:>6.1f}%\n", profile_op_name(op),
+                         profile_class_name(profile_op_class(op)), static_cast<double>(t.calls[i]) / steps, ms,
+                         1e3 * max[i] / steps, 100.0 * ms / step_ms);
+    }
+    out += fmt::format("  {:<16} {:<14} {:>10} {:>12.2f} {:>14} {:>6.1f}%\n", "(untimed)", "other", "",
+                       step_ms - timed, "", 100.0 * (step_ms - timed) / step_ms);
+    out += "  by class:";
+    for (int c = 0; c < static_cast<int>(ProfileClass::Count); ++c)
+      out += fmt::format(" {} {:.1f}% |", profile_class_name(static_cast<ProfileClass>(c)),
+                         100.0 * by_class[c] / step_ms);
+    out += fmt::format(" other {:.1f}%\n", 100.0 * (step_ms - timed) / step_ms);
+  }
+  fmt::print("{}", out);
+  if (dir) {
+    dir->write_file("profile.txt", out);
+    fmt::print("  (also {}/profile.txt)\n", dir->path());
+  }
+  std::fflush(stdout);
+}
+
 template <class P>
 void Run<P>::report_communication(std::uint64_t bytes_per_step) {
   if (!is_root()) return;
@@ -701,7 +787,15 @@ TrainResult Run<P>::run() {
     m_watchdog.set_step(step + 1);
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
     const std::uint64_t sent_before = bytes_sent();
+    // --profile times every step of the job but its first (warm-up: first touches, BLAS buffers).
+    Profiler* const prof = step > first ? m_profiler.get() : nullptr;
+    if (prof) prof->set_recording(true);
     const StepResult sr = train_step(step, lr);
+    if (prof) {
+      prof->set_recording(false);
+      m_profiled_seconds += seconds_since(step_t0);
+      ++m_profiled_steps;
+    }
     m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
     const std::uint64_t step_bytes = bytes_sent() - sent_before;
     comm_total += step_bytes;
@@ -748,6 +842,7 @@ TrainResult Run<P>::run() {
   result.last_step = std::max(first, end);
   result.seconds = seconds_since(t0);
   report_memory(dir ? &*dir : nullptr);
+  if (m_profiler.get()) report_profile(dir ? &*dir : nullptr);
   if (end > first) report_communication(comm_total / static_cast<std::uint64_t>(end - first));
   result.requeue = stop != 0;
   if (is_root()) {

@@ -34,8 +34,11 @@ struct TrainResult {
   bool requeue = false;
 };
 
-// Test hooks, from the command line (never from the input file).
+// Run options and test hooks, from the command line (never from the input file).
 struct TrainerHooks {
+  // --profile: time every op of the training steps (core/profiler.hpp) and print
+  // the per-op breakdown at the end of the job (also RUN_DIR/profile.txt).
+  bool profile = false;
   // --inject-overflow STEP[:RANK]: at optimizer step STEP (1-based) rank RANK
   // plants +inf in the gradient it contributes to the step's first reduction.
   std::int64_t overflow_step = 0;  // 0: none

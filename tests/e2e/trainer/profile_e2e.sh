@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `trainer --profile` end to end (issue 10): a run with --profile and the same
+# run without give bitwise the same losses and weights (the timers only
+# observe), and the breakdown counts every op: per step, rank 0 calls the
+# linear layers 2 x (4 L + 1) times per micro-batch (q/k/v, projection and the
+# two MLP layers of each block plus the LM head, forward and backward),
+# attention 2 L times per micro-batch and AdamW once; the class shares add up
+# to 100%; RUN_DIR/profile.txt holds what was printed.
+# Usage: profile_e2e.sh NP STAGE NAME   (environment as e2e_lib.sh; INPUT: tiny.toml, L = 2)
+set -uo pipefail
+source "$(dirname "$0")/e2e_lib.sh"
+np=$1 stage=$2 name=$3
+steps=8 n_layer=2 batch=8 micro=2
+args=(--set train.steps=$steps --set train.log_every=1 --set parallel.zero_stage="$stage")
+
+mkdir -p "$WORK/$name"
+run_trainer "$np" "$name/plain" "${args[@]}"
+run_trainer "$np" "$name/profiled" "${args[@]}" --profile
+plain=$WORK/$name/plain profiled=$WORK/$name/profiled
+# step, loss, val_loss, grad_norm, weights_crc: identical
+cols() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+  { print $c["step"], $c["loss"], $c["val_loss"], $c["grad_norm"], $c["weights_crc"] }' "$1"; }
+diff <(cols "$plain/metrics.csv") <(cols "$profiled/metrics.csv") || die "--profile changed the numbers"
+grep -q '^profile of' "$plain.log" && die "a run without --profile printed a profile"
+[[ -s $profiled/profile.txt ]] || die "no $profiled/profile.txt"
+grep -q "^profile of $((steps - 1)) training steps" "$profiled/profile.txt" ||
+  die "profile.txt does not cover steps 2..$steps: $(head -1 "$profiled/profile.txt")"
+diff <(sed -n '/^profile of/,/by class/p' "$profiled.log") "$profiled/profile.txt" > /dev/null ||
+  die "profile.txt differs from the printed breakdown"
+
+# Rank 0's micro-batches per step: ceil(its share of the batch / micro).
+share=$(( (batch + np - 1) / np ))
+mbs=$(( (share + micro - 1) / micro ))
+calls() { awk -v op="$1" '$1 == op { print $3 }' "$profiled/profile.txt"; }
+expect() {  # OP CALLS_PER_STEP
+  local got; got=$(calls "$1")
+  [[ -n "$got" ]] || die "no '$1' row in the profile"
+  awk -v g="$got" -v e="$2" 'BEGIN { exit !(g == e) }' || die "$1: $got calls per step, expected $2"
+  echo "$1: $got calls per step (expected $2)"
+}
+expect linear $(( 2 * (4 * n_layer + 1) * mbs ))
+expect attention $(( 2 * n_layer * mbs ))
+expect layernorm $(( 2 * (2 * n_layer + 1) * mbs ))
+expect adamw 1
+[[ -n $(calls grad_reduce) ]] || die "no grad_reduce row"
+if (( stage > 0 )); then [[ -n $(calls param_gather) ]] || die "stage $stage: no param_gather row"; fi
+
+# The class shares (and "other") add up to 100%.
+awk '/by class:/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { sub(/%/, "", $i); s += $i }
+  printf "class shares sum to %.1f%%\n", s; exit !(s > 99.5 && s < 100.5) }' "$profiled/profile.txt" ||
+  die "the class shares do not add up to 100%"
+echo "PASS: --profile at $np ranks, stage $stage"
