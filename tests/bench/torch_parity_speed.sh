@@ -8,7 +8,7 @@
 #   - peak RSS per rank is at most 0.6x PyTorch's process RSS (same model, batch);
 #   - `trainer --profile` gives the per-op breakdown of both models (in the report).
 #
-# Usage: tests/bench/torch_parity_speed.sh [--check] TRAINER SGEMM_PEAK DATA INPUT [OUT]
+# Usage: tests/bench/torch_parity_speed.sh [--check] [--doc FILE] TRAINER SGEMM_PEAK DATA INPUT [OUT]
 #   TRAINER     trainer executable
 #   SGEMM_PEAK  tests/bench/sgemm_peak of the same build (the sgemm rate, through kernels/gemm)
 #   DATA        Moby Dick HDF5 data set (share/data/fetch-mobydick.sh)
@@ -17,6 +17,8 @@
 #   OUT         markdown report path, or - for stdout (default: -)
 #   --check     exit 1 when an acceptance point above does not hold
 #               (without it the exit code only says whether the measurement ran)
+#   --doc FILE  also put the report into FILE (share/doc/benchmarks.md) between
+#               its lines "<!-- torch_parity_speed: begin -->" and "... end -->"
 #
 # Variants (each a fresh process, all on the same data, model and global batch):
 #   ours-2x1   mpirun -n 2, OPENBLAS_NUM_THREADS=1 (one rank per core), ZeRO stage
@@ -57,9 +59,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-check=0
-if [[ "${1:-}" == "--check" ]]; then check=1; shift; fi
-[[ $# -ge 4 ]] || { sed -n '2,55p' "$0"; exit 2; }
+check=0 doc=""
+while [[ "${1:-}" == --* ]]; do
+  case $1 in
+    --check) check=1; shift ;;
+    --doc) [[ $# -ge 2 ]] || { echo "torch_parity_speed: --doc needs a FILE" >&2; exit 2; }; doc=$2; shift 2 ;;
+    *) echo "torch_parity_speed: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[[ $# -ge 4 ]] || { sed -n '2,58p' "$0"; exit 2; }
 trainer=$1; sgemm=$2; data=$3; input=$4; out=${5:--}
 
 ZERO_STAGE=${ZERO_STAGE:-3}
@@ -85,6 +93,12 @@ source "$root/tests/bench/bench_lib.sh"
 [[ -x "$PYTHON" ]] || die "no $PYTHON (PyTorch runs through Debian's python3-torch: share/install-deps.sh)"
 "$PYTHON" -c 'import torch, h5py' 2>/dev/null || die "$PYTHON lacks torch or h5py (apt-get install python3-torch python3-h5py)"
 [[ $ZERO_STAGE =~ ^[0-3]$ ]] || die "ZERO_STAGE must be 0-3"
+begin_mark="<!-- torch_parity_speed: begin -->" end_mark="<!-- torch_parity_speed: end -->"
+if [[ -n $doc ]]; then  # checked before an hour of measuring, not after
+  [[ -w $doc ]] || die "--doc $doc: not a writable file"
+  [[ $(grep -cxF "$begin_mark" "$doc") == 1 && $(grep -cxF "$end_mark" "$doc") == 1 ]] ||
+    die "--doc $doc: needs exactly one line '$begin_mark' and one '$end_mark'"
+fi
 
 bench_env  # OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1, root consent
 bench_workdir torch_parity_speed
@@ -158,6 +172,7 @@ steps_of() { [[ $1 == big ]] && echo "$BIG_STEPS" || echo "$QS_STEPS"; }
 warm_of() { [[ $1 == big ]] && echo "$BIG_WARMUP" || echo "$WARMUP"; }
 
 start=$(date +%s)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 measure_peak before
 mkdir -p "$work/runs"
 for model in quickstart big; do
@@ -194,10 +209,10 @@ report=$(mktemp "$work/report.XXXXXX")
   echo "### Our trainer against PyTorch, and against the sgemm limit"
   echo
   echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), ${wall} s; commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown);"
-  echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), load before: $(cut -d' ' -f1-3 /proc/loadavg);"
+  echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before the runs: $load_before;"
   echo "PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') (Debian python3-torch, OpenBLAS, no MKL); ZeRO stage $ZERO_STAGE for ours."
   echo
-  echo "Command: \`tests/bench/torch_parity_speed.sh --check $trainer_src $sgemm_src $data $input $out\`"
+  echo "Command: \`tests/bench/torch_parity_speed.sh --check${doc:+ --doc $doc} $trainer_src $sgemm_src $data $input $out\`"
   echo "(knobs: QS_STEPS=$QS_STEPS QS_ROUNDS=$QS_ROUNDS WARMUP=$WARMUP BIG_STEPS=$BIG_STEPS BIG_ROUNDS=$BIG_ROUNDS BIG_WARMUP=$BIG_WARMUP)"
   echo
   echo "sgemm peak (tests/bench/sgemm_peak, N=2048, best of 10; GFLOP/s, aggregate):"
@@ -262,5 +277,12 @@ report=$(mktemp "$work/report.XXXXXX")
 } > "$report"
 
 if [[ "$out" == - ]]; then cat "$report"; else cp "$report" "$out"; log "report: $out"; fi
+if [[ -n $doc ]]; then
+  awk -v b="$begin_mark" -v e="$end_mark" -v r="$report" '
+    $0 == b { print; while ((getline line < r) > 0) print line; skip = 1; next }
+    $0 == e { skip = 0 }
+    !skip { print }' "$doc" > "$doc.partial" && mv "$doc.partial" "$doc"
+  log "report placed in $doc"
+fi
 if (( check && fail )); then echo "torch_parity_speed: an acceptance point does not hold (see the report)" >&2; exit 1; fi
 exit 0

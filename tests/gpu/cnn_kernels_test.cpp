@@ -21,6 +21,7 @@
 
 #include "core/cuda_check.hpp"
 #include "device_buffer.hpp"
+#include "device_compare.hpp"
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/pool.cuh"
 #include "kernels/dropout.hpp"
@@ -38,13 +39,7 @@ bool bitwise_equal(const std::vector<H>& a, const std::vector<H>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(H)) == 0;
 }
 
-template <class H, class D>
-struct TypePair {
-  using Host = H;  // shardtrain storage type of the host kernels
-  using Dev = D;   // CUDA storage type of kernels/cuda
-};
-using StorageTypes = ::testing::Types<TypePair<float, float>, TypePair<f16, __half>,
-                                      TypePair<bf16, __nv_bfloat16>>;
+using shardtrain::test::StorageTypes;
 
 template <class P>
 class CnnKernels : public ::testing::Test {
@@ -53,11 +48,7 @@ class CnnKernels : public ::testing::Test {
   using Dev = typename P::Dev;
 
   void SetUp() override {
-    int count = 0;
-    const cudaError_t rc = cudaGetDeviceCount(&count);
-    ASSERT_TRUE(rc == cudaSuccess && count > 0)
-        << "no CUDA device: the gpu tests need one (cudaGetDeviceCount: " << detail::cuda_error_text(rc) << ", "
-        << count << " devices)";
+    ASSERT_CUDA_DEVICE();
     SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
   }
   void TearDown() override {

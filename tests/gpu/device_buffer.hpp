@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cuda_check.hpp"
@@ -59,17 +60,22 @@ class DeviceBuffer {
   std::size_t m_size = 0;
 };
 
+// Why no CUDA device is usable ("" when one is): cudaGetDeviceCount's error or "0 devices".
+inline std::string device_problem() {
+  int devices = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&devices);
+  if (rc == cudaSuccess && devices > 0) return std::string();
+  if (rc == cudaSuccess) return "cudaGetDeviceCount: 0 devices";
+  return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
+}
+
 // For a gpu test's main(): true (after printing why, naming `test`) when no
 // CUDA device is usable; the test then exits 1 -- gpu tests fail, never skip.
 inline bool no_device(const char* test) {
-  int devices = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&devices);
-  if (rc == cudaSuccess && devices > 0) return false;
-  std::fprintf(stderr,
-               "error: %s needs a CUDA device and found none (cudaGetDeviceCount: %s%s%s); the gpu tests fail, "
-               "they do not skip\n",
-               test, rc != cudaSuccess ? cudaGetErrorName(rc) : "0 devices", rc != cudaSuccess ? ": " : "",
-               rc != cudaSuccess ? cudaGetErrorString(rc) : "");
+  const std::string why = device_problem();
+  if (why.empty()) return false;
+  std::fprintf(stderr, "error: %s needs a CUDA device and found none (%s); the gpu tests fail, they do not skip\n",
+               test, why.c_str());
   return true;
 }
 

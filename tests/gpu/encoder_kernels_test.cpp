@@ -28,6 +28,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "device_buffer.hpp"
+#include "device_compare.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/seq_pool.cuh"
@@ -41,62 +42,11 @@ namespace {
 using shardtrain::test::DeviceBuffer;
 using shardtrain::test::random_values;
 
-template <class D>
-struct Host;
-template <>
-struct Host<float> {
-  using type = float;
-  static constexpr double attention_tol = 5e-5;
-};
-template <>
-struct Host<__half> {
-  using type = f16;
-  static constexpr double attention_tol = 1e-2;
-};
-template <>
-struct Host<__nv_bfloat16> {
-  using type = bf16;
-  static constexpr double attention_tol = 2e-2;
-};
-
-template <class H>
-std::vector<H> nan_values(std::size_t n) {
-  return std::vector<H>(n, from_float<H>(std::numeric_limits<float>::quiet_NaN()));
-}
-
-template <class H>
-double rel_l2(const std::vector<H>& got, const std::vector<H>& want) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double g = to_float(got[i]), w = to_float(want[i]);
-    num += (g - w) * (g - w);
-    den += w * w;
-  }
-  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-#define EXPECT_REL(got, want, tol, what)                                                     \
-  do {                                                                                       \
-    const double e_ = rel_l2(got, want);                                                     \
-    std::printf("[gpu-error] %s: %.3e (bound %.1e)\n", std::string(what).c_str(), e_, tol); \
-    EXPECT_LE(e_, tol) << what;                                                              \
-  } while (0)
+using shardtrain::test::Host;
+using shardtrain::test::nan_values;
 
 template <class D>
-class EncoderKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
-    SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_handle));
-  }
-  void TearDown() override {
-    if (m_handle != nullptr) cublasDestroy(m_handle);
-    if (m_stream != nullptr) cudaStreamDestroy(m_stream);
-  }
-  void sync() { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
-  cudaStream_t m_stream = nullptr;
-  cublasHandle_t m_handle = nullptr;
-};
+class EncoderKernels : public shardtrain::test::StreamTest {};
 
 using DeviceTypes = ::testing::Types<float, __half, __nv_bfloat16>;
 TYPED_TEST_SUITE(EncoderKernels, DeviceTypes);

@@ -47,6 +47,7 @@
 #include "kernels/half_scratch.hpp"
 #include "kernels/linear.hpp"
 #include "device_buffer.hpp"
+#include "device_compare.hpp"
 
 namespace shardtrain {
 namespace {
@@ -54,44 +55,9 @@ namespace {
 using shardtrain::test::DeviceBuffer;
 using shardtrain::test::random_values;
 
-// Device storage type D -> host kernel type, tolerance and name.
-template <class D>
-struct Host;
-template <>
-struct Host<float> {
-  using type = float;
-  static constexpr double tol = 1e-5, attention_tol = 5e-5;
-};
-template <>
-struct Host<__half> {
-  using type = f16;
-  static constexpr double tol = 1e-2, attention_tol = 1e-2;
-};
-template <>
-struct Host<__nv_bfloat16> {
-  using type = bf16;
-  static constexpr double tol = 2e-2, attention_tol = 2e-2;
-};
-static_assert(sizeof(f16) == sizeof(__half) && sizeof(bf16) == sizeof(__nv_bfloat16));
-
-template <class H>
-std::vector<H> nan_values(std::size_t n) {
-  return std::vector<H>(n, from_float<H>(std::numeric_limits<float>::quiet_NaN()));
-}
-
-template <class H>
-double rel_l2(const std::vector<H>& got, const std::vector<H>& want, std::size_t begin = 0,
-              std::size_t end = std::size_t(-1)) {
-  if (end > want.size()) end = want.size();
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = begin; i < end; ++i) {
-    const double g = to_float(got[i]), w = to_float(want[i]);
-    num += (g - w) * (g - w);
-    den += w * w;
-  }
-  if (den == 0.0) return std::sqrt(num);
-  return std::sqrt(num / den);  // NaN in `got` gives NaN, which fails EXPECT_LE
-}
+using shardtrain::test::Host;
+using shardtrain::test::nan_values;
+using shardtrain::test::rel_l2;
 
 template <class H>
 bool same_bits(const std::vector<H>& a, const std::vector<H>& b, std::size_t begin,
@@ -99,29 +65,10 @@ bool same_bits(const std::vector<H>& a, const std::vector<H>& b, std::size_t beg
   return std::memcmp(a.data() + begin, b.data() + begin, (end - begin) * sizeof(H)) == 0;
 }
 
-#define EXPECT_REL(got, want, tol, what)                                     \
-  do {                                                                       \
-    const double e_ = rel_l2(got, want);                                     \
-    std::printf("[gpu-error] %s: %.3e (bound %.1e)\n", std::string(what).c_str(), e_, tol); \
-    EXPECT_LE(e_, tol) << what;                                              \
-  } while (0)
-
 template <class D>
-class GemmKernels : public ::testing::Test {
+class GemmKernels : public shardtrain::test::StreamTest {
  protected:
   using H = typename Host<D>::type;
-  void SetUp() override {
-    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
-    SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_handle));
-  }
-  void TearDown() override {
-    if (m_handle != nullptr) cublasDestroy(m_handle);
-    if (m_stream != nullptr) cudaStreamDestroy(m_stream);
-  }
-  void sync() { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
-
-  cudaStream_t m_stream = nullptr;
-  cublasHandle_t m_handle = nullptr;
 };
 
 using DeviceTypes = ::testing::Types<float, __half, __nv_bfloat16>;

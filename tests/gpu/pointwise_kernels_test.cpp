@@ -53,6 +53,7 @@
 #include "model/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "device_buffer.hpp"
+#include "device_compare.hpp"
 
 namespace shardtrain {
 namespace {
@@ -140,13 +141,7 @@ void expect_close(const std::vector<H>& got, const std::vector<H>& want, const s
 
 // --- Fixture -----------------------------------------------------------------
 
-template <class H, class D>
-struct TypePair {
-  using Host = H;  // shardtrain storage type of the host kernels
-  using Dev = D;   // CUDA storage type of kernels/cuda
-};
-using StorageTypes = ::testing::Types<TypePair<float, float>, TypePair<f16, __half>,
-                                      TypePair<bf16, __nv_bfloat16>>;
+using shardtrain::test::StorageTypes;
 
 template <class P>
 class PointwiseKernels : public ::testing::Test {
@@ -155,11 +150,7 @@ class PointwiseKernels : public ::testing::Test {
   using Dev = typename P::Dev;
 
   void SetUp() override {
-    int count = 0;
-    const cudaError_t rc = cudaGetDeviceCount(&count);
-    ASSERT_TRUE(rc == cudaSuccess && count > 0)
-        << "no CUDA device: the gpu tests need one (cudaGetDeviceCount: "
-        << detail::cuda_error_text(rc) << ", " << count << " devices)";
+    ASSERT_CUDA_DEVICE();
     SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
     const std::int64_t elems = std::max(
         {embedding_half_scratch_elems(kEmbV, kEmbC), layernorm_half_scratch_elems(kChannels),

@@ -12,14 +12,12 @@ runs the dump's batch and compares the mean cross-entropy within a relative
 1e-5 and every gradient within a relative 1e-4 (max |ours - torch| / max
 |torch| per tensor). Exit 1 on any violation.
 """
-import sys
-
 import h5py
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-LOSS_TOL, GRAD_TOL = 1e-5, 1e-4
+from parity_check import compare_grads, compare_loss, run, verdict
 
 
 def encoder_logits(params, tokens, lengths, n_head, mean_pool, n_layer):
@@ -82,32 +80,14 @@ def main(path):
     loss = F.cross_entropy(x, labels)
     loss.backward()
     bad = []
-    rel_loss = abs(ours_loss - float(loss)) / abs(float(loss))
     kind = ("encoder (" + ("mean" if mean_pool else "cls") + f" pooling, {blocks} blocks)") if encoder else \
         ("cnn" if cnn else "mlp")
     layers = "" if encoder else f" {convs} conv, {fcs} linear layers;"
-    print(f"{kind}:{layers} loss ours {ours_loss:.9f}, torch "
-          f"{float(loss):.9f}, relative difference {rel_loss:.2e} (tol {LOSS_TOL})")
-    if not rel_loss <= LOSS_TOL:
-        bad.append("loss")
-    rows = []
-    for n, p in params.items():
-        ref = p.grad.numpy().astype(np.float64)
-        scale = np.abs(ref).max()
-        rel = np.abs(grads[n] - ref).max() / scale if scale > 0 else np.abs(grads[n]).max()
-        rows.append((rel, n))
-        if not rel <= GRAD_TOL:
-            bad.append(n)
-    rows.sort(reverse=True)
-    print(f"gradients of {len(rows)} tensors; worst: " + ", ".join(f"{n} {r:.2e}" for r, n in rows[:3]))
-    if bad:
-        print("FAIL: outside tolerance: " + ", ".join(bad))
-        return 1
-    print("parity: loss and every gradient agree with PyTorch")
-    return 0
+    compare_loss(f"{kind}:{layers} ", ours_loss, float(loss), bad)
+    rows = compare_grads(((n, grads[n], p.grad.numpy()) for n, p in params.items()), bad)
+    print(f"gradients of {len(rows)} tensors; worst: " + ", ".join(f"{n} {r:.2e}" for r, n, _ in rows[:3]))
+    return verdict(bad)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    sys.exit(main(sys.argv[1]))
+    run(main, __doc__)

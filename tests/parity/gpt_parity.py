@@ -18,10 +18,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "share", "reference"))
 import gpt_torch  # noqa: E402
+from parity_check import GRAD_TOL, compare_grads, compare_loss, run, verdict  # noqa: E402
 
 import torch  # noqa: E402
 
-LOSS_TOL, GRAD_TOL, STEP_TOL = 1e-5, 1e-4, 1e-4
+STEP_TOL = 1e-4
 
 
 def train_steps(path):
@@ -58,33 +59,14 @@ def main(path):
     loss.backward()
     bad = []
     with h5py.File(path, "r") as f:
-        ours_loss = float(f.attrs["loss"])
-        rel_loss = abs(ours_loss - float(loss)) / abs(float(loss))
-        print(f"loss: ours {ours_loss:.9f}, torch {float(loss):.9f}, relative difference {rel_loss:.2e} (tol {LOSS_TOL})")
-        if not rel_loss <= LOSS_TOL:
-            bad.append("loss")
-        rows = []
-        for name, p in model.named_parameters():
-            ours = np.asarray(f["grads"][name], dtype=np.float64)
-            ref = p.grad.numpy().astype(np.float64)
-            scale = np.abs(ref).max()
-            rel = np.abs(ours - ref).max() / scale if scale > 0 else np.abs(ours).max()
-            rows.append((rel, name, scale))
-            if not rel <= GRAD_TOL:
-                bad.append(name)
-    rows.sort(reverse=True)
+        compare_loss("", float(f.attrs["loss"]), float(loss), bad)
+        rows = compare_grads(((name, f["grads"][name], p.grad.numpy()) for name, p in model.named_parameters()), bad)
     bad += train_steps(path)
     print(f"gradients of {len(rows)} tensors; worst relative differences (tol {GRAD_TOL}):")
     for rel, name, scale in rows[:5]:
         print(f"  {name:28s} {rel:.2e}  (max |grad| {scale:.3e})")
-    if bad:
-        print("FAIL: outside tolerance: " + ", ".join(bad))
-        return 1
-    print("parity: loss and every gradient agree with PyTorch")
-    return 0
+    return verdict(bad)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    sys.exit(main(sys.argv[1]))
+    run(main, __doc__)
