@@ -19,11 +19,14 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     /grads/<name> (d mean loss / d parameter), float64 math in float32 storage
     as our trainer's.
   gpt_torch.py train DATA.h5 --n-layer L --n-head H --d-model C --seq-len T
-               --batch B --steps N [--threads P] [--lr LR] [--seed S]
+               --batch B --steps N [--threads P] [--lr LR] [--seed S] [--init WEIGHTS.h5]
     Trains the same model on the same data set (a shardtrain tokens file,
     /train/tokens and /vocab) with AdamW (betas 0.9/0.95, weight decay 0.1 on
     the 2-D Linear weights, grad-norm clip 1.0, constant lr): B random windows
-    of T+1 tokens per step. Prints one line per step, "step S loss L ms M", and
+    of T+1 tokens per step (the windows depend on --seed only). The initial
+    weights are N(0, 0.02) matrices, or --init: our weights by name from one of
+    our checkpoints (/params/<name>) or a `trainer-ckpt export` file (one
+    dataset per parameter at the root). Prints one line per step, "step S loss L ms M", and
     at the end "peak_rss_kib K" (the process's maximum resident set, getrusage).
     This is the PyTorch side of tests/bench/torch_parity_speed.sh.
 """
@@ -114,6 +117,29 @@ def load(path):
     return model, tokens, targets
 
 
+def load_weights(model, path):
+    """Sets model's parameters by name from our checkpoint (/params/<name>) or a
+    trainer-ckpt export file (datasets named by parameter at the root)."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise SystemExit(f"{path}: cannot open as HDF5: {e}")
+    with f:
+        group = f["params"] if isinstance(f.get("params"), h5py.Group) else f
+        have = {k for k in group.keys() if isinstance(group[k], h5py.Dataset)}
+        mine = dict(model.named_parameters())
+        missing, extra = sorted(set(mine) - have), sorted(have - set(mine))
+        if missing or extra:
+            raise SystemExit(f"{path}: parameter names differ from the model's: missing {missing}, unexpected {extra}")
+        state = {}
+        for name, p in mine.items():
+            value = np.asarray(group[name], dtype=np.float32)
+            if tuple(value.shape) != tuple(p.shape):
+                raise SystemExit(f"{path}: {name} has shape {value.shape}, the model's is {tuple(p.shape)}")
+            state[name] = torch.from_numpy(value)
+    model.load_state_dict(state, strict=True)
+
+
 def walk(group):
     """Our tensor names: the datasets of /params (names keep their dots)."""
     return list(group.keys())
@@ -127,6 +153,7 @@ def train(argv):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--init", help="initial weights: our checkpoint or a trainer-ckpt export file")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -139,14 +166,17 @@ def train(argv):
     if tokens.numel() <= T + 1:
         raise SystemExit(f"{a.data}: {tokens.numel()} training tokens, need more than seq_len + 1 = {T + 1}")
     model = GPT(vocab, a.n_layer, a.d_model, a.n_head, T)
-    for name, p in model.named_parameters():
-        if p.dim() == 2:
-            nn.init.normal_(p, std=0.02)
+    if a.init:
+        load_weights(model, a.init)
+    else:
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
     other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    gen = torch.Generator().manual_seed(a.seed)
+    gen = torch.Generator().manual_seed(a.seed)  # the windows: the same for every --init
     offsets = torch.arange(T + 1)
     for step in range(1, a.steps + 1):
         start = time.perf_counter()

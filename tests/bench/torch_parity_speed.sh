@@ -51,10 +51,10 @@
 #
 # Environment knobs (defaults in brackets):
 #   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [40]  QS_ROUNDS [5]  BIG_STEPS [35]
-#   BIG_ROUNDS [2]  BIG_WARMUP [3]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
+#   BIG_ROUNDS [3]  BIG_WARMUP [3]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
 #   QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
-# Wall time: about 15-20 minutes on 2 idle cores (the big model: about 3 s per
+# Wall time: about 25 minutes on 2 idle cores (the big model: about 3 s per
 # step for us and 6 s for PyTorch).
 set -euo pipefail
 
@@ -75,7 +75,7 @@ WARMUP=${WARMUP:-5}
 QS_STEPS=${QS_STEPS:-40}
 QS_ROUNDS=${QS_ROUNDS:-5}
 BIG_STEPS=${BIG_STEPS:-35}
-BIG_ROUNDS=${BIG_ROUNDS:-2}
+BIG_ROUNDS=${BIG_ROUNDS:-3}
 BIG_WARMUP=${BIG_WARMUP:-3}
 MPIEXEC=${MPIEXEC:-mpirun}
 PYTHON=${PYTHON:-/usr/bin/python3}
