@@ -106,14 +106,9 @@ def load(path):
     with h5py.File(path, "r") as f:
         a = {k: int(f.attrs[k]) for k in ("n_layer", "n_head", "d_model", "seq_len", "vocab")}
         model = GPT(a["vocab"], a["n_layer"], a["d_model"], a["n_head"], a["seq_len"])
-        state = {name: torch.from_numpy(np.asarray(f["params"][name])) for name in walk(f["params"])}
         tokens = torch.from_numpy(np.asarray(f["tokens"]).astype(np.int64))
         targets = torch.from_numpy(np.asarray(f["targets"]).astype(np.int64))
-    mine = dict(model.named_parameters())
-    missing, extra = sorted(set(mine) - set(state)), sorted(set(state) - set(mine))
-    if missing or extra:
-        raise SystemExit(f"{path}: parameter names differ: missing {missing}, unexpected {extra}")
-    model.load_state_dict(state, strict=True)
+    load_weights(model, path)  # the dump's /params, as in a checkpoint
     return model, tokens, targets
 
 
@@ -138,11 +133,6 @@ def load_weights(model, path):
                 raise SystemExit(f"{path}: {name} has shape {value.shape}, the model's is {tuple(p.shape)}")
             state[name] = torch.from_numpy(value)
     model.load_state_dict(state, strict=True)
-
-
-def walk(group):
-    """Our tensor names: the datasets of /params (names keep their dots)."""
-    return list(group.keys())
 
 
 def train(argv):

@@ -1,8 +1,8 @@
 // shardtrain/core/profiler.hpp
 // Owns the per-op timers behind `trainer --profile`: wall time and call count
-// per op (layer kernels, gradient communication, the optimizer), summed while
-// the profiler is recording (the trainer records training steps only, not
-// evaluation or checkpoints). One per run; the backend hands it to the model's
+// per op (layer kernels, gradient communication, the optimizer), summed between
+// begin_step() and end_step() only (the trainer brackets training steps, not
+// evaluation or checkpoints), and the wall time and count of those steps. One per run; the backend hands it to the model's
 // ops (backend/profiled_model_ops.hpp) and the ZeRO engine.
 // Device backends set a sync hook: each timed op then waits for the device
 // before and after, so the times are the op's own (and the run is slower).
@@ -50,10 +50,12 @@ class Profiler {
   struct Totals {
     std::array<double, kOps> seconds{};
     std::array<std::int64_t, kOps> calls{};
+    double step_seconds = 0.0;  // wall time of the timed steps
+    std::int64_t steps = 0;
   };
 
   // Times one op from construction to destruction (nothing if profiler is null
-  // or not recording).
+  // or outside a step).
   class Scope {
    public:
     Scope(Profiler* p, ProfileOp op) : m_p(p && p->m_recording ? p : nullptr), m_op(op) {
@@ -72,15 +74,23 @@ class Profiler {
   };
 
   void set_sync(std::function<void()> sync) { m_sync = std::move(sync); }
-  void set_recording(bool on) { m_recording = on; }
-  bool recording() const { return m_recording; }
-  void add(ProfileOp op, double seconds) {
-    m_totals.seconds[static_cast<int>(op)] += seconds;
-    ++m_totals.calls[static_cast<int>(op)];
+  // Brackets one training step: ops are timed in between.
+  void begin_step() {
+    m_recording = true;
+    m_step_t0 = now();
+  }
+  void end_step() {
+    m_totals.step_seconds += now() - m_step_t0;
+    ++m_totals.steps;
+    m_recording = false;
   }
   const Totals& totals() const { return m_totals; }
 
  private:
+  void add(ProfileOp op, double seconds) {
+    m_totals.seconds[static_cast<int>(op)] += seconds;
+    ++m_totals.calls[static_cast<int>(op)];
+  }
   double now() {
     if (m_sync) m_sync();
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -88,6 +98,7 @@ class Profiler {
   Totals m_totals;
   std::function<void()> m_sync;
   bool m_recording = false;
+  double m_step_t0 = 0.0;
 };
 
 }  // namespace shardtrain

@@ -262,8 +262,6 @@ class Run final : public RunBase {
   Backend& m_backend;             // where model state and kernels live
   Communicator& m_state_comm;     // moves backend memory (m_comm on the host, NCCL on a device)
   ProfilerBinding m_profiler;     // --profile (before everything that makes ops)
-  double m_profiled_seconds = 0.0;  // wall time of the profiled steps (rank-local)
-  std::int64_t m_profiled_steps = 0;
   MemoryTracker m_memory;
   std::unique_ptr<Task<P>> m_task;  // the model and its data
   MemoryPlan m_plan;
@@ -687,19 +685,19 @@ void Run<P>::report_profile(RunDirectory* dir) {
   const Profiler::Totals& t = m_profiler.get()->totals();
   constexpr int kOps = Profiler::kOps;
   std::vector<double> mine(t.seconds.begin(), t.seconds.end());
-  mine.push_back(m_profiled_seconds);
+  mine.push_back(t.step_seconds);
   std::vector<double> sum(mine.size()), max(mine.size());
   MPI_Reduce(mine.data(), sum.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM, 0, m_world);
   MPI_Reduce(mine.data(), max.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, 0, m_world);
   if (!is_root()) return;
-  const double ranks = m_comm.size(), steps = static_cast<double>(m_profiled_steps);
+  const double ranks = m_comm.size(), steps = static_cast<double>(t.steps);
   std::string out;
-  if (m_profiled_steps == 0) {
+  if (t.steps == 0) {
     out = "profile: no step to report (the job's first step is warm-up and is not timed)\n";
   } else {
     const double step_ms = 1e3 * sum[kOps] / ranks / steps;
     out += fmt::format("profile of {} training steps (--profile; the job's first step and evaluations excluded), "
-                       "{} rank(s):\n", m_profiled_steps, m_comm.size());
+                       "{} rank(s):\n", t.steps, m_comm.size());
     out += fmt::format("  step time {:.2f} ms (mean over ranks)\n", step_ms);
     out += fmt::format("  {:<16} {:<14} {:>10} {:>12} {:>14} {:>7}\n", "op", "class", "calls/step", "ms/step",
                        "max rank ms", "share");
@@ -789,13 +787,9 @@ TrainResult Run<P>::run() {
     const std::uint64_t sent_before = bytes_sent();
     // --profile times every step of the job but its first (warm-up: first touches, BLAS buffers).
     Profiler* const prof = step > first ? m_profiler.get() : nullptr;
-    if (prof) prof->set_recording(true);
+    if (prof) prof->begin_step();
     const StepResult sr = train_step(step, lr);
-    if (prof) {
-      prof->set_recording(false);
-      m_profiled_seconds += seconds_since(step_t0);
-      ++m_profiled_steps;
-    }
+    if (prof) prof->end_step();
     m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
     const std::uint64_t step_bytes = bytes_sent() - sent_before;
     comm_total += step_bytes;
