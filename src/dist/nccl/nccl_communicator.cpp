@@ -115,6 +115,19 @@ class NcclRequest final : public Request {
   bool m_pending = false;
 };
 
+// A device's UUID as nvidia-smi prints it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx).
+std::string uuid_text(const cudaUUID_t& u) {
+  static const char* hex = "0123456789abcdef";
+  std::string s = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    const auto b = static_cast<unsigned char>(u.bytes[i]);
+    s += hex[b >> 4];
+    s += hex[b & 15];
+  }
+  return s;
+}
+
 // What rank 0 broadcasts: its ncclGetUniqueId result and the id, so a failure
 // there reaches every rank instead of leaving them in ncclCommInitRank.
 struct UniqueIdMessage {
@@ -128,23 +141,29 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) : m_comm(comm) {
   SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
   SHARDTRAIN_MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
 
-  // 1. Devices, before anything is allocated.
+  // 1. Devices, before anything is allocated: what this rank sees (UUIDs, in
+  // its visible order), shared out among the node's ranks (dist/device_assignment).
+  VisibleDevices visible;
+  visible.rank = m_rank;
   int devices = 0;
   const cudaError_t count_rc = cudaGetDeviceCount(&devices);
   if (count_rc != cudaSuccess) {
     cudaGetLastError();
-    devices = 0;
+    visible.error = detail::cuda_error_text(count_rc);
   }
-  MPI_Comm node = MPI_COMM_NULL;
-  SHARDTRAIN_MPI_CHECK(MPI_Comm_split_type(m_comm, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &node));
-  int local_rank = 0, local_size = 1;
-  SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(node, &local_rank));
-  SHARDTRAIN_MPI_CHECK(MPI_Comm_size(node, &local_size));
-  SHARDTRAIN_MPI_CHECK(MPI_Comm_free(&node));
-
+  for (int d = 0; visible.error.empty() && d < devices; ++d) {
+    cudaDeviceProp prop{};
+    const cudaError_t rc = cudaGetDeviceProperties(&prop, d);
+    if (rc != cudaSuccess) {
+      cudaGetLastError();
+      visible.error = "cudaGetDeviceProperties(" + std::to_string(d) + "): " + detail::cuda_error_text(rc);
+      visible.uuids.clear();
+      break;
+    }
+    visible.uuids.push_back(uuid_text(prop.uuid));
+  }
   const std::string who = "rank " + std::to_string(m_rank);
-  const DeviceAssignment assignment = assign_device(
-      m_rank, local_rank, local_size, devices, count_rc != cudaSuccess ? detail::cuda_error_text(count_rc) : "");
+  const DeviceAssignment assignment = assign_node_device(m_comm, visible);
   std::string problem = assignment.problem;
   // Every rank throws if any rank failed, so none waits in a later collective.
   const auto agree = [&](const std::string& local_problem, const char* what) {

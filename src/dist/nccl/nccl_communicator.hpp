@@ -3,18 +3,20 @@
 // One NCCL communicator over the ranks of an MPI communicator, one GPU per rank.
 //
 // Construction (collective over the MPI communicator):
-//  1. cudaGetDeviceCount is checked first. No device, a CUDA error (35 =
-//     insufficient driver on a machine without a GPU), or fewer devices than
-//     ranks on this node throws shardtrain::Error ("no CUDA device available to
-//     rank R (cudaGetDeviceCount: error 35 ...)") before anything is allocated.
-//     The outcome is agreed on with one MPI_Allreduce, so when one rank has no
-//     device EVERY rank throws (the others name the failing rank) and none is
-//     left waiting in the ncclUniqueId broadcast.
-//  2. The device is the node-local rank (MPI_Comm_split_type SHARED), made current
-//     with cudaSetDevice for the calling thread. Exception: a rank that sees
-//     exactly one device uses it, because launchers that bind one GPU per task
-//     (srun --gpus-per-task=1) hide the others; if ranks then really share one
-//     GPU, ncclCommInitRank fails with NCCL's "Duplicate GPU detected".
+//  1. Devices first, before anything is allocated: each rank lists the devices
+//     it sees (cudaGetDeviceCount, then each one's UUID), and the ranks of a node
+//     share them out by dist/device_assignment's rule: ranks that see the same
+//     devices take them in node-local rank order (mpirun: device = node-local
+//     rank; srun --gpus-per-task=1: each rank its one visible device;
+//     --gpu-bind=closest: the ranks of a socket share that socket's GPUs). No
+//     device, a CUDA error (35 = insufficient driver on a machine without a
+//     GPU), more ranks sharing a view than it has devices, or two ranks landing
+//     on one physical GPU throws shardtrain::Error ("no CUDA device available
+//     to rank R (cudaGetDeviceCount: error 35 ...)") before anything is
+//     allocated. The outcome is agreed on with one MPI_Allreduce, so when one
+//     rank has no device EVERY rank throws (the others name the failing rank)
+//     and none is left waiting in the ncclUniqueId broadcast.
+//  2. The chosen device is made current with cudaSetDevice for the calling thread.
 //     The communication stream (non-blocking, its own) is created there too;
 //     the ranks agree on the outcome again before the bootstrap.
 //  3. Rank 0's ncclUniqueId (and its ncclGetUniqueId status) is broadcast over
