@@ -20,6 +20,7 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     as our trainer's.
   gpt_torch.py train DATA.h5 --n-layer L --n-head H --d-model C --seq-len T
                --batch B --steps N [--threads P] [--lr LR] [--seed S] [--init WEIGHTS.h5]
+               [--device cpu|cuda] [--precision fp32|bf16|fp16] [--compile] [--sdpa]
     Trains the same model on the same data set (a shardtrain tokens file,
     /train/tokens and /vocab) with AdamW (betas 0.9/0.95, weight decay 0.1 on
     the 2-D Linear weights, grad-norm clip 1.0, constant lr): B random windows
@@ -28,7 +29,11 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     our checkpoints (/params/<name>) or a `trainer-ckpt export` file (one
     dataset per parameter at the root). Prints one line per step, "step S loss L ms M", and
     at the end "peak_rss_kib K" (the process's maximum resident set, getrusage).
-    This is the PyTorch side of tests/bench/torch_parity_speed.sh.
+    This is the PyTorch side of tests/bench/torch_parity_speed.sh. On a GPU
+    (tests/bench/gpu/measure.sh): --device cuda, --precision bf16/fp16 (autocast
+    over fp32 weights, as PyTorch users train; fp16 with a GradScaler),
+    --compile (torch.compile) and --sdpa (fused causal attention); a line
+    "config ..." first and "peak_cuda_mib M" (torch.cuda.max_memory_allocated) last.
 """
 import argparse
 import math
@@ -44,6 +49,8 @@ import torch.nn.functional as F
 
 
 class Attention(nn.Module):
+    sdpa = False  # train --sdpa: PyTorch's fused scaled_dot_product_attention (flash on GPUs)
+
     def __init__(self, C, H):
         super().__init__()
         self.H = H
@@ -55,8 +62,11 @@ class Attention(nn.Module):
         H = self.H
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (z.view(B, T, H, C // H).transpose(1, 2) for z in (q, k, v))
+        if Attention.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
         return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
 
@@ -94,7 +104,7 @@ class GPT(nn.Module):
 
     def forward(self, tokens, targets):
         T = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(T))[None]
+        x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))[None]
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.T  # tied LM head
@@ -144,7 +154,20 @@ def train(argv):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--init", help="initial weights: our checkpoint or a trainer-ckpt export file")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                    help="fp32, or autocast to bf16 / fp16 (fp16 with a GradScaler) over fp32 weights")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--sdpa", action="store_true", help="fused F.scaled_dot_product_attention (causal)")
     a = ap.parse_args(argv)
+    if a.device not in ("cpu", "cuda"):
+        raise SystemExit(f"--device {a.device}: expected cpu or cuda")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False")
+    dev = torch.device(a.device)
+    if a.sdpa and not hasattr(F, "scaled_dot_product_attention"):
+        raise SystemExit(f"--sdpa: PyTorch {torch.__version__} has no scaled_dot_product_attention (2.0 and later)")
+    Attention.sdpa = a.sdpa
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     with h5py.File(a.data, "r") as f:
@@ -162,6 +185,17 @@ def train(argv):
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 nn.init.normal_(p, std=0.02)
+    model.to(dev)
+    run = torch.compile(model) if a.compile else model
+    autocast = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.precision]
+    scaler = None
+    if a.precision == "fp16":  # torch.amp.GradScaler since PyTorch 2.3; torch.cuda.amp's before
+        scaler = torch.amp.GradScaler(a.device) if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
+    print(f"config device={a.device} precision={a.precision} compile={int(a.compile)} sdpa={int(a.sdpa)} "
+          f"torch={torch.__version__} threads={torch.get_num_threads()} "
+          f"tf32_matmul={int(torch.backends.cuda.matmul.allow_tf32)} "
+          f"params={sum(p.numel() for p in model.parameters())}"
+          + (f" gpu={torch.cuda.get_device_name()}" if a.device == "cuda" else ""), flush=True)
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
     other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
@@ -171,16 +205,26 @@ def train(argv):
     for step in range(1, a.steps + 1):
         start = time.perf_counter()
         idx = torch.randint(0, tokens.numel() - T - 1, (B,), generator=gen)[:, None] + offsets
-        window = tokens[idx]
-        loss = model(window[:, :-1], window[:, 1:])
+        window = tokens[idx].to(dev, non_blocking=False)
+        with torch.autocast(a.device, dtype=autocast, enabled=autocast is not None):
+            loss = run(window[:, :-1], window[:, 1:])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        value = float(loss)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        value = float(loss)  # waits for the step (a device sync on cuda)
         ms = (time.perf_counter() - start) * 1e3
         print(f"step {step} loss {value:.6f} ms {ms:.3f}", flush=True)
     print(f"peak_rss_kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
+    if a.device == "cuda":
+        print(f"peak_cuda_mib {torch.cuda.max_memory_allocated() / 1048576:.1f}", flush=True)
 
 
 def main(argv):
