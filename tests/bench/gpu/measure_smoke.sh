@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# CTest gpu_measure_script_smoke: measure.sh --cpu-smoke must finish, and its
+# table must hold one row per run (ours and PyTorch eager, both models) with a
+# positive ms/step, and ours a tracked memory peak, so that a broken parser (or
+# awk code only gawk understands) fails here rather than on a GPU.
+# Arguments: BUILD_DIR OUT_DIR.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+rm -rf "$2"
+"$here/measure.sh" "$1" "$2" --cpu-smoke > "$2.log" 2>&1 || { cat "$2.log"; echo "FAIL: measure.sh --cpu-smoke failed"; exit 1; }
+report=$2/measure.md
+for run in ours_big_fp32 torch_eager_big_fp32 ours_qs_fp32 torch_eager_qs_fp32; do
+  row=$(grep "^| $run |" "$report") || { cat "$report"; echo "FAIL: no row for $run"; exit 1; }
+  ms=$(echo "$row" | awk -F'|' '{ gsub(/ /, "", $5); print $5 }')
+  awk -v ms="$ms" 'BEGIN { exit !(ms + 0 > 0) }' || { echo "$row"; echo "FAIL: $run: ms/step '$ms' is not positive"; exit 1; }
+  if [[ $run == ours_* ]]; then
+    tracked=$(echo "$row" | awk -F'|' '{ gsub(/ /, "", $10); print $10 }')
+    awk -v t="$tracked" 'BEGIN { exit !(t + 0 > 0) }' || { echo "$row"; echo "FAIL: $run: no tracked peak"; exit 1; }
+  fi
+done
+[[ -s $2/measure-logs.tar.xz ]] || { echo "FAIL: no log archive"; exit 1; }
+echo "ok: measure.sh --cpu-smoke wrote a row for each of the 4 runs"
