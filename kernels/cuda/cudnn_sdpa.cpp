@@ -7,6 +7,16 @@
 // Descriptors are owned by BackendDescriptor (destroyed in reverse order of
 // creation by the Plan that holds them). Compiled in the CUDA build only; never
 // run here (no GPU).
+//
+// Workspace, per call: [graph prefix | plan workspace]. The prefix holds the
+// graph's Buffer::Workspace tensors (the backward's dQ_accum and softmax_sum, at
+// the offsets the graph gives; cudnn_graph.hpp) and is workspace_prefix_bytes
+// long; the engine's own workspace starts right after it, as in cudnn-frontend
+// (its workspace tensors first, the plan's workspace at the frontend-workspace
+// offset). Both workspace tensors are graph outputs, so execute() binds their
+// pointers in the variant pack like any other tensor; the graph's
+// zero_before_execute tensors (dQ_accum) are zeroed with cudaMemsetAsync on the
+// caller's stream, ordered before cudnnBackendExecute on that same stream.
 #include "kernels/cuda/cudnn_sdpa.cuh"
 
 #include <cudnn.h>
@@ -289,6 +299,16 @@ std::unique_ptr<CudnnSdpa::Plan> CudnnSdpa::build_plan(cudnnHandle_t handle, cud
 CudnnSdpa::CudnnSdpa(cudnnHandle_t handle, const cudnn::SdpaShape& shape)
     : m_handle(handle), m_shape(shape) {
   SHARDTRAIN_CHECK(handle != nullptr, "CudnnSdpa needs a cuDNN handle");
+  // The graphs are what cudnn-frontend lowers our case to from cuDNN 9.15.1 on
+  // (cudnn_graph.hpp); for older libraries the frontend builds a different graph
+  // (lowest-float mask before 9.10, a padding-mask workaround for T % 128 != 0
+  // up to 9.15.0), which this class does not reproduce.
+  const auto version = static_cast<std::int64_t>(cudnnGetVersion());
+  SHARDTRAIN_CHECK(version >= cudnn::kMinCudnnVersion,
+                   "CudnnSdpa: the cuDNN library loaded is version " + std::to_string(version) +
+                       ", older than " + std::to_string(cudnn::kMinCudnnVersion) +
+                       " (9.15.1), the oldest for which these SDPA graphs are the ones cudnn-frontend "
+                       "builds");
   m_forward = build_plan(handle, cudnn::make_sdpa_forward_graph(shape));
   if (shape.training) m_backward = build_plan(handle, cudnn::make_sdpa_backward_graph(shape));
 }
@@ -331,6 +351,15 @@ void CudnnSdpa::execute(const Plan& plan, cudaStream_t stream, const void* const
     pointers.push_back(ptr);
   }
   void* plan_workspace = static_cast<char*>(workspace) + g.workspace_prefix_bytes;
+  // What must be zero before the graph runs, on the caller's stream (never the
+  // legacy default stream): the frontend memsets dQ_accum itself for cuDNN < 9.6
+  // and leaves it to the engine from 9.6 on; zeroing it here is right under both.
+  for (std::int64_t id : g.zero_before_execute) {
+    const cudnn::TensorDesc& t = g.tensor(id);
+    char* begin = static_cast<char*>(workspace) + t.offset * cudnn::element_bytes(t.dtype);
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemsetAsync(begin, 0, static_cast<std::size_t>(cudnn::extent_bytes(t)), stream));
+  }
   SHARDTRAIN_CUDNN_CHECK(cudnnSetStream(m_handle, stream));
   BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   SHARDTRAIN_CUDNN_SET(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
@@ -372,11 +401,7 @@ void CudnnSdpa::backward(cudaStream_t stream, const T* qkv, const T* out, const 
   buffers[static_cast<int>(Buffer::Stats)] = stats;
   buffers[static_cast<int>(Buffer::DQkv)] = dqkv;
   buffers[static_cast<int>(Buffer::Workspace)] = workspace;
-  // The fp32 dQ accumulator at the start of the workspace must be zero.
-  SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(workspace, 0,
-                                        static_cast<std::size_t>(m_backward->graph.workspace_prefix_bytes),
-                                        stream));
-  execute(*m_backward, stream, buffers, workspace);
+  execute(*m_backward, stream, buffers, workspace);  // zeroes dQ_accum on `stream` first
 }
 
 #define SHARDTRAIN_CUDA_DEFINE_CUDNN_SDPA(T)                                                    \

@@ -16,9 +16,15 @@
 // Only __half and __nv_bfloat16 storage (cuDNN's flash engines take no fp32);
 // the type must match the shape's dtype. Pointers must be 16-byte aligned
 // (cudaMalloc's are); workspace must hold workspace_bytes() bytes, start
-// 256-byte aligned, and is scratch valid only during one call.
-// Each call sets the handle's stream to `stream`; no device allocation, no
-// synchronization (each call builds a small host-side variant-pack descriptor).
+// 256-byte aligned, and is scratch valid only during one call: its contents on
+// entry do not matter. Its layout: the graph's prefix (backward: the fp32 dQ
+// accumulator (B,H,T,D), then the stored fp32 softmax_sum = rowsum(dO*O)
+// (B,H,T,1); the forward has none), then the plan's own workspace.
+// Each call sets the handle's stream to `stream` and does all its device work on
+// it (backward: a cudaMemsetAsync zeroing the dQ accumulator, then the graph);
+// no device allocation, no synchronization (each call builds a small host-side
+// variant-pack descriptor). The constructor refuses a cuDNN library older than
+// cudnn::kMinCudnnVersion (9.15.1).
 // Never run on a GPU here (no device): compiled and linked only.
 #pragma once
 
@@ -59,8 +65,8 @@ class CudnnSdpa {
   const cudnn::SdpaGraph& backward_graph() const;  // throws unless shape.training
 
   // Bytes of workspace that forward and backward need (the larger of the two):
-  // the backward's zeroed fp32 dQ accumulator (B*H*T*D floats, rounded to 256
-  // bytes) followed by the plan's own workspace.
+  // the graph's prefix (backward: B*H*T*D + B*H*T floats for dQ_accum and
+  // softmax_sum, rounded up to 256 bytes) plus that plan's own workspace.
   std::size_t workspace_bytes() const;
 
   // out (B,T,C) = attention(qkv (B,T,3C)); stats (B,H,T) fp32, may be nullptr

@@ -2,6 +2,35 @@
 // Builds and validates the cuDNN SDPA operation graphs described in
 // cudnn_graph.hpp. Pure host code: no cuDNN or CUDA header.
 //
+// Reference: NVIDIA/cudnn-frontend, include/cudnn_frontend/. Which frontend node
+// produces each of our ops (names are the frontend's Pointwise/Reduction/Matmul/
+// Reshape_attributes names):
+//   node/scaled_dot_product_flash_attention.h (stored copies at commits 0b73d066
+//   and 01a727ea; the composite nodes are the same in both for our case; the
+//   copy at v1.19.0 = df73764 itself is not in the index I could read):
+//     CompositeSDPANode::expand_node         bmm1, attn_scale, [mask], softmax, bmm2
+//     CompositeSDPABackwardNode::expand_node mul_dO_O .. identity_dQ (see below)
+//     ::collect_tensors_in_workspace_node     dQ_accum at offset 0, then softmax_sum
+//   node/softmax.h CompositeSoftmaxNode (cuDNN < 9.21): Max, sub, exp, sum, log, add, div
+//   node/diagonal_band_mask.h at df73764, CompositeDiagonalBandMaskNode (cuDNN < 9.20):
+//     gen_row_index, gen_col_index (GEN_INDEX, int32 out, compute left to the
+//     graph's compute type = float), "row>col" (CMP_GE, boolean), binary_select
+//   utils/attn_score_modifiers.h sliding_window_mask (causal = right bound 0,
+//     top-left, no shift) and get_negative_inf_value (-inf from cuDNN 9.10).
+// Routing: for cuDNN 9.19 the frontend's AUTO implementation picks the composite
+// nodes: v1.19.0's unified SDPA forward takes no left/right bound (causal), and
+// the unified backward needs cuDNN 9.27 (sdpa_support_surface.h,
+// verify_sdpa_(backward_)support_surface_for_implementation).
+// Tensor types follow the frontend's fill_from_context: a virtual tensor whose
+// type a node does not set gets the graph's intermediate type (float), an op's
+// unset compute type the graph's compute type (float); by-value scalars are
+// float (1,1,1,1), every tensor is 16-byte aligned. Virtual strides are the
+// frontend's too, including mul_dO_O's (H*T*D, T*D, H*D, 1).
+// What was NOT settled from the sources: whether the dQ_accum reordering was
+// dropped exactly at some release (F16x16 is set in the old SDPABackwardNode,
+// e.g. commit b607105d, and absent from every CompositeSDPABackwardNode copy);
+// and whether engines accept this graph on a given GPU -- only a device run says.
+//
 // Head-size limit. cuDNN's fused flash attention needs the head size d to be a
 // multiple of 8 on every architecture and version (cudnn-frontend
 // node/sdpa_support_surface.h: "hidden_dim should be multiple of 8"). The upper
@@ -172,17 +201,19 @@ class GraphBuilder {
     return out;
   }
 
-  // S -> row >= col ? S : lowest (the frontend's causal mask: GEN_INDEX on axes
-  // 2 and 3 in int32, CMP_GE to a boolean, BINARY_SELECT against a by-value
-  // lowest float).
+  // S -> row >= col ? S : -inf: the frontend's causal mask, a right-bound
+  // diagonal band with no shift (CompositeDiagonalBandMaskNode): GEN_INDEX on
+  // axes 2 and 3 (int32 outputs, float compute: the frontend leaves it to the
+  // graph's compute type), "row>col" = CMP_GE(row, col) to a boolean (boolean
+  // compute), BINARY_SELECT(S, -inf, mask) with a by-value float -inf.
   std::int64_t causal_mask(std::int64_t s, std::int64_t neg_inf) {
     const std::int64_t row = pointwise("gen_row_index", "row_index", PointwiseMode::GenIndex, {s},
-                                       DataType::Int32, DataType::Int32, 2);
+                                       DataType::Int32, DataType::Float, 2);
     const std::int64_t col = pointwise("gen_col_index", "col_index", PointwiseMode::GenIndex, {s},
-                                       DataType::Int32, DataType::Int32, 3);
-    const std::int64_t mask = pointwise("row_ge_col", "causal_mask", PointwiseMode::CmpGe,
+                                       DataType::Int32, DataType::Float, 3);
+    const std::int64_t mask = pointwise("row>col", "causal_mask", PointwiseMode::CmpGe,
                                         {row, col}, DataType::Boolean, DataType::Boolean);
-    return pointwise("causal_select", "S_masked", PointwiseMode::BinarySelect, {s, neg_inf, mask});
+    return pointwise("binary_select", "S_masked", PointwiseMode::BinarySelect, {s, neg_inf, mask});
   }
 
   SdpaGraph& graph() { return m_graph; }
@@ -278,21 +309,23 @@ SdpaGraph make_sdpa_forward_graph(const SdpaShape& shape) {
                                        static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))));
   std::int64_t neg_inf = 0;
   if (shape.causal)
-    neg_inf = gb.scalar(uid::NegInf, "neg_inf", std::numeric_limits<float>::lowest());
+    neg_inf = gb.scalar(uid::NegInf, "neg_inf", -std::numeric_limits<float>::infinity());
 
+  // CompositeSDPANode::expand_node.
   std::int64_t s = gb.matmul("bmm1", "S", q, kt);
   s = gb.pointwise("attn_scale", "S_scaled", PointwiseMode::Mul, {s, scale});
   if (shape.causal) s = gb.causal_mask(s, neg_inf);
-  // Softmax with statistics (cudnn-frontend's composite softmax).
-  const std::int64_t m = gb.reduction("row_max", "M", ReductionMode::Max, s);
-  const std::int64_t sm = gb.pointwise("sub_max", "S_minus_M", PointwiseMode::Sub, {s, m});
+  // CompositeSoftmaxNode::expand_node with a Stats output.
+  const std::int64_t m = gb.reduction("Max", "M", ReductionMode::Max, s);
+  const std::int64_t sm = gb.pointwise("sub", "S_minus_M", PointwiseMode::Sub, {s, m});
   const std::int64_t e = gb.pointwise("exp", "E", PointwiseMode::Exp, {sm});
-  const std::int64_t z = gb.reduction("row_sum", "Z", ReductionMode::Add, e);
+  const std::int64_t z = gb.reduction("sum", "Z", ReductionMode::Add, e);
   if (shape.training) {
     const std::int64_t log_z = gb.pointwise("log", "log_Z", PointwiseMode::Log, {z});
-    gb.pointwise_into("stats", PointwiseMode::Add, {m, log_z}, stats);
+    gb.pointwise_into("add", PointwiseMode::Add, {m, log_z}, stats);
   }
-  // The backend wants bmm2's A operand in the I/O type.
+  // The softmax output enters bmm2 in the I/O type (the frontend sets it: "Requirement
+  // by cudnn backend to take in bmm2 aType as i/o type").
   const std::int64_t p = gb.pointwise("div", "P", PointwiseMode::Div, {e, z}, io);
   gb.matmul_into("bmm2", p, v, o);
 
@@ -315,7 +348,7 @@ SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape) {
 
   // Q, K^T, V^T into qkv; O, dO into the (B, T, C) output and its gradient;
   // dQ, dK, dV into dqkv, packed like qkv.
-  const std::vector<std::int64_t> bhtd = {B, H, T, D}, bhdt = {B, H, D, T};
+  const std::vector<std::int64_t> bhtd = {B, H, T, D}, bhdt = {B, H, D, T}, bht1 = {B, H, T, 1};
   const std::vector<std::int64_t> qkv_str = {T * 3 * C, D, 3 * C, 1};
   const std::vector<std::int64_t> qkv_str_t = {T * 3 * C, D, 1, 3 * C};
   const std::vector<std::int64_t> out_str = {T * C, D, C, 1};
@@ -324,51 +357,59 @@ SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape) {
   const std::int64_t vt = gb.view(uid::V, "V^T", io, bhdt, qkv_str_t, Buffer::Qkv, 2 * C, qkv_elems);
   const std::int64_t o = gb.view(uid::O, "O", io, bhtd, out_str, Buffer::Out, 0, out_elems);
   const std::int64_t d_o = gb.view(uid::dO, "dO", io, bhtd, out_str, Buffer::DOut, 0, out_elems);
-  const std::int64_t stats = gb.view(uid::Stats, "Stats", DataType::Float, {B, H, T, 1},
-                                     {H * T, T, 1, 1}, Buffer::Stats, 0, stats_elems);
+  const std::int64_t stats = gb.view(uid::Stats, "Stats", DataType::Float, bht1, packed_strides(bht1),
+                                     Buffer::Stats, 0, stats_elems);
   const std::int64_t d_q = gb.view(uid::dQ, "dQ", io, bhtd, qkv_str, Buffer::DQkv, 0, qkv_elems);
   const std::int64_t d_k = gb.view(uid::dK, "dK", io, bhtd, qkv_str, Buffer::DQkv, C, qkv_elems);
   const std::int64_t d_v = gb.view(uid::dV, "dV", io, bhtd, qkv_str, Buffer::DQkv, 2 * C, qkv_elems);
-  // The fp32 dQ accumulator: a non-virtual dQ_accum is how the cuDNN 9 backend
-  // is told to use its default (non "workspace-optimised") dQ path; it lives in
-  // the caller's workspace, reordered F16x16, and must be zero before each call.
-  const std::int64_t accum_elems = B * H * T * D;
+
+  // The graph's workspace tensors, in the frontend's order
+  // (CompositeSDPABackwardNode::collect_tensors_in_workspace_node): the fp32 dQ
+  // accumulator (B,H,T,D) packed at offset 0 -- a non-virtual dQ_accum is how the
+  // backend is told to take its default dQ path rather than the dP-workspace one
+  // -- then softmax_sum (B,H,T,1) packed right after it (4BHTD bytes, a multiple
+  // of 32 since D % 8 == 0). Neither is reordered.
+  const std::int64_t accum_elems = B * H * T * D, sum_elems = B * H * T;
+  const std::int64_t prefix_bytes = ((accum_elems + sum_elems) * 4 + 255) / 256 * 256;
   const std::int64_t d_q_accum = gb.view(uid::dQAccum, "dQ_accum", DataType::Float, bhtd,
-                                         packed_strides(bhtd), Buffer::Workspace, 0, accum_elems);
-  gb.graph().tensors.back().reordering = Reordering::F16x16;
+                                         packed_strides(bhtd), Buffer::Workspace, 0, prefix_bytes / 4);
+  const std::int64_t softmax_sum = gb.view(uid::SoftmaxSum, "softmax_sum", DataType::Float, bht1,
+                                           packed_strides(bht1), Buffer::Workspace, accum_elems,
+                                           prefix_bytes / 4);
   const std::int64_t scale = gb.scalar(uid::AttnScale, "attn_scale",
                                        static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))));
   std::int64_t neg_inf = 0;
   if (shape.causal)
-    neg_inf = gb.scalar(uid::NegInf, "neg_inf", std::numeric_limits<float>::lowest());
+    neg_inf = gb.scalar(uid::NegInf, "neg_inf", -std::numeric_limits<float>::infinity());
+  // The frontend's one_tensor: the dropout_scale_inv slot of scale_dropout_inv.
   const std::int64_t one = gb.scalar(uid::One, "one", 1.0f);
 
-  // Dsum = rowsum(dO * O) (the softmax-backward term), times 1 (dropout slot).
-  const std::int64_t do_o = gb.pointwise("mul_dO_O", "dO_times_O", PointwiseMode::Mul, {d_o, o});
-  const std::int64_t dsum0 = gb.reduction("reduce_dO_O", "Dsum_raw", ReductionMode::Add, do_o);
-  const std::int64_t dsum = gb.pointwise("mul_Dsum_one", "Dsum", PointwiseMode::Mul, {dsum0, one});
-  // Recompute P = exp(scale Q K^T [masked] - Stats).
+  // CompositeSDPABackwardNode::expand_node, in its order.
+  // "dO * O => softmax_sum" chain. mul_dO_O's output strides are the frontend's
+  // as written, (H*T*D, T*D, H*D, 1) for dims (B,H,T,D).
+  const std::int64_t do_o = gb.virt("dO_times_O", DataType::Float, bhtd, {H * T * D, T * D, H * D, 1});
+  gb.pointwise_into("mul_dO_O", PointwiseMode::Mul, {d_o, o}, do_o);
+  const std::int64_t dsum_raw = gb.reduction("reduce_dO_o", "softmax_sum_raw", ReductionMode::Add, do_o);
+  gb.pointwise_into("scale_dropout_inv", PointwiseMode::Mul, {dsum_raw, one}, softmax_sum);
+  // "Q @ KT => exp_softmax => dV" chain: the Stats subtraction comes BEFORE the mask.
   std::int64_t s = gb.matmul("matmul_Q_KT", "S", q, kt);
-  s = gb.pointwise("attn_scale", "S_scaled", PointwiseMode::Mul, {s, scale});
+  s = gb.pointwise("mul_s_attn_scale", "S_scaled", PointwiseMode::Mul, {s, scale});
+  s = gb.pointwise("sub_s_m", "S_minus_stats", PointwiseMode::Sub, {s, stats});
   if (shape.causal) s = gb.causal_mask(s, neg_inf);
-  const std::int64_t s_stats = gb.pointwise("sub_stats", "S_minus_stats", PointwiseMode::Sub, {s, stats});
-  const std::int64_t p = gb.pointwise("exp", "P", PointwiseMode::Exp, {s_stats});
-  // dV = P^T dO.
-  const std::int64_t pt = gb.reshape("reshape_P_T", "P^T", p, io, {B, H, T, T},
-                                     {H * T * T, T * T, 1, T});
-  gb.matmul_into("matmul_PT_dO", pt, d_o, d_v);
-  // dS = (dO V^T * 1 - Dsum) * P * scale.
+  const std::int64_t p = gb.pointwise("exp_s", "P", PointwiseMode::Exp, {s});
+  const std::int64_t pt = gb.reshape("reshape_p", "P^T", p, io, {B, H, T, T}, {H * T * T, T * T, 1, T});
+  gb.matmul_into("matmul_pT_dO", pt, d_o, d_v);
+  // "dO @ VT => dS_output => dK" chain.
   const std::int64_t dp = gb.matmul("matmul_dO_VT", "dP", d_o, vt);
-  const std::int64_t dp1 = gb.pointwise("mul_dP_one", "dP_times_one", PointwiseMode::Mul, {dp, one});
-  const std::int64_t dp2 = gb.pointwise("sub_Dsum", "dP_minus_Dsum", PointwiseMode::Sub, {dp1, dsum});
-  const std::int64_t ds0 = gb.pointwise("mul_P", "dS_unscaled", PointwiseMode::Mul, {dp2, p});
-  const std::int64_t ds = gb.pointwise("mul_attn_scale", "dS", PointwiseMode::Mul, {ds0, scale});
-  // dK = dS^T Q.
-  const std::int64_t dst = gb.reshape("reshape_dS_T", "dS^T", ds, io, {B, H, T, T},
-                                      {H * T * T, T * T, 1, T});
+  const std::int64_t dp_sum = gb.pointwise("sub_dP_softmax_sum", "dP_minus_sum", PointwiseMode::Sub,
+                                           {dp, softmax_sum});
+  const std::int64_t ds0 = gb.pointwise("mul_dP_exp_s", "dS_unscaled", PointwiseMode::Mul, {dp_sum, p});
+  const std::int64_t ds = gb.pointwise("mul_dS_attn_scale", "dS", PointwiseMode::Mul, {ds0, scale});
+  const std::int64_t dst = gb.reshape("reshape_dS", "dS^T", ds, io, {B, H, T, T}, {H * T * T, T * T, 1, T});
   gb.matmul_into("matmul_dST_Q", dst, q, d_k);
-  // dQ = dS K, accumulated in fp32, then converted.
-  const std::int64_t k = gb.reshape("reshape_K", "K", kt, io, bhtd, qkv_str);
+  // "dp_scaled @ K => dQ" chain. reshape_k's output type is not set by the
+  // frontend, so fill_from_context gives it the intermediate type: float.
+  const std::int64_t k = gb.reshape("reshape_k", "K", kt, DataType::Float, bhtd, qkv_str);
   gb.matmul_into("matmul_dS_K", ds, k, d_q_accum);
   gb.pointwise_into("identity_dQ", PointwiseMode::Identity, {d_q_accum}, d_q);
 
@@ -376,8 +417,12 @@ SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape) {
   g.inputs = {q, kt, vt, o, d_o, stats, scale};
   if (shape.causal) g.inputs.push_back(neg_inf);
   g.inputs.push_back(one);
-  g.outputs = {d_q, d_k, d_v, d_q_accum};
-  g.workspace_prefix_bytes = (accum_elems * 4 + 255) / 256 * 256;
+  g.outputs = {d_q, d_k, d_v, d_q_accum, softmax_sum};
+  g.workspace_prefix_bytes = prefix_bytes;
+  // The frontend memsets dQ_accum itself only for cuDNN < 9.6.0 (workspace
+  // modification type 1); later engines initialise it. CudnnSdpa zeroes it
+  // before every backward anyway: cheap, and right under either contract.
+  g.zero_before_execute = {d_q_accum};
   g.validate();
   return std::move(g);
 }
@@ -461,6 +506,32 @@ void SdpaGraph::validate() const {
         inner_reach += (dim - 1) * stride;
       }
     }
+  }
+
+  // The graph's workspace tensors: inside the prefix, extents pairwise disjoint.
+  if (workspace_prefix_bytes < 0 || workspace_prefix_bytes % 256 != 0)
+    fail("workspace prefix of " + std::to_string(workspace_prefix_bytes) +
+         " bytes is not a non-negative multiple of 256");
+  std::vector<const TensorDesc*> in_workspace;
+  for (const auto& t : tensors) {
+    if (t.buffer != Buffer::Workspace) continue;
+    const std::int64_t begin = t.offset * element_bytes(t.dtype), end = begin + extent_bytes(t);
+    if (end > workspace_prefix_bytes)
+      fail(label(t) + ": workspace bytes [" + std::to_string(begin) + ", " + std::to_string(end) +
+           ") reach past the graph's workspace prefix of " + std::to_string(workspace_prefix_bytes) +
+           " bytes");
+    for (const TensorDesc* other : in_workspace) {
+      const std::int64_t ob = other->offset * element_bytes(other->dtype), oe = ob + extent_bytes(*other);
+      if (begin < oe && ob < end)
+        fail(label(t) + ": workspace bytes [" + std::to_string(begin) + ", " + std::to_string(end) +
+             ") overlap " + label(*other) + "'s [" + std::to_string(ob) + ", " + std::to_string(oe) + ")");
+    }
+    in_workspace.push_back(&t);
+  }
+  for (std::int64_t id : zero_before_execute) {
+    if (!uids.count(id)) fail("zero_before_execute uid " + std::to_string(id) + " is not a tensor of the graph");
+    if (tensor(id).buffer != Buffer::Workspace)
+      fail(label(tensor(id)) + " is in zero_before_execute but not in the graph's workspace");
   }
 
   // Graph inputs and outputs.
@@ -572,6 +643,15 @@ void SdpaGraph::validate() const {
 
 // ---------------------------------------------------------------- names
 
+std::int64_t extent_elems(const TensorDesc& t) {
+  std::int64_t reach = 0;
+  for (std::size_t i = 0; i < t.dims.size() && i < t.strides.size(); ++i)
+    reach += (t.dims[i] - 1) * t.strides[i];
+  return reach + 1;
+}
+
+std::int64_t extent_bytes(const TensorDesc& t) { return extent_elems(t) * element_bytes(t.dtype); }
+
 std::int64_t element_bytes(DataType t) {
   switch (t) {
     case DataType::Float: return 4;
@@ -667,7 +747,11 @@ std::string describe(const SdpaGraph& g) {
     if (t.buffer != Buffer::None)
       os << " align " << t.alignment << " " << to_string(t.buffer) << "+" << t.offset;
     if (t.reordering == Reordering::F16x16) os << " reordered F16x16";
-    os << role(t.uid) << "\n";
+    os << role(t.uid);
+    if (std::find(g.zero_before_execute.begin(), g.zero_before_execute.end(), t.uid) !=
+        g.zero_before_execute.end())
+      os << " zeroed-before-execute";
+    os << "\n";
   }
   for (std::size_t i = 0; i < g.ops.size(); ++i) {
     const Operation& op = g.ops[i];

@@ -17,19 +17,50 @@
 // (TensorDesc::buffer, ::offset), because the variant pack gets one pointer per
 // tensor.
 //
-// The op sequence follows what NVIDIA's cudnn-frontend (include/cudnn_frontend/
-// node/scaled_dot_product_flash_attention.h, SDPANode / SDPABackwardNode, and
-// node/softmax.h, the composite softmax used before cuDNN 9.21) lowers its SDPA
-// node to, restricted to what we use (causal mask, no bias / dropout / padding):
-//   forward  S = Q K^T; S *= scale; [causal: row >= col ? S : lowest];
-//            M = max_row S; E = exp(S - M); Z = sum_row E; [training: Stats = M + log Z];
-//            P = E / Z (stored as the I/O type, the backend's requirement for bmm2);
-//            O = P V
-//   backward Dsum = sum_row(dO * O) * 1; S as above; E = exp(S - Stats) (= P);
-//            dV = P^T dO; dP = dO V^T * 1; dS = (dP - Dsum) * E * scale;
-//            dK = dS^T Q; dQ_accum = dS K (fp32, zeroed workspace); dQ = identity(dQ_accum)
-// The "* 1" factors are where the frontend puts the dropout scales; the engines
-// match the frontend's pattern, so it is kept.
+// The op sequence is what NVIDIA's cudnn-frontend v1.19.0 (the release for
+// cuDNN 9.19; github.com/NVIDIA/cudnn-frontend, tag v1.19.0 = commit df73764)
+// lowers its SDPA nodes to for our case (causal top-left mask, attn_scale as a
+// by-value float, no bias / dropout / padding / alibi / sink / ragged, fp16 or
+// bf16 I/O, fp32 intermediates and compute), node by node, in the frontend's
+// order and with the frontend's node names. Sources, read in the stored copies
+// of include/cudnn_frontend/node/scaled_dot_product_flash_attention.h (commits
+// 0b73d066 and 01a727ea: CompositeSDPANode::expand_node,
+// CompositeSDPABackwardNode::expand_node, collect_tensors_in_workspace_node),
+// node/softmax.h (CompositeSoftmaxNode), node/diagonal_band_mask.h at df73764
+// (CompositeDiagonalBandMaskNode) and utils/attn_score_modifiers.h
+// (sliding_window_mask, get_negative_inf_value); details in cudnn_graph.cpp.
+//   forward  bmm1 S = Q K^T; attn_scale S *= scale;
+//            causal: gen_row_index, gen_col_index, row>col (CMP_GE),
+//                    binary_select(S, -inf, row >= col);
+//            softmax: Max M = max_row S; sub S - M; exp E; sum Z = sum_row E;
+//                     [training: log, add Stats = M + log Z]; div P = E / Z
+//                     (P in the I/O type: the backend's requirement for bmm2);
+//            bmm2 O = P V
+//   backward mul_dO_O, reduce_dO_o, scale_dropout_inv: softmax_sum = rowsum(dO * O) * 1,
+//                     stored: NON-virtual float (B,H,T,1) in the workspace;
+//            matmul_Q_KT S = Q K^T; mul_s_attn_scale; sub_s_m S - Stats;
+//            causal mask as in forward, AFTER the Stats subtraction; exp_s P;
+//            reshape_p P^T (I/O type); matmul_pT_dO dV = P^T dO;
+//            matmul_dO_VT dP = dO V^T; sub_dP_softmax_sum; mul_dP_exp_s;
+//            mul_dS_attn_scale dS = (dP - softmax_sum) * P * scale;
+//            reshape_dS dS^T (I/O type); matmul_dST_Q dK = dS^T Q;
+//            reshape_k K (float: the frontend leaves its type to the graph's
+//            intermediate type); matmul_dS_K dQ_accum = dS K (NON-virtual fp32
+//            (B,H,T,D) in the workspace, no reordering); identity_dQ dQ = dQ_accum.
+// The "* 1" of scale_dropout_inv is the frontend's dropout slot (a by-value
+// 1.0f without dropout); there is no other multiply by one.
+// Workspace (the graph's prefix of the caller's workspace, then the engine's):
+//   [0, 4BHTD)            dQ_accum    fp32 (B,H,T,D) packed, zeroed before each backward
+//   [4BHTD, 4BHTD + 4BHT) softmax_sum fp32 (B,H,T,1) packed, written by the graph
+//   rounded up to 256 bytes: workspace_prefix_bytes; the forward has none.
+// The frontend derives this graph from the runtime cuDNN version: the mask value
+// is the lowest float before 9.10, backward adds a padding-mask workaround for
+// T % 128 != 0 up to 9.15.0, and from 9.20 / 9.21 newer frontends lower the
+// mask, the softmax and (9.21, causal forward) the whole forward to single
+// backend operations. This graph is the one for cuDNN 9.15.1 <= v < 9.20 (the
+// build's 9.19 included); CudnnSdpa refuses a runtime below kMinCudnnVersion.
+// Known deviation: for shape.training == false the frontend still emits log and
+// add into a virtual, unused Stats tensor; this graph omits those dead ops.
 //
 // Invariants kept by validate() (it throws shardtrain::Error naming the tensor or
 // op): unique uids; ops in topological order (an op reads only graph inputs and
@@ -37,7 +68,10 @@
 // tensors are neither graph inputs nor outputs and are consumed; dims and strides
 // have the same rank; non-virtual views neither overlap themselves nor reach past
 // their buffer, and their start is aligned; operand shapes agree; data types are
-// ones the flash engines take; the head size is within the flash limits.
+// ones the flash engines take; the head size is within the flash limits;
+// Buffer::Workspace tensors lie inside workspace_prefix_bytes and their extents
+// (first to last element reached) do not overlap; every tensor in
+// zero_before_execute is such a workspace tensor.
 #pragma once
 
 #include <cstdint>
@@ -83,7 +117,8 @@ enum class ReductionMode : std::int32_t {
 // Mirrors cudnnBackendTensorReordering_t (values are cuDNN's).
 enum class Reordering : std::int32_t {
   None = 0,    // CUDNN_TENSOR_REORDERING_NONE
-  F16x16 = 2,  // CUDNN_TENSOR_REORDERING_F16x16 (the fp32 dQ accumulator)
+  F16x16 = 2,  // CUDNN_TENSOR_REORDERING_F16x16 (older frontends set it on dQ_accum;
+               // the frontend this graph follows does not, so no tensor uses it)
 };
 
 enum class OpKind { Matmul, Pointwise, Reduction, Reshape };
@@ -98,7 +133,7 @@ enum class Buffer {
   Stats,      // (B, H, T) fp32: softmax statistics max + log(sum exp)
   DOut,       // (B, T, C): dO
   DQkv,       // (B, T, 3C): dQ, dK, dV
-  Workspace,  // the graph's own part of the caller's workspace (dQ_accum)
+  Workspace,  // the graph's own prefix of the caller's workspace (dQ_accum, softmax_sum)
 };
 
 enum class Direction { Forward, Backward };
@@ -155,6 +190,9 @@ struct SdpaGraph {
   // Bytes at the start of the caller's workspace that the graph's Buffer::Workspace
   // tensors use (multiple of 256); cuDNN's own workspace follows them.
   std::int64_t workspace_prefix_bytes = 0;
+  // Buffer::Workspace tensors whose bytes (extent_bytes) the caller zeroes on its
+  // stream before every execution (the backward's dQ_accum).
+  std::vector<std::int64_t> zero_before_execute;
 
   const TensorDesc& tensor(std::int64_t uid) const;       // throws if absent
   const TensorDesc& tensor(std::string_view name) const;  // throws if absent
@@ -168,7 +206,8 @@ struct SdpaGraph {
 // Fixed uids of the graph's non-virtual tensors (virtual ones start at 100).
 namespace uid {
 inline constexpr std::int64_t Q = 1, K = 2, V = 3, O = 4, Stats = 5, dO = 6, dQ = 7, dK = 8,
-                              dV = 9, AttnScale = 10, NegInf = 11, One = 12, dQAccum = 13;
+                              dV = 9, AttnScale = 10, NegInf = 11, One = 12, dQAccum = 13,
+                              SoftmaxSum = 14;
 inline constexpr std::int64_t FirstVirtual = 100;
 }  // namespace uid
 
@@ -179,6 +218,10 @@ SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape);
 
 // Bytes of one element of `t` (Boolean counts 1).
 std::int64_t element_bytes(DataType t);
+// Elements of a view from its first to its last element reached, inclusive
+// (1 + sum of (dim - 1) * stride), and the same in bytes.
+std::int64_t extent_elems(const TensorDesc& t);
+std::int64_t extent_bytes(const TensorDesc& t);
 const char* to_string(DataType t);
 const char* to_string(PointwiseMode m);
 const char* to_string(ReductionMode m);
@@ -191,5 +234,11 @@ std::string describe(const SdpaGraph& graph);
 // cuDNN's flash-attention head-size limit that validate() enforces (see the .cpp).
 inline constexpr std::int64_t kMaxHeadDim = 128;
 inline constexpr std::int64_t kHeadDimMultiple = 8;
+
+// The oldest runtime cuDNN (cudnnGetVersion()) for which the frontend lowers our
+// case to exactly these graphs: 9.15.1 (below it, a backward padding-mask
+// workaround for T % 128 != 0 up to 9.15.0, and the lowest float instead of
+// -inf as the mask value before 9.10). Checked by CudnnSdpa's constructor.
+inline constexpr std::int64_t kMinCudnnVersion = 91501;
 
 }  // namespace shardtrain::cudnn

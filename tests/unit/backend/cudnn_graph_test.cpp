@@ -1,10 +1,14 @@
 // tests/unit/backend/cudnn_graph_test.cpp
 // The cuDNN SDPA graph description (src/backend/cudnn_graph.hpp), on the host:
 // the exact views of Q, K, V, O, Stats, dO, dQ, dK, dV into our packed buffers
-// for a shape whose numbers do not coincide (B=3, T=5, C=48, H=3, D=16), the op
-// order, uids, the causal mask only when causal, the by-value scale, backward
-// inputs and outputs, and every validate() refusal on a mutated graph, checked
-// by its message.
+// for a shape whose numbers do not coincide (B=3, T=5, C=48, H=3, D=16); both
+// graphs node by node against what cudnn-frontend v1.19.0 lowers its SDPA nodes
+// to for our case (CompositeSDPANode / CompositeSDPABackwardNode, composite
+// softmax and diagonal band mask: names, kinds, modes, inputs, outputs, output
+// types, compute types); the backward's workspace tensors (dQ_accum, then the
+// stored softmax_sum: layout, no overlap, no reordering, what is zeroed); uids;
+// the causal mask only when causal; the by-value scalars; and every validate()
+// refusal on a mutated graph, checked by its message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +85,136 @@ void expect_view(const SdpaGraph& g, const std::string& name, std::int64_t uid_v
   EXPECT_FALSE(t.is_by_value);
 }
 
+// One frontend node as lowered: its name, kind, pointwise or reduction mode,
+// input and output tensors (by our names), the output's type and virtualness,
+// the op's compute type (not checked for reshapes, which have none) and the
+// GEN_INDEX axis.
+struct Node {
+  std::string name;
+  OpKind kind;
+  int mode;  // PointwiseMode or ReductionMode value; -1 for matmul / reshape
+  std::vector<std::string> in;
+  std::string out;
+  DataType out_type;
+  bool out_virtual = true;
+  DataType compute = DataType::Float;
+  std::int64_t axis = -1;
+};
+
+constexpr int kNoMode = -1;
+int pw(PointwiseMode m) { return static_cast<int>(m); }
+int red(ReductionMode m) { return static_cast<int>(m); }
+
+// g's ops, in order, are exactly `want`.
+void expect_nodes(const SdpaGraph& g, const std::vector<Node>& want) {
+  ASSERT_EQ(g.ops.size(), want.size()) << describe(g);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const Operation& op = g.ops[i];
+    const Node& w = want[i];
+    SCOPED_TRACE("op " + std::to_string(i) + " (want '" + w.name + "')");
+    EXPECT_EQ(op.name, w.name);
+    EXPECT_EQ(op.kind, w.kind);
+    if (op.kind == OpKind::Pointwise) {
+      EXPECT_EQ(static_cast<int>(op.pointwise_mode), w.mode);
+    }
+    if (op.kind == OpKind::Reduction) {
+      EXPECT_EQ(static_cast<int>(op.reduction_mode), w.mode);
+    }
+    std::vector<std::string> in;
+    for (std::int64_t id : op.inputs) in.push_back(g.tensor(id).name);
+    EXPECT_EQ(in, w.in);
+    const TensorDesc& out = g.tensor(op.output);
+    EXPECT_EQ(out.name, w.out);
+    EXPECT_EQ(out.dtype, w.out_type) << out.name;
+    EXPECT_EQ(out.is_virtual, w.out_virtual) << out.name;
+    if (op.kind != OpKind::Reshape) {
+      EXPECT_EQ(op.compute_type, w.compute);
+    }
+    EXPECT_EQ(op.axis, w.axis);
+  }
+}
+
+// The frontend's causal mask (CompositeDiagonalBandMaskNode, right bound 0, no
+// shift) applied to `score`.
+std::vector<Node> causal_nodes(const std::string& score) {
+  return {
+      {"gen_row_index", OpKind::Pointwise, pw(PointwiseMode::GenIndex), {score}, "row_index", DataType::Int32,
+       true, DataType::Float, 2},
+      {"gen_col_index", OpKind::Pointwise, pw(PointwiseMode::GenIndex), {score}, "col_index", DataType::Int32,
+       true, DataType::Float, 3},
+      {"row>col", OpKind::Pointwise, pw(PointwiseMode::CmpGe), {"row_index", "col_index"}, "causal_mask",
+       DataType::Boolean, true, DataType::Boolean},
+      {"binary_select", OpKind::Pointwise, pw(PointwiseMode::BinarySelect), {score, "neg_inf", "causal_mask"},
+       "S_masked", DataType::Float},
+  };
+}
+
+// CompositeSDPANode + CompositeSoftmaxNode (with Stats) for I/O type `io`.
+std::vector<Node> frontend_forward(DataType io, bool causal) {
+  std::vector<Node> n = {
+      {"bmm1", OpKind::Matmul, kNoMode, {"Q", "K^T"}, "S", DataType::Float},
+      {"attn_scale", OpKind::Pointwise, pw(PointwiseMode::Mul), {"S", "attn_scale"}, "S_scaled", DataType::Float},
+  };
+  std::string s = "S_scaled";
+  if (causal) {
+    for (auto& c : causal_nodes(s)) n.push_back(c);
+    s = "S_masked";
+  }
+  const std::vector<Node> softmax = {
+      {"Max", OpKind::Reduction, red(ReductionMode::Max), {s}, "M", DataType::Float},
+      {"sub", OpKind::Pointwise, pw(PointwiseMode::Sub), {s, "M"}, "S_minus_M", DataType::Float},
+      {"exp", OpKind::Pointwise, pw(PointwiseMode::Exp), {"S_minus_M"}, "E", DataType::Float},
+      {"sum", OpKind::Reduction, red(ReductionMode::Add), {"E"}, "Z", DataType::Float},
+      {"log", OpKind::Pointwise, pw(PointwiseMode::Log), {"Z"}, "log_Z", DataType::Float},
+      {"add", OpKind::Pointwise, pw(PointwiseMode::Add), {"M", "log_Z"}, "Stats", DataType::Float, false},
+      {"div", OpKind::Pointwise, pw(PointwiseMode::Div), {"E", "Z"}, "P", io},
+      {"bmm2", OpKind::Matmul, kNoMode, {"P", "V"}, "O", io, false},
+  };
+  n.insert(n.end(), softmax.begin(), softmax.end());
+  return n;
+}
+
+// CompositeSDPABackwardNode for I/O type `io`, MHA, no dropout, dQ_accum path.
+std::vector<Node> frontend_backward(DataType io, bool causal) {
+  std::vector<Node> n = {
+      {"mul_dO_O", OpKind::Pointwise, pw(PointwiseMode::Mul), {"dO", "O"}, "dO_times_O", DataType::Float},
+      {"reduce_dO_o", OpKind::Reduction, red(ReductionMode::Add), {"dO_times_O"}, "softmax_sum_raw",
+       DataType::Float},
+      {"scale_dropout_inv", OpKind::Pointwise, pw(PointwiseMode::Mul), {"softmax_sum_raw", "one"}, "softmax_sum",
+       DataType::Float, false},
+      {"matmul_Q_KT", OpKind::Matmul, kNoMode, {"Q", "K^T"}, "S", DataType::Float},
+      {"mul_s_attn_scale", OpKind::Pointwise, pw(PointwiseMode::Mul), {"S", "attn_scale"}, "S_scaled",
+       DataType::Float},
+      {"sub_s_m", OpKind::Pointwise, pw(PointwiseMode::Sub), {"S_scaled", "Stats"}, "S_minus_stats",
+       DataType::Float},
+  };
+  std::string s = "S_minus_stats";
+  if (causal) {
+    for (auto& c : causal_nodes(s)) n.push_back(c);
+    s = "S_masked";
+  }
+  const std::vector<Node> rest = {
+      {"exp_s", OpKind::Pointwise, pw(PointwiseMode::Exp), {s}, "P", DataType::Float},
+      {"reshape_p", OpKind::Reshape, kNoMode, {"P"}, "P^T", io},
+      {"matmul_pT_dO", OpKind::Matmul, kNoMode, {"P^T", "dO"}, "dV", io, false},
+      {"matmul_dO_VT", OpKind::Matmul, kNoMode, {"dO", "V^T"}, "dP", DataType::Float},
+      {"sub_dP_softmax_sum", OpKind::Pointwise, pw(PointwiseMode::Sub), {"dP", "softmax_sum"}, "dP_minus_sum",
+       DataType::Float},
+      {"mul_dP_exp_s", OpKind::Pointwise, pw(PointwiseMode::Mul), {"dP_minus_sum", "P"}, "dS_unscaled",
+       DataType::Float},
+      {"mul_dS_attn_scale", OpKind::Pointwise, pw(PointwiseMode::Mul), {"dS_unscaled", "attn_scale"}, "dS",
+       DataType::Float},
+      {"reshape_dS", OpKind::Reshape, kNoMode, {"dS"}, "dS^T", io},
+      {"matmul_dST_Q", OpKind::Matmul, kNoMode, {"dS^T", "Q"}, "dK", io, false},
+      // The frontend does not set reshape_k's output type: the intermediate type.
+      {"reshape_k", OpKind::Reshape, kNoMode, {"K^T"}, "K", DataType::Float},
+      {"matmul_dS_K", OpKind::Matmul, kNoMode, {"dS", "K"}, "dQ_accum", DataType::Float, false},
+      {"identity_dQ", OpKind::Pointwise, pw(PointwiseMode::Identity), {"dQ_accum"}, "dQ", io, false},
+  };
+  n.insert(n.end(), rest.begin(), rest.end());
+  return n;
+}
+
 TEST(CudnnSdpaGraph, ForwardViewsIntoPackedQkvAndOutput) {
   const SdpaGraph g = make_sdpa_forward_graph(test_shape());
   EXPECT_EQ(g.direction, Direction::Forward);
@@ -93,6 +227,7 @@ TEST(CudnnSdpaGraph, ForwardViewsIntoPackedQkvAndOutput) {
   EXPECT_EQ(g.inputs, (V64{uid::Q, uid::K, uid::V, uid::AttnScale, uid::NegInf}));
   EXPECT_EQ(g.outputs, (V64{uid::O, uid::Stats}));
   EXPECT_EQ(g.workspace_prefix_bytes, 0);
+  EXPECT_TRUE(g.zero_before_execute.empty());
   // The virtual score tensor is (B,H,T,T) fp32, packed.
   const TensorDesc& s = g.tensor("S");
   EXPECT_TRUE(s.is_virtual);
@@ -101,6 +236,11 @@ TEST(CudnnSdpaGraph, ForwardViewsIntoPackedQkvAndOutput) {
   EXPECT_EQ(s.strides, (V64{75, 25, 5, 1}));
   // P enters bmm2 in the I/O type.
   EXPECT_EQ(g.tensor("P").dtype, DataType::Half);
+  // The softmax statistics chain is (B,H,T,1) packed.
+  for (const char* n : {"M", "Z", "log_Z"}) {
+    EXPECT_EQ(g.tensor(n).dims, (V64{3, 3, 5, 1})) << n;
+    EXPECT_EQ(g.tensor(n).strides, (V64{15, 5, 1, 1})) << n;
+  }
 }
 
 TEST(CudnnSdpaGraph, Bf16GraphUsesBf16ForEveryIoTensor) {
@@ -108,31 +248,128 @@ TEST(CudnnSdpaGraph, Bf16GraphUsesBf16ForEveryIoTensor) {
   for (const char* n : {"Q", "K^T", "V", "O", "P"}) EXPECT_EQ(f.tensor(n).dtype, DataType::BFloat16) << n;
   EXPECT_EQ(f.tensor("Stats").dtype, DataType::Float);
   const SdpaGraph b = make_sdpa_backward_graph(test_shape(DataType::BFloat16));
-  for (const char* n : {"Q", "K^T", "V^T", "O", "dO", "dQ", "dK", "dV", "P^T", "dS^T", "K"})
+  for (const char* n : {"Q", "K^T", "V^T", "O", "dO", "dQ", "dK", "dV", "P^T", "dS^T"})
     EXPECT_EQ(b.tensor(n).dtype, DataType::BFloat16) << n;
-  EXPECT_EQ(b.tensor("dQ_accum").dtype, DataType::Float);
+  for (const char* n : {"dQ_accum", "softmax_sum", "K", "dS", "P"})
+    EXPECT_EQ(b.tensor(n).dtype, DataType::Float) << n;
 }
 
-TEST(CudnnSdpaGraph, ForwardTopologicalOrder) {
+TEST(CudnnSdpaGraph, ForwardIsTheFrontendsLoweringNodeByNode) {
+  for (DataType io : {DataType::Half, DataType::BFloat16})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(std::string(to_string(io)) + (causal ? " causal" : " non-causal"));
+      expect_nodes(make_sdpa_forward_graph(test_shape(io, causal)), frontend_forward(io, causal));
+    }
   const SdpaGraph g = make_sdpa_forward_graph(test_shape());
-  EXPECT_EQ(op_names(g), (std::vector<std::string>{"bmm1", "attn_scale", "gen_row_index",
-                                                    "gen_col_index", "row_ge_col", "causal_select",
-                                                    "row_max", "sub_max", "exp", "row_sum", "log",
-                                                    "stats", "div", "bmm2"}));
-  const Operation& bmm1 = g.ops.front();
-  EXPECT_EQ(bmm1.kind, OpKind::Matmul);
-  EXPECT_EQ(bmm1.inputs, (V64{uid::Q, uid::K}));
-  EXPECT_EQ(bmm1.compute_type, DataType::Float);
-  const Operation& bmm2 = g.ops.back();
-  EXPECT_EQ(bmm2.inputs, (V64{g.tensor("P").uid, uid::V}));
-  EXPECT_EQ(bmm2.output, uid::O);
-  const Operation& stats = op_named(g, "stats");
-  EXPECT_EQ(stats.pointwise_mode, PointwiseMode::Add);
-  EXPECT_EQ(stats.inputs, (V64{g.tensor("M").uid, g.tensor("log_Z").uid}));
-  EXPECT_EQ(stats.output, uid::Stats);
-  EXPECT_EQ(op_named(g, "row_max").reduction_mode, ReductionMode::Max);
-  EXPECT_EQ(op_named(g, "row_sum").reduction_mode, ReductionMode::Add);
-  EXPECT_EQ(g.tensor("M").dims, (V64{3, 3, 5, 1}));
+  EXPECT_EQ(op_named(g, "add").output, uid::Stats);
+  EXPECT_EQ(op_named(g, "bmm2").output, uid::O);
+  EXPECT_EQ(g.ops.front().inputs, (V64{uid::Q, uid::K}));
+}
+
+TEST(CudnnSdpaGraph, BackwardIsTheFrontendsLoweringNodeByNode) {
+  for (DataType io : {DataType::Half, DataType::BFloat16})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(std::string(to_string(io)) + (causal ? " causal" : " non-causal"));
+      expect_nodes(make_sdpa_backward_graph(test_shape(io, causal)), frontend_backward(io, causal));
+    }
+  const SdpaGraph g = make_sdpa_backward_graph(test_shape());
+  EXPECT_EQ(op_names(g),
+            (std::vector<std::string>{"mul_dO_O", "reduce_dO_o", "scale_dropout_inv", "matmul_Q_KT",
+                                      "mul_s_attn_scale", "sub_s_m", "gen_row_index", "gen_col_index",
+                                      "row>col", "binary_select", "exp_s", "reshape_p", "matmul_pT_dO",
+                                      "matmul_dO_VT", "sub_dP_softmax_sum", "mul_dP_exp_s",
+                                      "mul_dS_attn_scale", "reshape_dS", "matmul_dST_Q", "reshape_k",
+                                      "matmul_dS_K", "identity_dQ"}));
+  EXPECT_EQ(op_named(g, "matmul_pT_dO").output, uid::dV);
+  EXPECT_EQ(op_named(g, "matmul_dST_Q").output, uid::dK);
+  EXPECT_EQ(op_named(g, "matmul_dS_K").output, uid::dQAccum);
+  EXPECT_EQ(op_named(g, "identity_dQ").output, uid::dQ);
+  EXPECT_EQ(op_named(g, "scale_dropout_inv").output, uid::SoftmaxSum);
+  EXPECT_EQ(op_named(g, "sub_dP_softmax_sum").inputs, (V64{g.tensor("dP").uid, uid::SoftmaxSum}));
+}
+
+TEST(CudnnSdpaGraph, BackwardHasNoExtraMultiplyByOne) {
+  for (bool causal : {true, false}) {
+    const SdpaGraph g = make_sdpa_backward_graph(test_shape(DataType::Half, causal));
+    EXPECT_EQ(g.find("dP_times_one"), nullptr);
+    std::vector<std::string> reading_one;
+    for (const auto& op : g.ops) {
+      EXPECT_NE(op.name, "mul_dP_one");
+      if (std::count(op.inputs.begin(), op.inputs.end(), uid::One) > 0) reading_one.push_back(op.name);
+    }
+    // The only use of the by-value 1 is the frontend's dropout slot of softmax_sum.
+    EXPECT_EQ(reading_one, (std::vector<std::string>{"scale_dropout_inv"}));
+    // dP goes straight into the softmax_sum subtraction.
+    const Operation& sub = op_named(g, "sub_dP_softmax_sum");
+    EXPECT_EQ(sub.inputs.front(), op_named(g, "matmul_dO_VT").output);
+    const TensorDesc& one = g.tensor("one");
+    EXPECT_TRUE(one.is_by_value);
+    EXPECT_EQ(one.value, 1.0f);
+  }
+}
+
+TEST(CudnnSdpaGraph, BackwardStoresTheSoftmaxSumInTheWorkspace) {
+  const SdpaGraph g = make_sdpa_backward_graph(test_shape());
+  // dQ_accum: fp32 (B,H,T,D) packed at workspace byte 0; softmax_sum: fp32
+  // (B,H,T,1) packed right after it, at byte 4BHTD = 2880 (element 720).
+  expect_view(g, "dQ_accum", uid::dQAccum, DataType::Float, {3, 3, 5, 16}, {240, 80, 16, 1},
+              Buffer::Workspace, 0, 768);
+  expect_view(g, "softmax_sum", uid::SoftmaxSum, DataType::Float, {3, 3, 5, 1}, {15, 5, 1, 1},
+              Buffer::Workspace, 720, 768);
+  const TensorDesc& accum = g.tensor("dQ_accum");
+  const TensorDesc& sum = g.tensor("softmax_sum");
+  EXPECT_EQ(extent_bytes(accum), 2880);
+  EXPECT_EQ(extent_bytes(sum), 180);
+  // Disjoint, both inside the prefix (2880 + 180 = 3060 bytes, rounded to 256).
+  const std::int64_t accum_end = accum.offset * 4 + extent_bytes(accum);
+  const std::int64_t sum_begin = sum.offset * 4, sum_end = sum_begin + extent_bytes(sum);
+  EXPECT_LE(accum_end, sum_begin);
+  EXPECT_EQ(g.workspace_prefix_bytes, 3072);
+  EXPECT_LE(sum_end, g.workspace_prefix_bytes);
+  EXPECT_EQ(sum_begin % 16, 0);
+  // Every workspace tensor is a graph output, so it is bound in the variant pack.
+  std::vector<std::string> in_workspace;
+  for (const auto& t : g.tensors)
+    if (t.buffer == Buffer::Workspace) {
+      in_workspace.push_back(t.name);
+      EXPECT_NE(std::count(g.outputs.begin(), g.outputs.end(), t.uid), 0) << t.name;
+    }
+  EXPECT_EQ(in_workspace, (std::vector<std::string>{"dQ_accum", "softmax_sum"}));
+  // Only the accumulator is zeroed; the graph writes softmax_sum before it reads it.
+  EXPECT_EQ(g.zero_before_execute, (V64{uid::dQAccum}));
+  const auto names = op_names(g);
+  EXPECT_LT(std::find(names.begin(), names.end(), "scale_dropout_inv"),
+            std::find(names.begin(), names.end(), "sub_dP_softmax_sum"));
+  // No tensor is reordered (the frontend no longer sets F16x16 on dQ_accum).
+  for (const auto& t : g.tensors) EXPECT_EQ(t.reordering, Reordering::None) << t.name;
+  // The GPT-2-sized shape: B=4, H=12, T=1024, D=64.
+  SdpaShape big = test_shape();
+  big.batch = 4;
+  big.seq_len = 1024;
+  big.channels = 768;
+  big.n_head = 12;
+  const SdpaGraph b = make_sdpa_backward_graph(big);
+  EXPECT_EQ(b.tensor("softmax_sum").offset, 4 * 12 * 1024 * 64);
+  EXPECT_EQ(b.tensor("softmax_sum").dims, (V64{4, 12, 1024, 1}));
+  EXPECT_EQ(b.workspace_prefix_bytes, (4 * 12 * 1024 * 65 * 4 + 255) / 256 * 256);
+}
+
+TEST(CudnnSdpaGraph, BackwardVirtualLayoutsAreTheFrontends) {
+  const SdpaGraph g = make_sdpa_backward_graph(test_shape());
+  // mul_dO_O's output strides as the frontend sets them: (H*T*D, T*D, H*D, 1).
+  EXPECT_EQ(g.tensor("dO_times_O").dims, (V64{3, 3, 5, 16}));
+  EXPECT_EQ(g.tensor("dO_times_O").strides, (V64{240, 80, 48, 1}));
+  EXPECT_EQ(g.tensor("softmax_sum_raw").dims, (V64{3, 3, 5, 1}));
+  EXPECT_EQ(g.tensor("softmax_sum_raw").strides, (V64{15, 5, 1, 1}));
+  for (const char* n : {"S", "S_scaled", "S_minus_stats", "S_masked", "P", "dP", "dS"}) {
+    EXPECT_EQ(g.tensor(n).dims, (V64{3, 3, 5, 5})) << n;
+    EXPECT_EQ(g.tensor(n).strides, (V64{75, 25, 5, 1})) << n;
+  }
+  // The transposes the backward matmuls take.
+  EXPECT_EQ(g.tensor("P^T").strides, (V64{75, 25, 1, 5}));
+  EXPECT_EQ(g.tensor("dS^T").strides, (V64{75, 25, 1, 5}));
+  EXPECT_EQ(g.tensor("K").dims, (V64{3, 3, 5, 16}));
+  EXPECT_EQ(g.tensor("K").strides, (V64{720, 16, 144, 1}));
 }
 
 TEST(CudnnSdpaGraph, UidsAreUnique) {
@@ -147,7 +384,7 @@ TEST(CudnnSdpaGraph, UidsAreUnique) {
       }
     }
   }
-  EXPECT_EQ(make_sdpa_backward_graph(test_shape()).tensors.size(), 32u);
+  EXPECT_EQ(make_sdpa_backward_graph(test_shape()).tensors.size(), 31u);
   EXPECT_EQ(make_sdpa_forward_graph(test_shape()).tensors.size(), 19u);
 }
 
@@ -158,19 +395,24 @@ TEST(CudnnSdpaGraph, CausalMaskOnlyWhenCausal) {
   EXPECT_EQ(row.pointwise_mode, PointwiseMode::GenIndex);
   EXPECT_EQ(row.axis, 2);
   EXPECT_EQ(col.axis, 3);
+  EXPECT_EQ(row.compute_type, DataType::Float);
   EXPECT_EQ(row.inputs, (V64{g.tensor("S_scaled").uid}));
   EXPECT_EQ(g.tensor("row_index").dtype, DataType::Int32);
-  const Operation& ge = op_named(g, "row_ge_col");
+  const Operation& ge = op_named(g, "row>col");
   EXPECT_EQ(ge.pointwise_mode, PointwiseMode::CmpGe);
   EXPECT_EQ(ge.inputs, (V64{row.output, col.output}));
   EXPECT_EQ(g.tensor(ge.output).dtype, DataType::Boolean);
-  const Operation& sel = op_named(g, "causal_select");
+  const Operation& sel = op_named(g, "binary_select");
   EXPECT_EQ(sel.pointwise_mode, PointwiseMode::BinarySelect);
   EXPECT_EQ(sel.inputs, (V64{g.tensor("S_scaled").uid, uid::NegInf, ge.output}));
-  EXPECT_EQ(op_named(g, "row_max").inputs, (V64{sel.output}));
-  const TensorDesc& neg_inf = g.tensor("neg_inf");
-  EXPECT_TRUE(neg_inf.is_by_value);
-  EXPECT_EQ(neg_inf.value, std::numeric_limits<float>::lowest());
+  EXPECT_EQ(op_named(g, "Max").inputs, (V64{sel.output}));
+  // The frontend's mask value from cuDNN 9.10 on is -inf (get_negative_inf_value).
+  for (const SdpaGraph& c : {g, make_sdpa_backward_graph(test_shape())}) {
+    const TensorDesc& neg_inf = c.tensor("neg_inf");
+    EXPECT_TRUE(neg_inf.is_by_value);
+    EXPECT_EQ(neg_inf.dtype, DataType::Float);
+    EXPECT_TRUE(std::isinf(neg_inf.value) && neg_inf.value < 0.0f) << neg_inf.value;
+  }
 
   for (const SdpaGraph& nc : {make_sdpa_forward_graph(test_shape(DataType::Half, false)),
                               make_sdpa_backward_graph(test_shape(DataType::Half, false))}) {
@@ -183,10 +425,16 @@ TEST(CudnnSdpaGraph, CausalMaskOnlyWhenCausal) {
     EXPECT_EQ(std::count(nc.inputs.begin(), nc.inputs.end(), uid::NegInf), 0);
   }
   const SdpaGraph nc = make_sdpa_forward_graph(test_shape(DataType::Half, false));
-  EXPECT_EQ(op_named(nc, "row_max").inputs, (V64{nc.tensor("S_scaled").uid}));
+  EXPECT_EQ(op_named(nc, "Max").inputs, (V64{nc.tensor("S_scaled").uid}));
   EXPECT_EQ(nc.ops.size(), 10u);
+  // Backward: the mask follows the Stats subtraction and feeds exp_s.
   const SdpaGraph b = make_sdpa_backward_graph(test_shape());
-  EXPECT_EQ(op_named(b, "sub_stats").inputs, (V64{op_named(b, "causal_select").output, uid::Stats}));
+  EXPECT_EQ(op_named(b, "sub_s_m").inputs, (V64{b.tensor("S_scaled").uid, uid::Stats}));
+  EXPECT_EQ(op_named(b, "gen_row_index").inputs, (V64{op_named(b, "sub_s_m").output}));
+  EXPECT_EQ(op_named(b, "binary_select").inputs.front(), op_named(b, "sub_s_m").output);
+  EXPECT_EQ(op_named(b, "exp_s").inputs, (V64{op_named(b, "binary_select").output}));
+  const SdpaGraph bnc = make_sdpa_backward_graph(test_shape(DataType::Half, false));
+  EXPECT_EQ(op_named(bnc, "exp_s").inputs, (V64{op_named(bnc, "sub_s_m").output}));
 }
 
 TEST(CudnnSdpaGraph, ScaleIsOneOverSqrtDByValue) {
@@ -194,18 +442,19 @@ TEST(CudnnSdpaGraph, ScaleIsOneOverSqrtDByValue) {
     SdpaShape s = test_shape();
     s.channels = c;
     const float want = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c / 3)));
-    for (const SdpaGraph& g : {make_sdpa_forward_graph(s), make_sdpa_backward_graph(s)}) {
-      const TensorDesc& t = g.tensor("attn_scale");
+    const SdpaGraph f = make_sdpa_forward_graph(s), b = make_sdpa_backward_graph(s);
+    for (const SdpaGraph* g : {&f, &b}) {
+      const TensorDesc& t = g->tensor("attn_scale");
       EXPECT_EQ(t.uid, uid::AttnScale);
       EXPECT_TRUE(t.is_by_value);
       EXPECT_FALSE(t.is_virtual);
       EXPECT_EQ(t.dtype, DataType::Float);
       EXPECT_EQ(t.dims, (V64{1, 1, 1, 1}));
       EXPECT_EQ(t.value, want) << "C=" << c;
-      const Operation& mul = op_named(g, "attn_scale");
-      EXPECT_EQ(mul.pointwise_mode, PointwiseMode::Mul);
-      EXPECT_EQ(mul.inputs, (V64{g.tensor("S").uid, uid::AttnScale}));
     }
+    EXPECT_EQ(op_named(f, "attn_scale").inputs, (V64{f.tensor("S").uid, uid::AttnScale}));
+    EXPECT_EQ(op_named(b, "mul_s_attn_scale").inputs, (V64{b.tensor("S").uid, uid::AttnScale}));
+    EXPECT_EQ(op_named(b, "mul_dS_attn_scale").inputs, (V64{b.tensor("dS_unscaled").uid, uid::AttnScale}));
   }
   EXPECT_EQ(make_sdpa_forward_graph(test_shape()).tensor("attn_scale").value, 0.25f);
 }
@@ -216,7 +465,7 @@ TEST(CudnnSdpaGraph, InferenceForwardWritesNoStats) {
   EXPECT_EQ(g.outputs, (V64{uid::O}));
   const auto names = op_names(g);
   EXPECT_EQ(std::count(names.begin(), names.end(), "log"), 0);
-  EXPECT_EQ(std::count(names.begin(), names.end(), "stats"), 0);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "add"), 0);
   EXPECT_ERROR_HAS(make_sdpa_backward_graph(test_shape(DataType::Half, true, false)),
                    "backward graph needs the forward's Stats");
 }
@@ -233,40 +482,9 @@ TEST(CudnnSdpaGraph, BackwardViewsInputsAndOutputs) {
   expect_view(g, "dQ", uid::dQ, DataType::Half, {3, 3, 5, 16}, {720, 16, 144, 1}, Buffer::DQkv, 0, 2160);
   expect_view(g, "dK", uid::dK, DataType::Half, {3, 3, 5, 16}, {720, 16, 144, 1}, Buffer::DQkv, 48, 2160);
   expect_view(g, "dV", uid::dV, DataType::Half, {3, 3, 5, 16}, {720, 16, 144, 1}, Buffer::DQkv, 96, 2160);
-  expect_view(g, "dQ_accum", uid::dQAccum, DataType::Float, {3, 3, 5, 16}, {240, 80, 16, 1},
-              Buffer::Workspace, 0, 720);
-  EXPECT_EQ(g.tensor("dQ_accum").reordering, Reordering::F16x16);
-  EXPECT_EQ(g.workspace_prefix_bytes, 3072);  // 720 floats = 2880 bytes, rounded up to 256
   EXPECT_EQ(g.inputs, (V64{uid::Q, uid::K, uid::V, uid::O, uid::dO, uid::Stats, uid::AttnScale,
                            uid::NegInf, uid::One}));
-  EXPECT_EQ(g.outputs, (V64{uid::dQ, uid::dK, uid::dV, uid::dQAccum}));
-  EXPECT_EQ(g.tensor("one").value, 1.0f);
-  // The transposes the backward matmuls take.
-  EXPECT_EQ(g.tensor("P^T").strides, (V64{75, 25, 1, 5}));
-  EXPECT_EQ(g.tensor("K").dims, (V64{3, 3, 5, 16}));
-  EXPECT_EQ(g.tensor("K").strides, (V64{720, 16, 144, 1}));
-}
-
-TEST(CudnnSdpaGraph, BackwardTopologicalOrder) {
-  const SdpaGraph g = make_sdpa_backward_graph(test_shape());
-  EXPECT_EQ(op_names(g),
-            (std::vector<std::string>{"mul_dO_O", "reduce_dO_O", "mul_Dsum_one", "matmul_Q_KT",
-                                      "attn_scale", "gen_row_index", "gen_col_index", "row_ge_col",
-                                      "causal_select", "sub_stats", "exp", "reshape_P_T",
-                                      "matmul_PT_dO", "matmul_dO_VT", "mul_dP_one", "sub_Dsum",
-                                      "mul_P", "mul_attn_scale", "reshape_dS_T", "matmul_dST_Q",
-                                      "reshape_K", "matmul_dS_K", "identity_dQ"}));
-  EXPECT_EQ(op_named(g, "matmul_PT_dO").inputs, (V64{g.tensor("P^T").uid, uid::dO}));
-  EXPECT_EQ(op_named(g, "matmul_PT_dO").output, uid::dV);
-  EXPECT_EQ(op_named(g, "matmul_dO_VT").inputs, (V64{uid::dO, uid::V}));
-  EXPECT_EQ(op_named(g, "matmul_dST_Q").inputs, (V64{g.tensor("dS^T").uid, uid::Q}));
-  EXPECT_EQ(op_named(g, "matmul_dST_Q").output, uid::dK);
-  EXPECT_EQ(op_named(g, "matmul_dS_K").inputs, (V64{g.tensor("dS").uid, g.tensor("K").uid}));
-  EXPECT_EQ(op_named(g, "matmul_dS_K").output, uid::dQAccum);
-  EXPECT_EQ(op_named(g, "identity_dQ").inputs, (V64{uid::dQAccum}));
-  EXPECT_EQ(op_named(g, "identity_dQ").output, uid::dQ);
-  EXPECT_EQ(op_named(g, "mul_dP_one").inputs, (V64{g.tensor("dP").uid, uid::One}));
-  EXPECT_EQ(op_named(g, "sub_Dsum").inputs, (V64{g.tensor("dP_times_one").uid, g.tensor("Dsum").uid}));
+  EXPECT_EQ(g.outputs, (V64{uid::dQ, uid::dK, uid::dV, uid::dQAccum, uid::SoftmaxSum}));
 }
 
 TEST(CudnnSdpaGraph, DescribeListsTensorsAndOps) {
@@ -278,8 +496,18 @@ TEST(CudnnSdpaGraph, DescribeListsTensorsAndOps) {
   EXPECT_NE(d.find("tensor 2 K^T: half dims [3,3,16,5] strides [720,16,1,144] align 16 qkv+48 input"),
             std::string::npos) << d;
   EXPECT_NE(d.find("op 0 bmm1: matmul (Q, K^T) -> S compute float"), std::string::npos) << d;
-  EXPECT_NE(d.find("op 5 causal_select: pointwise binary_select (S_scaled, neg_inf, causal_mask) -> S_masked"),
+  EXPECT_NE(d.find("op 5 binary_select: pointwise binary_select (S_scaled, neg_inf, causal_mask) -> S_masked"),
             std::string::npos) << d;
+  const std::string b = describe(make_sdpa_backward_graph(test_shape()));
+  EXPECT_NE(b.find("31 tensors, 22 ops, workspace prefix 3072 bytes"), std::string::npos) << b;
+  EXPECT_NE(b.find("tensor 13 dQ_accum: float dims [3,3,5,16] strides [240,80,16,1] align 16 workspace+0 "
+                   "output zeroed-before-execute"),
+            std::string::npos) << b;
+  EXPECT_NE(b.find("tensor 14 softmax_sum: float dims [3,3,5,1] strides [15,5,1,1] align 16 workspace+720 "
+                   "output\n"),
+            std::string::npos) << b;
+  EXPECT_NE(b.find("op 2 scale_dropout_inv: pointwise mul (softmax_sum_raw, one) -> softmax_sum compute float"),
+            std::string::npos) << b;
 }
 
 TEST(CudnnSdpaGraph, AcceptsTheFlashHeadSizeLimits) {
@@ -307,7 +535,7 @@ TEST(CudnnSdpaGraphValidate, ReadBeforeWritten) {
   SdpaGraph b = make_sdpa_backward_graph(test_shape());
   b.inputs.erase(std::find(b.inputs.begin(), b.inputs.end(), uid::Stats));
   b.outputs.push_back(uid::Stats);  // keep it listed, but as an output: nobody writes it
-  EXPECT_ERROR_HAS(b.validate(), "'sub_stats' (pointwise) reads tensor 'Stats' (uid 5)");
+  EXPECT_ERROR_HAS(b.validate(), "'sub_s_m' (pointwise) reads tensor 'Stats' (uid 5)");
 }
 
 TEST(CudnnSdpaGraphValidate, VirtualTensorAsGraphInputOrOutput) {
@@ -414,6 +642,31 @@ TEST(CudnnSdpaGraphValidate, OperandShapesMustAgree) {
   g.tensor_mut("K^T").strides = {720, 16, 144, 1};
   EXPECT_ERROR_HAS(g.validate(), "op 0 'bmm1' (matmul): operand dims [3,3,5,16] x [3,3,5,16] -> "
                                  "[3,3,5,5] do not form a batched matrix product");
+}
+
+TEST(CudnnSdpaGraphValidate, WorkspaceTensorsOverlap) {
+  SdpaGraph g = make_sdpa_backward_graph(test_shape());
+  g.tensor_mut("softmax_sum").offset = 712;  // bytes [2848, 3028): inside dQ_accum's [0, 2880)
+  EXPECT_ERROR_HAS(g.validate(), "tensor 'softmax_sum' (uid 14): workspace bytes [2848, 3028) overlap "
+                                 "tensor 'dQ_accum' (uid 13)'s [0, 2880)");
+}
+
+TEST(CudnnSdpaGraphValidate, WorkspaceTensorPastThePrefix) {
+  SdpaGraph g = make_sdpa_backward_graph(test_shape());
+  g.workspace_prefix_bytes = 2816;
+  EXPECT_ERROR_HAS(g.validate(), "tensor 'dQ_accum' (uid 13): workspace bytes [0, 2880) reach past the "
+                                 "graph's workspace prefix of 2816 bytes");
+  SdpaGraph h = make_sdpa_backward_graph(test_shape());
+  h.workspace_prefix_bytes = 3060;
+  EXPECT_ERROR_HAS(h.validate(), "workspace prefix of 3060 bytes is not a non-negative multiple of 256");
+}
+
+TEST(CudnnSdpaGraphValidate, ZeroedTensorNotInTheWorkspace) {
+  SdpaGraph g = make_sdpa_backward_graph(test_shape());
+  g.zero_before_execute = {uid::dQ};
+  EXPECT_ERROR_HAS(g.validate(), "tensor 'dQ' (uid 7) is in zero_before_execute but not in the graph's workspace");
+  g.zero_before_execute = {77};
+  EXPECT_ERROR_HAS(g.validate(), "zero_before_execute uid 77 is not a tensor of the graph");
 }
 
 TEST(CudnnSdpaGraphValidate, TheUnmutatedGraphsPass) {
