@@ -24,7 +24,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 bundle=${GPU_BUNDLE_DIR:-$root/gpu-bundle}
 jobs=${JOBS:-2}
-limit_kib=$((64 * 1024))
+limit_kib=$((${GPU_CARRY_LIMIT_MIB:-64} * 1024))   # what travels: working tree + ignored folders
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
@@ -45,19 +45,17 @@ for t in git python3 ldd readelf objdump dpkg-query dpkg-deb apt-get tar xz sha2
 done
 nvcc=""
 tried=()
-if [[ -n "${CUDACXX:-}" ]]; then
-  tried+=("\$CUDACXX=$CUDACXX")
-  [[ -x "$CUDACXX" ]] && nvcc=$CUDACXX
-fi
+[[ -z "${CUDACXX:-}" ]] && tried+=("\$CUDACXX (unset)")
+runs() { [[ -n "$1" && -x "$1" ]] && "$1" --version >/dev/null 2>&1; }
+for cand in "${CUDACXX:-}" /usr/local/cuda/bin/nvcc "$(command -v nvcc 2>/dev/null || true)"; do
+  [[ -n "$cand" ]] || continue
+  if runs "$cand"; then nvcc=$cand; break; fi
+  tried+=("$cand")
+done
 if [[ -z "$nvcc" ]]; then
-  tried+=(/usr/local/cuda/bin/nvcc)
-  [[ -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
+  command -v nvcc >/dev/null 2>&1 || tried+=("nvcc on PATH (none)")
+  die "nvcc not found or does not run (tried: ${tried[*]}; each must run 'nvcc --version'); install the CUDA toolkit or set CUDACXX=/path/to/nvcc"
 fi
-if [[ -z "$nvcc" ]]; then
-  tried+=("nvcc on PATH")
-  nvcc=$(command -v nvcc 2>/dev/null || true)
-fi
-[[ -n "$nvcc" ]] || die "nvcc not found (tried: ${tried[*]}); install the CUDA toolkit or set CUDACXX=/path/to/nvcc"
 git -C "$root" rev-parse --git-dir >/dev/null 2>&1 || die "$root is not a git working tree (the size check counts what git sends)"
 if [[ "$bundle" == "$root"/* ]] && ! git -C "$root" check-ignore -q "$bundle"; then
   die "$bundle is inside the repository but not git-ignored: add it to .gitignore (only ignored folders can be carried)"
@@ -68,6 +66,12 @@ fi
 
 # --- 1. build -------------------------------------------------------------------
 t0=$SECONDS
+if [[ -f "$build/CMakeCache.txt" ]]; then
+  old=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" | head -n 1)
+  if [[ -n "$old" && "$(readlink -f "$old")" != "$(readlink -f "$nvcc")" ]]; then
+    die "$build was configured with CUDA compiler $old, not $nvcc: remove $build or pass --build-dir"
+  fi
+fi
 if [[ "${CMAKE_CXX_COMPILER_LAUNCHER:-}${CMAKE_CUDA_COMPILER_LAUNCHER:-}" == *ccache* ]]; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}  # relative paths: a clean clone elsewhere hits the cache
 fi
@@ -99,7 +103,10 @@ awk -F'\t' '!/^#/ { printf "  %-34s %-32s %-6s %s\n", $1, $2, $4, $5 }' "$meta/p
 
 # --- 3a. .debs ------------------------------------------------------------------------
 mkdir -p "$bundle/debs"
-declare -A want=()
+declare -A want=() candidate=()
+while read -r p c; do candidate[$p]=$c; done < <(
+  apt-cache policy $(awk -F'\t' '!/^#/ { print $1 }' "$meta/packages.tsv") 2>/dev/null |
+    awk '/^[^ ].*:$/ { sub(/:$/, ""); sub(/:[a-z0-9]+$/, ""); p = $0 } /^  Candidate:/ { print p, $2 }')
 printf '# package\tversion carried\tarch\tclass\tdeb\tsha256\tversion installed here\n' > "$meta/packages-debs.tsv"
 while IFS=$'\t' read -r pkg ver arch class why; do
   [[ "$pkg" == \#* ]] && continue
@@ -109,27 +116,28 @@ while IFS=$'\t' read -r pkg ver arch class why; do
   # stack only of the same upstream version; for class system any (those are used only
   # where the image lacks the soname).
   installed=$ver
+  name=$pkg; [[ "$arch" != all ]] && name="$pkg:$arch"
   upstream() { local v=$1; [[ "$class" == system ]] && { echo any; return; }; [[ "$v" == *-* ]] && v=${v%-*}; echo "$v"; }
+  cand=${candidate[$pkg]:-}
+  cand_ok() { [[ -n "$cand" && "$cand" != "$installed" && "$(upstream "$cand")" == "$(upstream "$installed")" ]]; }
   deb=""
-  for f in "$bundle/debs/${pkg}"_*.deb; do
+  for f in "$bundle/debs/${pkg}"_*.deb; do   # already there (a re-run): the same choice, no network
     [[ -f "$f" && "$(dpkg-deb -f "$f" Package)" == "$pkg" ]] || continue
     fver=$(dpkg-deb -f "$f" Version)
-    if [[ "$fver" == "$ver" || "$(upstream "$fver")" == "$(upstream "$ver")" ]]; then deb=$f; ver=$fver; break; fi
+    if [[ "$fver" == "$installed" ]]; then deb=$f; ver=$fver; break; fi
+    if [[ "$fver" == "$cand" ]] && cand_ok; then deb=$f; ver=$fver; fi
   done
   if [[ -z "$deb" ]]; then
-    name=$pkg; [[ "$arch" != all ]] && name="$pkg:$arch"
-    if ! (cd "$bundle/debs" && apt-get download -q -o APT::Sandbox::User=root "$name=$ver" >/dev/null 2>"$meta/apt.err"); then
-      cand=$(apt-cache policy "$name" 2>/dev/null | awk '/Candidate:/ { print $2 }')
-      if [[ -n "$cand" && "$cand" != "$ver" && "$(upstream "$cand")" == "$(upstream "$ver")" ]] &&
-         (cd "$bundle/debs" && apt-get download -q -o APT::Sandbox::User=root "$name=$cand" >/dev/null 2>>"$meta/apt.err"); then
-        ver=$cand
-      else
-        cat "$meta/apt.err" >&2
-        die "apt-get download $name=$ver failed (no network, or this installed version is gone from the archive and no acceptable other version is there ($class class; candidate: ${cand:-none}))"
-      fi
+    if (cd "$bundle/debs" && apt-get download -q -o APT::Sandbox::User=root "$name=$installed" >/dev/null 2>"$meta/apt.err"); then
+      ver=$installed
+    elif cand_ok && (cd "$bundle/debs" && apt-get download -q -o APT::Sandbox::User=root "$name=$cand" >/dev/null 2>>"$meta/apt.err"); then
+      ver=$cand
+    else
+      cat "$meta/apt.err" >&2
+      die "apt-get download $name=$installed failed (no network, or this installed version is gone from the archive and no acceptable other version is there ($class class; candidate: ${cand:-none}))"
     fi
     for f in "$bundle/debs/${pkg}"_*.deb; do
-      [[ -f "$f" && "$(dpkg-deb -f "$f" Version)" == "$ver" ]] && deb=$f
+      if [[ -f "$f" && "$(dpkg-deb -f "$f" Version)" == "$ver" ]]; then deb=$f; fi
     done
     [[ -n "$deb" ]] || die "apt-get download $name=$ver left no .deb in $bundle/debs"
   fi
@@ -208,10 +216,10 @@ tar_kib=$(du -sk "$tarball" | cut -f1)
 npk=$(grep -vc '^#' "$bundle/packages.tsv")
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 echo "prepare.sh: bundle $bundle: $(mib "$bundle_kib") (debs/: $npk packages, $(mib "$debs_kib"); build-tree.tar.xz: $tree_files files, $(mib "$tar_kib"))"
-echo "prepare.sh: working tree as git sends it: $(mib "$tree_kib"); together $(mib $((bundle_kib + tree_kib))) of the 64 MiB that travel"
+echo "prepare.sh: working tree as git sends it: $(mib "$tree_kib"); together $(mib $((bundle_kib + tree_kib))) of the $(mib "$limit_kib") that travel"
 echo "prepare.sh: took $((SECONDS - start)) s (build ${build_s} s, packages ${debs_s} s, tarball ${tar_s} s)"
 if (( bundle_kib > limit_kib - tree_kib )); then
-  echo "prepare.sh: FAIL: the bundle ($(mib "$bundle_kib")) is over 64 MiB minus the working tree ($(mib "$tree_kib")) = $(mib $((limit_kib - tree_kib)))" >&2
+  echo "prepare.sh: FAIL: the bundle ($(mib "$bundle_kib")) is over $(mib "$limit_kib") minus the working tree ($(mib "$tree_kib")) = $(mib $((limit_kib - tree_kib)))" >&2
   exit 1
 fi
 echo "prepare.sh: OK; carry it with the working tree: run(carry=[\"${bundle#"$root"/}\"], command=\"share/gpu/on-device.sh\")"
