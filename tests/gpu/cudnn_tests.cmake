@@ -9,7 +9,7 @@ target_link_libraries(gpu_cudnn_sdpa_test PRIVATE
   shardtrain_cuda_kernels shardtrain_cudnn_graph GTest::gtest CUDA::cudart CUDA::cublas CUDNN::cudnn)
 target_compile_options(gpu_cudnn_sdpa_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_cudnn_sdpa COMMAND gpu_cudnn_sdpa_test)
-set_tests_properties(gpu_cudnn_sdpa PROPERTIES LABELS gpu)
+set_tests_properties(gpu_cudnn_sdpa PROPERTIES LABELS "gpu;gpu1")
 add_dependencies(cuda-build gpu_cudnn_sdpa_test)
 
 # gpu_cudnn_conv_test: CudnnConv2d (kernels/cuda/cudnn_conv.cuh) against a float64
@@ -18,5 +18,5 @@ add_executable(gpu_cudnn_conv_test cudnn_conv_test.cpp)
 target_link_libraries(gpu_cudnn_conv_test PRIVATE shardtrain_cuda_kernels GTest::gtest CUDA::cudart CUDNN::cudnn)
 target_compile_options(gpu_cudnn_conv_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_cudnn_conv COMMAND gpu_cudnn_conv_test)
-set_tests_properties(gpu_cudnn_conv PROPERTIES LABELS gpu)
+set_tests_properties(gpu_cudnn_conv PROPERTIES LABELS "gpu;gpu1")
 add_dependencies(cuda-build gpu_cudnn_conv_test)

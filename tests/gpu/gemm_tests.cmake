@@ -7,7 +7,7 @@ target_link_libraries(gpu_gemm_kernels_test PRIVATE
   shardtrain_cuda_kernels shardtrain_kernels GTest::gtest CUDA::cudart CUDA::cublas)
 target_compile_options(gpu_gemm_kernels_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_gemm_kernels COMMAND gpu_gemm_kernels_test)
-set_tests_properties(gpu_gemm_kernels PROPERTIES LABELS gpu)
+set_tests_properties(gpu_gemm_kernels PROPERTIES LABELS "gpu;gpu1")
 add_dependencies(cuda-build gpu_gemm_kernels_test)
 
 # gpu_encoder_kernels_test: the encoder classifier's masked / bidirectional
@@ -17,5 +17,5 @@ target_link_libraries(gpu_encoder_kernels_test PRIVATE
   shardtrain_cuda_kernels shardtrain_kernels GTest::gtest CUDA::cudart CUDA::cublas)
 target_compile_options(gpu_encoder_kernels_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_encoder_kernels COMMAND gpu_encoder_kernels_test)
-set_tests_properties(gpu_encoder_kernels PROPERTIES LABELS gpu)
+set_tests_properties(gpu_encoder_kernels PROPERTIES LABELS "gpu;gpu1")
 add_dependencies(cuda-build gpu_encoder_kernels_test)
