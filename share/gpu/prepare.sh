@@ -13,6 +13,8 @@
 # 3. Writes one git-ignored folder, ${GPU_BUNDLE_DIR:-<repo>/gpu-bundle}:
 #      debs/               the packages' .deb files (apt-get download, the installed versions)
 #      build-tree.tar.xz   the build tree without objects, archives and CMakeFiles
+#      data/mobydick.h5    the quickstart's data set, when build/data has it (for
+#                          tests/bench/gpu/measure.sh)
 #      manifest.txt        paths, commit, date, versions, GLIBC needs, package list
 #      packages.tsv libs.tsv dropped.tsv cuda.tsv   what share/gpu/on-device.sh reads
 # 4. Prints the folder's size and fails if it and the working tree together are
@@ -165,6 +167,16 @@ tarball=$bundle/build-tree.tar.xz
 mv "$tarball.tmp" "$tarball"
 tar_s=$((SECONDS - t0))
 tree_files=$(tar -tJf "$tarball" | grep -vc '/$' || true)
+
+# --- 3b'. the quickstart's data set for tests/bench/gpu/measure.sh (the GPU machine has no network)
+mkdir -p "$bundle/data"
+if [[ -f "$root/build/data/mobydick.h5" ]]; then
+  cp "$root/build/data/mobydick.h5" "$bundle/data/mobydick.h5"
+  echo "prepare.sh: carrying build/data/mobydick.h5 ($(du -k "$bundle/data/mobydick.h5" | cut -f1) KiB) for the GPU measurements"
+else
+  rm -f "$bundle/data/mobydick.h5"
+  echo "prepare.sh: note: build/data/mobydick.h5 is absent (share/quickstart.sh or share/data/fetch-mobydick.sh makes it); the GPU measurements will use synthetic tokens for the quickstart model"
+fi
 
 # --- 3c. manifest -------------------------------------------------------------------------
 cp "$meta/packages-debs.tsv" "$bundle/packages.tsv"

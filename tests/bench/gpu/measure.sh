@@ -4,6 +4,8 @@
 # this script); also runs here on the CPU (--cpu-smoke) to check the script itself.
 #
 #   measure.sh BUILD_DIR OUT_DIR [--cpu-smoke] [--steps N] [--only fp32|bf16|fp16]
+#   measure.sh        (as share/gpu/on-device.sh's hook: SHARDTRAIN_BUILD_DIR, and the
+#                      report at SHARDTRAIN_MEASURE_OUT, its logs beside it)
 #
 # 1. Speed and memory, one GPU, one rank: the quickstart GPT and a GPT-2-124M-sized
 #    GPT (inputs/gpt2_124m.toml: L 12, d 768, H 12, T 1024, batch 16, synthetic
@@ -23,10 +25,16 @@
 # OUT_DIR/measure-logs.tar.xz. Exit 0 when every run completed and the
 # correctness checks passed; 1 otherwise (the table is written either way).
 # Environment: MPIEXEC (default mpirun), PYTHON (default python3), MOBYDICK (the
-# quickstart's data set; default BUILD_DIR/data/mobydick.h5, else a synthetic
-# 83-token set is made and the table says so).
+# quickstart's data set; default BUILD_DIR/data/mobydick.h5, then the bundle's
+# gpu-bundle/data/mobydick.h5, else a synthetic 83-token set is made and the
+# table says so).
 set -uo pipefail
 usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; exit 2; }
+report=""
+if [[ $# -eq 0 && -n ${SHARDTRAIN_BUILD_DIR:-} && -n ${SHARDTRAIN_MEASURE_OUT:-} ]]; then
+  set -- "$SHARDTRAIN_BUILD_DIR" "$(dirname "$SHARDTRAIN_MEASURE_OUT")"
+  report=$SHARDTRAIN_MEASURE_OUT
+fi
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
@@ -48,7 +56,7 @@ trainer=$build/trainer
 [[ -x $trainer ]] || { echo "measure.sh: $trainer is not an executable" >&2; exit 2; }
 mpiexec=${MPIEXEC:-mpirun}
 python=${PYTHON:-python3}
-report=$out/measure.md
+[[ -n $report ]] || report=$out/measure.md
 failures=0
 note() { echo "$*" | tee -a "$report"; }
 fail() { note "FAIL: $*"; failures=$((failures + 1)); }
@@ -113,6 +121,7 @@ EOF
 big_data=$work/synthetic50304.h5
 synthetic "$big_data" 50304 $((4 * 1024 * 1024)) || { echo "measure.sh: cannot write $big_data (python3 with h5py?)" >&2; exit 1; }
 qs_data=${MOBYDICK:-$build/data/mobydick.h5}
+[[ -f $qs_data || -n ${MOBYDICK:-} ]] || qs_data=$root/gpu-bundle/data/mobydick.h5  # share/gpu/prepare.sh carries it
 qs_what="Moby Dick (characters)"
 if [[ ! -f $qs_data ]]; then
   qs_data=$work/synthetic83.h5 qs_what="synthetic uniform tokens, vocabulary 83 (Moby Dick's size; $build/data/mobydick.h5 not found)"
