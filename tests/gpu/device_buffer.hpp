@@ -2,7 +2,8 @@
 // What the gpu tests share: DeviceBuffer, a device allocation of T elements,
 // filled from and copied back to host vectors of any type H with the same size
 // and bits (the host's f16/bf16 and CUDA's __half/__nv_bfloat16), every call
-// checked (SHARDTRAIN_CUDA_CHECK), download() synchronizing the device first;
+// checked (SHARDTRAIN_CUDA_CHECK), upload() complete on return (any stream may
+// read the buffer next), download() synchronizing the device first;
 // and random_values, seeded uniform host inputs in any storage type.
 #pragma once
 
@@ -41,10 +42,17 @@ class DeviceBuffer {
     static_assert(sizeof(D) == sizeof(T));
     return static_cast<D*>(m_data);
   }
+  // Complete when it returns, whatever stream reads the buffer next. (A plain
+  // cudaMemcpy from pageable memory may return once the source is staged, with
+  // the DMA still queued on the legacy default stream -- CUDA's "API
+  // synchronization behavior" -- which a non-blocking stream does not wait for.)
   template <class H>
   void upload(const std::vector<H>& host) {
     static_assert(sizeof(H) == sizeof(T));
-    SHARDTRAIN_CUDA_CHECK(cudaMemcpy(m_data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    SHARDTRAIN_CHECK(host.size() <= m_size, "DeviceBuffer::upload: more values than the buffer holds");
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(m_data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, cudaStreamLegacy));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
   template <class H = T>
   std::vector<H> download() const {

@@ -13,13 +13,18 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "core/cuda_check.hpp"
+#include "core/memory.hpp"
 #include "device_buffer.hpp"
 #include "device_fill.hpp"
 #include "dist/nccl/nccl_communicator.hpp"
@@ -113,6 +118,104 @@ TEST(DeviceMemory, ZeroFillIsOrderedBeforeCollectives) {
   }
   space->deallocate(recv);
   SHARDTRAIN_CUDA_CHECK(cudaEventDestroy(spin_done));
+}
+
+// Milliseconds `f` took on the host.
+template <class F>
+double host_ms(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+ModelOpsLimits small_limits() {
+  ModelOpsLimits l;
+  l.max_batch = 4;
+  l.seq_len = 64;
+  l.channels = 16;
+  l.n_head = 2;
+  l.vocab = 101;
+  return l;
+}
+
+TEST(CudaModelOps, StagedTokensDoNotDependOnTheCallersArrays) {
+  Device dev;
+  MemoryTracker memory;
+  const ModelOpsLimits l = small_limits();
+  auto ops = make_cuda_model_ops<float>(dev.backend, l, memory);
+  const std::int64_t n = l.max_batch * l.seq_len;
+  for (const bool with_tokens : {true, false}) {
+    std::vector<TokenIndex> tokens(static_cast<std::size_t>(n)), targets(static_cast<std::size_t>(n));
+    std::iota(tokens.begin(), tokens.end(), 3);
+    std::iota(targets.begin(), targets.end(), -5);
+    const std::vector<TokenIndex> want_tokens = tokens, want_targets = targets;
+    dev.backend.synchronize();  // the previous round's staging buffer is free: staging below never waits
+    ASSERT_EQ(gpu_test::spin(kSpinNs, dev.backend.stream()), cudaSuccess);
+    const TokenIndex *kt = nullptr, *kg = nullptr;
+    const double ms = host_ms([&] {
+      ops->stage_tokens(with_tokens ? tokens.data() : nullptr, targets.data(), n, &kt, &kg);
+    });
+    std::fill(tokens.begin(), tokens.end(), -7);  // the caller reuses its arrays at once
+    std::fill(targets.begin(), targets.end(), -7);
+    EXPECT_LT(ms, 100.0) << "stage_tokens waited for the compute stream's queued work";
+    ASSERT_EQ(kt == nullptr, !with_tokens);
+    std::vector<TokenIndex> got(static_cast<std::size_t>(n));
+    dev.backend.copy_to_host(got.data(), kg, got.size() * sizeof(TokenIndex));
+    EXPECT_EQ(got, want_targets) << "targets on the device" << (with_tokens ? "" : " (no tokens)");
+    if (with_tokens) {
+      dev.backend.copy_to_host(got.data(), kt, got.size() * sizeof(TokenIndex));
+      EXPECT_EQ(got, want_tokens) << "tokens on the device";
+    }
+  }
+}
+
+TEST(CudaModelOps, StagedLengthsDoNotDependOnTheCallersArray) {
+  Device dev;
+  MemoryTracker memory;
+  const ModelOpsLimits l = small_limits();
+  auto ops = make_cuda_model_ops<float>(dev.backend, l, memory);
+  const std::int64_t b = 3, t = 5, c = 4;
+  std::vector<float> x(static_cast<std::size_t>(b * t * c));
+  std::iota(x.begin(), x.end(), 1.0f);
+  TrackedBuffer<float> dx(memory, MemCategory::Activations, x.size(), dev.backend.memory()),
+      dy(memory, MemCategory::Activations, static_cast<std::size_t>(b * c), dev.backend.memory());
+  dev.backend.copy_from_host(dx.data(), x.data(), x.size() * sizeof(float));
+  std::vector<std::int32_t> lengths{5, 1, 3};
+  const std::vector<std::int32_t> want_lengths = lengths;
+  ASSERT_EQ(gpu_test::spin(kSpinNs, dev.backend.stream()), cudaSuccess);
+  const double ms = host_ms([&] { ops->seq_mean_pool_forward(dx.data(), lengths.data(), dy.data(), b, t, c); });
+  std::fill(lengths.begin(), lengths.end(), 2);  // the caller reuses its array at once
+  EXPECT_LT(ms, 100.0) << "staging the lengths waited for the compute stream's queued work";
+  std::vector<float> got(static_cast<std::size_t>(b * c));
+  dev.backend.copy_to_host(got.data(), dy.data(), got.size() * sizeof(float));
+  for (std::int64_t s = 0; s < b; ++s)
+    for (std::int64_t j = 0; j < c; ++j) {
+      float sum = 0.0f;
+      for (std::int64_t p = 0; p < want_lengths[s]; ++p) sum += x[static_cast<std::size_t>((s * t + p) * c + j)];
+      EXPECT_FLOAT_EQ(got[static_cast<std::size_t>(s * c + j)], sum / static_cast<float>(want_lengths[s]))
+          << "sequence " << s << " channel " << j;
+    }
+}
+
+TEST(DeviceBufferUpload, IsCompleteOnReturn) {
+  ASSERT_EQ(test::device_problem(), std::string());
+  const std::size_t n = std::size_t{64} << 20;  // 256 MiB: the last DMA chunk takes a while
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = gpu_test::pattern_value(i, 1.5f, -3.0f);
+  DeviceBuffer<float> d(n);
+  d.upload(host);
+  const cudaError_t rc = cudaStreamQuery(cudaStreamLegacy);
+  cudaGetLastError();
+  EXPECT_EQ(rc, cudaSuccess) << "upload returned with its copy still queued on the legacy stream";
+  // A non-blocking stream reads the buffer right away.
+  cudaStream_t stream = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DeviceBuffer<float> copy(n);
+  SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(copy.data(), d.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_EQ(pattern_mismatches(copy.download(), 0, 1.5f, -3.0f), 0u)
+      << "a non-blocking stream read the buffer before the upload had landed";
 }
 
 }  // namespace
