@@ -145,7 +145,7 @@ using shardtrain::test::StorageTypes;
 
 template <class P>
 class PointwiseKernels : public ::testing::Test {
- protected:
+ public:  // the shared check helpers below take the fixture
   using Host = typename P::Host;
   using Dev = typename P::Dev;
 
@@ -175,45 +175,73 @@ TYPED_TEST_SUITE(PointwiseKernels, StorageTypes);
 
 // --- Embedding -----------------------------------------------------------------
 
-TYPED_TEST(PointwiseKernels, EmbeddingMatchesHost) {
-  using H = typename TestFixture::Host;
-  const std::int64_t n = kEmbB * kEmbT;
-  const auto tokens = random_tokens(n, kEmbV, 1);
-  const auto wte = random_values<H>(kEmbV * kEmbC, 2);
-  const auto wpe = random_values<H>(kEmbT * kEmbC, 3);
-  const auto dout = random_values<H>(n * kEmbC, 4);
-  const auto dwte0 = random_values<H>(kEmbV * kEmbC, 5);
-  const auto dwpe0 = random_values<H>(kEmbT * kEmbC, 6);
+// Forward and backward of one embedding shape against the host kernel, and the
+// backward run twice from the same start must give the same bits.
+template <class Fixture, class H>
+void check_embedding(Fixture& f, std::int64_t nb, std::int64_t nt, std::int64_t nc, std::int64_t nv,
+                     const std::vector<TokenIndex>& tokens, const std::string& tag) {
+  const std::int64_t n = nb * nt;
+  const auto wte = random_values<H>(nv * nc, 2);
+  const auto wpe = random_values<H>(nt * nc, 3);
+  const auto dout = random_values<H>(n * nc, 4);
+  const auto dwte0 = random_values<H>(nv * nc, 5);
+  const auto dwpe0 = random_values<H>(nt * nc, 6);
 
-  std::vector<H> out(n * kEmbC), dwte = dwte0, dwpe = dwpe0;
-  embedding_forward<H>(CView2<TokenIndex>(tokens.data(), kEmbB, kEmbT),
-                       CView2<H>(wte.data(), kEmbV, kEmbC), CView2<H>(wpe.data(), kEmbT, kEmbC),
-                       View3<H>(out.data(), kEmbB, kEmbT, kEmbC));
-  embedding_backward<H>(CView2<TokenIndex>(tokens.data(), kEmbB, kEmbT),
-                        CView3<H>(dout.data(), kEmbB, kEmbT, kEmbC),
-                        View2<H>(dwte.data(), kEmbV, kEmbC), View2<H>(dwpe.data(), kEmbT, kEmbC));
+  std::vector<H> out = shardtrain::test::nan_values<H>(n * nc), dwte = dwte0, dwpe = dwpe0;
+  embedding_forward<H>(CView2<TokenIndex>(tokens.data(), nb, nt), CView2<H>(wte.data(), nv, nc),
+                       CView2<H>(wpe.data(), nt, nc), View3<H>(out.data(), nb, nt, nc));
+  embedding_backward<H>(CView2<TokenIndex>(tokens.data(), nb, nt), CView3<H>(dout.data(), nb, nt, nc),
+                        View2<H>(dwte.data(), nv, nc), View2<H>(dwpe.data(), nt, nc));
 
   DeviceBuffer<TokenIndex> d_tok(tokens);
-  DeviceBuffer<H> d_wte(wte), d_wpe(wpe), d_out(out.size()), d_dout(dout), d_dwte(dwte0),
-      d_dwpe(dwpe0);
-  const std::size_t ws_bytes = cuda::embedding_backward_workspace_bytes(n, kEmbV);
+  DeviceBuffer<H> d_wte(wte), d_wpe(wpe), d_out(shardtrain::test::nan_values<H>(out.size())), d_dout(dout),
+      d_dwte(dwte0), d_dwpe(dwpe0);
+  const std::size_t ws_bytes = cuda::embedding_backward_workspace_bytes(n, nc);
   DeviceBuffer<char> d_ws(ws_bytes);
-  cuda::embedding_forward(d_tok.data(), this->dev(d_wte), this->dev(d_wpe), this->dev(d_out), kEmbB,
-                          kEmbT, kEmbC, kEmbV, this->m_stream);
-  cuda::embedding_backward(d_tok.data(), this->dev(d_dout), this->dev(d_dwte), this->dev(d_dwpe),
-                           kEmbB, kEmbT, kEmbC, kEmbV, d_ws.data(), ws_bytes, this->m_stream);
-  expect_close(d_out.download(), out, "embedding out");
+  cuda::embedding_forward(d_tok.data(), f.dev(d_wte), f.dev(d_wpe), f.dev(d_out), nb, nt, nc, nv, f.m_stream);
+  cuda::embedding_backward(d_tok.data(), f.dev(d_dout), f.dev(d_dwte), f.dev(d_dwpe), nb, nt, nc, nv, d_ws.data(),
+                           ws_bytes, f.m_stream);
+  expect_close(d_out.download(), out, "embedding out" + tag);
   const auto got_dwte = d_dwte.download(), got_dwpe = d_dwpe.download();
-  expect_close(got_dwte, dwte, "embedding dwte");
-  expect_close(got_dwpe, dwpe, "embedding dwpe");
+  expect_close(got_dwte, dwte, "embedding dwte" + tag);
+  expect_close(got_dwpe, dwpe, "embedding dwpe" + tag);
 
   // Deterministic: a second run from the same starting values gives the same bits.
   d_dwte.upload(dwte0);
   d_dwpe.upload(dwpe0);
-  cuda::embedding_backward(d_tok.data(), this->dev(d_dout), this->dev(d_dwte), this->dev(d_dwpe),
-                           kEmbB, kEmbT, kEmbC, kEmbV, d_ws.data(), ws_bytes, this->m_stream);
-  EXPECT_TRUE(bitwise_equal(d_dwte.download(), got_dwte)) << "embedding dwte not deterministic";
-  EXPECT_TRUE(bitwise_equal(d_dwpe.download(), got_dwpe)) << "embedding dwpe not deterministic";
+  cuda::embedding_backward(d_tok.data(), f.dev(d_dout), f.dev(d_dwte), f.dev(d_dwpe), nb, nt, nc, nv, d_ws.data(),
+                           ws_bytes, f.m_stream);
+  EXPECT_TRUE(bitwise_equal(d_dwte.download(), got_dwte)) << "embedding dwte not deterministic" << tag;
+  EXPECT_TRUE(bitwise_equal(d_dwpe.download(), got_dwpe)) << "embedding dwpe not deterministic" << tag;
+}
+
+// n tokens, most of them one id (`share` of them, spread over the batch), the
+// rest random: one run of the sorted order spans many 64-position chunks.
+std::vector<TokenIndex> dominant_tokens(std::size_t n, std::int64_t vocab, TokenIndex id, double share,
+                                        unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<TokenIndex> v(n);
+  for (auto& t : v) t = u(gen) < share ? id : static_cast<TokenIndex>(gen() % static_cast<unsigned>(vocab));
+  return v;
+}
+
+TYPED_TEST(PointwiseKernels, EmbeddingMatchesHost) {
+  using H = typename TestFixture::Host;
+  check_embedding<TestFixture, H>(*this, kEmbB, kEmbT, kEmbC, kEmbV, random_tokens(kEmbB * kEmbT, kEmbV, 1), "");
+}
+
+// A token that fills most of the batch: the backward sums it over many chunks
+// in parallel (catches a wrong chunk split or partial-sum slot: lost or doubled
+// rows; and a nondeterministic order: the bitwise rerun check), plus a run that
+// starts exactly on a chunk boundary (all positions the same token).
+TYPED_TEST(PointwiseKernels, EmbeddingWithOneDominantTokenMatchesHost) {
+  using H = typename TestFixture::Host;
+  const std::int64_t nb = 4, nt = 256;
+  check_embedding<TestFixture, H>(*this, nb, nt, kEmbC, kEmbV,
+                                  dominant_tokens(nb * nt, kEmbV, 7, 0.9, 8), " (one token 90%)");
+  check_embedding<TestFixture, H>(*this, nb, nt, kEmbC, kEmbV, std::vector<TokenIndex>(nb * nt, 299),
+                                  " (one token 100%)");
 }
 
 // --- LayerNorm -----------------------------------------------------------------

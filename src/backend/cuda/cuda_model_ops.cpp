@@ -102,7 +102,7 @@ class CudaModelOps final : public ModelOps<T> {
     // Models without attention (n_head 0) or embeddings (vocab only classes) size less.
     m_scratch_bytes = std::max({l.n_head > 0 ? cuda::attention_workspace_bytes<D>(att) : std::size_t{0},
                                 cuda::layernorm_backward_workspace_bytes(rows, l.channels),
-                                cuda::embedding_backward_workspace_bytes(rows, l.vocab), std::size_t{256}});
+                                cuda::embedding_backward_workspace_bytes(rows, l.channels), std::size_t{256}});
     m_scratch = TrackedBuffer<unsigned char>(memory, MemCategory::Workspace, m_scratch_bytes, backend.memory());
     m_tokens = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, static_cast<std::size_t>(2 * rows),
                                          backend.memory());
