@@ -5,10 +5,21 @@
 // L2 1e-2 / 2e-2, inputs rounded to the storage type first), on a shape whose
 // numbers do not coincide (stride 2, padding 1, a 3x2 kernel) and on the two
 // LeNet layers; the backward is bitwise repeatable (deterministic algorithms).
+// Outputs the op overwrites (y, dx) are NaN-prefilled; the stream is
+// non-blocking, as the trainer's.
+// The bias is our own kernels (conv_bias.cuh), not cuDNN's legacy
+// cudnnAddTensor / cudnnConvolutionBackwardBias: with zero weights y must be
+// exactly b in every position (catches a wrong channel index in the bias add),
+// db must be bitwise repeatable, and bf16 runs at all (the legacy calls need not
+// support it). Math type: each pass's descriptor holds the math type of its
+// chosen algorithm (catches an unset descriptor), and fp32 is FMA only (no TF32).
 // Without a device main() prints why and exits 1: it never skips.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <limits>
 #include <vector>
 
 #include "core/cuda_check.hpp"
@@ -77,11 +88,21 @@ std::vector<double> widen(const std::vector<T>& v) {
 }
 
 template <class T>
+std::vector<T> nans(std::size_t n) {
+  return std::vector<T>(n, T(std::numeric_limits<float>::quiet_NaN()));
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <class T>
 void check(const ConvShape& s, double tol) {
   cudnnHandle_t handle = nullptr;
   SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
   cudaStream_t stream = nullptr;
-  SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&stream));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     cuda::CudnnConv2d<T> conv(handle, s);
     const std::size_t nx = s.batch * s.in_channels * s.height * s.width;
@@ -90,7 +111,7 @@ void check(const ConvShape& s, double tol) {
     const auto x = random_values<T>(nx, 1), w = random_values<T>(nw, 2), b = random_values<T>(s.out_channels, 3);
     const auto dy = random_values<T>(ny, 4);
     const Ref ref = reference(s, widen(x), widen(w), widen(b), widen(dy), 0.5);
-    DeviceBuffer<T> d_x(x), d_w(w), d_b(b), d_dy(dy), d_y(ny), d_dx(nx);
+    DeviceBuffer<T> d_x(x), d_w(w), d_b(b), d_dy(dy), d_y(nans<T>(ny)), d_dx(nans<T>(nx));
     DeviceBuffer<unsigned char> ws(conv.workspace_bytes());
     std::vector<T> halfs_w(nw, T(0.5f)), halfs_b(s.out_channels, T(0.5f));
     DeviceBuffer<T> d_dw(halfs_w), d_db(halfs_b);
@@ -103,11 +124,34 @@ void check(const ConvShape& s, double tol) {
     EXPECT_LT(rel_l2(d_db.download(), ref.db), tol) << "db (accumulated onto 0.5)";
     // Determinism: the same backward again gives the same dx bit for bit, and dw
     // accumulates exactly the same increment once more.
+    const auto db1 = d_db.download();
     d_dw.upload(halfs_w);
-    conv.backward(stream, d_x.data(), d_w.data(), d_dy.data(), d_dx.data(), d_dw.data(), nullptr, ws.data());
+    d_db.upload(halfs_b);
+    d_dx.upload(nans<T>(nx));
+    conv.backward(stream, d_x.data(), d_w.data(), d_dy.data(), d_dx.data(), d_dw.data(), d_db.data(), ws.data());
     const auto dx2 = d_dx.download(), dw2 = d_dw.download();
     for (std::size_t i = 0; i < nx; ++i) ASSERT_EQ(static_cast<float>(dx1[i]), static_cast<float>(dx2[i])) << i;
     for (std::size_t i = 0; i < nw; ++i) ASSERT_EQ(static_cast<float>(dw1[i]), static_cast<float>(dw2[i])) << i;
+    EXPECT_TRUE(same_bits(d_db.download(), db1)) << "db not bitwise repeatable";
+
+    // Bias add alone: with zero weights, y[n, o, :] is exactly b[o].
+    DeviceBuffer<T> d_zero_w(std::vector<T>(nw, T(0.0f))), d_y0(nans<T>(ny));
+    conv.forward(stream, d_x.data(), d_zero_w.data(), d_b.data(), d_y0.data(), ws.data());
+    const auto y0 = d_y0.download();
+    const std::size_t plane = static_cast<std::size_t>(s.out_h() * s.out_w());
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < ny; ++i)
+      if (static_cast<float>(y0[i]) != static_cast<float>(b[(i / plane) % s.out_channels])) ++wrong;
+    EXPECT_EQ(wrong, 0u) << "bias add: y != b with zero weights";
+
+    // Each pass runs with the math type of the algorithm it was given; fp32 never with TF32.
+    for (const cuda::ConvPass pass :
+         {cuda::ConvPass::Forward, cuda::ConvPass::BackwardData, cuda::ConvPass::BackwardFilter}) {
+      EXPECT_EQ(conv.descriptor_math_type(pass), conv.chosen_math_type(pass)) << "pass " << static_cast<int>(pass);
+      if constexpr (std::is_same_v<T, float>) {
+        EXPECT_EQ(conv.chosen_math_type(pass), CUDNN_FMA_MATH) << "pass " << static_cast<int>(pass);
+      }
+    }
   }
   SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
   SHARDTRAIN_CUDNN_CHECK(cudnnDestroy(handle));
