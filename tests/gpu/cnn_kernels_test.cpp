@@ -3,12 +3,13 @@
 // float, f16, bf16. Both ops are exact by construction (a stored input value,
 // sums in the host's order, one rounded multiply with the same mask), so every
 // output is compared BITWISE:
-//  - max-pool forward y and int32 argmax, backward dx (pre-filled with garbage:
-//    it must be overwritten), for non-overlapping (k 2, s 2, odd remainder),
+//  - max-pool forward y and int32 argmax, backward dx (outputs start as NaN /
+//    -1 on the device, DeviceBuffer(n): every element must be written), for non-overlapping (k 2, s 2, odd remainder),
 //    overlapping (k 3, s 2) and gapped (k 2, s 3) windows, inputs with many ties
 //    (first maximum wins) and NaNs (NaN propagates);
 //  - dropout forward and backward (the same mask), in place too, at an offset
 //    past 2^32, and the identity of eval mode and p = 0.
+// Streams are non-blocking, as the trainer's.
 // Without a CUDA device every test FAILS in SetUp: these tests never skip.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -49,7 +50,7 @@ class CnnKernels : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_CUDA_DEVICE();
-    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
   }
   void TearDown() override {
     if (m_stream != nullptr) cudaStreamDestroy(m_stream);
@@ -90,7 +91,7 @@ TYPED_TEST(CnnKernels, MaxPoolMatchesHostBitwise) {
                            CView4<std::int32_t>(argmax.data(), s.batch, s.channels, oh, ow),
                            View4<H>(dx.data(), s.batch, s.channels, s.height, s.width));
 
-    DeviceBuffer<H> d_x(x), d_y(nout), d_dy(dy), d_dx(random_values<H>(nin, ++seed));
+    DeviceBuffer<H> d_x(x), d_y(nout), d_dy(dy), d_dx(nin);  // outputs NaN-poisoned
     DeviceBuffer<std::int32_t> d_argmax(nout);
     cuda::max_pool2d_forward(s, this->dev(d_x), this->dev(d_y), d_argmax.data(), this->m_stream);
     cuda::max_pool2d_backward(s, this->dev(d_dy), d_argmax.data(), this->dev(d_dx), this->m_stream);

@@ -1,6 +1,6 @@
 // tests/gpu/device_buffer.hpp
-// What the gpu tests share: DeviceBuffer, a device allocation of T elements,
-// filled from and copied back to host vectors of any type H with the same size
+// What the gpu tests share: DeviceBuffer, a device allocation of T elements
+// (NaN-poisoned when made empty), filled from and copied back to host vectors of any type H with the same size
 // and bits (the host's f16/bf16 and CUDA's __half/__nv_bfloat16), every call
 // checked (SHARDTRAIN_CUDA_CHECK), upload() complete on return (any stream may
 // read the buffer next), download() synchronizing the device first;
@@ -23,14 +23,20 @@ namespace shardtrain::test {
 template <class T>
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(std::size_t n) : m_size(n) {
-    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&m_data, std::max<std::size_t>(n, 1) * sizeof(T)));
-  }
+  // Every byte 0xFF (complete on return): NaN in float, double, __half and
+  // __nv_bfloat16, -1 in signed integers. An output a kernel should overwrite
+  // starts as NaN, so an element the kernel skips fails the comparison.
+  explicit DeviceBuffer(std::size_t n) : DeviceBuffer(n, Poison{}) {}
   template <class H>
-  explicit DeviceBuffer(const std::vector<H>& host) : DeviceBuffer(host.size()) {
+  explicit DeviceBuffer(const std::vector<H>& host) : DeviceBuffer(host.size(), NoPoison{}) {
     upload(host);
   }
   ~DeviceBuffer() { cudaFree(m_data); }
+  // Poisons the whole buffer again (every byte 0xFF), complete on return.
+  void fill_nan() {
+    SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(m_data, 0xFF, m_size * sizeof(T), cudaStreamLegacy));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
@@ -64,6 +70,13 @@ class DeviceBuffer {
   }
 
  private:
+  struct Poison {};
+  struct NoPoison {};
+  DeviceBuffer(std::size_t n, NoPoison) : m_size(n) {
+    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&m_data, std::max<std::size_t>(n, 1) * sizeof(T)));
+  }
+  DeviceBuffer(std::size_t n, Poison) : DeviceBuffer(n, NoPoison{}) { fill_nan(); }
+
   void* m_data = nullptr;
   std::size_t m_size = 0;
 };

@@ -86,14 +86,16 @@ double rel_l2(const std::vector<H>& got, const std::vector<H>& want, std::size_t
   ASSERT_EQ(::shardtrain::test::device_problem(), std::string())                              \
       << "the gpu tests need a CUDA device"
 
-// A fixture with one non-blocking-free stream and a cuBLAS handle (none when
-// with_cublas is false), made after the device check.
+// A fixture with one non-blocking stream (as the trainer's compute stream: it
+// does not wait for the legacy default stream, so a test sees the stream bugs
+// the trainer would have) and a cuBLAS handle (none when with_cublas is false),
+// made after the device check.
 class StreamTest : public ::testing::Test {
  protected:
   explicit StreamTest(bool with_cublas = true) : m_with_cublas(with_cublas) {}
   void SetUp() override {
     ASSERT_CUDA_DEVICE();
-    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     if (m_with_cublas) SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_handle));
   }
   void TearDown() override {

@@ -5,7 +5,10 @@
 // Method: random inputs (fixed seeds) are rounded to T once; the host kernel and
 // the CUDA op get the same T values (the 16-bit types have the same bits on both
 // sides: shardtrain::f16 / bf16 vs __half / __nv_bfloat16). Outputs an op
-// accumulates into (+=) are pre-filled with the same random values on both sides.
+// accumulates into (+=) are pre-filled with the same random values on both sides;
+// outputs it overwrites start as NaN on the device (DeviceBuffer(n) poisons, or
+// nan_values), so an element a kernel skips fails. Streams are non-blocking, as
+// the trainer's.
 // Tolerances, per output buffer:
 //   fp32:      every element |got - want| <= 1e-5 |want| + 1e-5 max|want|
 //              (the host sums with 16 fixed lanes, the device with other trees,
@@ -151,7 +154,7 @@ class PointwiseKernels : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_CUDA_DEVICE();
-    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     const std::int64_t elems = std::max(
         {embedding_half_scratch_elems(kEmbV, kEmbC), layernorm_half_scratch_elems(kChannels),
          gelu_half_scratch_elems(), cross_entropy_half_scratch_elems(kVocab)});
@@ -407,6 +410,7 @@ TYPED_TEST(PointwiseKernels, ElementwiseMatchesHost) {
   EXPECT_TRUE(bitwise_equal(d_z.download(), x)) << "copy";
 
   const H value = static_cast<H>(-1.375f);
+  d_z.fill_nan();  // fill's output starts as NaN too
   D dvalue;
   std::memcpy(static_cast<void*>(&dvalue), &value, sizeof(H));  // same bits
   cuda::fill(this->dev(d_z), dvalue, kFlat, this->m_stream);
