@@ -5,6 +5,8 @@
 #include "kernels/cuda/cudnn_conv.cuh"
 
 #include <algorithm>
+#include <climits>
+#include <utility>
 #include <string>
 #include <type_traits>
 
@@ -51,6 +53,16 @@ template <class T>
 CudnnConv2d<T>::CudnnConv2d(cudnnHandle_t handle, const ConvShape& s) : m_handle(handle), m_shape(s) {
   SHARDTRAIN_CHECK(s.padding >= 0 && s.stride >= 1 && s.out_h() >= 1 && s.out_w() >= 1,
                    "conv2d: the kernel does not fit the padded input");
+  // The legacy API describes tensors with int dimensions and strides (and cuDNN
+  // refuses more than 2^31 - 1 elements in one): checked here, with a message,
+  // before any descriptor is made.
+  for (const auto& [what, elems] :
+       {std::pair<const char*, std::int64_t>{"x", s.batch * s.in_channels * s.height * s.width},
+        {"y", s.batch * s.out_channels * s.out_h() * s.out_w()},
+        {"w", s.out_channels * s.in_channels * s.kernel_h * s.kernel_w}})
+    SHARDTRAIN_CHECK(elems <= INT32_MAX, std::string("conv2d: ") + what + " has " + std::to_string(elems) +
+                                             " elements, more than cuDNN's legacy API takes (2^31 - 1): "
+                                             "split the batch");
   constexpr cudnnDataType_t t = data_type<T>();
   constexpr bool fp32 = std::is_same_v<T, float>;
   try {

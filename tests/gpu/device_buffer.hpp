@@ -60,6 +60,34 @@ class DeviceBuffer {
         cudaMemcpyAsync(m_data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, cudaStreamLegacy));
     SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
+  // The (nrows, ncols) block at (row0, col0) of the row-major matrix with row
+  // stride ld the buffer holds, after synchronizing the device: sampled rows or
+  // columns of a large output without copying all of it.
+  template <class H = T>
+  std::vector<H> download_block(std::size_t ld, std::size_t row0, std::size_t col0, std::size_t nrows,
+                                std::size_t ncols) const {
+    static_assert(sizeof(H) == sizeof(T));
+    SHARDTRAIN_CHECK(col0 + ncols <= ld && (nrows == 0 || (row0 + nrows - 1) * ld + col0 + ncols <= m_size),
+                     "DeviceBuffer::download_block: block outside the buffer");
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<H> host(nrows * ncols);
+    if (host.empty()) return host;
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpy2D(host.data(), ncols * sizeof(T), static_cast<const T*>(m_data) + row0 * ld + col0,
+                                       ld * sizeof(T), ncols * sizeof(T), nrows, cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // Elements [begin, begin + count), after synchronizing the device.
+  template <class H = T>
+  std::vector<H> download_range(std::size_t begin, std::size_t count) const {
+    static_assert(sizeof(H) == sizeof(T));
+    SHARDTRAIN_CHECK(begin + count <= m_size, "DeviceBuffer::download_range: range outside the buffer");
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<H> host(count);
+    if (count > 0)
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpy(host.data(), static_cast<const T*>(m_data) + begin, count * sizeof(T),
+                                       cudaMemcpyDeviceToHost));
+    return host;
+  }
   template <class H = T>
   std::vector<H> download() const {
     static_assert(sizeof(H) == sizeof(T));
