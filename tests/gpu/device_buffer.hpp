@@ -32,8 +32,10 @@ class DeviceBuffer {
     upload(host);
   }
   ~DeviceBuffer() { cudaFree(m_data); }
-  // Poisons the whole buffer again (every byte 0xFF), complete on return.
+  // Poisons the whole buffer again (every byte 0xFF), ordered against every
+  // stream and complete on return, as upload().
   void fill_nan() {
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
     SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(m_data, 0xFF, m_size * sizeof(T), cudaStreamLegacy));
     SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
@@ -48,14 +50,18 @@ class DeviceBuffer {
     static_assert(sizeof(D) == sizeof(T));
     return static_cast<D*>(m_data);
   }
-  // Complete when it returns, whatever stream reads the buffer next. (A plain
-  // cudaMemcpy from pageable memory may return once the source is staged, with
-  // the DMA still queued on the legacy default stream -- CUDA's "API
-  // synchronization behavior" -- which a non-blocking stream does not wait for.)
+  // Ordered against every stream, and complete when it returns, whatever stream
+  // reads the buffer next. It first waits for all queued device work (a kernel
+  // on a non-blocking stream may still read the old contents: the legacy stream
+  // the copy runs on does not wait for such streams), then copies and waits for
+  // the copy (a plain cudaMemcpy from pageable memory may return once the source
+  // is staged, with the DMA still queued -- CUDA's "API synchronization
+  // behavior").
   template <class H>
   void upload(const std::vector<H>& host) {
     static_assert(sizeof(H) == sizeof(T));
     SHARDTRAIN_CHECK(host.size() <= m_size, "DeviceBuffer::upload: more values than the buffer holds");
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
     SHARDTRAIN_CUDA_CHECK(
         cudaMemcpyAsync(m_data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, cudaStreamLegacy));
     SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
