@@ -12,6 +12,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace shardtrain::cuda {
 
@@ -28,9 +31,13 @@ __host__ __device__ inline __half store_as<__half>(float x) { return __float2hal
 template <>
 __host__ __device__ inline __nv_bfloat16 store_as<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// Blocks of `threads` covering n elements (at least one block).
+// Blocks of `threads` covering n elements (at least one block). Throws when
+// that exceeds gridDim.x's limit of 2^31 - 1 blocks: the cast to unsigned
+// would otherwise wrap past 2^32 blocks and silently leave elements out.
 inline unsigned blocks_for(std::int64_t n, unsigned threads) {
   const std::int64_t b = (n + threads - 1) / threads;
+  SHARDTRAIN_CHECK(b <= INT32_MAX, "CUDA launch of " + std::to_string(n) + " elements needs more than 2^31 - 1 blocks of " +
+                                       std::to_string(threads) + " threads");
   return static_cast<unsigned>(b > 0 ? b : 1);
 }
 

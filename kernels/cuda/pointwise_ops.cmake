@@ -3,3 +3,5 @@ target_sources(shardtrain_cuda_kernels PRIVATE
   embedding.cu layernorm.cu gelu.cu cross_entropy.cu elementwise.cu adamw.cu vector_reduce.cu relu.cu)
 # CNN: max pooling with int32 argmax and inverted dropout, bitwise as the host kernels.
 target_sources(shardtrain_cuda_kernels PRIVATE pool.cu dropout.cu)
+# CNN: the convolution's bias add and deterministic bias gradient (cudnn_conv uses them).
+target_sources(shardtrain_cuda_kernels PRIVATE conv_bias.cu)

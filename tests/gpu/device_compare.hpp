@@ -21,6 +21,7 @@
 
 #include "core/cuda_check.hpp"
 #include "device_buffer.hpp"
+#include "kernels/cuda/vector_reduce.cuh"
 #include "kernels/half.hpp"
 
 namespace shardtrain::test {
@@ -74,6 +75,29 @@ double rel_l2(const std::vector<H>& got, const std::vector<H>& want, std::size_t
   return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+// Index of the first NaN or inf among the n elements of device array x (-1:
+// none), by kernels/cuda/vector_reduce's scan on `stream`: proves a large output
+// (NaN-prefilled) was written everywhere without copying it to the host.
+template <class D>
+std::int64_t first_non_finite_on_device(const D* x, std::int64_t n, cudaStream_t stream) {
+  DeviceBuffer<unsigned long long> first(1);  // poisoned: every bit set = ~0ull, "none yet"
+  cuda::first_non_finite(x, n, first.data(), stream);
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const unsigned long long got = first.download()[0];
+  return got == ~0ull ? -1 : static_cast<std::int64_t>(got);
+}
+
+// Indices of `count` rows of a matrix of n rows spread over it, always with the
+// first two and the last two (where 32-bit offset overflow would show first).
+inline std::vector<std::size_t> sample_rows(std::size_t n, std::size_t count) {
+  std::vector<std::size_t> rows;
+  for (std::size_t r : {std::size_t{0}, std::size_t{1}}) if (r < n) rows.push_back(r);
+  const std::size_t step = count > 4 ? n / (count - 3) : n;
+  for (std::size_t r = step | 1; r + 2 < n && rows.size() + 2 < count; r += step) rows.push_back(r);
+  for (std::size_t r : {n - 2, n - 1}) if (n >= 4) rows.push_back(r);
+  return rows;
+}
+
 #define EXPECT_REL(got, want, tol, what)                                                     \
   do {                                                                                       \
     const double e_ = ::shardtrain::test::rel_l2(got, want);                                 \
@@ -86,14 +110,16 @@ double rel_l2(const std::vector<H>& got, const std::vector<H>& want, std::size_t
   ASSERT_EQ(::shardtrain::test::device_problem(), std::string())                              \
       << "the gpu tests need a CUDA device"
 
-// A fixture with one non-blocking-free stream and a cuBLAS handle (none when
-// with_cublas is false), made after the device check.
+// A fixture with one non-blocking stream (as the trainer's compute stream: it
+// does not wait for the legacy default stream, so a test sees the stream bugs
+// the trainer would have) and a cuBLAS handle (none when with_cublas is false),
+// made after the device check.
 class StreamTest : public ::testing::Test {
  protected:
   explicit StreamTest(bool with_cublas = true) : m_with_cublas(with_cublas) {}
   void SetUp() override {
     ASSERT_CUDA_DEVICE();
-    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     if (m_with_cublas) SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_handle));
   }
   void TearDown() override {

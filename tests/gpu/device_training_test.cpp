@@ -183,6 +183,8 @@ void check_vector_ops(Backend& dev) {
   std::vector<float> wide(static_cast<std::size_t>(n));
   h.widen(g.data(), wide.data(), n);
   TrackedBuffer<float> dwide(memory, MemCategory::Workspace, static_cast<std::size_t>(n), dev.memory());
+  const std::vector<float> nans(static_cast<std::size_t>(n), std::numeric_limits<float>::quiet_NaN());
+  dev.copy_from_host(dwide.data(), nans.data(), nans.size() * sizeof(float));  // every element must be written
   d.widen(dg.data(), dwide.data(), n);
   EXPECT_EQ(download(dwide), wide);
   for (auto& x : wide) x *= 1.001f;
@@ -190,7 +192,9 @@ void check_vector_ops(Backend& dev) {
   h.narrow(wide.data(), narrow.data(), n);
   auto dnarrow = upload(narrow);
   d.fill_zero(dnarrow.data(), n);
+  for (const P& x : download(dnarrow)) ASSERT_EQ(float(x), 0.0f) << "fill_zero";
   dev.copy_from_host(dwide.data(), wide.data(), wide.size() * sizeof(float));
+  dnarrow = upload(std::vector<P>(static_cast<std::size_t>(n), P(std::numeric_limits<float>::quiet_NaN())));
   d.narrow(dwide.data(), dnarrow.data(), n);
   const auto narrow_dev = download(dnarrow);
   for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(float(narrow_dev[i]), float(narrow[i])) << i;

@@ -7,7 +7,7 @@
 //    changing q, k, v at padded positions leaves every valid output row bitwise
 //    unchanged;
 //  - kernels/cuda/seq_pool.cuh against kernels/seq_pool.hpp, bitwise (the same
-//    fp32 operations in the same order).
+//    fp32 operations in the same order), also at GPT-2 124M's B 16, T 1024, C 768.
 // Method as gemm_kernels_test.cpp: inputs rounded to T once, outputs pre-filled
 // with NaN on both sides. Without a CUDA device main() prints why and returns 1.
 #include <cublas_v2.h>
@@ -126,15 +126,16 @@ TYPED_TEST(EncoderKernels, MaskedAttentionMatchesHost) {
   }
 }
 
-TYPED_TEST(EncoderKernels, SeqMeanPoolMatchesHostBitwise) {
-  using D = TypeParam;
+// Mean pooling forward and backward against the host kernel, bitwise, with and
+// without lengths; outputs NaN-prefilled on both sides.
+template <class D>
+void check_seq_mean_pool(cudaStream_t stream, std::int64_t nb, std::int64_t nt, std::int64_t nc,
+                         const std::vector<std::int32_t>& lengths, const std::string& tag) {
   using H = typename Host<D>::type;
-  const std::int64_t nb = 3, nt = 29, nc = 40;
-  const std::vector<std::int32_t> lengths{1, 29, 13};
   const auto x = random_values<H>(static_cast<std::size_t>(nb * nt * nc), 61);
   const auto dy = random_values<H>(static_cast<std::size_t>(nb * nc), 62);
   for (const bool with_lengths : {true, false}) {
-    const CView1<std::int32_t> hl = with_lengths ? CView1<std::int32_t>(lengths.data(), 3) : CView1<std::int32_t>();
+    const CView1<std::int32_t> hl = with_lengths ? CView1<std::int32_t>(lengths.data(), lengths.size()) : CView1<std::int32_t>();
     std::vector<H> y_want = nan_values<H>(static_cast<std::size_t>(nb * nc)),
                    dx_want = nan_values<H>(static_cast<std::size_t>(nb * nt * nc));
     seq_mean_pool_forward<H>(CView3<H>(x.data(), nb, nt, nc), hl, View2<H>(y_want.data(), nb, nc));
@@ -142,14 +143,27 @@ TYPED_TEST(EncoderKernels, SeqMeanPoolMatchesHostBitwise) {
     DeviceBuffer<std::int32_t> d_len(lengths);
     DeviceBuffer<D> d_x(x), d_dy(dy), d_y(nan_values<H>(y_want.size())), d_dx(nan_values<H>(dx_want.size()));
     const std::int32_t* dl = with_lengths ? d_len.data() : nullptr;
-    cuda::seq_mean_pool_forward<D>(d_x.data(), dl, d_y.data(), nb, nt, nc, this->m_stream);
-    cuda::seq_mean_pool_backward<D>(d_dy.data(), dl, d_dx.data(), nb, nt, nc, this->m_stream);
-    this->sync();
+    cuda::seq_mean_pool_forward<D>(d_x.data(), dl, d_y.data(), nb, nt, nc, stream);
+    cuda::seq_mean_pool_backward<D>(d_dy.data(), dl, d_dx.data(), nb, nt, nc, stream);
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
     const auto y_got = d_y.template download<H>();
     const auto dx_got = d_dx.template download<H>();
-    EXPECT_EQ(std::memcmp(y_got.data(), y_want.data(), y_want.size() * sizeof(H)), 0) << "seq_mean_pool_forward";
-    EXPECT_EQ(std::memcmp(dx_got.data(), dx_want.data(), dx_want.size() * sizeof(H)), 0) << "seq_mean_pool_backward";
+    EXPECT_EQ(std::memcmp(y_got.data(), y_want.data(), y_want.size() * sizeof(H)), 0) << "seq_mean_pool_forward" << tag;
+    EXPECT_EQ(std::memcmp(dx_got.data(), dx_want.data(), dx_want.size() * sizeof(H)), 0) << "seq_mean_pool_backward" << tag;
   }
+}
+
+TYPED_TEST(EncoderKernels, SeqMeanPoolMatchesHostBitwise) {
+  check_seq_mean_pool<TypeParam>(this->m_stream, 3, 29, 40, {1, 29, 13}, "");
+}
+
+// GPT-2 124M activations (B 16, T 1024, C 768), lengths from 1 to T: offsets
+// (b T + t) C up to 12.6M and the full-length sums; complete host comparison.
+TYPED_TEST(EncoderKernels, SeqMeanPoolAtGpt2SizeMatchesHostBitwise) {
+  std::vector<std::int32_t> lengths(16);
+  for (std::size_t b = 0; b < lengths.size(); ++b) lengths[b] = static_cast<std::int32_t>(1 + (b * 977) % 1024);
+  lengths.back() = 1024;
+  check_seq_mean_pool<TypeParam>(this->m_stream, 16, 1024, 768, lengths, " (GPT-2 size)");
 }
 
 }  // namespace

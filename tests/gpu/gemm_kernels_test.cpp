@@ -18,6 +18,11 @@
 // diagonal, and changing the last position's q, k, v leaves every earlier output
 // row bit-identical; q, k, v in `saved` equal the host's bit for bit.
 //
+// GPT-2 124M sizes (B 16, T 1024, C 768, H 12, V 50304): the tied LM head
+// (824M logits) forward and backward, and causal attention (201M probabilities),
+// inputs made on the device, outputs scanned on the device for unwritten (NaN)
+// elements and compared with the host kernels on sampled rows / sequences (the
+// full host reference would take minutes).
 // Without a CUDA device main() prints why and returns 1: this test never skips.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -26,6 +31,7 @@
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -48,6 +54,7 @@
 #include "kernels/linear.hpp"
 #include "device_buffer.hpp"
 #include "device_compare.hpp"
+#include "device_fill.hpp"
 
 namespace shardtrain {
 namespace {
@@ -282,6 +289,130 @@ TYPED_TEST(GemmKernels, AttentionMatchesHostAndIsCausal) {
   }
 }
 
+// --- GPT-2 124M sizes -------------------------------------------------------------
+// B 16, T 1024, C 768, H 12, V 50304. Inputs are made on the device
+// (device_fill.hpp); outputs start as NaN and a device-side scan proves every
+// element was written. The host reference over all of it would take minutes
+// single-threaded, so it runs on samples and says so: 16 rows spread over the
+// batch (first and last two included) for the LM head's y and dx, 16 rows of dw
+// (its columns of dy copied out), and the first and last sequence of attention.
+constexpr std::int64_t kG2B = 16, kG2T = 1024, kG2C = 768, kG2H = 12, kG2V = 50304;
+constexpr std::size_t kSampled = 16;
+
+// The tied LM head: logits (B T, V) = x (B T, C) wte (V, C)^T -- 824M outputs,
+// 3.3 GB in fp32 -- and its backward dx = dlogits wte, dwte += dlogits^T x.
+TYPED_TEST(GemmKernels, LinearLmHeadAtGpt2SizeMatchesHost) {
+  using D = TypeParam;
+  using H = typename Host<D>::type;
+  const std::int64_t n = kG2B * kG2T, k = kG2C, m = kG2V;
+  const auto nz = [](std::int64_t v) { return static_cast<std::size_t>(v); };
+  DeviceBuffer<D> d_x(nz(n * k)), d_w(nz(m * k)), d_y(nz(n * m)), d_dx(nz(n * k)), d_dw(nz(m * k));
+  ASSERT_EQ(gpu_test::fill_uniform(d_x.data(), d_x.size(), 91, -1.0f, 1.0f, this->m_stream), cudaSuccess);
+  ASSERT_EQ(gpu_test::fill_uniform(d_w.data(), d_w.size(), 92, -0.1f, 0.1f, this->m_stream), cudaSuccess);
+  ASSERT_EQ(gpu_test::fill_uniform(d_dw.data(), d_dw.size(), 93, -1.0f, 1.0f, this->m_stream), cudaSuccess);
+  cuda::linear_forward<D>(this->m_handle, this->m_stream, d_x.data(), d_w.data(), nullptr, d_y.data(), n, k, m);
+  EXPECT_EQ(test::first_non_finite_on_device(d_y.data(), n * m, this->m_stream), -1) << "LM head y";
+
+  const auto rows = test::sample_rows(nz(n), kSampled);
+  const std::int64_t ns = static_cast<std::int64_t>(rows.size());
+  const auto x_all = d_x.template download<H>();
+  const auto w_all = d_w.template download<H>();
+  std::vector<H> x_s, y_got;
+  for (const std::size_t r : rows) {
+    x_s.insert(x_s.end(), x_all.begin() + r * k, x_all.begin() + (r + 1) * k);
+    const auto yr = d_y.template download_range<H>(r * m, nz(m));
+    y_got.insert(y_got.end(), yr.begin(), yr.end());
+  }
+  std::vector<H> y_want = nan_values<H>(nz(ns * m));
+  linear_forward<H>(CView2<H>(x_s.data(), ns, k), CView2<H>(w_all.data(), m, k), CView1<H>(),
+                    View2<H>(y_want.data(), ns, m));
+  EXPECT_REL(y_got, y_want, Host<D>::tol, "LM head y (GPT-2 size, 16 sampled rows)");
+
+  // Backward, dlogits in the logits buffer.
+  ASSERT_EQ(gpu_test::fill_uniform(d_y.data(), d_y.size(), 94, -1.0f, 1.0f, this->m_stream), cudaSuccess);
+  const auto cols = test::sample_rows(nz(m), kSampled);  // rows of dw = columns of dlogits
+  const std::int64_t nc = static_cast<std::int64_t>(cols.size());
+  std::vector<H> dw_want, w_c;
+  for (const std::size_t j : cols) {
+    const auto dr = d_dw.template download_range<H>(j * k, nz(k));  // dw before the backward
+    dw_want.insert(dw_want.end(), dr.begin(), dr.end());
+    w_c.insert(w_c.end(), w_all.begin() + j * k, w_all.begin() + (j + 1) * k);
+  }
+  cuda::linear_backward<D>(this->m_handle, this->m_stream, d_x.data(), d_w.data(), d_y.data(), d_dx.data(),
+                           d_dw.data(), nullptr, n, k, m);
+  EXPECT_EQ(test::first_non_finite_on_device(d_dx.data(), n * k, this->m_stream), -1) << "LM head dx";
+  EXPECT_EQ(test::first_non_finite_on_device(d_dw.data(), m * k, this->m_stream), -1) << "LM head dw";
+  // dx rows: from the sampled rows of dlogits.
+  std::vector<H> dy_s, dx_got;
+  for (const std::size_t r : rows) {
+    const auto dr = d_y.template download_range<H>(r * m, nz(m));
+    dy_s.insert(dy_s.end(), dr.begin(), dr.end());
+    const auto xr = d_dx.template download_range<H>(r * k, nz(k));
+    dx_got.insert(dx_got.end(), xr.begin(), xr.end());
+  }
+  std::vector<H> dx_want = nan_values<H>(nz(ns * k)), dw_unused(nz(m * k), from_float<H>(0.0f));
+  linear_backward<H>(CView2<H>(x_s.data(), ns, k), CView2<H>(w_all.data(), m, k), CView2<H>(dy_s.data(), ns, m),
+                     View2<H>(dx_want.data(), ns, k), View2<H>(dw_unused.data(), m, k), View1<H>());
+  EXPECT_REL(dx_got, dx_want, Host<D>::tol, "LM head dx (GPT-2 size, 16 sampled rows)");
+  // dw rows: all n rows of x against the sampled columns of dlogits.
+  std::vector<H> dy_c(nz(n * nc)), dw_got;
+  for (std::int64_t jj = 0; jj < nc; ++jj) {
+    const auto col = d_y.template download_block<H>(nz(m), 0, cols[static_cast<std::size_t>(jj)], nz(n), 1);
+    for (std::int64_t i = 0; i < n; ++i) dy_c[nz(i * nc + jj)] = col[nz(i)];
+    const auto wr = d_dw.template download_range<H>(cols[static_cast<std::size_t>(jj)] * k, nz(k));
+    dw_got.insert(dw_got.end(), wr.begin(), wr.end());
+  }
+  linear_backward<H>(CView2<H>(x_all.data(), n, k), CView2<H>(w_c.data(), nc, k), CView2<H>(dy_c.data(), n, nc),
+                     View2<H>(), View2<H>(dw_want.data(), nc, k), View1<H>());
+  EXPECT_REL(dw_got, dw_want, Host<D>::tol, "LM head dw (GPT-2 size, 16 sampled rows)");
+}
+
+// Causal attention at B 16, T 1024, C 768, H 12: probs B H T T = 201M elements.
+// Every output is scanned on the device; the host reference runs on the first
+// and the last sequence (the last one's offsets are the largest).
+TYPED_TEST(GemmKernels, AttentionAtGpt2SizeMatchesHost) {
+  using D = TypeParam;
+  using H = typename Host<D>::type;
+  const std::int64_t nb = kG2B, nt = kG2T, nc = kG2C, nh = kG2H;
+  const auto nz = [](std::int64_t v) { return static_cast<std::size_t>(v); };
+  const cuda::AttentionShape cs{nb, nt, nc, nh};
+  const std::int64_t saved_elems = cuda::attention_saved_elems(cs);
+  const std::size_t ws_bytes = cuda::attention_workspace_bytes<D>(cs);
+  DeviceBuffer<unsigned char> d_ws(ws_bytes);
+  DeviceBuffer<D> d_qkv(nz(nb * nt * 3 * nc)), d_dout(nz(nb * nt * nc)), d_saved(nz(saved_elems)),
+      d_out(nz(nb * nt * nc)), d_dqkv(nz(nb * nt * 3 * nc));
+  ASSERT_EQ(gpu_test::fill_uniform(d_qkv.data(), d_qkv.size(), 101, -2.0f, 2.0f, this->m_stream), cudaSuccess);
+  ASSERT_EQ(gpu_test::fill_uniform(d_dout.data(), d_dout.size(), 102, -1.0f, 1.0f, this->m_stream), cudaSuccess);
+  cuda::attention_forward<D>(this->m_handle, this->m_stream, cs, d_qkv.data(), d_saved.data(), d_ws.data(), ws_bytes,
+                             d_out.data());
+  cuda::attention_backward<D>(this->m_handle, this->m_stream, cs, d_dout.data(), d_saved.data(), d_ws.data(),
+                              ws_bytes, d_dqkv.data());
+  EXPECT_EQ(test::first_non_finite_on_device(d_saved.data(), saved_elems, this->m_stream), -1) << "saved";
+  EXPECT_EQ(test::first_non_finite_on_device(d_out.data(), nb * nt * nc, this->m_stream), -1) << "out";
+  EXPECT_EQ(test::first_non_finite_on_device(d_dqkv.data(), nb * nt * 3 * nc, this->m_stream), -1) << "dqkv";
+
+  const AttentionShape s1{1, nt, nc, nh};
+  for (const std::int64_t b : {std::int64_t{0}, nb - 1}) {
+    const auto qkv = d_qkv.template download_range<H>(nz(b * nt * 3 * nc), nz(nt * 3 * nc));
+    const auto dout = d_dout.template download_range<H>(nz(b * nt * nc), nz(nt * nc));
+    std::vector<H> saved = nan_values<H>(nz(attention_saved_elems(s1)));
+    std::vector<H> ws = nan_values<H>(nz(attention_workspace_elems(s1)));
+    std::vector<H> out = nan_values<H>(nz(nt * nc)), dqkv = nan_values<H>(nz(nt * 3 * nc));
+    attention_forward<H>(s1, CView3<H>(qkv.data(), 1, nt, 3 * nc), View1<H>(saved.data(), saved.size()),
+                         View1<H>(ws.data(), ws.size()), View3<H>(out.data(), 1, nt, nc));
+    attention_backward<H>(s1, CView3<H>(dout.data(), 1, nt, nc), CView1<H>(saved.data(), saved.size()),
+                          View1<H>(ws.data(), ws.size()), View3<H>(dqkv.data(), 1, nt, 3 * nc));
+    const std::string tag = " (GPT-2 size, sequence " + std::to_string(b) + ")";
+    const std::vector<H> probs_want(saved.begin() + 3 * nt * nc, saved.end());
+    EXPECT_REL(d_saved.template download_range<H>(nz(3 * nb * nt * nc + b * nh * nt * nt), nz(nh * nt * nt)),
+               probs_want, Host<D>::attention_tol, "attention probs" + tag);
+    EXPECT_REL(d_out.template download_range<H>(nz(b * nt * nc), nz(nt * nc)), out, Host<D>::attention_tol,
+               "attention out" + tag);
+    EXPECT_REL(d_dqkv.template download_range<H>(nz(b * nt * 3 * nc), nz(nt * 3 * nc)), dqkv,
+               Host<D>::attention_tol, "attention dqkv" + tag);
+  }
+}
+
 }  // namespace
 }  // namespace shardtrain
 
@@ -289,8 +420,14 @@ int main(int argc, char** argv) {
   if (shardtrain::test::no_device("gpu_gemm_kernels_test")) return 1;
   ::testing::InitGoogleTest(&argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
-  // fp32 scratch arena of the host 16-bit kernels (far more than these shapes need).
-  std::vector<float> scratch(std::size_t{1} << 22);
+  // fp32 scratch arena of the host 16-bit kernels: 4M floats (far more than the
+  // small shapes need), or what the GPT-2-sized references need.
+  using namespace shardtrain;
+  const std::int64_t g2_rows = 16 * 1024, g2_c = 768, g2_v = 50304, sampled = 16;
+  const std::int64_t elems = std::max({std::int64_t{1} << 22, linear_half_scratch_elems(sampled, g2_c, g2_v),
+                                       linear_half_scratch_elems(g2_rows, g2_c, sampled),
+                                       attention_half_scratch_elems(AttentionShape{1, 1024, g2_c, 12})});
+  std::vector<float> scratch(static_cast<std::size_t>(elems));
   shardtrain::half_scratch_bind(scratch.data(), scratch.size());
   const int result = RUN_ALL_TESTS();
   shardtrain::half_scratch_bind(nullptr, 0);

@@ -4,7 +4,7 @@
 # a device it prints why and exits 1 (never skips).
 add_executable(gpu_gemm_kernels_test gemm_kernels_test.cpp)
 target_link_libraries(gpu_gemm_kernels_test PRIVATE
-  shardtrain_cuda_kernels shardtrain_kernels GTest::gtest CUDA::cudart CUDA::cublas)
+  shardtrain_cuda_kernels shardtrain_kernels shardtrain_gpu_test_kernels GTest::gtest CUDA::cudart CUDA::cublas)
 target_compile_options(gpu_gemm_kernels_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_gemm_kernels COMMAND gpu_gemm_kernels_test)
 set_tests_properties(gpu_gemm_kernels PROPERTIES LABELS "gpu;gpu1")

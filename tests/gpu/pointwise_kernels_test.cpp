@@ -5,7 +5,10 @@
 // Method: random inputs (fixed seeds) are rounded to T once; the host kernel and
 // the CUDA op get the same T values (the 16-bit types have the same bits on both
 // sides: shardtrain::f16 / bf16 vs __half / __nv_bfloat16). Outputs an op
-// accumulates into (+=) are pre-filled with the same random values on both sides.
+// accumulates into (+=) are pre-filled with the same random values on both sides;
+// outputs it overwrites start as NaN on the device (DeviceBuffer(n) poisons, or
+// nan_values), so an element a kernel skips fails. Streams are non-blocking, as
+// the trainer's.
 // Tolerances, per output buffer:
 //   fp32:      every element |got - want| <= 1e-5 |want| + 1e-5 max|want|
 //              (the host sums with 16 fixed lanes, the device with other trees,
@@ -16,6 +19,10 @@
 // AdamW fp32 state (master weights, m, v) is compared with rtol 1e-5 whatever T.
 // Determinism: the backward reductions (embedding dwte / dwpe, layernorm dx / dw /
 // db) run twice from the same starting values and must be bitwise equal.
+// GPT-2 124M sizes (B 16, T 1024, C 768, V 50304): embedding (one token at half
+// of the positions), layernorm and gelu compared completely; cross entropy over
+// the 824M logits on 20 sampled rows plus a device scan for unwritten elements;
+// gelu and accumulate past 2^31 elements on samples around the 2^31 boundary.
 //
 // Without a CUDA device every test FAILS in SetUp with a message naming the
 // cudaGetDeviceCount error: these tests never skip. Kokkos is initialised by the
@@ -34,6 +41,7 @@
 
 #include "config/run_config.hpp"
 #include "core/cuda_check.hpp"
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/cuda/adamw.cuh"
@@ -54,6 +62,7 @@
 #include "optim/adamw.hpp"
 #include "device_buffer.hpp"
 #include "device_compare.hpp"
+#include "device_fill.hpp"
 
 namespace shardtrain {
 namespace {
@@ -67,6 +76,8 @@ constexpr std::int64_t kEmbB = 3, kEmbT = 50, kEmbC = 40, kEmbV = 300;
 constexpr std::int64_t kRows = 300, kChannels = 96;  // layernorm: 2 row chunks (256)
 constexpr std::int64_t kCeRows = 37, kVocab = 1000;  // cross entropy
 constexpr std::int64_t kFlat = 10007;                // gelu, elementwise
+// GPT-2 124M: B 16, T 1024, C 768, V 50304 (the padded GPT-2 vocabulary).
+constexpr std::int64_t kG2B = 16, kG2T = 1024, kG2C = 768, kG2V = 50304;
 
 // --- Device memory -----------------------------------------------------------
 
@@ -145,16 +156,18 @@ using shardtrain::test::StorageTypes;
 
 template <class P>
 class PointwiseKernels : public ::testing::Test {
- protected:
+ public:  // the shared check helpers below take the fixture
   using Host = typename P::Host;
   using Dev = typename P::Dev;
 
   void SetUp() override {
     ASSERT_CUDA_DEVICE();
-    SHARDTRAIN_CUDA_CHECK(cudaStreamCreate(&m_stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     const std::int64_t elems = std::max(
         {embedding_half_scratch_elems(kEmbV, kEmbC), layernorm_half_scratch_elems(kChannels),
-         gelu_half_scratch_elems(), cross_entropy_half_scratch_elems(kVocab)});
+         gelu_half_scratch_elems(), cross_entropy_half_scratch_elems(kVocab),
+         embedding_half_scratch_elems(kG2V, kG2C), layernorm_half_scratch_elems(kG2C),
+         cross_entropy_half_scratch_elems(kG2V)});
     m_scratch.assign(static_cast<std::size_t>(elems), 0.0f);
     half_scratch_bind(m_scratch.data(), m_scratch.size());
   }
@@ -175,128 +188,162 @@ TYPED_TEST_SUITE(PointwiseKernels, StorageTypes);
 
 // --- Embedding -----------------------------------------------------------------
 
-TYPED_TEST(PointwiseKernels, EmbeddingMatchesHost) {
-  using H = typename TestFixture::Host;
-  const std::int64_t n = kEmbB * kEmbT;
-  const auto tokens = random_tokens(n, kEmbV, 1);
-  const auto wte = random_values<H>(kEmbV * kEmbC, 2);
-  const auto wpe = random_values<H>(kEmbT * kEmbC, 3);
-  const auto dout = random_values<H>(n * kEmbC, 4);
-  const auto dwte0 = random_values<H>(kEmbV * kEmbC, 5);
-  const auto dwpe0 = random_values<H>(kEmbT * kEmbC, 6);
+// Forward and backward of one embedding shape against the host kernel, and the
+// backward run twice from the same start must give the same bits.
+template <class Fixture, class H>
+void check_embedding(Fixture& f, std::int64_t nb, std::int64_t nt, std::int64_t nc, std::int64_t nv,
+                     const std::vector<TokenIndex>& tokens, const std::string& tag) {
+  const std::int64_t n = nb * nt;
+  const auto wte = random_values<H>(nv * nc, 2);
+  const auto wpe = random_values<H>(nt * nc, 3);
+  const auto dout = random_values<H>(n * nc, 4);
+  const auto dwte0 = random_values<H>(nv * nc, 5);
+  const auto dwpe0 = random_values<H>(nt * nc, 6);
 
-  std::vector<H> out(n * kEmbC), dwte = dwte0, dwpe = dwpe0;
-  embedding_forward<H>(CView2<TokenIndex>(tokens.data(), kEmbB, kEmbT),
-                       CView2<H>(wte.data(), kEmbV, kEmbC), CView2<H>(wpe.data(), kEmbT, kEmbC),
-                       View3<H>(out.data(), kEmbB, kEmbT, kEmbC));
-  embedding_backward<H>(CView2<TokenIndex>(tokens.data(), kEmbB, kEmbT),
-                        CView3<H>(dout.data(), kEmbB, kEmbT, kEmbC),
-                        View2<H>(dwte.data(), kEmbV, kEmbC), View2<H>(dwpe.data(), kEmbT, kEmbC));
+  std::vector<H> out = shardtrain::test::nan_values<H>(n * nc), dwte = dwte0, dwpe = dwpe0;
+  embedding_forward<H>(CView2<TokenIndex>(tokens.data(), nb, nt), CView2<H>(wte.data(), nv, nc),
+                       CView2<H>(wpe.data(), nt, nc), View3<H>(out.data(), nb, nt, nc));
+  embedding_backward<H>(CView2<TokenIndex>(tokens.data(), nb, nt), CView3<H>(dout.data(), nb, nt, nc),
+                        View2<H>(dwte.data(), nv, nc), View2<H>(dwpe.data(), nt, nc));
 
   DeviceBuffer<TokenIndex> d_tok(tokens);
-  DeviceBuffer<H> d_wte(wte), d_wpe(wpe), d_out(out.size()), d_dout(dout), d_dwte(dwte0),
-      d_dwpe(dwpe0);
-  const std::size_t ws_bytes = cuda::embedding_backward_workspace_bytes(n, kEmbV);
+  DeviceBuffer<H> d_wte(wte), d_wpe(wpe), d_out(shardtrain::test::nan_values<H>(out.size())), d_dout(dout),
+      d_dwte(dwte0), d_dwpe(dwpe0);
+  const std::size_t ws_bytes = cuda::embedding_backward_workspace_bytes(n, nc);
   DeviceBuffer<char> d_ws(ws_bytes);
-  cuda::embedding_forward(d_tok.data(), this->dev(d_wte), this->dev(d_wpe), this->dev(d_out), kEmbB,
-                          kEmbT, kEmbC, kEmbV, this->m_stream);
-  cuda::embedding_backward(d_tok.data(), this->dev(d_dout), this->dev(d_dwte), this->dev(d_dwpe),
-                           kEmbB, kEmbT, kEmbC, kEmbV, d_ws.data(), ws_bytes, this->m_stream);
-  expect_close(d_out.download(), out, "embedding out");
+  cuda::embedding_forward(d_tok.data(), f.dev(d_wte), f.dev(d_wpe), f.dev(d_out), nb, nt, nc, nv, f.m_stream);
+  cuda::embedding_backward(d_tok.data(), f.dev(d_dout), f.dev(d_dwte), f.dev(d_dwpe), nb, nt, nc, nv, d_ws.data(),
+                           ws_bytes, f.m_stream);
+  expect_close(d_out.download(), out, "embedding out" + tag);
   const auto got_dwte = d_dwte.download(), got_dwpe = d_dwpe.download();
-  expect_close(got_dwte, dwte, "embedding dwte");
-  expect_close(got_dwpe, dwpe, "embedding dwpe");
+  expect_close(got_dwte, dwte, "embedding dwte" + tag);
+  expect_close(got_dwpe, dwpe, "embedding dwpe" + tag);
 
   // Deterministic: a second run from the same starting values gives the same bits.
   d_dwte.upload(dwte0);
   d_dwpe.upload(dwpe0);
-  cuda::embedding_backward(d_tok.data(), this->dev(d_dout), this->dev(d_dwte), this->dev(d_dwpe),
-                           kEmbB, kEmbT, kEmbC, kEmbV, d_ws.data(), ws_bytes, this->m_stream);
-  EXPECT_TRUE(bitwise_equal(d_dwte.download(), got_dwte)) << "embedding dwte not deterministic";
-  EXPECT_TRUE(bitwise_equal(d_dwpe.download(), got_dwpe)) << "embedding dwpe not deterministic";
+  cuda::embedding_backward(d_tok.data(), f.dev(d_dout), f.dev(d_dwte), f.dev(d_dwpe), nb, nt, nc, nv, d_ws.data(),
+                           ws_bytes, f.m_stream);
+  EXPECT_TRUE(bitwise_equal(d_dwte.download(), got_dwte)) << "embedding dwte not deterministic" << tag;
+  EXPECT_TRUE(bitwise_equal(d_dwpe.download(), got_dwpe)) << "embedding dwpe not deterministic" << tag;
+}
+
+// n tokens, most of them one id (`share` of them, spread over the batch), the
+// rest random: one run of the sorted order spans many 64-position chunks.
+std::vector<TokenIndex> dominant_tokens(std::size_t n, std::int64_t vocab, TokenIndex id, double share,
+                                        unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<TokenIndex> v(n);
+  for (auto& t : v) t = u(gen) < share ? id : static_cast<TokenIndex>(gen() % static_cast<unsigned>(vocab));
+  return v;
+}
+
+TYPED_TEST(PointwiseKernels, EmbeddingMatchesHost) {
+  using H = typename TestFixture::Host;
+  check_embedding<TestFixture, H>(*this, kEmbB, kEmbT, kEmbC, kEmbV, random_tokens(kEmbB * kEmbT, kEmbV, 1), "");
+}
+
+// A token that fills most of the batch: the backward sums it over many chunks
+// in parallel (catches a wrong chunk split or partial-sum slot: lost or doubled
+// rows; and a nondeterministic order: the bitwise rerun check), plus a run that
+// starts exactly on a chunk boundary (all positions the same token).
+TYPED_TEST(PointwiseKernels, EmbeddingWithOneDominantTokenMatchesHost) {
+  using H = typename TestFixture::Host;
+  const std::int64_t nb = 4, nt = 256;
+  check_embedding<TestFixture, H>(*this, nb, nt, kEmbC, kEmbV,
+                                  dominant_tokens(nb * nt, kEmbV, 7, 0.9, 8), " (one token 90%)");
+  check_embedding<TestFixture, H>(*this, nb, nt, kEmbC, kEmbV, std::vector<TokenIndex>(nb * nt, 299),
+                                  " (one token 100%)");
 }
 
 // --- LayerNorm -----------------------------------------------------------------
 
-TYPED_TEST(PointwiseKernels, LayerNormMatchesHost) {
-  using H = typename TestFixture::Host;
+template <class Fixture, class H>
+void check_layernorm(Fixture& f, std::int64_t rows, std::int64_t channels, const std::string& tag) {
   const H eps = static_cast<H>(1e-5f);
-  const auto x = random_values<H>(kRows * kChannels, 11, -2.0f, 3.0f);
-  const auto w = random_values<H>(kChannels, 12, 0.5f, 1.5f);
-  const auto b = random_values<H>(kChannels, 13);
-  const auto dy = random_values<H>(kRows * kChannels, 14);
-  const auto dx0 = random_values<H>(kRows * kChannels, 15);
-  const auto dw0 = random_values<H>(kChannels, 16);
-  const auto db0 = random_values<H>(kChannels, 17);
+  const auto x = random_values<H>(rows * channels, 11, -2.0f, 3.0f);
+  const auto w = random_values<H>(channels, 12, 0.5f, 1.5f);
+  const auto b = random_values<H>(channels, 13);
+  const auto dy = random_values<H>(rows * channels, 14);
+  const auto dx0 = random_values<H>(rows * channels, 15);
+  const auto dw0 = random_values<H>(channels, 16);
+  const auto db0 = random_values<H>(channels, 17);
 
-  std::vector<H> y(kRows * kChannels), mean(kRows), rstd(kRows), dx = dx0, dw = dw0, db = db0;
-  layernorm_forward<H>(CView2<H>(x.data(), kRows, kChannels), CView1<H>(w.data(), kChannels),
-                       CView1<H>(b.data(), kChannels), View2<H>(y.data(), kRows, kChannels),
-                       View1<H>(mean.data(), kRows), View1<H>(rstd.data(), kRows), eps);
-  layernorm_backward<H>(CView2<H>(x.data(), kRows, kChannels), CView1<H>(w.data(), kChannels),
-                        CView1<H>(mean.data(), kRows), CView1<H>(rstd.data(), kRows),
-                        CView2<H>(dy.data(), kRows, kChannels),
-                        View2<H>(dx.data(), kRows, kChannels), View1<H>(dw.data(), kChannels),
-                        View1<H>(db.data(), kChannels));
+  std::vector<H> y(rows * channels), mean(rows), rstd(rows), dx = dx0, dw = dw0, db = db0;
+  layernorm_forward<H>(CView2<H>(x.data(), rows, channels), CView1<H>(w.data(), channels),
+                       CView1<H>(b.data(), channels), View2<H>(y.data(), rows, channels),
+                       View1<H>(mean.data(), rows), View1<H>(rstd.data(), rows), eps);
+  layernorm_backward<H>(CView2<H>(x.data(), rows, channels), CView1<H>(w.data(), channels),
+                        CView1<H>(mean.data(), rows), CView1<H>(rstd.data(), rows),
+                        CView2<H>(dy.data(), rows, channels),
+                        View2<H>(dx.data(), rows, channels), View1<H>(dw.data(), channels),
+                        View1<H>(db.data(), channels));
 
-  DeviceBuffer<H> d_x(x), d_w(w), d_b(b), d_y(y.size()), d_mean(kRows), d_rstd(kRows), d_dy(dy),
+  DeviceBuffer<H> d_x(x), d_w(w), d_b(b), d_y(y.size()), d_mean(rows), d_rstd(rows), d_dy(dy),  // y, mean, rstd NaN
       d_dx(dx0), d_dw(dw0), d_db(db0);
-  cuda::layernorm_forward(this->dev(d_x), this->dev(d_w), this->dev(d_b), this->dev(d_y),
-                          this->dev(d_mean), this->dev(d_rstd), to_float(eps), kRows, kChannels,
-                          this->m_stream);
-  expect_close(d_y.download(), y, "layernorm y");
-  expect_close(d_mean.download(), mean, "layernorm mean");
-  expect_close(d_rstd.download(), rstd, "layernorm rstd");
+  cuda::layernorm_forward(f.dev(d_x), f.dev(d_w), f.dev(d_b), f.dev(d_y),
+                          f.dev(d_mean), f.dev(d_rstd), to_float(eps), rows, channels,
+                          f.m_stream);
+  expect_close(d_y.download(), y, "layernorm y" + tag);
+  expect_close(d_mean.download(), mean, "layernorm mean" + tag);
+  expect_close(d_rstd.download(), rstd, "layernorm rstd" + tag);
 
   // The backward gets the host's saved statistics, so it is checked on its own.
   d_mean.upload(mean);
   d_rstd.upload(rstd);
-  const std::size_t ws_bytes = cuda::layernorm_backward_workspace_bytes(kRows, kChannels);
+  const std::size_t ws_bytes = cuda::layernorm_backward_workspace_bytes(rows, channels);
   DeviceBuffer<char> d_ws(ws_bytes);
   auto run_backward = [&] {
-    cuda::layernorm_backward(this->dev(d_x), this->dev(d_w), this->dev(d_mean), this->dev(d_rstd),
-                             this->dev(d_dy), this->dev(d_dx), this->dev(d_dw), this->dev(d_db),
-                             kRows, kChannels, d_ws.data(), ws_bytes, this->m_stream);
+    cuda::layernorm_backward(f.dev(d_x), f.dev(d_w), f.dev(d_mean), f.dev(d_rstd),
+                             f.dev(d_dy), f.dev(d_dx), f.dev(d_dw), f.dev(d_db),
+                             rows, channels, d_ws.data(), ws_bytes, f.m_stream);
   };
   run_backward();
   const auto got_dx = d_dx.download(), got_dw = d_dw.download(), got_db = d_db.download();
-  expect_close(got_dx, dx, "layernorm dx");
-  expect_close(got_dw, dw, "layernorm dw");
-  expect_close(got_db, db, "layernorm db");
+  expect_close(got_dx, dx, "layernorm dx" + tag);
+  expect_close(got_dw, dw, "layernorm dw" + tag);
+  expect_close(got_db, db, "layernorm db" + tag);
 
   d_dx.upload(dx0);
   d_dw.upload(dw0);
   d_db.upload(db0);
   run_backward();
-  EXPECT_TRUE(bitwise_equal(d_dx.download(), got_dx)) << "layernorm dx not deterministic";
-  EXPECT_TRUE(bitwise_equal(d_dw.download(), got_dw)) << "layernorm dw not deterministic";
-  EXPECT_TRUE(bitwise_equal(d_db.download(), got_db)) << "layernorm db not deterministic";
+  EXPECT_TRUE(bitwise_equal(d_dx.download(), got_dx)) << "layernorm dx not deterministic" + tag;
+  EXPECT_TRUE(bitwise_equal(d_dw.download(), got_dw)) << "layernorm dw not deterministic" + tag;
+  EXPECT_TRUE(bitwise_equal(d_db.download(), got_db)) << "layernorm db not deterministic" + tag;
+}
+
+TYPED_TEST(PointwiseKernels, LayerNormMatchesHost) {
+  check_layernorm<TestFixture, typename TestFixture::Host>(*this, kRows, kChannels, "");
 }
 
 // --- GELU --------------------------------------------------------------------
 
-TYPED_TEST(PointwiseKernels, GeluMatchesHost) {
-  using H = typename TestFixture::Host;
-  const auto x = random_values<H>(kFlat, 21, -6.0f, 6.0f);
-  const auto dy = random_values<H>(kFlat, 22);
-  std::vector<H> y(kFlat), dx(kFlat);
-  gelu_forward<H>(CView1<H>(x.data(), kFlat), View1<H>(y.data(), kFlat));
-  gelu_backward<H>(CView1<H>(x.data(), kFlat), CView1<H>(dy.data(), kFlat),
-                   View1<H>(dx.data(), kFlat));
+template <class Fixture, class H>
+void check_gelu(Fixture& f, std::int64_t n, const std::string& tag) {
+  const auto x = random_values<H>(n, 21, -6.0f, 6.0f);
+  const auto dy = random_values<H>(n, 22);
+  std::vector<H> y(n), dx(n);
+  gelu_forward<H>(CView1<H>(x.data(), n), View1<H>(y.data(), n));
+  gelu_backward<H>(CView1<H>(x.data(), n), CView1<H>(dy.data(), n),
+                   View1<H>(dx.data(), n));
 
-  DeviceBuffer<H> d_x(x), d_y(kFlat), d_dy(dy), d_dx(kFlat);
-  cuda::gelu_forward(this->dev(d_x), this->dev(d_y), kFlat, this->m_stream);
-  cuda::gelu_backward(this->dev(d_x), this->dev(d_dy), this->dev(d_dx), kFlat, this->m_stream);
-  expect_close(d_y.download(), y, "gelu y");
-  expect_close(d_dx.download(), dx, "gelu dx");
+  DeviceBuffer<H> d_x(x), d_y(n), d_dy(dy), d_dx(n);
+  cuda::gelu_forward(f.dev(d_x), f.dev(d_y), n, f.m_stream);
+  cuda::gelu_backward(f.dev(d_x), f.dev(d_dy), f.dev(d_dx), n, f.m_stream);
+  expect_close(d_y.download(), y, "gelu y" + tag);
+  expect_close(d_dx.download(), dx, "gelu dx" + tag);
 
   // In place: y = gelu(x) written over x, then dx written over dy (x from d_y).
   d_y.upload(x);
-  cuda::gelu_forward(this->dev(d_x), this->dev(d_x), kFlat, this->m_stream);
-  cuda::gelu_backward(this->dev(d_y), this->dev(d_dy), this->dev(d_dy), kFlat, this->m_stream);
-  expect_close(d_x.download(), y, "gelu y in place");
-  expect_close(d_dy.download(), dx, "gelu dx in place");
+  cuda::gelu_forward(f.dev(d_x), f.dev(d_x), n, f.m_stream);
+  cuda::gelu_backward(f.dev(d_y), f.dev(d_dy), f.dev(d_dy), n, f.m_stream);
+  expect_close(d_x.download(), y, "gelu y in place" + tag);
+  expect_close(d_dy.download(), dx, "gelu dx in place" + tag);
 }
+
+TYPED_TEST(PointwiseKernels, GeluMatchesHost) { check_gelu<TestFixture, typename TestFixture::Host>(*this, kFlat, ""); }
 
 // --- ReLU ----------------------------------------------------------------------
 
@@ -379,6 +426,7 @@ TYPED_TEST(PointwiseKernels, ElementwiseMatchesHost) {
   EXPECT_TRUE(bitwise_equal(d_z.download(), x)) << "copy";
 
   const H value = static_cast<H>(-1.375f);
+  d_z.fill_nan();  // fill's output starts as NaN too
   D dvalue;
   std::memcpy(static_cast<void*>(&dvalue), &value, sizeof(H));  // same bits
   cuda::fill(this->dev(d_z), dvalue, kFlat, this->m_stream);
@@ -461,6 +509,118 @@ TYPED_TEST(PointwiseKernels, AdamWMatchesHost) {
   for (std::int64_t i = segments.back().end; i < n; ++i)
     ASSERT_TRUE(bitwise_equal(std::vector<H>{got_params[i]}, std::vector<H>{params0[i]}))
         << "padding element " << i << " changed";
+}
+
+// --- GPT-2 124M sizes -------------------------------------------------------------
+// One GPT-2-sized shape per op (B 16, T 1024, C 768, V 50304): offsets such as
+// row * V (up to 824M), b * T * 3C, the grids, and the chunked reductions at
+// full length. Where the host reference over everything would take more than
+// about 20 s single-threaded (cross entropy over 824M logits), it runs on a
+// sample of rows, and a device-side scan proves the whole NaN-prefilled output
+// was written; elsewhere the comparison is complete.
+
+// Embedding at 16K positions and a 50304-token vocabulary, one token (50256,
+// GPT-2's end-of-text) at half of the positions: its run spans ~128 chunks.
+TYPED_TEST(PointwiseKernels, EmbeddingAtGpt2SizeMatchesHost) {
+  using H = typename TestFixture::Host;
+  check_embedding<TestFixture, H>(*this, kG2B, kG2T, kG2C, kG2V,
+                                  dominant_tokens(kG2B * kG2T, kG2V, 50256, 0.5, 9), " (GPT-2 size)");
+}
+
+TYPED_TEST(PointwiseKernels, LayerNormAtGpt2SizeMatchesHost) {
+  check_layernorm<TestFixture, typename TestFixture::Host>(*this, kG2B * kG2T, kG2C, " (GPT-2 size)");
+}
+
+// The MLP activation: B T 4C = 50.3M elements.
+TYPED_TEST(PointwiseKernels, GeluAtGpt2SizeMatchesHost) {
+  check_gelu<TestFixture, typename TestFixture::Host>(*this, kG2B * kG2T * 4 * kG2C, " (GPT-2 size)");
+}
+
+// Cross entropy over the GPT-2 logits, (B T, V) = 16384 x 50304 = 824M elements
+// (3.3 GB in fp32): logits made on the device; every loss and every dlogits
+// element must be written (device scan), and 20 rows spread over the batch
+// (first and last two included) must match the host kernel.
+TYPED_TEST(PointwiseKernels, CrossEntropyAtGpt2SizeMatchesHost) {
+  using H = typename TestFixture::Host;
+  const std::int64_t rows = kG2B * kG2T, v = kG2V;
+  std::vector<TokenIndex> targets = random_tokens(static_cast<std::size_t>(rows), v, 71);
+  targets[5] = -1;  // an ignored row
+  targets[static_cast<std::size_t>(rows - 1)] = static_cast<TokenIndex>(v - 1);
+  const float scale = 1.0f / static_cast<float>(rows);
+  DeviceBuffer<H> d_logits(static_cast<std::size_t>(rows * v)), d_dlogits(static_cast<std::size_t>(rows * v)),
+      d_losses(static_cast<std::size_t>(rows));  // outputs NaN-poisoned
+  DeviceBuffer<TokenIndex> d_targets(targets);
+  ASSERT_EQ(gpu_test::fill_uniform(this->dev(d_logits), d_logits.size(), 72, -4.0f, 4.0f, this->m_stream),
+            cudaSuccess);
+  cuda::cross_entropy_forward(this->dev(d_logits), d_targets.data(), this->dev(d_losses), rows, v, this->m_stream);
+  cuda::cross_entropy_backward(this->dev(d_logits), d_targets.data(), scale, this->dev(d_dlogits), rows, v,
+                               this->m_stream);
+  EXPECT_EQ(test::first_non_finite_on_device(this->dev(d_losses), rows, this->m_stream), -1) << "losses";
+  EXPECT_EQ(test::first_non_finite_on_device(this->dev(d_dlogits), rows * v, this->m_stream), -1) << "dlogits";
+
+  const auto sample = test::sample_rows(static_cast<std::size_t>(rows), 20);
+  const std::int64_t ns = static_cast<std::int64_t>(sample.size());
+  std::vector<H> logits_s, dlogits_got;
+  std::vector<TokenIndex> targets_s;
+  for (const std::size_t r : sample) {
+    const auto lr = d_logits.download_range(r * v, v), dr = d_dlogits.download_range(r * v, v);
+    logits_s.insert(logits_s.end(), lr.begin(), lr.end());
+    dlogits_got.insert(dlogits_got.end(), dr.begin(), dr.end());
+    targets_s.push_back(targets[r]);
+  }
+  const auto losses_all = d_losses.download();
+  std::vector<H> losses_got;
+  for (const std::size_t r : sample) losses_got.push_back(losses_all[r]);
+  std::vector<H> losses_want(static_cast<std::size_t>(ns)), dlogits_want(logits_s.size());
+  cross_entropy_forward<H>(CView2<H>(logits_s.data(), ns, v), CView1<TokenIndex>(targets_s.data(), ns),
+                           View1<H>(losses_want.data(), ns));
+  cross_entropy_backward<H>(CView2<H>(logits_s.data(), ns, v), CView1<TokenIndex>(targets_s.data(), ns),
+                            static_cast<H>(scale), View2<H>(dlogits_want.data(), ns, v));
+  expect_close(losses_got, losses_want, "cross entropy losses (GPT-2 size, sampled rows)");
+  expect_close(dlogits_got, dlogits_want, "cross entropy dlogits (GPT-2 size, sampled rows)");
+}
+
+// A launch that needs more than 2^31 - 1 blocks is refused before it is made
+// (catches blocks_for's unsigned cast wrapping: 2^32 + 1 blocks launched as 1).
+TYPED_TEST(PointwiseKernels, RefusesALaunchPastTheGridLimit) {
+  using D = typename TestFixture::Dev;
+  const std::int64_t n = ((std::int64_t{1} << 32) + 1) * 256;
+  EXPECT_THROW(cuda::gelu_forward<D>(nullptr, nullptr, n, this->m_stream), Error);
+}
+
+// Elementwise kernels past 2^31 elements (4.3 GB in bf16, 8.6 GB in fp32 per
+// buffer): a 32-bit element index or grid computation would wrap before the end.
+// gelu then accumulate over n = 2^31 + 4099; every output element must be written
+// (device scan) and elements sampled at the start, around 2^31 and at the end
+// must match the host kernels.
+TYPED_TEST(PointwiseKernels, ElementwisePastTwoToThe31ElementsMatchesHost) {
+  using H = typename TestFixture::Host;
+  const std::int64_t n = (std::int64_t{1} << 31) + 4099;
+  DeviceBuffer<H> d_x(static_cast<std::size_t>(n)), d_y(static_cast<std::size_t>(n));  // y NaN-poisoned
+  ASSERT_EQ(gpu_test::fill_uniform(this->dev(d_x), d_x.size(), 81, -6.0f, 6.0f, this->m_stream), cudaSuccess);
+  cuda::gelu_forward(this->dev(d_x), this->dev(d_y), n, this->m_stream);
+  EXPECT_EQ(test::first_non_finite_on_device(this->dev(d_y), n, this->m_stream), -1) << "gelu output";
+  const std::int64_t starts[] = {0, (std::int64_t{1} << 31) - 2048, n - 2048};
+  std::vector<H> xs, gelu_got;
+  for (const std::int64_t a : starts) {
+    const auto xr = d_x.download_range(static_cast<std::size_t>(a), 2048);
+    const auto yr = d_y.download_range(static_cast<std::size_t>(a), 2048);
+    xs.insert(xs.end(), xr.begin(), xr.end());
+    gelu_got.insert(gelu_got.end(), yr.begin(), yr.end());
+  }
+  const std::int64_t ns = static_cast<std::int64_t>(xs.size());
+  std::vector<H> gelu_want(xs.size());
+  gelu_forward<H>(CView1<H>(xs.data(), ns), View1<H>(gelu_want.data(), ns));
+  expect_close(gelu_got, gelu_want, "gelu past 2^31 elements (sampled)");
+
+  cuda::accumulate(this->dev(d_x), this->dev(d_y), n, this->m_stream);  // y = gelu(x) + x
+  std::vector<H> acc_got, acc_want = gelu_got;  // one rounded add on the device's gelu values: bitwise
+  for (const std::int64_t a : starts) {
+    const auto yr = d_y.download_range(static_cast<std::size_t>(a), 2048);
+    acc_got.insert(acc_got.end(), yr.begin(), yr.end());
+  }
+  accumulate<H>(CView1<H>(xs.data(), ns), View1<H>(acc_want.data(), ns));
+  EXPECT_TRUE(bitwise_equal(acc_got, acc_want)) << "accumulate past 2^31 elements (sampled)";
 }
 
 }  // namespace

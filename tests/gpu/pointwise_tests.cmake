@@ -6,7 +6,7 @@
 add_executable(gpu_pointwise_kernels_test pointwise_kernels_test.cpp)
 target_link_libraries(gpu_pointwise_kernels_test PRIVATE
   shardtrain_cuda_kernels shardtrain_kernels shardtrain_app shardtrain_kokkos_gtest_env
-  GTest::gtest GTest::gtest_main)
+  shardtrain_gpu_test_kernels GTest::gtest GTest::gtest_main)
 target_compile_options(gpu_pointwise_kernels_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_pointwise_kernels COMMAND gpu_pointwise_kernels_test)
 set_tests_properties(gpu_pointwise_kernels PROPERTIES LABELS "gpu;gpu1")

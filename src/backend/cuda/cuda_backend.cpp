@@ -25,6 +25,7 @@ namespace {
 
 class DeviceMemory final : public MemorySpace {
  public:
+  DeviceMemory(cudaStream_t compute, NcclCommunicator& comm) : m_stream(compute), m_comm(comm) {}
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
     const cudaError_t rc = cudaMalloc(&p, bytes);
@@ -38,11 +39,39 @@ class DeviceMemory final : public MemorySpace {
                                   detail::mpi_rank_label(), static_cast<double>(bytes) / 1048576.0, detail::cuda_error_text(rc),
                                   static_cast<double>(free_b) / 1048576.0, static_cast<double>(total_b) / 1048576.0));
     }
-    SHARDTRAIN_CUDA_CHECK(cudaMemset(p, 0, bytes));  // TrackedBuffer's zero-initialisation
+    // TrackedBuffer's zero-initialisation, ordered before every use of the buffer:
+    //  - compute stream: the fill is queued there, and every kernel, cuBLAS/cuDNN
+    //    call and host copy of the backend runs on that stream, after it. (A
+    //    cudaMemset on the legacy default stream would be ordered with nothing:
+    //    the compute and NCCL streams are non-blocking, so the zeros could land
+    //    after real data.)
+    //  - NCCL stream: it waits for the compute stream only at the engine's
+    //    collectives_after_compute() fences, and a collective may WRITE a fresh
+    //    buffer (an all-gather into new parameters, a reduce-scatter into a new
+    //    shard) with no kernel, hence no fence, in between; the fill could then
+    //    land after NCCL's result. So the comm stream is made to wait for the
+    //    compute stream here (an event, NcclCommunicator::wait_for_stream): every
+    //    collective queued after this call is ordered after the fill on the
+    //    device. No cudaStreamSynchronize is needed for that (stream order is
+    //    enough, and a host sync would drain the compute queue on every
+    //    mid-run allocation, e.g. a cuDNN workspace made on first use); the
+    //    host itself never reads device memory except through the compute
+    //    stream (copy_to_host).
+    try {
+      if (bytes > 0) SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, m_stream));
+      m_comm.wait_for_stream(m_stream);
+    } catch (...) {
+      SHARDTRAIN_CUDA_WARN(cudaFree(p));
+      throw;
+    }
     return p;
   }
   void deallocate(void* p) noexcept override { SHARDTRAIN_CUDA_WARN(cudaFree(p)); }
   const char* name() const override { return "cuda"; }
+
+ private:
+  cudaStream_t m_stream;
+  NcclCommunicator& m_comm;
 };
 
 // Vector ops on the compute stream. Results the host needs (norm, first
@@ -161,7 +190,7 @@ class NoDoubleOps final : public VectorOps<double> {
 }  // namespace
 
 struct CudaBackend::Impl {
-  explicit Impl(cudaStream_t s) : f32(s), f16_ops(s), bf16_ops(s) {}
+  Impl(cudaStream_t s, NcclCommunicator& comm) : memory(s, comm), f32(s), f16_ops(s), bf16_ops(s) {}
   DeviceMemory memory;
   CudaVectorOps<float> f32;
   CudaVectorOps<f16> f16_ops;
@@ -180,7 +209,7 @@ CudaBackend::CudaBackend(NcclCommunicator& comm) : m_comm(comm), m_device(comm.d
     SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_cublas));
     SHARDTRAIN_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
-    m_impl = std::make_unique<Impl>(m_stream);
+    m_impl = std::make_unique<Impl>(m_stream, m_comm);
   } catch (...) {
     if (m_cublas) cublasDestroy(m_cublas);             // already failing: the first error is the one reported
     if (m_stream) SHARDTRAIN_CUDA_WARN(cudaStreamDestroy(m_stream));

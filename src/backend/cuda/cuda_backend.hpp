@@ -9,8 +9,10 @@
 // compute_after_collectives() the other way round (make_stream_wait); neither
 // blocks the host. Handles: one cuBLAS handle bound to the compute stream
 // (tensor-core GEMMs with fp32 accumulation, kernels/cuda/gemm.cuh).
-// Memory: cudaMalloc'd, zeroed with cudaMemset before first use, tracked like
-// host memory (TrackedBuffer with memory()).
+// Memory: cudaMalloc'd, tracked like host memory (TrackedBuffer with memory()),
+// zeroed by a cudaMemsetAsync on the compute stream that the comm stream is
+// then made to wait for (device-side): both streams see the zeros before any
+// later work of theirs, and the host does not block.
 // Every CUDA, cuBLAS and NCCL call is checked (core/cuda_check.hpp: call, file,
 // line, rank).
 #pragma once

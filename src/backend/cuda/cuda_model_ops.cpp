@@ -4,6 +4,9 @@
 // limits, and device copies of the token ids. The CNN's convolutions run
 // through cuDNN: one CudnnConv2d per distinct shape (batch included), made on
 // first use with its own Workspace buffer, all on one cuDNN handle of this object.
+// Host arrays the kernels need (token ids and targets, sequence lengths) go
+// through pinned staging buffers (PinnedStage): the caller's arrays are free
+// to reuse as soon as the call returns, and the copies stay asynchronous.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -32,6 +35,58 @@ namespace shardtrain {
 
 namespace {
 
+// A pinned (cudaMallocHost) host buffer that host arrays are copied into before
+// an asynchronous copy to the device on the compute stream, and an event
+// recorded after that copy, which the next acquire() waits for before the
+// buffer is overwritten. Why not cudaMemcpyAsync straight from the caller's
+// pageable array: the CUDA runtime's "API synchronization behavior" only says
+// such a copy *might* be synchronous with respect to the host, and that for a
+// pageable source the driver *may* stage it and synchronize with the stream --
+// neither promises the source was read when the call returns (and when the
+// driver does synchronize, the host stalls behind every queued kernel). From
+// pinned memory the copy is truly asynchronous and reads the source when the
+// stream reaches it, which the event covers.
+class PinnedStage {
+ public:
+  explicit PinnedStage(std::size_t bytes) : m_bytes(bytes) {
+    SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&m_copied, cudaEventDisableTiming));
+    try {
+      SHARDTRAIN_CUDA_CHECK(cudaMallocHost(&m_host, std::max<std::size_t>(bytes, 1)));
+    } catch (...) {
+      SHARDTRAIN_CUDA_WARN(cudaEventDestroy(m_copied));
+      throw;
+    }
+  }
+  ~PinnedStage() {
+    SHARDTRAIN_CUDA_WARN(cudaEventSynchronize(m_copied));  // no DMA may still read m_host
+    SHARDTRAIN_CUDA_WARN(cudaEventDestroy(m_copied));
+    SHARDTRAIN_CUDA_WARN(cudaFreeHost(m_host));
+  }
+  PinnedStage(const PinnedStage&) = delete;
+  PinnedStage& operator=(const PinnedStage&) = delete;
+
+  // The buffer, once the last copy out of it has run (returns at once when none
+  // is pending; an event never recorded counts as complete).
+  void* acquire() {
+    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(m_copied));
+    return m_host;
+  }
+  // Queues the copy of [offset, offset + bytes) of the buffer to device `dst` on
+  // `stream`, then the event that guards the buffer's reuse.
+  void send(void* dst, std::size_t offset, std::size_t bytes, cudaStream_t stream) {
+    SHARDTRAIN_CHECK(offset + bytes <= m_bytes, "PinnedStage: copy beyond the staging buffer");
+    if (bytes > 0)
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<unsigned char*>(m_host) + offset, bytes,
+                                            cudaMemcpyHostToDevice, stream));
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(m_copied, stream));
+  }
+
+ private:
+  std::size_t m_bytes;
+  void* m_host = nullptr;
+  cudaEvent_t m_copied = nullptr;
+};
+
 template <class T>
 float as_float(T x) { return static_cast<float>(static_cast<compute_t<T>>(x)); }
 
@@ -47,7 +102,7 @@ class CudaModelOps final : public ModelOps<T> {
     // Models without attention (n_head 0) or embeddings (vocab only classes) size less.
     m_scratch_bytes = std::max({l.n_head > 0 ? cuda::attention_workspace_bytes<D>(att) : std::size_t{0},
                                 cuda::layernorm_backward_workspace_bytes(rows, l.channels),
-                                cuda::embedding_backward_workspace_bytes(rows, l.vocab), std::size_t{256}});
+                                cuda::embedding_backward_workspace_bytes(rows, l.channels), std::size_t{256}});
     m_scratch = TrackedBuffer<unsigned char>(memory, MemCategory::Workspace, m_scratch_bytes, backend.memory());
     m_tokens = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, static_cast<std::size_t>(2 * rows),
                                          backend.memory());
@@ -56,6 +111,8 @@ class CudaModelOps final : public ModelOps<T> {
     // Encoder classifier: device copy of the per-sequence lengths (attention mask, pooling).
     m_lengths = TrackedBuffer<std::int32_t>(memory, MemCategory::Data, static_cast<std::size_t>(l.max_batch),
                                             backend.memory());
+    m_token_stage = std::make_unique<PinnedStage>(static_cast<std::size_t>(2 * rows) * sizeof(TokenIndex));
+    m_lengths_stage = std::make_unique<PinnedStage>(static_cast<std::size_t>(l.max_batch) * sizeof(std::int32_t));
   }
   ~CudaModelOps() override {
     m_convs.clear();  // their descriptors before the handle they were made with
@@ -69,11 +126,16 @@ class CudaModelOps final : public ModelOps<T> {
     SHARDTRAIN_CHECK(n <= m_limits.max_batch * m_limits.seq_len, "more tokens than the model was sized for");
     TokenIndex* d = m_tokens.data();
     if (n > 0) {
-      // From pageable host memory: the copy has read the source when the call returns.
+      // Staged as the device buffer is laid out: tokens | targets, n each; the
+      // caller's arrays are not read after this returns.
+      const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(TokenIndex);
+      auto* staged = static_cast<TokenIndex*>(m_token_stage->acquire());
+      if (tokens) std::memcpy(staged, tokens, bytes);
+      std::memcpy(staged + n, targets, bytes);
       if (tokens)
-        SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(d, tokens, n * sizeof(TokenIndex), cudaMemcpyHostToDevice, m_stream));
-      SHARDTRAIN_CUDA_CHECK(
-          cudaMemcpyAsync(d + n, targets, n * sizeof(TokenIndex), cudaMemcpyHostToDevice, m_stream));
+        m_token_stage->send(d, 0, 2 * bytes, m_stream);
+      else
+        m_token_stage->send(d + n, bytes, bytes, m_stream);
     }
     *kt = tokens ? d : nullptr;
     *kg = d + n;
@@ -222,9 +284,9 @@ class CudaModelOps final : public ModelOps<T> {
     if (m_lengths_host.size() != static_cast<std::size_t>(b) ||
         !std::equal(host, host + b, m_lengths_host.begin())) {
       m_lengths_host.assign(host, host + b);
-      // From pageable host memory: the copy has read the source when the call returns.
-      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(m_lengths.data(), host, static_cast<std::size_t>(b) * sizeof(std::int32_t),
-                                            cudaMemcpyHostToDevice, m_stream));
+      const std::size_t bytes = static_cast<std::size_t>(b) * sizeof(std::int32_t);
+      std::memcpy(m_lengths_stage->acquire(), host, bytes);  // the caller's array is not read after this
+      m_lengths_stage->send(m_lengths.data(), 0, bytes, m_stream);
     }
     return m_lengths.data();
   }
@@ -241,6 +303,8 @@ class CudaModelOps final : public ModelOps<T> {
   std::vector<T> m_rounded;                // stage_values' host rounding
   TrackedBuffer<std::int32_t> m_lengths;   // Data: device copy of the current lengths
   std::vector<std::int32_t> m_lengths_host;  // what m_lengths holds
+  std::unique_ptr<PinnedStage> m_token_stage;    // pinned staging of tokens | targets
+  std::unique_ptr<PinnedStage> m_lengths_stage;  // pinned staging of the lengths
   MemoryTracker& m_memory;                 // where the CNN's cuDNN workspaces are counted
   cudnnHandle_t m_cudnn = nullptr;         // CNN: made with the first convolution
   std::map<std::array<std::int64_t, 9>, Conv> m_convs;  // CNN: one per distinct Conv2dShape
