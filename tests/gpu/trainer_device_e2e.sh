@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA trainer end to end on GPUs (label gpu; one GPU per rank; built in CI,
-# never run here): 30 steps of inputs/tiny.toml at 2 ranks with
+# never run here): 30 steps of inputs/tiny.toml at NP ranks (default 2) with
 # train.device = "cuda" against the same binary with "cpu": fp32 at ZeRO stage 0
 # and 3 (loss curves within 1e-3 relative: cuBLAS and the host BLAS sum in other
 # orders), bf16 at stage 2 (3e-2); the device run is bitwise repeatable; a
 # checkpoint written on the device resumes on the host.
-# Environment (CTest): TRAINER, TRAINER_DATA, INPUT, TEXT, WORK, MPIEXEC, NPFLAG.
+# Environment (CTest): NP, TRAINER, TRAINER_DATA, INPUT, TEXT, WORK, MPIEXEC, NPFLAG.
 set -uo pipefail
 die() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -13,7 +13,7 @@ data=$WORK/tiny.h5
 "$TRAINER_DATA" text "$TEXT" "$data" --val-fraction 0.1 > /dev/null || die "trainer-data failed"
 run() {  # NAME DEVICE extra-args
   local name=$1 device=$2; shift 2
-  timeout 600 "$MPIEXEC" "$NPFLAG" 2 "$TRAINER" "$INPUT" --set data.path="$data" --set train.run_dir="$WORK/$name" \
+  timeout 600 "$MPIEXEC" "$NPFLAG" "${NP:-2}" "$TRAINER" "$INPUT" --set data.path="$data" --set train.run_dir="$WORK/$name" \
     --set train.device="$device" "$@" > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; die "$name failed"; }
 }
 compare() {  # A B TOL
