@@ -14,6 +14,8 @@
 #                  phases that do not fit are reported NOT RUN
 #   --out DIR      results folder (default $OUT/gpu-run, or ./gpu-run when OUT is unset)
 #   --setup-only   unpack, relocate, report the environment; run no test
+#   --measure-only unpack, relocate, then only the measurements hook, with the whole
+#                  budget (a second call of a GPU session, after the tests)
 #
 # Steps: unpack the .debs with dpkg -x into ${SHARDTRAIN_GPU_PREFIX:-/tmp/shardtrain-gpu-prefix};
 # delete the Open MPI plugins whose libraries are not carried (dropped.tsv); link the
@@ -27,8 +29,8 @@
 # tests/gpu/CMakeLists.txt); run the measurements hook if present.
 # Results (at most 8 files, each < 16 MiB): summary.txt (one line per test: name, mode,
 # result, seconds), environment.txt, setup.log, ctest.log, memcheck.log, racecheck.log,
-# measure.log, measure.txt (the hook's own file). Exit: 0 all selected tests passed,
-# 1 a test failed or did not run, 2 the setup found a problem (missing .deb or library).
+# measure.log, measure.txt (the hook's own file). Exit: 0 every selected test and the hook
+# passed; 1 a test or the hook failed or did not run; 2 setup problem (.deb, library).
 # Never runs ldconfig and writes nothing outside PREFIX, the restored build tree and
 # the results folder.
 set -euo pipefail
@@ -38,7 +40,7 @@ helper=$root/share/gpu/device_helper.py
 bundle=${SHARDTRAIN_GPU_BUNDLE:-$root/gpu-bundle}
 prefix=${SHARDTRAIN_GPU_PREFIX:-/tmp/shardtrain-gpu-prefix}
 run=""
-sanitize=0 measure=1 only="" budget=510 setup_only=0
+sanitize=0 measure=1 only="" budget=510 setup_only=0 measure_only=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --sanitize) sanitize=1; shift ;;
@@ -48,7 +50,8 @@ while [[ $# -gt 0 ]]; do
     --bundle) bundle=$2; shift 2 ;;
     --out) run=$2; shift 2 ;;
     --setup-only) setup_only=1; shift ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    --measure-only) measure_only=1; measure=1; shift ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "on-device.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -348,7 +351,7 @@ mapfile -t selected < <(cd "$build" && ctest -N "${ctest_sel[@]}" 2>/dev/null | 
 mapfile -t two_gpu < <(cd "$build" && ctest -N -L gpu2 ${only:+-R "$only"} 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
 for t in "${two_gpu[@]}"; do add_sum "$t" - "NOT RUN(needs 2 GPUs: label gpu2)" 0; done
 say "selected ${#selected[@]} one-GPU tests (ctest ${ctest_sel[*]}): ${selected[*]:-none}"
-(( ${#selected[@]} )) || problem "no test selected"
+(( ${#selected[@]} || measure_only )) || problem "no test selected"
 hook=$root/tests/bench/gpu/measure.sh
 measure_reserve=0
 [[ $measure == 1 && -f "$hook" ]] && measure_reserve=90
@@ -357,7 +360,7 @@ plain_deadline=$((deadline - measure_reserve - 15))
 if (( setup_only )); then
   say "--setup-only: no test run"
 else
-  if (( sanitize )); then
+  if (( sanitize && !measure_only )); then
     cs=$(command -v compute-sanitizer || true); [[ -z "$cs" && -x /usr/local/cuda/bin/compute-sanitizer ]] && cs=/usr/local/cuda/bin/compute-sanitizer
     if [[ -z "$cs" ]]; then
       say "--sanitize: compute-sanitizer not found (PATH, /usr/local/cuda/bin): sanitizer runs skipped"
@@ -394,7 +397,9 @@ else
   # Plain ctest. Tests with a TIMEOUT property keep it (300 s for the mpi ones);
   # --stop-time and the outer timeout end everything at the plain-phase deadline.
   plain_left=$((plain_deadline - SECONDS))
-  if (( plain_left < 20 )); then
+  if (( measure_only )); then
+    say "--measure-only: no test run"
+  elif (( plain_left < 20 )); then
     for t in "${selected[@]}"; do add_sum "$t" plain "NOT RUN(time budget)" 0; done
   else
     per=$(( plain_left < 180 ? plain_left : 180 ))
@@ -476,5 +481,5 @@ echo "on-device.sh: results in $run ($(ls "$run" | wc -l) files):"
 cat "$summary"
 if (( ${#problems[@]} )); then exit 2; fi
 if (( setup_only )); then exit 0; fi
-grep -v '^#' "$summary" | awk -F'\t' '$2 == "plain" && $3 != "PASS" { bad = 1 } END { exit bad }' || exit 1
+grep -v '^#' "$summary" | awk -F'\t' '($2 == "plain" || $2 == "hook") && $3 != "PASS" { bad = 1 } END { exit bad }' || exit 1
 exit 0
