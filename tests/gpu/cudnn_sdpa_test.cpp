@@ -17,9 +17,8 @@
 // Stream discipline: everything runs on ONE stream created with
 // cudaStreamNonBlocking, so work that CudnnSdpa (or this test) put on the legacy
 // default stream would not be ordered with it; uploads and downloads are
-// cudaMemcpyAsync on that stream followed by cudaStreamSynchronize (local
-// helpers below, not tests/gpu/device_buffer.hpp, whose copies use the legacy
-// stream). Outputs (out, stats, dqkv) are pre-filled with NaN, so anything left
+// cudaMemcpyAsync on that stream followed by cudaStreamSynchronize (StreamBuffer
+// below: copies ordered on the test's own stream). Outputs (out, stats, dqkv) are pre-filled with NaN, so anything left
 // unwritten fails; the whole workspace is pre-filled with 0xFF bytes (NaN as
 // fp32), so the backward only passes if the dQ accumulator is zeroed on the
 // stream before the graph runs and softmax_sum is written before it is read. A
@@ -52,6 +51,7 @@
 
 #include "backend/cudnn_graph.hpp"
 #include "core/cuda_check.hpp"
+#include "device_buffer.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cudnn_sdpa.cuh"
 
@@ -98,24 +98,7 @@ class StreamBuffer {
   std::size_t m_size = 0;
 };
 
-// Why no CUDA device is usable ("" when one is).
-std::string device_problem() {
-  int devices = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&devices);
-  if (rc == cudaSuccess && devices > 0) return std::string();
-  if (rc == cudaSuccess) return "cudaGetDeviceCount: 0 devices";
-  return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
-}
-
-// n values uniform in [lo, hi) from a seeded mt19937, rounded to D.
-template <class D>
-std::vector<D> random_values(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<D> v(n);
-  for (auto& x : v) x = static_cast<D>(dist(gen));
-  return v;
-}
+using test::random_values;  // tests/gpu/device_buffer.hpp
 
 template <class D>
 std::vector<D> nan_values(std::size_t n) {
@@ -311,14 +294,7 @@ TYPED_TEST(CudnnSdpaTest, RefusesTheWrongStorageType) {
 }  // namespace shardtrain
 
 int main(int argc, char** argv) {
-  const std::string why = shardtrain::device_problem();
-  if (!why.empty()) {
-    std::fprintf(stderr,
-                 "error: gpu_cudnn_sdpa_test needs a CUDA device and found none (%s); the gpu tests fail, "
-                 "they do not skip\n",
-                 why.c_str());
-    return 1;
-  }
+  if (shardtrain::test::no_device("gpu_cudnn_sdpa_test")) return 1;
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
