@@ -56,6 +56,12 @@ class Classifier {
   virtual void logits(std::vector<float>& out) const = 0;
   // Backward of the last forward: grads += d(dloss * sum of sample losses)/d(params).
   virtual void backward(T dloss) = 0;
+  // Measured activation use in bytes (the memory report's activations_measured,
+  // beside the planned activation_bytes). The classifiers' arenas are fixed: no
+  // recompute schedule, no stack, every region written by every forward (an
+  // empty micro-batch claims the same regions), so this is the bytes carved in
+  // category Activations once a forward has run, 0 before.
+  virtual std::int64_t activation_high_water_bytes() const = 0;
 };
 
 // The models' logits(): n logits of type T in `backend` memory, copied to the

@@ -226,7 +226,7 @@ double Cnn<T>::forward(const SampleBatch& b) {
   m_batch = batch;
   m_training = b.training && m_dims.dropout > 0.0;
   m_first_sample = b.first_sample;
-  m_forward_done = true;
+  m_forward_done = m_forward_ran = true;
   if (work) {
     m_inputs = m_ops->stage_values(b.values, batch * m_dims.in_channels * m_dims.height * m_dims.width);
     const TokenIndex* no_tokens = nullptr;

@@ -112,6 +112,11 @@ class Cnn final : public Classifier<T> {
   double forward(const SampleBatch& b) override;
   void logits(std::vector<float>& out) const override;
   void backward(T dloss) override;
+  // Fixed arena (no recompute stack): what was carved (values and argmax), once
+  // a forward wrote it.
+  std::int64_t activation_high_water_bytes() const override {
+    return m_forward_ran ? static_cast<std::int64_t>(m_acts.bytes() + m_argmax.bytes()) : 0;
+  }
 
   const CnnDims& dims() const { return m_dims; }
 
@@ -140,6 +145,7 @@ class Cnn final : public Classifier<T> {
   bool m_training = false;
   std::uint64_t m_first_sample = 0;
   bool m_forward_done = false;
+  bool m_forward_ran = false;  // a forward has written the arena
 };
 
 extern template class Cnn<float>;

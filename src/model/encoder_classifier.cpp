@@ -183,7 +183,7 @@ double EncoderClassifier<T>::forward(const SampleBatch& sb) {
   m_batch = batch;
   m_training = sb.training;
   m_first_sample = sb.first_sample;
-  m_forward_done = true;
+  m_forward_done = m_forward_ran = true;
   const bool drop = m_dims.dropout > 0.0 && m_training;
   if (work) {
     SHARDTRAIN_CHECK(sb.tokens && sb.lengths && sb.labels, "EncoderClassifier::forward: tokens, lengths and labels are required");

@@ -89,6 +89,11 @@ class EncoderClassifier final : public Classifier<T> {
   double forward(const SampleBatch& b) override;
   void logits(std::vector<float>& out) const override;
   void backward(T dloss) override;
+  // Fixed arena (every block's internals kept: no recompute schedule, no
+  // stack): what was carved, once a forward wrote it.
+  std::int64_t activation_high_water_bytes() const override {
+    return m_forward_ran ? static_cast<std::int64_t>(m_acts.bytes()) : 0;
+  }
 
   const EncoderDims& dims() const { return m_dims; }
 
@@ -128,6 +133,7 @@ class EncoderClassifier final : public Classifier<T> {
   bool m_training = false;
   std::uint64_t m_first_sample = 0;
   bool m_forward_done = false;
+  bool m_forward_ran = false;  // a forward has written the arena
 };
 
 extern template class EncoderClassifier<float>;

@@ -94,14 +94,21 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
   SHARDTRAIN_CHECK(dims.n_layer >= 1, "a GPT needs at least one block");
   const ChainCosts costs = gpt_chain_costs(dims, sizeof(T));
-  m_schedule = schedule ? *schedule : *make_recompute_schedule("none", costs);
-  simulate(costs, m_schedule);  // a schedule for another chain fails here
+  // The arena is the schedule's plan as given (what the memory plan reported);
+  // the ops are replayed on this chain (a schedule for another chain fails
+  // here) and run from the replay. What the ops use of the arena is measured.
+  const RecomputeSchedule planned = schedule ? *schedule : *make_recompute_schedule("none", costs);
+  m_schedule = planned;
+  simulate(costs, m_schedule);
   const auto plan = gpt_activation_plan(dims);
   m_per_block = plan.per_block;
+  m_head_elems = plan.head;
+  m_stack_capacity = planned.stack_bytes / static_cast<std::int64_t>(sizeof(T));
+  m_has_scratch = planned.uses_scratch;
   m_ops = make_model_ops<T>(backend ? *backend : host_backend(),
                             ModelOpsLimits{dims.max_batch, dims.seq_len, dims.channels, dims.n_head, dims.vocab},
                             memory);
-  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, gpt_activation_elems(dims, m_schedule),
+  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, gpt_activation_elems(dims, planned),
                             m_ops->memory());
   m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace, m_ops->memory());
   m_ws = transformer_block_workspace(m_work.data(), block_shape());
@@ -110,8 +117,8 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   T* p = m_acts.data();
   auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
   m_emb_out = carve(bt * c);
-  m_stack = carve(m_schedule.stack_bytes / static_cast<std::int64_t>(sizeof(T)));
-  if (m_schedule.uses_scratch) {
+  m_stack = carve(m_stack_capacity);
+  if (m_has_scratch) {
     m_scratch = carve_block_at(p);
     p += m_per_block;
   }
@@ -190,7 +197,9 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
   m_int_held.assign(n, 0);
   m_ck_of.assign(n + 1, nullptr);
   m_stack_top = 0;
+  m_pass_stack_high = 0;
   m_stack_marks.clear();
+  m_head_used = true;
 
   acquire_params(0);  // kept until the tied LM head has used wte
   m_provider->prefetch(1);
@@ -225,11 +234,13 @@ const T* Gpt<T>::input_of(int l) const {
 
 template <class T>
 T* Gpt<T>::stack_push(std::int64_t elems) {
-  SHARDTRAIN_CHECK(m_stack_top + elems <= m_schedule.stack_bytes / static_cast<std::int64_t>(sizeof(T)),
+  SHARDTRAIN_CHECK(m_stack_top + elems <= m_stack_capacity,
                    "recompute: activation stack overflow (schedule and arena disagree)");
   m_stack_marks.push_back(m_stack_top);
   T* r = m_stack + m_stack_top;
   m_stack_top += elems;
+  m_pass_stack_high = std::max(m_pass_stack_high, m_stack_top);
+  m_stack_high = std::max(m_stack_high, m_stack_top);
   return r;
 }
 
@@ -239,6 +250,23 @@ void Gpt<T>::stack_pop(const T* region) {
                    "recompute: activation freed out of LIFO order");
   m_stack_top = m_stack_marks.back();
   m_stack_marks.pop_back();
+}
+
+template <class T>
+std::int64_t Gpt<T>::activation_high_water_bytes() const {
+  const std::int64_t elems =
+      (m_head_used ? m_head_elems : 0) + m_stack_high + (m_scratch_used ? m_per_block : 0);
+  return elems * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
+std::int64_t Gpt<T>::stack_high_water_bytes() const {
+  return m_stack_high * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
+std::int64_t Gpt<T>::last_pass_stack_high_water_bytes() const {
+  return m_pass_stack_high * static_cast<std::int64_t>(sizeof(T));
 }
 
 template <class T>
@@ -266,7 +294,10 @@ void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_
           m_int_acts[l] = a;
           m_int_held[l] = 1;
         } else {
+          SHARDTRAIN_CHECK(m_has_scratch, "recompute: a forward drops its internals but the arena has no scratch "
+                                          "block (the schedule's plan says uses_scratch = false)");
           a = m_scratch;  // internals and output to the scratch block
+          m_scratch_used = true;
         }
         acquire_params(l + 1);
         if (const int g = next_group(k); g >= 0) m_provider->prefetch(g);

@@ -13,7 +13,12 @@
 // Recompute: the blocks are a chain run by a RecomputeSchedule (plan/recompute.hpp):
 // forward() runs the schedule's forward pass, backward() the rest (re-running
 // block forwards where it says so); the arena holds the head, the schedule's
-// internals and checkpoint slots and its scratch block. The blocks know nothing
+// internals and checkpoint slots and its scratch block, sized by the schedule's
+// plan as given (stack_bytes, uses_scratch: what the memory plan reports). The
+// model measures what it uses of it: the stack's high-water (stack_push/pop)
+// and whether the scratch block is used, so activation_high_water_bytes() is
+// the measured activation peak to check the plan against (more than planned
+// cannot happen: a push past the planned stack throws). The blocks know nothing
 // of the policy; every policy computes bitwise the same loss and gradients.
 // Gradient convention: backward() ACCUMULATES into the gradient vector, so
 // micro-batches add up; the caller zeroes it once per optimizer step.
@@ -107,6 +112,20 @@ class Gpt {
 
   const GptDims& dims() const { return m_dims; }
 
+  // Measured activation use in bytes, max over every forward and backward since
+  // construction: the head (embeddings output, final LayerNorm, logits, losses)
+  // once a forward ran, plus the recompute stack's high-water, plus the scratch
+  // block once a forward dropped its internals. Counted in the arena regions the
+  // schedule's ops claim, so a micro-batch smaller than max_batch (or an empty
+  // one) measures the same. The arena holds gpt_activation_elems(dims, schedule)
+  // elements (the plan): the two are equal when the plan is right, and the
+  // measured value is lower when the schedule reserves more than its ops use.
+  std::int64_t activation_high_water_bytes() const;
+  // The recompute stack's high-water in bytes: over the model's life, and since
+  // the last forward() began (that forward and its backward).
+  std::int64_t stack_high_water_bytes() const;
+  std::int64_t last_pass_stack_high_water_bytes() const;
+
  private:
   using BlockParams = TransformerBlockParams<T>;
   using BlockActs = TransformerBlockActs<T>;
@@ -144,8 +163,15 @@ class Gpt {
   RecomputeSchedule m_schedule;
   std::int64_t m_per_block = 0;                // elements one block saves (gpt_activation_plan)
   T* m_stack = nullptr;                        // the schedule's activation stack (LIFO)
+  std::int64_t m_stack_capacity = 0;           // elements: the plan's stack_bytes
   std::int64_t m_stack_top = 0;                // elements in use
+  std::int64_t m_stack_high = 0;               // highest m_stack_top since construction
+  std::int64_t m_pass_stack_high = 0;          // highest m_stack_top since the last forward() began
   std::vector<std::int64_t> m_stack_marks;     // start of every region held, bottom to top
+  std::int64_t m_head_elems = 0;               // the arena outside the stack and the scratch block
+  bool m_has_scratch = false;                  // the plan's uses_scratch: the arena holds a scratch block
+  bool m_head_used = false;                    // a forward ran
+  bool m_scratch_used = false;                 // a forward dropped its internals
   BlockActs m_scratch{};                       // internals of a forward that keeps none
   std::vector<BlockActs> m_int_acts;           // per block: its internals while held
   std::vector<char> m_int_held;

@@ -110,7 +110,7 @@ double Mlp<T>::forward(const float* inputs, const TokenIndex* labels, std::int64
   SHARDTRAIN_CHECK(m_provider != nullptr, "Mlp::forward before bind");
   const bool work = batch > 0;
   m_batch = batch;
-  m_forward_done = true;
+  m_forward_done = m_forward_ran = true;
   if (work) {
     m_inputs = m_ops->stage_values(inputs, batch * m_dims.inputs);
     const TokenIndex* no_tokens = nullptr;

@@ -77,6 +77,10 @@ class Mlp final : public Classifier<T> {
   void logits(std::vector<float>& out) const override;
   // grads += d(dloss * sum of sample losses)/d(params).
   void backward(T dloss) override;
+  // Fixed arena (no recompute stack): what was carved, once a forward wrote it.
+  std::int64_t activation_high_water_bytes() const override {
+    return m_forward_ran ? static_cast<std::int64_t>(m_acts.bytes()) : 0;
+  }
 
   const MlpDims& dims() const { return m_dims; }
 
@@ -97,6 +101,7 @@ class Mlp final : public Classifier<T> {
   const TokenIndex* m_labels = nullptr;
   std::int64_t m_batch = 0;
   bool m_forward_done = false;
+  bool m_forward_ran = false;  // a forward has written the arena
 };
 
 extern template class Mlp<float>;
