@@ -307,8 +307,11 @@ void memory_matches_costs(const CnnDims& d) {
     b.values = in.data();
     b.labels = lab.data();
     b.training = true;
+    EXPECT_EQ(model.activation_high_water_bytes(), 0);  // nothing written yet
     model.forward(b);
     model.backward(T(1.0f));
+    // No recompute schedule: the measured activations are the fixed arena, the plan.
+    EXPECT_EQ(model.activation_high_water_bytes(), cnn_costs<T>(d).activation_bytes);
   }
   const ClassifierCosts c = cnn_costs<T>(d);
   EXPECT_EQ(static_cast<std::int64_t>(memory.peak(MemCategory::Activations)), c.activation_bytes);

@@ -253,8 +253,11 @@ void memory_matches_costs() {
     std::vector<std::int32_t> lengths{2, 6, 1};
     SampleBatch b;
     b.batch = 3; b.tokens = tokens.data(); b.lengths = lengths.data(); b.labels = labels.data(); b.training = true;
+    EXPECT_EQ(model.activation_high_water_bytes(), 0);  // nothing written yet
     model.forward(b);
     model.backward(T(1.0f));
+    // No recompute schedule: the measured activations are the fixed arena, the plan.
+    EXPECT_EQ(model.activation_high_water_bytes(), c.activation_bytes);
   }
   EXPECT_EQ(static_cast<std::int64_t>(memory.peak(MemCategory::Activations)), c.activation_bytes);
   EXPECT_EQ(static_cast<std::int64_t>(memory.peak(MemCategory::Workspace)), c.workspace_bytes);

@@ -157,6 +157,24 @@ void lower_precision_matches(double tol) {
   EXPECT_EQ(logits.size(), 12u);
 }
 
+// The arena is fixed (no recompute schedule): the measured activations
+// (activations_measured of the memory report) are what mlp_costs plans, once a
+// forward has written them, also after an empty micro-batch.
+TEST(MlpMemory, MeasuredActivationsEqualCosts) {
+  Fixture f;
+  Mlp<double> model(f.dims, f.layout, f.memory);
+  model.bind(f.params.data(), f.grads.data());
+  const std::int64_t planned = mlp_costs<double>(f.dims).activation_bytes;
+  EXPECT_EQ(static_cast<std::int64_t>(f.memory.current(MemCategory::Activations)), planned);
+  EXPECT_EQ(model.activation_high_water_bytes(), 0);
+  model.forward(nullptr, nullptr, 0);
+  model.backward(1.0);
+  EXPECT_EQ(model.activation_high_water_bytes(), planned);
+  model.forward(f.inputs.data(), f.labels.data(), 4);
+  model.backward(1.0);
+  EXPECT_EQ(model.activation_high_water_bytes(), planned);
+}
+
 TEST(MlpPrecision, Fp32AndSixteenBitMatchFp64) {
   lower_precision_matches<float>(1e-5);
   lower_precision_matches<bf16>(3e-2);
