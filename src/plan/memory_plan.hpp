@@ -3,7 +3,10 @@
 // allocate, computed from the config, the data set's vocabulary and the rank
 // count alone -- nothing of the model is allocated. The trainer allocates
 // exactly these buffers (the same functions size both), so the plan is checked
-// against the tracked allocator's measured peaks at the end of every run.
+// against the tracked allocator's measured peaks at the end of every run, and
+// its activations also against the model's measured high-water (how far the
+// recompute stack rose: Gpt::activation_high_water_bytes), which allocation
+// alone cannot show.
 //   parameters, gradients, optimizer state: ZeroEngine / AdamW by stage
 //   (fp32: stage 0 16 Psi, 1 8 Psi + 8 Psi/N, 2 4 Psi + 12 Psi/N, 3 16 Psi/N;
 //   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,

@@ -195,6 +195,9 @@ class ClassifierTask final : public Task<P> {
     r.confusion = std::move(confusion);
     return r;
   }
+  std::int64_t activation_high_water_bytes() const override {
+    return m_model ? m_model->activation_high_water_bytes() : 0;
+  }
 
  private:
   ClassifierCosts costs() const {

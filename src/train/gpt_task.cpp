@@ -93,6 +93,9 @@ class GptTask final : public Task<P> {
     r.samples = windows;
     return r;
   }
+  std::int64_t activation_high_water_bytes() const override {
+    return m_model ? m_model->activation_high_water_bytes() : 0;
+  }
 
  private:
   // Micro-batch m of this rank's slice [lo, hi): reads the windows of samples

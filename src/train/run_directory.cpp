@@ -85,20 +85,25 @@ void RunDirectory::write_file(const std::string& name, const std::string& text) 
   write_text(fs::path(m_path) / name, text);
 }
 
-void RunDirectory::write_memory(const std::vector<std::int64_t>& peaks,
-                                const std::vector<std::int64_t>& plan) {
+void RunDirectory::write_memory(const std::vector<std::int64_t>& peaks, const std::vector<std::int64_t>& plan,
+                                const std::vector<std::int64_t>& activations_measured) {
   std::string text = "rank";
   for (int c = 0; c < MemoryTracker::kCategories; ++c)
     text += fmt::format(",{}", to_string(static_cast<MemCategory>(c)));
-  text += ",total\n";
-  const std::size_t width = plan.size();
-  auto row = [&text](const std::string& who, const std::int64_t* p, std::size_t n) {
+  text += ",activations_measured,total\n";
+  const std::size_t width = plan.size();  // categories + total
+  SHARDTRAIN_CHECK(width == MemoryTracker::kCategories + 1 && peaks.size() % width == 0 &&
+                       activations_measured.size() == peaks.size() / width + 1,
+                   "memory.csv: rows of different lengths");
+  auto row = [&text](const std::string& who, const std::int64_t* p, std::size_t n, std::int64_t measured) {
     text += who;
-    for (std::size_t i = 0; i < n; ++i) text += fmt::format(",{}", p[i]);
-    text += "\n";
+    for (std::size_t i = 0; i + 1 < n; ++i) text += fmt::format(",{}", p[i]);
+    text += fmt::format(",{},{}\n", measured, p[n - 1]);
   };
-  for (std::size_t r = 0; r * width < peaks.size(); ++r) row(std::to_string(r), &peaks[r * width], width);
-  row("plan", plan.data(), width);
+  const std::size_t ranks = peaks.size() / width;
+  for (std::size_t r = 0; r < ranks; ++r)
+    row(std::to_string(r), &peaks[r * width], width, activations_measured[r]);
+  row("plan", plan.data(), width, activations_measured[ranks]);
   write_text(fs::path(m_path) / "memory.csv", text);
 }
 

@@ -1,7 +1,8 @@
 // shardtrain/train/run_directory.hpp
 // Owns the run directory on rank 0: `config.toml` (the resolved config),
 // `input.toml` (the input text as given), `metrics.csv` (one row per logged
-// step) and `memory.csv` (peak bytes per category and rank, and the plan).
+// step) and `memory.csv` (peak bytes per category and rank, the measured
+// activation high-water, and the plan).
 // Only rank 0 constructs one. A metrics.csv left by an earlier job is renamed
 // to metrics.csv.N rather than overwritten, so no result is lost; a resumed run
 // (resume_step > 0) starts its metrics.csv with that file's rows up to the
@@ -42,9 +43,14 @@ class RunDirectory {
   RunDirectory& operator=(const RunDirectory&) = delete;
 
   void append(const MetricsRow& row);  // writes and flushes one CSV row
-  // memory.csv: peak bytes per category for each rank (rows of `categories + 1`
-  // values, the last the total), then the plan's row.
-  void write_memory(const std::vector<std::int64_t>& peaks, const std::vector<std::int64_t>& plan);
+  // memory.csv: header `rank,<categories>,activations_measured,total`; one row
+  // per rank, then the plan's row. `peaks` holds `categories + 1` values per
+  // rank (the tracked allocator's peak per category, the last the total) and
+  // `plan` the plan's; `activations_measured` holds the model's measured
+  // activation high-water per rank, and then the plan's activations. It goes
+  // before `total`, so every earlier column keeps its place and `total` stays last.
+  void write_memory(const std::vector<std::int64_t>& peaks, const std::vector<std::int64_t>& plan,
+                    const std::vector<std::int64_t>& activations_measured);
   // Writes `text` to the file `name` in the run directory (replacing it).
   void write_file(const std::string& name, const std::string& text);
   const std::string& path() const { return m_path; }

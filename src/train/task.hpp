@@ -88,6 +88,10 @@ class Task {
   // The validation pass over the first `max_samples` samples (0: the whole
   // split), split over the ranks. Collective.
   virtual EvalResult evaluate(std::int64_t max_samples) = 0;
+  // The model's measured activation high-water in bytes, max over every
+  // forward and backward so far (Gpt / Classifier::activation_high_water_bytes);
+  // the memory report sets it beside the planned Activations. 0 before build().
+  virtual std::int64_t activation_high_water_bytes() const = 0;
 
  protected:
   MemoryPlan m_plan;

@@ -653,20 +653,38 @@ void Run<P>::report_memory(RunDirectory* dir) {
   std::vector<std::int64_t> rss(static_cast<std::size_t>(n), 0);
   rss[m_comm.rank()] = process_peak_rss_bytes();
   m_comm.all_reduce(std::span<std::int64_t>(rss), ReduceOp::Sum);
+  // Activations as the model measured using them (the recompute stack's
+  // high-water, max over steps and micro-batches), beside the tracked
+  // allocation, which is the arena the plan sized; the plan's value last.
+  std::vector<std::int64_t> used(static_cast<std::size_t>(n) + 1, 0);
+  used[m_comm.rank()] = m_task->activation_high_water_bytes();
+  m_comm.all_reduce(std::span<std::int64_t>(used), ReduceOp::Sum);
   if (!is_root()) return;
+  constexpr int kActs = static_cast<int>(MemCategory::Activations);
+  used[n] = m_plan.bytes[kActs];
   std::vector<std::int64_t> plan(m_plan.bytes.begin(), m_plan.bytes.end());
   plan.push_back(m_plan.total());
-  dir->write_memory(peaks, plan);
-  auto row = [](const std::string& who, const std::int64_t* p) {
-    auto mib = [p](int i) { return static_cast<double>(p[i]) / (1024.0 * 1024.0); };
-    fmt::print("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>10.3f} {:>8.3f} {:>8.3f} {:>10.3f}\n", who,
-               mib(0), mib(1), mib(2), mib(3), mib(4), mib(5), mib(6), mib(kCats));
+  dir->write_memory(peaks, plan, used);
+  auto row = [](const std::string& who, const std::int64_t* p, std::int64_t measured) {
+    auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+    fmt::print("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>10.3f} {:>10.3f} {:>8.3f} {:>8.3f} {:>10.3f}\n",
+               who, mib(p[0]), mib(p[1]), mib(p[2]), mib(p[3]), mib(measured), mib(p[4]), mib(p[5]), mib(p[6]),
+               mib(p[kCats]));
   };
-  fmt::print("peak memory per rank (MiB, tracked allocator; also {}/memory.csv):\n", dir->path());
-  fmt::print("  {:>4} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8} {:>10}\n", "rank", "params",
-             "grads", "optimizer", "activations", "workspace", "comm", "data", "total");
-  for (int r = 0; r < n; ++r) row(std::to_string(r), &peaks[r * (kCats + 1)]);
-  row("plan", plan.data());
+  fmt::print("peak memory per rank (MiB, tracked allocator; activations also as measured: the model's "
+             "high-water in its arena; also {}/memory.csv):\n", dir->path());
+  fmt::print("  {:>4} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10}\n", "rank", "params",
+             "grads", "optimizer", "activations", "(measured)", "workspace", "comm", "data", "total");
+  for (int r = 0; r < n; ++r) row(std::to_string(r), &peaks[r * (kCats + 1)], used[r]);
+  row("plan", plan.data(), used[n]);
+  std::string differ;
+  for (int r = 0; r < n; ++r)
+    if (used[r] != used[n]) differ += fmt::format(" rank {} {} bytes;", r, used[r]);
+  if (differ.empty())
+    fmt::print("activations measured: the high-water equals the plan ({} bytes) on every rank\n", used[n]);
+  else
+    fmt::print("activations measured: the high-water differs from the plan ({} bytes):{}\n", used[n],
+               differ.substr(0, differ.size() - 1));
   std::string rss_text;
   for (int r = 0; r < n; ++r)
     rss_text += rss[r] < 0 ? std::string(" n/a") : fmt::format(" {:.1f}", static_cast<double>(rss[r]) / (1024.0 * 1024.0));
