@@ -126,15 +126,31 @@ case "${1:-}" in
     [[ ! -e "$WORK/$name/metrics.csv" ]] || die "it trained"
     ;;
   recompute-memory)
-    # NP LAYERS POLICY [--set ...]: measured activation peak per rank == the plan (5%).
+    # NP LAYERS POLICY [--set ...]: tracked activation peak per rank == the plan (5%), and
+    # the measured activation high-water (the recompute stack's, memory.csv's
+    # activations_measured) == the plan to the byte on every rank, as the report says.
     np=$2; layers=$3; policy=$4; shift 4; name="rcmem_L${layers}_${policy}_np$np"
     run_trainer "$np" "$name" --set model.n_layer="$layers" --set recompute.policy="$policy" \
       --set train.steps=3 --set train.eval_every=0 "$@"
     grep -A6 '^recompute plan' "$WORK/$name.log"
     awk -F, '$1 == "plan" { plan = $5 } $1 ~ /^[0-9]+$/ { if ($5 > peak) peak = $5 }
       END { r = (peak - plan) / plan; if (r < 0) r = -r
-            printf "activations: measured %d bytes, plan %d bytes (%.4f)\n", peak, plan, r; exit !(r <= 0.05) }' \
+            printf "activations: tracked %d bytes, plan %d bytes (%.4f)\n", peak, plan, r; exit !(r <= 0.05) }' \
       "$WORK/$name/memory.csv" || die "activation peak differs from the plan by more than 5%"
+    awk -F, -v np="$np" '
+      NR == 1 { for (i = 1; i <= NF; i++) if ($i == "activations_measured") c = i; if (!c) { print "no activations_measured column"; exit 1 }; next }
+      $1 == "plan" { plan = $c; next }
+      $1 ~ /^[0-9]+$/ { rows++; used[$1] = $c }
+      END {
+        if (rows != np || plan == "") { print "expected " np " rank rows and a plan row"; exit 1 }
+        for (r = 0; r < np; r++) {
+          printf "rank %d: activations measured %d bytes, plan %d bytes\n", r, used[r], plan
+          if (used[r] != plan) bad = 1
+        }
+        exit bad
+      }' "$WORK/$name/memory.csv" || die "measured activation high-water differs from the plan"
+    grep -q "^activations measured: the high-water equals the plan ([0-9]* bytes) on every rank" "$WORK/$name.log" ||
+      die "the report does not say the measured activation high-water equals the plan"
     ;;
   recompute-cap)
     # NP: budget plan total + 0.5 MiB as memory_limit_mb trains; policy none under the same cap is refused.
