@@ -61,6 +61,11 @@ struct TrainerHooks {
   // --signal-at-step STEP[:RANK]: rank RANK acts as if SIGUSR1 arrived during step STEP.
   std::int64_t signal_step = 0;  // 0: none
   int signal_rank = 0;
+  // --perturb-weights STEP[:RANK]: after the update of step STEP rank RANK moves
+  // the first fp32 weight its optimizer owns by one ulp; at ZeRO stage 0 its
+  // replica then differs from the other ranks' (the weights CRC check's test).
+  std::int64_t perturb_step = 0;  // 0: none
+  int perturb_rank = 0;
 };
 
 class RunBase;

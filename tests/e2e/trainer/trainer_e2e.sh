@@ -20,6 +20,10 @@
 #   skip-abort NP               fp16 stuck at a minimum loss scale of 1e30 (every gradient
 #                               overflows): steps 1-3 skipped with a warning each, then exit 1
 #                               with one message naming max_consecutive_skips = 3
+#   replicas NP RANK [--set ...]  ZeRO stage 0: rank RANK's replica of the weights moved by one
+#                               ulp after step 3 (--perturb-weights): the weights CRC check of
+#                               step 3 ends the run with exit 1 and one message naming RANK as
+#                               the rank that holds another CRC than the rest; steps 1-2 logged
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -110,6 +114,26 @@ case "${1:-}" in
     [[ $(grep -c '^warning: step [12]: loss scale is at precision.min_scale' "$WORK/$name.err") -eq 2 ]] ||
       die "expected a min-scale warning for steps 1 and 2"
     [[ $(grep -c 'step skipped' "$WORK/$name.log") -eq 3 ]] || die "expected 3 skipped steps logged"
+    ;;
+  replicas)
+    np=$2; victim=$3; shift 3; name="replicas_np${np}_r$victim"
+    rm -rf "${WORK:?}/$name"
+    timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/$name" --set parallel.zero_stage=0 --set train.log_every=1 "$@" \
+      --perturb-weights "3:$victim" > "$WORK/$name.log" 2> "$WORK/$name.err"
+    rc=$?
+    cat "$WORK/$name.err"
+    [[ $rc -ne 124 ]] || die "trainer hung"
+    [[ $rc -eq 1 ]] || die "expected exit code 1, got $rc"
+    [[ $(grep -c '^error' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
+    # The others, in the order the message lists them: the agreeing ranks.
+    others=$(seq 0 $((np - 1)) | grep -vx "$victim" | paste -sd, | sed 's/,/, /g')
+    [[ $np -eq 2 ]] && s="" || s="s"
+    [[ $np -eq 2 ]] && h="holds" || h="hold"
+    grep -Eq "^error: step 3: the ranks' replicas of the weights differ at ZeRO stage 0 .*: rank $victim holds weights_crc [0-9a-f]{8}, rank$s $others $h weights_crc [0-9a-f]{8}\$" \
+      "$WORK/$name.err" || die "the error does not name rank $victim as the one whose replica differs"
+    [[ "$(awk -F, 'NR > 1 { print $1 }' "$WORK/$name/metrics.csv" | paste -sd' ')" == "1 2" ]] ||
+      die "expected metrics rows for steps 1 and 2 only"
     ;;
   bad-hook)
     # NP VALUE [OPTION]: OPTION VALUE (default --inject-overflow; every STEP[:RANK]
