@@ -853,6 +853,7 @@ TrainResult Run<P>::run() {
     Profiler* const prof = step > first ? m_profiler.get() : nullptr;
     if (prof) prof->begin_step();
     const StepResult sr = train_step(step, lr);
+    ++result.steps_run;
     if (prof) prof->end_step();
     m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
     const std::uint64_t step_bytes = bytes_sent() - sent_before;
@@ -917,7 +918,7 @@ TrainResult Run<P>::run() {
     else
       fmt::print("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f}{} "
                  "(whole validation split)\n",
-                 tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", tc.steps - first, first + 1) : "",
+                 tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", result.steps_run, first + 1) : "",
                  result.seconds, result.final_train_loss, result.final_val_loss,
                  result.final_val_accuracy
                      ? fmt::format(" | val accuracy {:.4f} (error {:.2f}%)", *result.final_val_accuracy,

@@ -24,6 +24,7 @@ namespace shardtrain {
 struct TrainResult {
   std::int64_t first_step = 0;     // steps done before this job (0, or the resumed checkpoint's step)
   std::int64_t last_step = 0;      // steps done when this job ended
+  std::int64_t steps_run = 0;      // steps this job trained, counted as they run (skipped ones included)
   double final_train_loss = 0.0;
   double final_val_loss = 0.0;
   std::optional<double> final_val_accuracy;  // classifiers
