@@ -3,8 +3,10 @@
 # Environment (set by CTest): TRAINER, INPUT (tiny.toml), DATA (tiny.h5), WORK (scratch dir),
 # MPIEXEC, NPFLAG.
 #   run NP NAME [--set ...]     train into $WORK/NAME, fail on non-zero exit
-#   equiv NAME NP REF TOL [--set ...]  train at NP ranks; losses must match run REF within relative TOL
-#                               (TOL 0: bitwise, weight CRCs included)
+#   equiv NAME NP REF TOL[/GTOL] [--set ...]  train at NP ranks, logging every step (unless --set
+#                               says otherwise); loss and val_loss must match run REF within
+#                               relative TOL, grad_norm within GTOL (default TOL; "-": not
+#                               compared), every step REF logs (TOL 0: bitwise, weight CRCs included)
 #   learn NP NAME MIN_ACC [--set ...]  a classifier trains; final val accuracy >= MIN_ACC, confusion
 #                               matrix printed and in confusion.txt, val_accuracy in metrics.csv
 #   determinism NP [TAG --set ...]  two runs at NP ranks; losses (and weight CRCs) must be
@@ -36,9 +38,9 @@ case "${1:-}" in
     run_trainer "$np" "$name" "$@"
     ;;
   equiv)
-    name=$2; np=$3; ref=$4; tol=$5; shift 5
-    run_trainer "$np" "$name" "$@"
-    compare "$WORK/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol"
+    name=$2; np=$3; ref=$4; tol=${5%%/*}; gtol=${5#*/}; shift 5
+    run_trainer "$np" "$name" --set train.log_every=1 "$@"
+    compare "$WORK/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol" "$gtol"
     if [[ "$tol" == 0 ]]; then
       diff <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$ref/metrics.csv") \
            <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$name/metrics.csv") || die "weight CRCs differ"
