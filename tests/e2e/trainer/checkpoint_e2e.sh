@@ -3,9 +3,11 @@
 # CTest (tests/e2e/trainer/CMakeLists.txt). Environment: as trainer_e2e.sh, plus
 # CKPT_TOOL (trainer-ckpt). Every case trains the tiny model for 40 steps with a
 # checkpoint every 10, so the straight run and the interrupted one share the
-# learning-rate schedule.
-#   resume NP TAG [--set ...]   40 steps straight vs 20 + resume for 20 at NP ranks: metrics
-#                               (loss, val_loss, loss_scale, skipped, weights CRC) bitwise equal
+# learning-rate schedule, and logs every step. Every resumed job must have
+# computed exactly the steps after its checkpoint (check_resumed, e2e_lib.sh).
+#   resume NP TAG [--set ...]   40 steps straight vs 20 + resume for 20 at NP ranks: the resumed
+#                               job trains exactly steps 21-40; metrics (loss, val_loss, lr,
+#                               grad_norm, loss_scale, skipped, weights CRC) bitwise equal
 #   elastic                     saved at 4 ranks ZeRO stage 3, resumed at 2 ranks stage 1, at 3
 #                               ranks stage 2 and at 1 rank stage 0 with another micro-batch;
 #                               saved at 1 rank, resumed at 4 ranks stage 3: losses within
@@ -26,14 +28,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=e2e_lib.sh
 source "$here/e2e_lib.sh"
 
-base=(--set train.steps=40 --set checkpoint.every_steps=10)
+base=(--set train.steps=40 --set checkpoint.every_steps=10 --set train.log_every=1)
 
-# Columns that must agree bitwise: step, loss, val_loss, loss_scale, skipped, weights_crc.
+# Columns that must agree bitwise: step, loss, val_loss, lr, grad_norm, loss_scale, skipped, weights_crc.
 same_metrics() {  # A B
-  diff <(cut -d, -f1,2,3,9,10,11 "$1") <(cut -d, -f1,2,3,9,10,11 "$2") ||
+  diff <(cut -d, -f1-5,9,10,11 "$1") <(cut -d, -f1-5,9,10,11 "$2") ||
     die "metrics differ: $1 vs $2"
-  [[ $(wc -l < "$1") -eq 9 ]] || die "$1: expected 8 rows (every 5 steps to 40)"
-  echo "bitwise identical: $(($(wc -l < "$1") - 1)) rows of step, loss, val_loss, loss_scale, skipped, weights_crc"
+  [[ $(wc -l < "$1") -eq 41 ]] || die "$1: expected 40 rows (every step to 40)"
+  echo "bitwise identical: $(($(wc -l < "$1") - 1)) rows of step, loss, val_loss, lr, grad_norm, loss_scale, skipped, weights_crc"
 }
 
 latest_of() { cat "$WORK/$1/checkpoints/latest"; }
@@ -65,6 +67,7 @@ case "${1:-}" in
     LOG="$WORK/ck_${tag}.resume.log" train_in "$np" "ck_${tag}" "${base[@]}" "$@"
     grep -q "^resumed from $WORK/ck_${tag}/checkpoints/step_00000020.h5: step 20, 160 samples" \
       "$WORK/ck_${tag}.resume.log" || die "did not resume from step 20"
+    check_resumed "$WORK/ck_${tag}.resume.log" "$WORK/ck_${tag}" 20 40
     same_metrics "$WORK/ck_${tag}_straight/metrics.csv" "$WORK/ck_${tag}/metrics.csv"
     ;;
   elastic)
@@ -112,7 +115,7 @@ case "${1:-}" in
     [[ -e "$dir/step_00000030.h5.partial" && ! -e "$dir/step_00000030.h5" ]] || die "expected only a .partial of step 30"
     [[ "$(latest_of "$name")" == step_00000020.h5 ]] || die "latest does not name step 20 after the crash"
     LOG="$WORK/$name.restart.log" train_in "$np" "$name" "${base[@]}"
-    grep -q "^resumed from $dir/step_00000020.h5: step 20" "$WORK/$name.restart.log" || die "did not resume from step 20"
+    check_resumed "$WORK/$name.restart.log" "$WORK/$name" 20 40
     same_metrics "$WORK/${name}_straight/metrics.csv" "$WORK/$name/metrics.csv"
     ls "$dir"
     [[ -z "$(ls "$dir" | grep partial)" ]] || die "the interrupted write was not cleaned up"
@@ -140,7 +143,7 @@ case "${1:-}" in
     LOG="$WORK/$name.resume.log" train_in "$np" "$name" "${base[@]}"
     grep -q "^warning: $good: dataset /state/exp_avg: checksum mismatch.*falling back to the previous complete checkpoint" \
       "$WORK/$name.resume.log" || die "no fallback warning naming the damaged file"
-    grep -q "^resumed from $dir/step_00000010.h5: step 10" "$WORK/$name.resume.log" || die "did not fall back to step 10"
+    check_resumed "$WORK/$name.resume.log" "$WORK/$name" 10 40  # fell back to step 10
     same_metrics "$WORK/${name}_straight/metrics.csv" "$WORK/$name/metrics.csv"
     ;;
   refuse)
@@ -168,6 +171,7 @@ case "${1:-}" in
       --set checkpoint.keep_last=2 --set train.eval_every=0
     grep -q '^nothing to train: the checkpoint is at step 40 and train.steps = 40' "$WORK/$name.again.log" ||
       die "a finished run trained again"
+    check_resumed "$WORK/$name.again.log" "$WORK/$name" 40 40
     a=$(sed -n 's/.*final val loss \([0-9.]*\).*/\1/p' "$WORK/$name.log")
     b=$(sed -n 's/.*final val loss \([0-9.]*\).*/\1/p' "$WORK/$name.again.log")
     [[ -n "$a" && "$a" == "$b" ]] || die "final val loss differs: '$a' vs '$b'"

@@ -68,3 +68,40 @@ compare() {  # A B TOL [GTOL]
       exit bad
     }' <(losses "$a") <(losses "$b") || die "loss curves differ ($a vs $b)"
 }
+
+# The job whose output is LOG resumed from DIR/checkpoints/step_N.h5 (step N)
+# and computed exactly the remaining steps N+1..TOTAL (issue 21):
+#  - one "resumed from DIR/checkpoints/step_0000000N.h5: step N," line;
+#  - the trainer's own count of the steps it ran, in "done: TOTAL steps
+#    (K in this job, from step N+1)", is K = TOTAL - N (N = TOTAL: "nothing to
+#    train", K = 0);
+#  - the progress lines after the resume line (a job's own steps) are steps
+#    after N, in order, each once, the last one TOTAL; with train.log_every = 1
+#    exactly N+1..TOTAL;
+#  - DIR/metrics.csv (the previous rows up to N, then this job's) names each
+#    step once, in order, the last TOTAL; with train.log_every = 1 every step
+#    1..TOTAL.
+check_resumed() {  # LOG DIR N TOTAL
+  local log=$1 dir=$2 n=$3 total=$4 file every
+  file=$(printf '%s/checkpoints/step_%08d.h5' "$dir" "$n")
+  [[ $(grep -c '^resumed from ' "$log") -eq 1 ]] || die "$log: expected one 'resumed from' line"
+  grep -q "^resumed from $file: step $n, " "$log" || die "$log: did not resume from $file (step $n)"
+  grep -q "^done: $total steps ($((total - n)) in this job, from step $((n + 1))) in " "$log" ||
+    die "$log: the job did not count $((total - n)) steps from step $((n + 1)) to $total: $(grep '^done:' "$log")"
+  every=$(log_every_of "$dir/metrics.csv")
+  sed -n '/^resumed from /,$p' "$log" | sed -n "s|^step *\([0-9]*\)/$total .*|\1|p" |
+    awk -v n="$n" -v total="$total" -v every="$every" '
+      { k++; if ($1 <= (k > 1 ? prev : n)) { print "progress line of step " $1 " after step " (k > 1 ? prev : n); bad = 1 }
+        prev = $1 }
+      END { if (k > 0 && prev != total) { print "the last progress line is step " prev ", not " total; bad = 1 }
+            if (k == 0 && total > n) { print "no progress line"; bad = 1 }
+            if (every == 1 && k != total - n) { print k " progress lines, expected " total - n; bad = 1 }
+            exit bad }' || die "$log: the job did not train exactly steps $((n + 1))..$total"
+  awk -F, -v total="$total" -v every="$every" 'NR == 1 { next }
+      { k++; if ($1 <= prev) { print "metrics.csv: step " $1 " after step " prev; bad = 1 }; prev = $1 }
+      END { if (prev != total) { print "metrics.csv: the last row is step " prev ", not " total; bad = 1 }
+            if (every == 1 && k != total) { print "metrics.csv: " k " rows, expected " total; bad = 1 }
+            exit bad }' "$dir/metrics.csv" || die "$dir/metrics.csv: steps not each once, in order, to $total"
+  if (( n == total )); then echo "resumed at step $n = $total: this job trained no step (counted by the trainer)"
+  else echo "resumed at step $n: this job trained steps $((n + 1))..$total ($((total - n)), counted by the trainer), metrics.csv steps in order to $total"; fi
+}
