@@ -181,6 +181,12 @@ int run_main(int argc, char** argv) {
   app.add_option("--signal-at-step", signal_at,
                  "Test hook: rank RANK (default 0) acts as if SIGUSR1 arrived during optimizer step STEP")
       ->type_name("STEP[:RANK]");
+  std::string perturb;
+  app.add_option("--perturb-weights", perturb,
+                 "Test hook: after the update of optimizer step STEP rank RANK (default 0) moves the first "
+                 "fp32 weight its optimizer owns by one ulp; at ZeRO stage 0 its replica then differs from "
+                 "the other ranks', which the weights CRC of the step's metrics row reports (exit code 1)")
+      ->type_name("STEP[:RANK]");
   app.set_version_flag("--version", std::string("shardtrain ") + kVersion);
   try {
     app.parse(argc, argv);
@@ -199,6 +205,8 @@ int run_main(int argc, char** argv) {
   if (!throw_at.empty() && !parse_step_rank("--throw-at-step", throw_at, hooks.throw_step, hooks.throw_rank))
     return kExitBadInput;
   if (!signal_at.empty() && !parse_step_rank("--signal-at-step", signal_at, hooks.signal_step, hooks.signal_rank))
+    return kExitBadInput;
+  if (!perturb.empty() && !parse_step_rank("--perturb-weights", perturb, hooks.perturb_step, hooks.perturb_rank))
     return kExitBadInput;
 
   hooks.profile = profile;

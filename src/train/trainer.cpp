@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <ctime>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -245,8 +247,16 @@ class Run final : public RunBase {
   // CRC-32 of the fp32 weights (the master weights of a 16-bit model) of the
   // whole vector up to its last tensor, in layout order: every rank hashes the range its
   // optimizer owns and rank 0 chains the pieces, so the value does not depend
-  // on the rank count or ZeRO stage. Collective; the result is rank 0's.
-  std::uint32_t weights_crc();
+  // on the rank count or ZeRO stage. At stage 0 every rank owns the whole
+  // vector: every rank hashes its replica, and when they differ every rank
+  // throws the same AgreedError naming the ranks (`step`, 1-based, is for the
+  // message). Collective; the result is rank 0's.
+  std::uint32_t weights_crc(std::int64_t step);
+  // Backend pointer to element optimizer_range().first of the fp32 weights
+  // that weights_crc hashes (the master copy of a 16-bit model).
+  float* fp32_weights();
+  // --perturb-weights: moves this rank's first fp32 weight by one ulp.
+  void perturb_weight(std::int64_t step);
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
   void report_profile(RunDirectory* dir);  // collective (--profile); dir is rank 0's
   void report_communication(std::uint64_t bytes_per_step);
@@ -324,6 +334,7 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   if (m_cfg.optim.grad_clip > 0 && r.grad_norm > m_cfg.optim.grad_clip)
     clip = static_cast<float>(m_cfg.optim.grad_clip / (r.grad_norm + 1e-6));
   m_zero->apply_optimizer(*m_optim, lr, static_cast<float>(clip / r.loss_scale), m_updates++);
+  if (m_hooks.perturb_step == step + 1 && m_hooks.perturb_rank == m_comm.rank()) perturb_weight(step);
   return r;
 }
 
@@ -568,21 +579,40 @@ std::string Run<P>::describe_stop(std::int64_t reason) const {
 }
 
 template <class P>
-std::uint32_t Run<P>::weights_crc() {
+float* Run<P>::fp32_weights() {
   const auto [olo, ohi] = m_zero->optimizer_range();
   const auto [plo, phi] = m_zero->stored_param_range();
-  const float* w_backend = m_optim->has_master()
-                              ? m_optim->master().data()
-                              : reinterpret_cast<const float*>(m_zero->stored_params() + (olo - plo));
+  return m_optim->has_master() ? m_optim->master().data()
+                               : reinterpret_cast<float*>(m_zero->stored_params() + (olo - plo));
+}
+
+template <class P>
+void Run<P>::perturb_weight(std::int64_t step) {
   std::vector<unsigned char> stage;
-  const float* w = to_host(const_cast<float*>(w_backend), static_cast<std::size_t>(ohi - olo), stage);
-  // Stage 0: every rank owns the whole vector; rank 0's piece is the hash.
+  float* w = fp32_weights();
+  float* host = to_host(w, 1, stage);
+  const float before = *host;
+  *host = std::nextafter(before, std::numeric_limits<float>::infinity());
+  from_host(w, host, 1);
+  std::fprintf(stderr, "test hook --perturb-weights: rank %d moves weight %lld from %.9g to %.9g after step %lld\n",
+               m_comm.rank(), static_cast<long long>(m_zero->optimizer_range().first), before, *host,
+               static_cast<long long>(step + 1));
+  std::fflush(stderr);
+}
+
+template <class P>
+std::uint32_t Run<P>::weights_crc(std::int64_t step) {
+  const auto [olo, ohi] = m_zero->optimizer_range();
+  std::vector<unsigned char> stage;
+  const float* w = to_host(fp32_weights(), static_cast<std::size_t>(ohi - olo), stage);
+  // Stage 0: every rank owns the whole vector and hashes its replica; rank 0's
+  // is the value, the others' must equal it.
   const bool sharded = m_cfg.parallel.zero_stage > 0;
   std::uint64_t crc = 0, bytes = 0;
   // Up to the end of the last tensor: the final padding depends on the rank count.
   const auto& last = m_layout->entries().back();
   const std::int64_t end = std::min(ohi, last.offset + last.numel);
-  if ((sharded || is_root()) && end > olo) {
+  if (end > olo) {
     bytes = static_cast<std::uint64_t>(end - olo) * sizeof(float);
     const auto* p = reinterpret_cast<const Bytef*>(w);
     uLong c = crc32(0L, Z_NULL, 0);
@@ -593,12 +623,46 @@ std::uint32_t Run<P>::weights_crc() {
     }
     crc = c;
   }
-  std::vector<std::int64_t> parts(2 * static_cast<std::size_t>(m_comm.size()), 0);
+  const int n = m_comm.size();
+  std::vector<std::int64_t> parts(2 * static_cast<std::size_t>(n), 0);
   parts[2 * m_comm.rank()] = static_cast<std::int64_t>(crc);
   parts[2 * m_comm.rank() + 1] = static_cast<std::int64_t>(bytes);
   m_comm.all_reduce(std::span<std::int64_t>(parts), ReduceOp::Sum);
+  if (!sharded) {
+    // Every rank sees the same parts, so every rank reaches the same verdict.
+    // The ranks are grouped by CRC; the message names the smaller groups first
+    // and the largest one (on a tie, rank 0's) last, as the replica the others
+    // left.
+    std::vector<std::vector<int>> groups;  // ranks, by CRC, in order of first appearance
+    for (int r = 0; r < n; ++r) {
+      auto g = std::find_if(groups.begin(), groups.end(),
+                            [&](const std::vector<int>& ranks) { return parts[2 * ranks[0]] == parts[2 * r]; });
+      if (g == groups.end()) groups.push_back({r});
+      else g->push_back(r);
+    }
+    if (groups.size() > 1) {
+      std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+        return a.size() != b.size() ? a.size() < b.size() : a[0] > b[0];  // the agreed group last
+      });
+      auto names = [](const std::vector<int>& ranks) {
+        std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+        for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+        return s;
+      };
+      std::string holders;
+      for (std::size_t i = 0; i < groups.size(); ++i)
+        holders += fmt::format("{}{} {} weights_crc {:08x}", i ? ", " : "", names(groups[i]),
+                               groups[i].size() == 1 ? "holds" : "hold",
+                               static_cast<std::uint32_t>(parts[2 * groups[i][0]]));
+      throw AgreedError(fmt::format(
+          "step {}: the ranks' replicas of the weights differ at ZeRO stage 0 (every rank updates the whole "
+          "vector from the same all-reduced gradient, so they must stay bitwise equal): {}",
+          step, holders));
+    }
+    return static_cast<std::uint32_t>(parts[0]);
+  }
   uLong total = static_cast<uLong>(parts[0]);
-  for (int r = 1; r < m_comm.size(); ++r)
+  for (int r = 1; r < n; ++r)
     if (parts[2 * r + 1] > 0)
       total = crc32_combine(total, static_cast<uLong>(parts[2 * r]), static_cast<z_off_t>(parts[2 * r + 1]));
   return static_cast<std::uint32_t>(total);
@@ -807,6 +871,7 @@ TrainResult Run<P>::run() {
     Profiler* const prof = step > first ? m_profiler.get() : nullptr;
     if (prof) prof->begin_step();
     const StepResult sr = train_step(step, lr);
+    ++result.steps_run;
     if (prof) prof->end_step();
     m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
     const std::uint64_t step_bytes = bytes_sent() - sent_before;
@@ -823,7 +888,7 @@ TrainResult Run<P>::run() {
       eval = m_task->evaluate(last ? 0 : tc.eval_windows);  // the final pass covers the whole split
     const std::optional<double> val = eval ? std::optional<double>(eval->loss) : std::nullopt;
     const bool log_row = done % tc.log_every == 0 || last || val || sr.skipped;
-    const std::uint32_t crc = log_row ? weights_crc() : 0;  // collective
+    const std::uint32_t crc = log_row ? weights_crc(done) : 0;  // collective
     if (is_root() && log_row) {
       MetricsRow row{done, loss, val, lr, sr.grad_norm, progress.tokens_per_second(), seconds_since(t0),
                      step_bytes, sr.loss_scale, sr.skipped, crc, progress.samples_per_second(),
@@ -871,7 +936,7 @@ TrainResult Run<P>::run() {
     else
       fmt::print("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f}{} "
                  "(whole validation split)\n",
-                 tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", tc.steps - first, first + 1) : "",
+                 tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", result.steps_run, first + 1) : "",
                  result.seconds, result.final_train_loss, result.final_val_loss,
                  result.final_val_accuracy
                      ? fmt::format(" | val accuracy {:.4f} (error {:.2f}%)", *result.final_val_accuracy,

@@ -24,6 +24,7 @@ namespace shardtrain {
 struct TrainResult {
   std::int64_t first_step = 0;     // steps done before this job (0, or the resumed checkpoint's step)
   std::int64_t last_step = 0;      // steps done when this job ended
+  std::int64_t steps_run = 0;      // steps this job trained, counted as they run (skipped ones included)
   double final_train_loss = 0.0;
   double final_val_loss = 0.0;
   std::optional<double> final_val_accuracy;  // classifiers
@@ -61,6 +62,11 @@ struct TrainerHooks {
   // --signal-at-step STEP[:RANK]: rank RANK acts as if SIGUSR1 arrived during step STEP.
   std::int64_t signal_step = 0;  // 0: none
   int signal_rank = 0;
+  // --perturb-weights STEP[:RANK]: after the update of step STEP rank RANK moves
+  // the first fp32 weight its optimizer owns by one ulp; at ZeRO stage 0 its
+  // replica then differs from the other ranks' (the weights CRC check's test).
+  std::int64_t perturb_step = 0;  // 0: none
+  int perturb_rank = 0;
 };
 
 class RunBase;

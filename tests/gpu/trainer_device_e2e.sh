@@ -4,9 +4,12 @@
 # train.device = "cuda" against the same binary with "cpu": fp32 at ZeRO stage 0
 # and 3 (loss curves within 1e-3 relative: cuBLAS and the host BLAS sum in other
 # orders), bf16 at stage 2 (3e-2); the device run is bitwise repeatable; a
-# checkpoint written on the device resumes on the host.
+# checkpoint written on the device resumes on the host and trains exactly the
+# remaining steps.
 # Environment (CTest): NP, TRAINER, TRAINER_DATA, INPUT, TEXT, WORK, MPIEXEC, NPFLAG.
 set -uo pipefail
+# shellcheck source=../e2e/trainer/e2e_lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../e2e/trainer/e2e_lib.sh"  # die, check_resumed
 die() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK"
 data=$WORK/tiny.h5
@@ -37,4 +40,5 @@ cmp <(cut -d, -f1,2 "$WORK/cuda_s3/metrics.csv") <(cut -d, -f1,2 "$WORK/cuda_s3_
 run ck_cuda cuda --set checkpoint.every_steps=10 --set train.steps=20
 run ck_cuda cpu --set checkpoint.every_steps=10 --set train.steps=30
 grep -q 'resumed from' "$WORK/ck_cuda.log" || die "the host run did not resume the device checkpoint"
+check_resumed "$WORK/ck_cuda.log" "$WORK/ck_cuda" 20 30  # and trained exactly steps 21..30
 echo "ok: the CUDA trainer matches the host trainer"

@@ -9,7 +9,9 @@
 #     does before a time limit). Expected: the trainer checkpoints (periodic
 #     checkpointing is off, so that checkpoint is the only one) and exits 75, the
 #     script requeues the job, Slurm restarts it (SLURM_RESTART_COUNT=1), the
-#     trainer resumes from that checkpoint and finishes (exit 0, Restarts=1);
+#     trainer resumes from that checkpoint and trains exactly the remaining
+#     steps (check_resumed, tests/e2e/trainer/e2e_lib.sh) to the end (exit 0,
+#     Restarts=1);
 #  3. the preempted run's metrics.csv (every row: step, loss, val_loss, lr,
 #     grad_norm, loss_scale, skipped, weights_crc) and its final losses are
 #     bitwise those of the reference;
@@ -22,8 +24,8 @@
 # the cluster may take up to half a minute).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-
-die() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../e2e/trainer/e2e_lib.sh
+source "$here/../e2e/trainer/e2e_lib.sh"  # die, check_resumed
 for v in TRAINER INPUT DATA JOBS CLUSTER WORK; do
   [[ -n "${!v:-}" ]] || die "$v is not set (run through ctest)"
 done
@@ -138,6 +140,8 @@ step=$((10#$(sed -n 's/^step_\([0-9]*\)\.h5$/\1/p' <<< "$ckpt")))
 expect_line "$out" "^stopping after step $step of $STEPS: SIGUSR1 received by rank [01]; the checkpoint of step $step is complete; exit code 75" "the trainer's stop"
 expect_line "$out" "^resumed from $dir/$ckpt: step $step" "resume"
 [[ $(grep -c '^done: ' "$out") -eq 1 ]] || die "expected one 'done:' line"
+# The restarted job trained exactly steps step+1..STEPS (its own count, its progress lines, metrics.csv).
+check_resumed "$out" "$WORK/preempted" "$step" "$STEPS"
 
 # 3. Bitwise the reference.
 diff <(metrics_columns "$WORK/reference/metrics.csv") <(metrics_columns "$WORK/preempted/metrics.csv") ||

@@ -27,7 +27,11 @@ function(classifier_e2e name np model script)
   if(model STREQUAL "encoder")
     set(data ${cls_text})
     set(fixture cls_text)
-    set(drop 0.1)  # two classes: the loss starts at ln 2 = 0.69
+    # Two classes: the loss starts at ln 2 = 0.69. The drop is counted from the
+    # first logged row: step 1 (0.697) when every step is logged, so 0.09 asks
+    # for a final loss below 0.607 (measured 0.598), lower than the 0.1 from
+    # step 5 (0.717) asked when every 5th step was logged.
+    set(drop 0.09)
   else()
     set(data ${cls_images})
     set(fixture cls_images)
@@ -38,33 +42,46 @@ function(classifier_e2e name np model script)
     LABELS "e2e;mpi" PROCESSORS ${np} TIMEOUT 600 FIXTURES_REQUIRED "${fixture}")
 endfunction()
 
+# Rank and stage equivalence tolerances (loss and val_loss / grad_norm, relative,
+# every step of 30), measured worst over 2, 3, 4 ranks and stages 1-3 at 3 ranks:
+# mlp 1.6e-7 / 2.2e-7, cnn 1.8e-7 / 5.0e-7, encoder 6.4e-7 (val_loss) / 2.1e-6. The
+# encoder's differences grow from about 1e-8 in the first 10 steps to those
+# values at steps 25-30 (its gradient norm grows from 0.4 to 8 there), so it gets
+# 3e-6 / 1e-5; mlp and cnn 1e-6 / 3e-6.
+set(cls_equiv_tol_mlp 1e-6/3e-6)
+set(cls_equiv_tol_cnn 1e-6/3e-6)
+set(cls_equiv_tol_encoder 3e-6/1e-5)
 foreach(model mlp cnn encoder)
   set(t trainer_${model})
+  set(tol ${cls_equiv_tol_${model}})
   # It learns (the learnable sets are easy: >= 90% after 150 steps) and reports
   # accuracy, the confusion matrix and val_accuracy in metrics.csv.
   classifier_e2e(${t}_learn_np2 2 ${model} trainer_e2e.sh learn 2 ${model}_learn 0.9
     --set train.steps=150 --set train.eval_every=50)
   # Rank-count equivalence at 2, 3 (8 samples do not divide by 3) and 4 ranks,
-  # every ZeRO stage at 3 ranks, within a relative 1e-5 of 1 rank.
-  classifier_e2e(${t}_ref_np1 1 ${model} trainer_e2e.sh run 1 ${model}_ref_np1)
+  # every ZeRO stage at 3 ranks, within ${tol} of 1 rank (above).
+  classifier_e2e(${t}_ref_np1 1 ${model} trainer_e2e.sh run 1 ${model}_ref_np1 --set train.log_every=1)
   set_tests_properties(${t}_ref_np1 PROPERTIES FIXTURES_SETUP ${t}_ref)
   foreach(np 2 3 4)
     classifier_e2e(${t}_equiv_np${np} 2 ${model} trainer_e2e.sh equiv ${model}_equiv_np${np} ${np}
-      ${model}_ref_np1 1e-5)
+      ${model}_ref_np1 ${tol})
     set_tests_properties(${t}_equiv_np${np} PROPERTIES FIXTURES_REQUIRED "${t}_ref;cls_images;cls_text")
   endforeach()
   foreach(stage 1 2 3)
     classifier_e2e(${t}_zero${stage}_np3 2 ${model} trainer_e2e.sh equiv ${model}_zero${stage}_np3 3
-      ${model}_ref_np1 1e-5 --set parallel.zero_stage=${stage} --set parallel.bucket_mb=0)
+      ${model}_ref_np1 ${tol} --set parallel.zero_stage=${stage} --set parallel.bucket_mb=0)
     set_tests_properties(${t}_zero${stage}_np3 PROPERTIES FIXTURES_REQUIRED "${t}_ref;cls_images;cls_text")
   endforeach()
   # 16-bit storage with fp32 master weights follows the fp32 curve (the tiny
   # inputs' large learning rates amplify rounding: measured at most 3.7% (fp16)
-  # and 6.3% (bf16) over 30 steps) and learns as well as fp32.
-  classifier_e2e(${t}_fp16_s2_np2 2 ${model} trainer_e2e.sh equiv ${model}_fp16_s2_np2 2 ${model}_ref_np1 0.06
-    --set precision.mode=fp16 --set parallel.zero_stage=2 --set precision.init_scale=1024)
-  classifier_e2e(${t}_bf16_s3_np3 2 ${model} trainer_e2e.sh equiv ${model}_bf16_s3_np3 3 ${model}_ref_np1 0.12
-    --set precision.mode=bf16 --set parallel.zero_stage=3)
+  # and 6.3% (bf16) over the 6 rows of every 5th step) and learns as well as fp32.
+  # These log every 5th step (compared with the reference's rows of those steps):
+  # between them the cnn's bf16 loss differs by up to 17% (step 28), and the
+  # gradient norms by up to 20% (not compared).
+  classifier_e2e(${t}_fp16_s2_np2 2 ${model} trainer_e2e.sh equiv ${model}_fp16_s2_np2 2 ${model}_ref_np1 0.06/-
+    --set precision.mode=fp16 --set parallel.zero_stage=2 --set precision.init_scale=1024 --set train.log_every=5)
+  classifier_e2e(${t}_bf16_s3_np3 2 ${model} trainer_e2e.sh equiv ${model}_bf16_s3_np3 3 ${model}_ref_np1 0.12/-
+    --set precision.mode=bf16 --set parallel.zero_stage=3 --set train.log_every=5)
   classifier_e2e(${t}_learn_bf16_np3 2 ${model} trainer_e2e.sh learn 3 ${model}_learn_bf16 0.9
     --set train.steps=150 --set train.eval_every=50 --set precision.mode=bf16 --set parallel.zero_stage=1)
   classifier_e2e(${t}_learn_fp16_np2 2 ${model} trainer_e2e.sh learn 2 ${model}_learn_fp16 0.9

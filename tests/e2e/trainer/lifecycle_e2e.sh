@@ -4,7 +4,8 @@
 # trainer_e2e.sh, plus CKPT_TOOL (trainer-ckpt).
 #   signals NP ROUNDS   SIGUSR1 to a random rank at a random moment, ROUNDS times: every
 #                       run ends with exit code 75 and a complete checkpoint (trainer-ckpt
-#                       verify) of the step it stopped at; resuming finishes with bitwise
+#                       verify) of the step it stopped at; the resumed job trains exactly
+#                       the remaining steps (check_resumed) and finishes with bitwise
 #                       the losses and weight CRCs of an uninterrupted run
 #   wall-time NP        train.time_limit = 6 s on a run that needs minutes: the guard lets it
 #                       train, then stops it in time with a complete checkpoint and exit 75
@@ -106,7 +107,7 @@ case "${1:-}" in
       [[ "$(cat "$WORK/$name/checkpoints/latest")" == "$(basename "$file")" ]] || die "round $i: latest does not name step $step"
       "$CKPT_TOOL" verify "$file" > /dev/null || die "round $i: the checkpoint of step $step does not verify"
       LOG="$WORK/$name.resume.log" train_in "$np" "$name" "${long[@]}" > /dev/null
-      grep -q "^resumed from $file: step $step" "$WORK/$name.resume.log" || die "round $i: did not resume from step $step"
+      check_resumed "$WORK/$name.resume.log" "$WORK/$name" "$step" 3000
       diff <(cut -d, -f1,2,3,9,10,11 "$WORK/sig_straight/metrics.csv") <(cut -d, -f1,2,3,9,10,11 "$WORK/$name/metrics.csv") ||
         die "round $i: the resumed run's metrics differ from the uninterrupted run's"
       echo "round $i: stopped at step $step with exit 75, resumed, bitwise the uninterrupted curve"

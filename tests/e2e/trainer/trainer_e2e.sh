@@ -3,8 +3,10 @@
 # Environment (set by CTest): TRAINER, INPUT (tiny.toml), DATA (tiny.h5), WORK (scratch dir),
 # MPIEXEC, NPFLAG.
 #   run NP NAME [--set ...]     train into $WORK/NAME, fail on non-zero exit
-#   equiv NAME NP REF TOL [--set ...]  train at NP ranks; losses must match run REF within relative TOL
-#                               (TOL 0: bitwise, weight CRCs included)
+#   equiv NAME NP REF TOL[/GTOL] [--set ...]  train at NP ranks, logging every step (unless --set
+#                               says otherwise); loss and val_loss must match run REF within
+#                               relative TOL, grad_norm within GTOL (default TOL; "-": not
+#                               compared), every step REF logs (TOL 0: bitwise, weight CRCs included)
 #   learn NP NAME MIN_ACC [--set ...]  a classifier trains; final val accuracy >= MIN_ACC, confusion
 #                               matrix printed and in confusion.txt, val_accuracy in metrics.csv
 #   determinism NP [TAG --set ...]  two runs at NP ranks; losses (and weight CRCs) must be
@@ -20,6 +22,10 @@
 #   skip-abort NP               fp16 stuck at a minimum loss scale of 1e30 (every gradient
 #                               overflows): steps 1-3 skipped with a warning each, then exit 1
 #                               with one message naming max_consecutive_skips = 3
+#   replicas NP RANK [--set ...]  ZeRO stage 0: rank RANK's replica of the weights moved by one
+#                               ulp after step 3 (--perturb-weights): the weights CRC check of
+#                               step 3 ends the run with exit 1 and one message naming RANK as
+#                               the rank that holds another CRC than the rest; steps 1-2 logged
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,9 +38,9 @@ case "${1:-}" in
     run_trainer "$np" "$name" "$@"
     ;;
   equiv)
-    name=$2; np=$3; ref=$4; tol=$5; shift 5
-    run_trainer "$np" "$name" "$@"
-    compare "$WORK/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol"
+    name=$2; np=$3; ref=$4; tol=${5%%/*}; gtol=${5#*/}; shift 5
+    run_trainer "$np" "$name" --set train.log_every=1 "$@"
+    compare "$WORK/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol" "$gtol"
     if [[ "$tol" == 0 ]]; then
       diff <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$ref/metrics.csv") \
            <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$name/metrics.csv") || die "weight CRCs differ"
@@ -110,6 +116,26 @@ case "${1:-}" in
     [[ $(grep -c '^warning: step [12]: loss scale is at precision.min_scale' "$WORK/$name.err") -eq 2 ]] ||
       die "expected a min-scale warning for steps 1 and 2"
     [[ $(grep -c 'step skipped' "$WORK/$name.log") -eq 3 ]] || die "expected 3 skipped steps logged"
+    ;;
+  replicas)
+    np=$2; victim=$3; shift 3; name="replicas_np${np}_r$victim"
+    rm -rf "${WORK:?}/$name"
+    timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/$name" --set parallel.zero_stage=0 --set train.log_every=1 "$@" \
+      --perturb-weights "3:$victim" > "$WORK/$name.log" 2> "$WORK/$name.err"
+    rc=$?
+    cat "$WORK/$name.err"
+    [[ $rc -ne 124 ]] || die "trainer hung"
+    [[ $rc -eq 1 ]] || die "expected exit code 1, got $rc"
+    [[ $(grep -c '^error' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
+    # The others, in the order the message lists them: the agreeing ranks.
+    others=$(seq 0 $((np - 1)) | grep -vx "$victim" | paste -sd, | sed 's/,/, /g')
+    [[ $np -eq 2 ]] && s="" || s="s"
+    [[ $np -eq 2 ]] && h="holds" || h="hold"
+    grep -Eq "^error: step 3: the ranks' replicas of the weights differ at ZeRO stage 0 .*: rank $victim holds weights_crc [0-9a-f]{8}, rank$s $others $h weights_crc [0-9a-f]{8}\$" \
+      "$WORK/$name.err" || die "the error does not name rank $victim as the one whose replica differs"
+    [[ "$(awk -F, 'NR > 1 { print $1 }' "$WORK/$name/metrics.csv" | paste -sd' ')" == "1 2" ]] ||
+      die "expected metrics rows for steps 1 and 2 only"
     ;;
   bad-hook)
     # NP VALUE [OPTION]: OPTION VALUE (default --inject-overflow; every STEP[:RANK]
