@@ -99,12 +99,28 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// A cuDNN handle and a non-blocking stream (as the trainer's), destroyed in
+// reverse order; failures there are reported, never thrown from a destructor.
+struct CudnnOnStream {
+  cudnnHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  CudnnOnStream() {
+    SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  ~CudnnOnStream() {
+    SHARDTRAIN_CUDA_WARN(cudaStreamDestroy(stream));
+    if (cudnnDestroy(handle) != CUDNN_STATUS_SUCCESS) ADD_FAILURE() << "cudnnDestroy failed";
+  }
+  CudnnOnStream(const CudnnOnStream&) = delete;
+  CudnnOnStream& operator=(const CudnnOnStream&) = delete;
+};
+
 template <class T>
 void check(const ConvShape& s, double tol) {
-  cudnnHandle_t handle = nullptr;
-  SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
-  cudaStream_t stream = nullptr;
-  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const CudnnOnStream cs;
+  cudnnHandle_t handle = cs.handle;
+  cudaStream_t stream = cs.stream;
   {
     cuda::CudnnConv2d<T> conv(handle, s);
     const std::size_t nx = s.batch * s.in_channels * s.height * s.width;
@@ -155,8 +171,6 @@ void check(const ConvShape& s, double tol) {
       }
     }
   }
-  SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
-  SHARDTRAIN_CUDNN_CHECK(cudnnDestroy(handle));
 }
 
 // A large layer: the full float64 reference would take minutes single-threaded
@@ -166,10 +180,9 @@ void check(const ConvShape& s, double tol) {
 // must have been written (no NaN left of the prefill).
 template <class T>
 void check_large(const ConvShape& s, double tol) {
-  cudnnHandle_t handle = nullptr;
-  SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&handle));
-  cudaStream_t stream = nullptr;
-  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const CudnnOnStream cs;
+  cudnnHandle_t handle = cs.handle;
+  cudaStream_t stream = cs.stream;
   {
     cuda::CudnnConv2d<T> conv(handle, s);
     const std::int64_t oh = s.out_h(), ow = s.out_w();
@@ -261,8 +274,6 @@ void check_large(const ConvShape& s, double tol) {
     for (std::size_t i = 0; i < ny; ++i) db_want[(i / (oh * ow)) % s.out_channels] += dyd[i];
     EXPECT_LT(rel_l2(db, db_want), tol) << "db (complete, accumulated onto 0.5)";
   }
-  SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
-  SHARDTRAIN_CUDNN_CHECK(cudnnDestroy(handle));
 }
 
 const ConvShape kOdd{3, 2, 7, 6, 5, 3, 2, 2, 1};
