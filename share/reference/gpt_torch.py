@@ -37,6 +37,7 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
 """
 import argparse
 import math
+import os
 import resource
 import sys
 import time
@@ -111,6 +112,15 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
 
 
+def rss_kib():
+    """The process's resident set now (VmRSS of /proc/self/status), KiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise SystemExit("/proc/self/status has no VmRSS line")
+
+
 def load(path):
     """The model with our weights (by name) and the batch of a dump file."""
     with h5py.File(path, "r") as f:
@@ -159,6 +169,12 @@ def train(argv):
                     help="fp32, or autocast to bf16 / fp16 (fp16 with a GradScaler) over fp32 weights")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--sdpa", action="store_true", help="fused F.scaled_dot_product_attention (causal)")
+    ap.add_argument("--ddp", action="store_true",
+                    help="torch.distributed DistributedDataParallel over gloo, initialized from the "
+                         "environment torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): each "
+                         "process takes B/N of the step's windows")
+    ap.add_argument("--parallel-info", action="store_true",
+                    help="print torch.__config__.parallel_info() (prefixed 'parallel_info ') before training")
     a = ap.parse_args(argv)
     if a.device not in ("cpu", "cuda"):
         raise SystemExit(f"--device {a.device}: expected cpu or cuda")
@@ -170,6 +186,22 @@ def train(argv):
     Attention.sdpa = a.sdpa
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    rank, world = 0, 1
+    if a.ddp:
+        import torch.distributed as dist
+        if "RANK" not in os.environ:
+            raise SystemExit("--ddp: no RANK in the environment; start N processes with RANK, WORLD_SIZE, "
+                             "MASTER_ADDR and MASTER_PORT set (what torchrun sets; Debian 12's torchrun "
+                             "1.13 fails under Python 3.11)")
+        if a.device != "cpu":
+            raise SystemExit("--ddp: only --device cpu (gloo)")
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if a.batch % world:
+            raise SystemExit(f"--ddp: --batch {a.batch} is not a multiple of the {world} processes")
+    if a.parallel_info and rank == 0:
+        for line in torch.__config__.parallel_info().splitlines():
+            print("parallel_info " + line.replace("\t", "  "), flush=True)
     with h5py.File(a.data, "r") as f:
         if "train" not in f or "tokens" not in f["train"] or "vocab" not in f:
             raise SystemExit(f"{a.data}: not a shardtrain tokens file (needs /train/tokens and /vocab)")
@@ -178,6 +210,7 @@ def train(argv):
     T, B = a.seq_len, a.batch
     if tokens.numel() <= T + 1:
         raise SystemExit(f"{a.data}: {tokens.numel()} training tokens, need more than seq_len + 1 = {T + 1}")
+    idle_kib = rss_kib()  # the process before the model exists (imports, data loaded)
     model = GPT(vocab, a.n_layer, a.d_model, a.n_head, T)
     if a.init:
         load_weights(model, a.init)
@@ -187,15 +220,18 @@ def train(argv):
                 nn.init.normal_(p, std=0.02)
     model.to(dev)
     run = torch.compile(model) if a.compile else model
+    if a.ddp:  # after the weights are set: DDP broadcasts rank 0's at construction
+        run = nn.parallel.DistributedDataParallel(run)
     autocast = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.precision]
     scaler = None
     if a.precision == "fp16":  # torch.amp.GradScaler since PyTorch 2.3; torch.cuda.amp's before
         scaler = torch.amp.GradScaler(a.device) if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler()
-    print(f"config device={a.device} precision={a.precision} compile={int(a.compile)} sdpa={int(a.sdpa)} "
-          f"torch={torch.__version__} threads={torch.get_num_threads()} "
-          f"tf32_matmul={int(torch.backends.cuda.matmul.allow_tf32)} "
-          f"params={sum(p.numel() for p in model.parameters())}"
-          + (f" gpu={torch.cuda.get_device_name()}" if a.device == "cuda" else ""), flush=True)
+    if rank == 0:
+        print(f"config device={a.device} precision={a.precision} compile={int(a.compile)} sdpa={int(a.sdpa)} "
+              f"torch={torch.__version__} threads={torch.get_num_threads()} "
+              f"tf32_matmul={int(torch.backends.cuda.matmul.allow_tf32)} "
+              f"params={sum(p.numel() for p in model.parameters())} processes={world}"
+              + (f" gpu={torch.cuda.get_device_name()}" if a.device == "cuda" else ""), flush=True)
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
     other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
@@ -205,6 +241,8 @@ def train(argv):
     for step in range(1, a.steps + 1):
         start = time.perf_counter()
         idx = torch.randint(0, tokens.numel() - T - 1, (B,), generator=gen)[:, None] + offsets
+        if world > 1:  # this process's share of the step's windows: the same data as one process
+            idx = idx[rank * (B // world):(rank + 1) * (B // world)]
         window = tokens[idx].to(dev, non_blocking=False)
         with torch.autocast(a.device, dtype=autocast, enabled=autocast is not None):
             loss = run(window[:, :-1], window[:, 1:])
@@ -221,8 +259,14 @@ def train(argv):
             opt.step()
         value = float(loss)  # waits for the step (a device sync on cuda)
         ms = (time.perf_counter() - start) * 1e3
-        print(f"step {step} loss {value:.6f} ms {ms:.3f}", flush=True)
+        if rank == 0:  # with --ddp: rank 0's loss (its share of the windows) and time
+            print(f"step {step} loss {value:.6f} ms {ms:.3f}", flush=True)
+    # One line per process (--ddp: one per rank; a benchmark sums them).
+    print(f"idle_rss_kib {idle_kib}", flush=True)
     print(f"peak_rss_kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
+    if a.ddp:
+        import torch.distributed as dist
+        dist.destroy_process_group()
     if a.device == "cuda":
         print(f"peak_cuda_mib {torch.cuda.max_memory_allocated() / 1048576:.1f}", flush=True)
 
