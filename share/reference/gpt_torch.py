@@ -21,6 +21,7 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
   gpt_torch.py train DATA.h5 --n-layer L --n-head H --d-model C --seq-len T
                --batch B --steps N [--threads P] [--lr LR] [--seed S] [--init WEIGHTS.h5]
                [--device cpu|cuda] [--precision fp32|bf16|fp16] [--compile] [--sdpa]
+               [--ddp] [--parallel-info]
     Trains the same model on the same data set (a shardtrain tokens file,
     /train/tokens and /vocab) with AdamW (betas 0.9/0.95, weight decay 0.1 on
     the 2-D Linear weights, grad-norm clip 1.0, constant lr): B random windows
@@ -28,7 +29,13 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     weights are N(0, 0.02) matrices, or --init: our weights by name from one of
     our checkpoints (/params/<name>) or a `trainer-ckpt export` file (one
     dataset per parameter at the root). Prints one line per step, "step S loss L ms M", and
-    at the end "peak_rss_kib K" (the process's maximum resident set, getrusage).
+    at the end "idle_rss_kib K" (VmRSS before the model was built: imports and
+    data) and "peak_rss_kib K" (the process's maximum resident set, getrusage).
+    --ddp: DistributedDataParallel over gloo, started as torchrun starts its
+    workers (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment); each
+    of the N processes takes B/N of the step's windows, rank 0 prints the steps,
+    every process its two RSS lines. --parallel-info prints
+    torch.__config__.parallel_info(), each line prefixed "parallel_info ".
     This is the PyTorch side of tests/bench/torch_parity_speed.sh. On a GPU
     (tests/bench/gpu/measure.sh): --device cuda, --precision bf16/fp16 (autocast
     over fp32 weights, as PyTorch users train; fp16 with a GradScaler),

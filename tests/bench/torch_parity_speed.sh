@@ -1,82 +1,113 @@
 #!/usr/bin/env bash
-# Benchmark: our trainer against PyTorch eager on the same cores, and against
-# the machine's GEMM limit (issue 10). Acceptance being measured:
-#   - on the quickstart GPT, our tokens/s at the better of our two layouts is at
-#     least 1.2x PyTorch's with 2 threads;
-#   - on the 12-layer d=512 GPT, our step time is at most 1.25x the FLOP floor
-#     (FLOPs per step / measured sgemm rate for the same thread count);
-#   - peak RSS per rank is at most 0.6x PyTorch's process RSS (same model, batch);
+# Benchmark: our trainer against PyTorch eager on the same cores, PyTorch set up
+# as its users would (issue 21), and against the machine's GEMM limit (issue 10).
+# Goals reported (PASS/FAIL lines; --check fails on any FAIL):
+#   - quickstart GPT: our best layout's tokens/s is at least 1.2x PyTorch's best
+#     setup (issue 10), and 2.0x (issue 23);
+#   - 12-layer d=512 GPT: our 2x1 step is at most 1.25x the FLOP floor (issue 10)
+#     and 1.12x (issue 23); our best layout is at least 1.35x PyTorch's best (issue 23);
+#   - memory: the peak RSS summed over our ranks (ours-2x1) is at most 0.7x the sum
+#     over the processes of PyTorch's best setup (issue 23; recompute off);
+#   - with --reproduce: every variant's median step time within 10% of the
+#     earlier run's (issue 21);
 #   - `trainer --profile` gives the per-op breakdown of both models (in the report).
 #
-# Usage: tests/bench/torch_parity_speed.sh [--check] [--doc FILE] TRAINER SGEMM_PEAK DATA INPUT [OUT]
+# Usage: tests/bench/torch_parity_speed.sh [--check] [--doc FILE] [--readme FILE] [--results TSV] [--reproduce TSV]
+#                                          TRAINER SGEMM_PEAK DATA INPUT [OUT]
 #   TRAINER     trainer executable
 #   SGEMM_PEAK  tests/bench/sgemm_peak of the same build (the sgemm rate, through kernels/gemm)
 #   DATA        Moby Dick HDF5 data set (share/data/fetch-mobydick.sh)
 #   INPUT       inputs/quickstart.toml (data and optimizer settings; the model's
 #               dimensions and batch are set by this script, the same for all variants)
 #   OUT         markdown report path, or - for stdout (default: -)
-#   --check     exit 1 when an acceptance point above does not hold
-#               (without it the exit code only says whether the measurement ran)
+#   --check     exit 1 when a goal above does not hold (without it the exit code
+#               only says whether the measurement ran)
 #   --doc FILE  also put the report into FILE (share/doc/benchmarks.md) between
 #               its lines "<!-- torch_parity_speed: begin -->" and "... end -->"
+#   --readme FILE    also put the headline (one paragraph) into FILE (README.md)
+#               between "<!-- torch_parity_speed headline: begin -->" and "... end -->"
+#   --results TSV    write "model variant median_ms" per variant to TSV
+#   --reproduce TSV  compare this run's medians with an earlier run's --results
+#               file, variant by variant (the report shows both and the deviation)
 #
-# Variants (each a fresh process, all on the same data, model and global batch):
-#   ours-2x1   mpirun -n 2, OPENBLAS_NUM_THREADS=1 (one rank per core), ZeRO stage
-#              ZERO_STAGE, one micro-batch per rank per step;
-#   ours-1x2   mpirun -n 1 --bind-to none, OPENBLAS_NUM_THREADS=2 (the GEMMs use
-#              both cores, everything else is Kokkos Serial on one), one micro-batch;
-#   torch-2t   share/reference/gpt_torch.py train: the same GPT in PyTorch eager,
-#              torch.set_num_threads(2), OPENBLAS_NUM_THREADS=1 (PyTorch's own 2
-#              intra-op threads; letting OpenBLAS spawn its own threads inside them
-#              oversubscribes the cores: measured 2x slower and erratic), AdamW.
+# Variants (each a fresh process or processes, all on the same data, model,
+# global batch and windows):
+#   ours-2x1     mpirun -n 2, OPENBLAS_NUM_THREADS=1 (one rank per core), ZeRO stage
+#                ZERO_STAGE, one micro-batch per rank per step;
+#   ours-1x2     mpirun -n 1 --bind-to none, OPENBLAS_NUM_THREADS=2 (the GEMMs use
+#                both cores, everything else is Kokkos Serial on one), one micro-batch;
+#   torch-2i1b   share/reference/gpt_torch.py train, PyTorch eager: 2 intra-op threads
+#                (torch.set_num_threads(2), OMP_NUM_THREADS=2), OPENBLAS_NUM_THREADS=1;
+#   torch-1i2b   1 intra-op thread, OPENBLAS_NUM_THREADS=2 (Debian's PyTorch does its
+#                GEMMs in OpenBLAS, which set_num_threads does not reach);
+#   torch-2i2b   2 intra-op threads and 2 BLAS threads, OMP_WAIT_POLICY=PASSIVE (so
+#                idle OpenMP threads do not spin against OpenBLAS's);
+#   torch-ddp    torch.nn.parallel.DistributedDataParallel over gloo, 2 processes x 1
+#                thread (1 intra-op, 1 BLAS): the mirror of ours-2x1. The processes are
+#                started with the variables torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR,
+#                MASTER_PORT), because Debian 12's torchrun (PyTorch 1.13) fails under
+#                Python 3.11 ("'NoneType' object has no attribute 'get'" in to_map).
 # Models: quickstart = L4 H4 C128 T64, batch 16; big = L12 H8 C512 T128, batch 16.
 # Method:
-#   - rounds of the three variants, the order reversed every other round (A B C,
-#     C B A, ...), so machine noise hits all of them;
+#   - rounds of all variants, the order reversed every other round, so machine
+#     noise hits all of them;
 #   - ours: step times are differences of consecutive elapsed_s of metrics.csv
 #     (train.log_every=1, 1 ms resolution; --stop-after-step, so no step holds an
 #     evaluation); steps 1..WARMUP and the last are dropped; PyTorch: its own
-#     per-step times (perf_counter around data, forward, backward, clip, step),
-#     steps 1..WARMUP dropped;
+#     per-step times (perf_counter around data, forward, backward, clip, step;
+#     rank 0's with DDP), steps 1..WARMUP dropped;
 #   - per variant: the median over its runs of each run's median step time;
-#     tokens/s = batch * T / that; paired ratios per round;
-#   - FLOPs per step: the trainer's own count (its "compute per step" line: 6 x
-#     the Linear and LM-head weights x tokens + 6 L T C per token for causal
-#     attention); peak: tests/bench/sgemm_peak (N=2048, best of 10) at 2 ranks x 1
-#     thread and 1 rank x 2 threads, measured before and after the rounds (the
-#     higher is used); floor = FLOPs / peak; PyTorch is held to the 2-thread peak;
-#   - RSS: ours, the trainer's "process peak RSS per rank" (VmHWM), largest rank;
-#     PyTorch, getrusage ru_maxrss of its process; largest over runs;
+#     tokens/s = batch * T / that; PyTorch's best setup = the PyTorch variant with
+#     the lowest median; the headline is our best layout against it, also paired
+#     per round (median of the per-round ratios);
+#   - CPU use of every run: (user + system) / wall of the whole run (launcher and
+#     its processes, start-up included; bash's time); 2.00 = both cores busy;
+#   - FLOPs per step: the trainer's own count (its "compute per step" line); peak:
+#     tests/bench/sgemm_peak (N=2048, best of 10) at 2 ranks x 1 thread and 1 rank
+#     x 2 threads, measured before and after the rounds (the higher is used);
+#     floor = FLOPs / peak; PyTorch is held to the 2-thread peak;
+#   - memory: per run, the peak RSS (VmHWM) summed over our ranks (the trainer's
+#     "process peak RSS per rank" line) and over PyTorch's processes (getrusage
+#     ru_maxrss of each; launchers, mpirun, excluded on both sides); the idle
+#     baseline beside it: the RSS of each process before the model exists (ours:
+#     "process RSS before the model per rank"; PyTorch: VmRSS after imports and
+#     the data set are loaded), summed the same way; largest over runs;
 #   - then one run of ours-2x1 per model with --profile; its breakdown is quoted.
 #
 # Environment knobs (defaults in brackets):
-#   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [40]  QS_ROUNDS [5]  BIG_STEPS [35]
-#   BIG_ROUNDS [3]  BIG_WARMUP [3]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
-#   QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
+#   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [30]  QS_ROUNDS [4]  BIG_STEPS [12]
+#   BIG_ROUNDS [2]  BIG_WARMUP [2]  PROFILE [1]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
+#   SGEMM_N [2048]  QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
-# Wall time: about 25 minutes on 2 idle cores (the big model: about 3 s per
-# step for us and 6 s for PyTorch).
+# Wall time: about 16 minutes on 2 idle cores (the big model: about 3 s per
+# step for us, 3.5-6 s for PyTorch).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-check=0 doc=""
+check=0 doc="" readme="" results="" reproduce=""
 while [[ "${1:-}" == --* ]]; do
   case $1 in
     --check) check=1; shift ;;
+    --readme) [[ $# -ge 2 ]] || { echo "torch_parity_speed: --readme needs a FILE" >&2; exit 2; }; readme=$2; shift 2 ;;
+    --results) [[ $# -ge 2 ]] || { echo "torch_parity_speed: --results needs a FILE" >&2; exit 2; }; results=$2; shift 2 ;;
+    --reproduce) [[ $# -ge 2 && -r $2 ]] || { echo "torch_parity_speed: --reproduce needs a readable FILE (an earlier --results)" >&2; exit 2; }
+                 reproduce=$2; shift 2 ;;
     --doc) [[ $# -ge 2 ]] || { echo "torch_parity_speed: --doc needs a FILE" >&2; exit 2; }; doc=$2; shift 2 ;;
     *) echo "torch_parity_speed: unknown option $1" >&2; exit 2 ;;
   esac
 done
-[[ $# -ge 4 ]] || { sed -n '2,58p' "$0"; exit 2; }
+[[ $# -ge 4 ]] || { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2; }
 trainer=$1; sgemm=$2; data=$3; input=$4; out=${5:--}
 
 ZERO_STAGE=${ZERO_STAGE:-3}
 WARMUP=${WARMUP:-5}
-QS_STEPS=${QS_STEPS:-40}
-QS_ROUNDS=${QS_ROUNDS:-5}
-BIG_STEPS=${BIG_STEPS:-35}
-BIG_ROUNDS=${BIG_ROUNDS:-3}
-BIG_WARMUP=${BIG_WARMUP:-3}
+QS_STEPS=${QS_STEPS:-30}
+QS_ROUNDS=${QS_ROUNDS:-4}
+BIG_STEPS=${BIG_STEPS:-12}
+BIG_ROUNDS=${BIG_ROUNDS:-2}
+BIG_WARMUP=${BIG_WARMUP:-2}
+PROFILE=${PROFILE:-1}
+SGEMM_N=${SGEMM_N:-2048}
 MPIEXEC=${MPIEXEC:-mpirun}
 PYTHON=${PYTHON:-/usr/bin/python3}
 reference=$root/share/reference/gpt_torch.py
@@ -94,11 +125,21 @@ source "$root/tests/bench/bench_lib.sh"
 "$PYTHON" -c 'import torch, h5py' 2>/dev/null || die "$PYTHON lacks torch or h5py (apt-get install python3-torch python3-h5py)"
 [[ $ZERO_STAGE =~ ^[0-3]$ ]] || die "ZERO_STAGE must be 0-3"
 begin_mark="<!-- torch_parity_speed: begin -->" end_mark="<!-- torch_parity_speed: end -->"
-if [[ -n $doc ]]; then  # checked before an hour of measuring, not after
-  [[ -w $doc ]] || die "--doc $doc: not a writable file"
-  [[ $(grep -cxF "$begin_mark" "$doc") == 1 && $(grep -cxF "$end_mark" "$doc") == 1 ]] ||
-    die "--doc $doc: needs exactly one line '$begin_mark' and one '$end_mark'"
-fi
+hl_begin="<!-- torch_parity_speed headline: begin -->" hl_end="<!-- torch_parity_speed headline: end -->"
+marked() {  # marked FILE BEGIN END: checked before the measuring, not after
+  [[ -w $1 ]] || die "$1: not a writable file"
+  [[ $(grep -cxF "$2" "$1") == 1 && $(grep -cxF "$3" "$1") == 1 ]] ||
+    die "$1: needs exactly one line '$2' and one '$3'"
+}
+[[ -z $doc ]] || marked "$doc" "$begin_mark" "$end_mark"
+[[ -z $readme ]] || marked "$readme" "$hl_begin" "$hl_end"
+# place FILE BEGIN END TEXTFILE: replaces what lies between the marker lines.
+place() {
+  awk -v b="$2" -v e="$3" -v r="$4" '
+    $0 == b { print; while ((getline line < r) > 0) print line; skip = 1; next }
+    $0 == e { skip = 0 }
+    !skip { print }' "$1" > "$1.partial" && mv "$1.partial" "$1"
+}
 
 bench_env  # OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1, root consent
 bench_workdir torch_parity_speed
@@ -117,8 +158,8 @@ done
 peak_2x1=0 peak_1x2=0
 measure_peak() {
   local a b
-  a=$(OPENBLAS_NUM_THREADS=1 "$MPIEXEC" -n 2 "$sgemm" 2048 10 | awk '/^sgemm_peak/ { print $NF }')
-  b=$(OPENBLAS_NUM_THREADS=2 "$MPIEXEC" -n 1 --bind-to none "$sgemm" 2048 10 | awk '/^sgemm_peak/ { print $NF }')
+  a=$(OPENBLAS_NUM_THREADS=1 "$MPIEXEC" -n 2 "$sgemm" "$SGEMM_N" 10 | awk '/^sgemm_peak/ { print $NF }')
+  b=$(OPENBLAS_NUM_THREADS=2 "$MPIEXEC" -n 1 --bind-to none "$sgemm" "$SGEMM_N" 10 | awk '/^sgemm_peak/ { print $NF }')
   [[ -n "$a" && -n "$b" ]] || die "sgemm_peak printed no rate"
   log "sgemm peak: 2 ranks x 1 thread $a GFLOP/s, 1 rank x 2 threads $b GFLOP/s"
   peak_2x1=$(awk -v x="$peak_2x1" -v y="$a" 'BEGIN { print (y > x ? y : x) }')
@@ -128,7 +169,30 @@ measure_peak() {
 peak_log=""
 
 # ---------------------------------------------------------------- one run
-# run MODEL VARIANT ROUND STEPS WARMUP: appends "median_ms rss_mib" to $work/MODEL.VARIANT.
+# timed TIMEFILE CMD...: runs CMD with bash's time (wall, user, system of CMD and
+# every process it waited for) written to TIMEFILE as "wall user sys".
+timed() {
+  local tf=$1 rc; shift
+  local TIMEFORMAT='%R %U %S'
+  { time "$@" 2>&3 ; } 3>&2 2> "$tf.raw" && rc=0 || rc=$?  # CMD's stderr: the caller's
+  tail -1 "$tf.raw" > "$tf"
+  return $rc
+}
+# The two DDP processes, as torchrun would start them (see the header).
+ddp_pair() {
+  local log=$1 port=$2 r pids=() rc=0; shift 2
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$@" > "$log.$r" 2>&1 & pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || rc=1; done
+  cat "$log.0" "$log.1" > "$log"
+  return $rc
+}
+ddp_port=$(( 29000 + $$ % 900 ))
+
+# run MODEL VARIANT ROUND STEPS WARMUP: appends
+# "median_ms rss_sum_mib idle_sum_mib cpu_use" to $work/MODEL.VARIANT.
 run() {
   local model=$1 variant=$2 round=$3 steps=$4 warm=$5 L H C T B
   read -r L H C T B <<< "${dims[$model]}"
@@ -137,36 +201,57 @@ run() {
              --set model.seq_len="$T" --set train.batch_size="$B" --set train.steps=100000
              --set train.eval_every=0 --set train.log_every=1 --set train.run_dir="$dir"
              --set parallel.zero_stage="$ZERO_STAGE" --stop-after-step "$steps")
+  local torch=("$PYTHON" "$reference" train "$data" --n-layer "$L" --n-head "$H" --d-model "$C" --seq-len "$T"
+               --batch "$B" --steps "$steps" --parallel-info)
+  local log=$work/$tag.log tf=$work/$tag.time
   rm -rf "$dir"
   case $variant in
     ours-2x1)
-      OPENBLAS_NUM_THREADS=1 "$MPIEXEC" -n 2 "$trainer" "$input" "${set[@]}" --set train.micro_batch=$((B / 2)) \
-        > "$work/$tag.log" 2>&1 || die "$tag failed: $(tail -3 "$work/$tag.log")" ;;
+      OPENBLAS_NUM_THREADS=1 timed "$tf" "$MPIEXEC" -n 2 "$trainer" "$input" "${set[@]}" \
+        --set train.micro_batch=$((B / 2)) > "$log" 2>&1 ;;
     ours-1x2)
-      OPENBLAS_NUM_THREADS=2 "$MPIEXEC" -n 1 --bind-to none "$trainer" "$input" "${set[@]}" --set train.micro_batch="$B" \
-        > "$work/$tag.log" 2>&1 || die "$tag failed: $(tail -3 "$work/$tag.log")" ;;
-    torch-2t)
-      OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2 "$PYTHON" "$reference" train "$data" --n-layer "$L" --n-head "$H" \
-        --d-model "$C" --seq-len "$T" --batch "$B" --steps "$steps" --threads 2 \
-        > "$work/$tag.log" 2>&1 || die "$tag failed: $(tail -3 "$work/$tag.log")" ;;
-  esac
-  local med rss
-  if [[ $variant == torch-2t ]]; then
-    med=$(awk -v w="$warm" '$1 == "step" && $2 > w { print $6 }' "$work/$tag.log" | median)
-    rss=$(awk '$1 == "peak_rss_kib" { printf "%.1f", $2 / 1024 }' "$work/$tag.log")
+      OPENBLAS_NUM_THREADS=2 timed "$tf" "$MPIEXEC" -n 1 --bind-to none "$trainer" "$input" "${set[@]}" \
+        --set train.micro_batch="$B" > "$log" 2>&1 ;;
+    torch-2i1b)
+      OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 timed "$tf" "${torch[@]}" --threads 2 > "$log" 2>&1 ;;
+    torch-1i2b)
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 timed "$tf" "${torch[@]}" --threads 1 > "$log" 2>&1 ;;
+    torch-2i2b)
+      OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE timed "$tf" "${torch[@]}" --threads 2 \
+        > "$log" 2>&1 ;;
+    torch-ddp)
+      ddp_port=$(( ddp_port + 1 ))
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timed "$tf" ddp_pair "$log" "$ddp_port" "${torch[@]}" --threads 1 --ddp ;;
+  esac || die "$tag failed: $(tail -3 "$log")"
+  local med rss idle cpu
+  cpu=$(awk '{ if ($1 > 0) printf "%.2f", ($2 + $3) / $1 }' "$tf")
+  if [[ $variant == torch-* ]]; then
+    med=$(awk -v w="$warm" '$1 == "step" && $2 > w { print $6 }' "$log" | median)
+    rss=$(awk '$1 == "peak_rss_kib" { s += $2; n++ } END { if (n) printf "%.1f", s / 1024 }' "$log")
+    idle=$(awk '$1 == "idle_rss_kib" { s += $2; n++ } END { if (n) printf "%.1f", s / 1024 }' "$log")
+    [[ -f $work/parallel_info.$variant ]] ||
+      { grep '^parallel_info ' "$log" | sed 's/^parallel_info //'; echo "  (this variant's environment: $(
+        case $variant in torch-2i1b) echo "OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1, --threads 2" ;;
+                         torch-1i2b) echo "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2, --threads 1" ;;
+                         torch-2i2b) echo "OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE, --threads 2" ;;
+                         torch-ddp) echo "2 processes, each OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, --threads 1, --ddp (gloo)" ;;
+        esac))"; } > "$work/parallel_info.$variant"
   else
     med=$(steady_step_times "$dir/metrics.csv" "$warm" "$steps" | awk '{ print $1 * 1000 }' | median)
-    rss=$(awk -F: '/^process peak RSS per rank/ { n = split($NF, v, " "); m = 0
-                    for (i = 1; i <= n; i++) if (v[i] + 0 > m) m = v[i] + 0; print m }' "$work/$tag.log")
-    flops[$model]=$(awk '/^compute per step:/ { print $4 }' "$work/$tag.log")
+    rss=$(awk -F: '/^process peak RSS per rank/ { n = split($NF, v, " "); for (i = 1; i <= n; i++) s += v[i]; printf "%.1f", s }' "$log")
+    idle=$(awk -F: '/^process RSS before the model per rank/ { n = split($NF, v, " "); for (i = 1; i <= n; i++) s += v[i]; printf "%.1f", s }' "$log")
+    flops[$model]=$(awk '/^compute per step:/ { print $4 }' "$log")
   fi
-  [[ -n "$med" && "$med" != nan && -n "$rss" ]] || die "$tag: no step times or RSS in its output ($work/$tag.log)"
-  echo "$med $rss" >> "$work/$model.$variant"
-  log "$tag: median step $med ms, peak RSS $rss MiB"
+  [[ -n "$med" && "$med" != nan && -n "$rss" && -n "$idle" && -n "$cpu" ]] ||
+    die "$tag: no step times, RSS, idle RSS or CPU time in its output ($log, $tf)"
+  echo "$med $rss $idle $cpu" >> "$work/$model.$variant"
+  log "$tag: median step $med ms, peak RSS (sum) $rss MiB, idle $idle MiB, CPU use $cpu"
 }
 declare -A flops
 
-variants=(ours-2x1 ours-1x2 torch-2t)
+variants=(ours-2x1 ours-1x2 torch-2i1b torch-1i2b torch-2i2b torch-ddp)
+ours_variants=(ours-2x1 ours-1x2)
+torch_variants=(torch-2i1b torch-1i2b torch-2i2b torch-ddp)
 rounds_of() { [[ $1 == big ]] && echo "$BIG_ROUNDS" || echo "$QS_ROUNDS"; }
 steps_of() { [[ $1 == big ]] && echo "$BIG_STEPS" || echo "$QS_STEPS"; }
 warm_of() { [[ $1 == big ]] && echo "$BIG_WARMUP" || echo "$WARMUP"; }
@@ -179,7 +264,7 @@ for model in quickstart big; do
   rm -f "$work/$model".*
   for ((r = 1; r <= $(rounds_of $model); ++r)); do
     order=("${variants[@]}")
-    if (( r % 2 == 0 )); then order=(torch-2t ours-1x2 ours-2x1); fi
+    if (( r % 2 == 0 )); then order=(); for ((i = ${#variants[@]} - 1; i >= 0; --i)); do order+=("${variants[$i]}"); done; fi
     for v in "${order[@]}"; do run "$model" "$v" "$r" "$(steps_of $model)" "$(warm_of $model)"; done
   done
 done
@@ -188,6 +273,7 @@ measure_peak after
 # Profiles (not timed runs): ours-2x1 with --profile.
 declare -A profile
 for model in quickstart big; do
+  (( PROFILE )) || break
   read -r L H C T B <<< "${dims[$model]}"
   dir=$work/runs/$model.profile
   rm -rf "$dir"
@@ -204,18 +290,38 @@ wall=$(( $(date +%s) - start ))
 
 # ---------------------------------------------------------------- report
 fail=0
+verdict() {  # verdict OK TEXT: a PASS or FAIL line
+  if [[ $1 == 1 ]]; then echo "- PASS: $2"; else echo "- FAIL (below the goal): $2"; fail=1; fi
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }' && echo 1 || echo 0; }
 report=$(mktemp "$work/report.XXXXXX")
+results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
 {
-  echo "### Our trainer against PyTorch, and against the sgemm limit"
+  echo "### Our trainer against PyTorch set up as its users would, and against the sgemm limit"
   echo
   echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), ${wall} s; commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown);"
   echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before the runs: $load_before;"
   echo "PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') (Debian python3-torch, OpenBLAS, no MKL); ZeRO stage $ZERO_STAGE for ours."
   echo
-  echo "Command: \`tests/bench/torch_parity_speed.sh --check${doc:+ --doc $doc} $trainer_src $sgemm_src $data $input $out\`"
+  echo "Command: \`tests/bench/torch_parity_speed.sh --check${doc:+ --doc $doc}${results:+ --results $results}${reproduce:+ --reproduce $reproduce} $trainer_src $sgemm_src $data $input $out\`"
   echo "(knobs: QS_STEPS=$QS_STEPS QS_ROUNDS=$QS_ROUNDS WARMUP=$WARMUP BIG_STEPS=$BIG_STEPS BIG_ROUNDS=$BIG_ROUNDS BIG_WARMUP=$BIG_WARMUP)"
   echo
-  echo "sgemm peak (tests/bench/sgemm_peak, N=2048, best of 10; GFLOP/s, aggregate):"
+  echo "Variants: ours-2x1 = 2 ranks x 1 thread; ours-1x2 = 1 rank, 2 BLAS threads; torch-2i1b = PyTorch 2 intra-op"
+  echo "threads + 1 BLAS thread; torch-1i2b = 1 + 2; torch-2i2b = 2 + 2 with OMP_WAIT_POLICY=PASSIVE; torch-ddp ="
+  echo "DistributedDataParallel over gloo, 2 processes x 1 thread. CPU use = (user + system) / wall of the whole run."
+  echo "RSS = peak (VmHWM / ru_maxrss) summed over the run's processes (our ranks; PyTorch's processes), launchers"
+  echo "excluded; idle = the same processes' RSS before the model exists (largest over runs)."
+  echo
+  echo "PyTorch's \`torch.__config__.parallel_info()\` in each setup (from its first run):"
+  echo
+  echo '```'
+  for v in "${torch_variants[@]}"; do
+    echo "[$v]"; grep -E 'get_num_threads|get_num_interop|omp_get_max_threads|OMP_NUM_THREADS :|parallel backend|MKL not|environment:' \
+      "$work/parallel_info.$v" || true
+  done
+  echo '```'
+  echo
+  echo "sgemm peak (tests/bench/sgemm_peak, N=$SGEMM_N, best of 10; GFLOP/s, aggregate):"
   echo
   echo "| when | 2 ranks x 1 thread | 1 rank x 2 threads |"
   echo "|---|---|---|"
@@ -228,61 +334,84 @@ report=$(mktemp "$work/report.XXXXXX")
     echo
     echo "#### Model \`$model\`: L$L H$H C$C T$T, batch $B ($((B * T)) tokens per step), $f GFLOP per step; $(rounds_of $model) rounds of $(steps_of $model) steps, warm-up $(warm_of $model)"
     echo
-    echo "| variant | step (median ms) | tokens/s | GFLOP/s | peak for its threads | FLOP floor (ms) | step / floor | peak RSS (MiB, largest process/rank) |"
+    echo "| variant | step (median ms) | tokens/s | GFLOP/s | step / FLOP floor | CPU use (per run) | peak RSS sum (MiB) | idle RSS sum (MiB) |"
     echo "|---|---|---|---|---|---|---|---|"
+    declare -A med=() rss=()
     for v in "${variants[@]}"; do
-      med=$(awk '{ print $1 }' "$work/$model.$v" | median)
-      rss=$(awk '{ print $2 }' "$work/$model.$v" | sort -g | tail -1)
-      peak=$peak_1x2; [[ $v == ours-2x1 ]] && peak=$peak_2x1
-      awk -v v="$v" -v m="$med" -v r="$rss" -v f="$f" -v p="$peak" -v tok=$((B * T)) 'BEGIN {
+      med[$v]=$(awk '{ print $1 }' "$work/$model.$v" | median)
+      rss[$v]=$(awk '{ print $2 }' "$work/$model.$v" | sort -g | tail -1)
+      idle=$(awk '{ print $3 }' "$work/$model.$v" | sort -g | tail -1)
+      cpus=$(awk '{ printf "%s ", $4 }' "$work/$model.$v")
+      peak=$peak_1x2; [[ $v == ours-2x1 || $v == torch-ddp ]] && peak=$peak_2x1
+      awk -v v="$v" -v m="${med[$v]}" -v r="${rss[$v]}" -v i="$idle" -v c="$cpus" -v f="$f" -v p="$peak" -v tok=$((B * T)) 'BEGIN {
         floor = f / p * 1000
-        printf "| %s | %.1f | %.0f | %.1f | %.1f | %.1f | %.3f | %.1f |\n", v, m, tok / (m / 1000), f / (m / 1000), p, floor, m / floor, r }'
-      eval "med_${v//-/_}=$med rss_${v//-/_}=$rss"
+        printf "| %s | %.1f | %.0f | %.1f | %.3f | %s| %.1f | %.1f |\n", v, m, tok / (m / 1000), f / (m / 1000), m / floor, c, r, i }'
+      printf '%s\t%s\t%s\n' "$model" "$v" "${med[$v]}" >> "$results_tsv"
     done
-    # shellcheck disable=SC2154
-    best=$med_ours_2x1; best_name=ours-2x1
-    if awk -v a="$med_ours_1x2" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$med_ours_1x2; best_name=ours-1x2; fi
-    # Paired per round: torch / ours (the speed-up of ours over PyTorch).
-    paired=$(paste -d' ' <(awk '{ print $1 }' "$work/$model.torch-2t") <(awk '{ print $1 }' "$work/$model.$best_name") |
+    best=ours-2x1; for v in "${ours_variants[@]}"; do [[ $(ge "${med[$best]}" "${med[$v]}") == 1 ]] && best=$v; done
+    tbest=torch-2i1b; for v in "${torch_variants[@]}"; do [[ $(ge "${med[$tbest]}" "${med[$v]}") == 1 ]] && tbest=$v; done
+    ratio=$(awk -v t="${med[$tbest]}" -v o="${med[$best]}" 'BEGIN { printf "%.2f", t / o }')
+    # Paired per round: PyTorch's best setup / our best layout.
+    paired=$(paste -d' ' <(awk '{ print $1 }' "$work/$model.$tbest") <(awk '{ print $1 }' "$work/$model.$best") |
              awk '{ print $1 / $2 }' | median)
+    mem=$(awk -v a="${rss[ours-2x1]}" -v t="${rss[$tbest]}" 'BEGIN { printf "%.2f", a / t }')
+    floor_ratio=$(awk -v m="${med[ours-2x1]}" -v f="$f" -v p="$peak_2x1" 'BEGIN { printf "%.3f", m / (f / p * 1000) }')
+    awk -v m="$model" -v d="L$L C$C T$T, batch $B" -v b="$best" -v tb="$tbest" -v r="$ratio" -v o="${med[$best]}" \
+        -v t="${med[$tbest]}" -v fr="$floor_ratio" -v mem="$mem" -v tok=$((B * T)) 'BEGIN {
+      printf "- %s GPT (%s): %s %.0f tokens/s against %s %.0f: **%sx**; ours-2x1 step %sx the FLOP floor; peak RSS summed over our 2 ranks %sx PyTorch'"'"'s.\n",
+        m, d, b, tok / (o / 1000), tb, tok / (t / 1000), r, fr, mem }' >> "$work/headline"
     echo
-    # shellcheck disable=SC2154
-    awk -v b="$best" -v n="$best_name" -v t="$med_torch_2t" -v p="$paired" 'BEGIN {
-      printf "Speed-up of %s (our better layout here) over PyTorch 2 threads: %.2fx in tokens/s (paired per round, median: %.2fx).\n", n, t / b, p }'
-    # shellcheck disable=SC2154
-    awk -v a="$rss_ours_2x1" -v t="$rss_torch_2t" 'BEGIN {
-      printf "Peak RSS per rank (ours-2x1) / PyTorch process RSS: %.2f.\n", a / t }'
+    echo "**Headline: $best (our best layout here) is ${ratio}x PyTorch's best setup ($tbest) in tokens/s** (paired per round, median: $(printf '%.2f' "$paired")x)."
+    echo -n "Against each PyTorch setup:"
+    for v in "${torch_variants[@]}"; do awk -v v="$v" -v t="${med[$v]}" -v o="${med[$best]}" 'BEGIN { printf " %s %.2fx;", v, t / o }'; done
+    echo
+    echo "Peak RSS summed over our ranks (ours-2x1) / summed over $tbest's processes: $mem; against torch-ddp (the mirror layout): $(awk -v a="${rss[ours-2x1]}" -v t="${rss[torch-ddp]}" 'BEGIN { printf "%.2f", a / t }')."
     if [[ $model == quickstart ]]; then
-      if awk -v b="$best" -v t="$med_torch_2t" 'BEGIN { exit !(t / b >= 1.2) }'; then
-        echo "- PASS: tokens/s at our better layout >= 1.2x PyTorch 2 threads"
-      else echo "- FAIL: tokens/s at our better layout < 1.2x PyTorch 2 threads"; fail=1; fi
+      verdict "$(ge "$ratio" 1.2)" "tokens/s at our best layout >= 1.2x PyTorch's best setup (issue 10): ${ratio}x"
+      verdict "$(ge "$ratio" 2.0)" "tokens/s at our best layout >= 2.0x PyTorch's best setup (issue 23): ${ratio}x"
     else
-      if awk -v m="$med_ours_2x1" -v f="$f" -v p="$peak_2x1" 'BEGIN { exit !(m <= 1.25 * f / p * 1000) }'; then
-        echo "- PASS: ours-2x1 step <= 1.25x the FLOP floor (2 ranks x 1 thread peak)"
-      else echo "- FAIL: ours-2x1 step > 1.25x the FLOP floor"; fail=1; fi
+      verdict "$(ge 1.25 "$floor_ratio")" "ours-2x1 step <= 1.25x the FLOP floor (issue 10): ${floor_ratio}x"
+      verdict "$(ge 1.12 "$floor_ratio")" "ours-2x1 step <= 1.12x the FLOP floor (issue 23): ${floor_ratio}x"
+      verdict "$(ge "$ratio" 1.35)" "tokens/s at our best layout >= 1.35x PyTorch's best setup (issue 23): ${ratio}x"
     fi
-    # shellcheck disable=SC2154
-    if awk -v a="$rss_ours_2x1" -v t="$rss_torch_2t" 'BEGIN { exit !(a <= 0.6 * t) }'; then
-      echo "- PASS: peak RSS per rank <= 0.6x PyTorch's"
-    else echo "- FAIL: peak RSS per rank > 0.6x PyTorch's"; fail=1; fi
+    verdict "$(ge 0.7 "$mem")" "peak RSS summed over our ranks <= 0.7x the sum over PyTorch's best setup's processes (issue 23): $mem"
     echo
     echo "Per-run medians (ms) in run order: $(for v in "${variants[@]}"; do printf '%s: %s; ' "$v" "$(awk '{ printf "%s ", $1 }' "$work/$model.$v")"; done)"
-    echo
-    echo "\`trainer --profile\` of ours-2x1 (a separate, untimed run of $(steps_of $model) steps):"
-    echo
-    echo '```'
-    echo "${profile[$model]}"
-    echo '```'
+    if (( PROFILE )); then
+      echo
+      echo "\`trainer --profile\` of ours-2x1 (a separate, untimed run of $(steps_of $model) steps):"
+      echo
+      echo '```'
+      echo "${profile[$model]}"
+      echo '```'
+    fi
   done
+  if [[ -n $reproduce ]]; then
+    echo
+    echo "#### Reproduction: this run's medians against the earlier run's (\`--reproduce $reproduce\`)"
+    echo
+    echo "| model | variant | earlier (ms) | this run (ms) | deviation |"
+    echo "|---|---|---|---|---|"
+    worst=$(awk -F'\t' 'NR == FNR { prev[$1 "\t" $2] = $3; next }
+      { k = $1 "\t" $2; if (!(k in prev)) { print "missing " k > "/dev/stderr"; bad = 1; next }
+        d = ($3 - prev[k]) / prev[k]; a = d < 0 ? -d : d; if (a > w) w = a
+        printf "| %s | %s | %.1f | %.1f | %+.1f%% |\n", $1, $2, prev[k], $3, 100 * d }
+      END { printf "WORST %.4f\n", bad ? 9 : w }' "$reproduce" "$results_tsv")
+    grep -v '^WORST' <<< "$worst"
+    w=$(awk '/^WORST/ { print $2 }' <<< "$worst")
+    echo
+    verdict "$(ge 0.10 "$w")" "every median step time within 10% of the earlier run's: largest deviation $(awk -v w="$w" 'BEGIN { printf "%.1f%%", 100 * w }')"
+  fi
 } > "$report"
 
+[[ -z $results ]] || { cp "$results_tsv" "$results"; log "results: $results"; }
 if [[ "$out" == - ]]; then cat "$report"; else cp "$report" "$out"; log "report: $out"; fi
-if [[ -n $doc ]]; then
-  awk -v b="$begin_mark" -v e="$end_mark" -v r="$report" '
-    $0 == b { print; while ((getline line < r) > 0) print line; skip = 1; next }
-    $0 == e { skip = 0 }
-    !skip { print }' "$doc" > "$doc.partial" && mv "$doc.partial" "$doc"
-  log "report placed in $doc"
+if [[ -n $doc ]]; then place "$doc" "$begin_mark" "$end_mark" "$report"; log "report placed in $doc"; fi
+if [[ -n $readme ]]; then
+  { echo "Measured by \`tests/bench/torch_parity_speed.sh\` on $(getconf _NPROCESSORS_ONLN) cores ($(date -u '+%Y-%m-%d'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)), against PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') eager at the best of four setups (threads, BLAS threads, DDP):"
+    cat "$work/headline"
+    echo "Method, goals and the full report: [share/doc/benchmarks.md](share/doc/benchmarks.md)."; } > "$work/headline.md"
+  place "$readme" "$hl_begin" "$hl_end" "$work/headline.md"; log "headline placed in $readme"
 fi
-if (( check && fail )); then echo "torch_parity_speed: an acceptance point does not hold (see the report)" >&2; exit 1; fi
+if (( check && fail )); then echo "torch_parity_speed: a goal does not hold (see the report)" >&2; exit 1; fi
 exit 0

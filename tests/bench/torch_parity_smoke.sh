@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Checks tests/bench/torch_parity_speed.sh itself on tiny shapes, so that the
+# hour-long benchmark does not fail on its own bugs (CTest
+# bench_script_smoke_torch_parity; runs in share/test.sh, about 2 minutes):
+#   1. every variant runs (ours 2x1 and 1x2, PyTorch 2i1b, 1i2b, 2i2b and DDP over
+#      gloo), and the report has, for both models, one row per variant with a
+#      step time, a CPU use per run and a peak and idle RSS sum; parallel_info of
+#      each PyTorch setup; the headline against PyTorch's best; --doc and
+#      --readme place the report and the headline between their markers;
+#   2. --reproduce against an earlier results file: a second run compared with
+#      a doctored copy of the first (one median doubled) must report FAIL for
+#      the reproduction, with a row per model and variant, and exit 1 under --check.
+# Usage: torch_parity_smoke.sh BUILD_DIR DATA WORK   (DATA: any tokens file, e.g. the e2e tests' tiny.h5)
+set -euo pipefail
+build=$1 data=$2 work=$3
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+die() { echo "torch_parity_smoke: FAIL: $*" >&2; exit 1; }
+rm -rf "$work"; mkdir -p "$work"
+export QS_DIMS="2 2 64 32 8" BIG_DIMS="2 2 128 32 8" QS_STEPS=6 WARMUP=2 QS_ROUNDS=2 BIG_STEPS=5 BIG_ROUNDS=1 BIG_WARMUP=1
+export SGEMM_N=256 PROFILE=0
+printf '# doc\n<!-- torch_parity_speed: begin -->\nold\n<!-- torch_parity_speed: end -->\ntail\n' > "$work/doc.md"
+printf '# readme\n<!-- torch_parity_speed headline: begin -->\nold\n<!-- torch_parity_speed headline: end -->\ntail\n' > "$work/readme.md"
+args=("$build/trainer" "$build/tests/bench/sgemm_peak" "$data" "$root/inputs/quickstart.toml")
+
+WORK=$work/run1 "$root/tests/bench/torch_parity_speed.sh" --doc "$work/doc.md" --readme "$work/readme.md" \
+  --results "$work/r1.tsv" "${args[@]}" "$work/report1.md" > "$work/run1.log" 2>&1 ||
+  die "run 1 failed: $(tail -5 "$work/run1.log")"
+r=$work/report1.md
+for model in quickstart big; do
+  for v in ours-2x1 ours-1x2 torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
+    # | variant | step | tokens/s | GFLOP/s | floor | CPU use per run | rss | idle |
+    awk -F'|' -v m="$model" -v v="$v" '
+      /^#### Model/ { cur = ($0 ~ "`" m "`") } cur && $2 == " " v " " {
+        n = split($7, c, " "); ok = n == (m == "big" ? 1 : 2)
+        for (i = 1; i <= n; i++) ok = ok && c[i] > 0.3 && c[i] < 2.5
+        found = ok && $3 + 0 > 0 && $8 + 0 > $9 + 0 && $9 + 0 > 0 }
+      END { exit !found }' "$r" || die "$model: no complete row for $v in $r"
+    grep -q "^$model	$v	[0-9.]*$" "$work/r1.tsv" || die "results file lacks $model $v"
+  done
+done
+for v in torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
+  grep -q "^\[$v\]" "$r" || die "no parallel_info block for $v"
+done
+grep -q "at::get_num_threads() : 2" "$r" || die "parallel_info shows no 2-thread setup"
+[[ $(grep -c '^\*\*Headline: ours-[12]x[12] .* PyTorch.s best setup (torch-' "$r") == 2 ]] || die "no headline per model"
+grep -q '^old$' "$work/doc.md" && die "--doc left the old report"
+grep -q '^### Our trainer against PyTorch' "$work/doc.md" || die "--doc did not place the report"
+[[ $(grep -c '^- \(quickstart\|big\) GPT .* tokens/s against torch-' "$work/readme.md") == 2 ]] || die "--readme did not place the headline"
+tail -1 "$work/readme.md" | grep -qx tail || die "--readme lost the text after the markers"
+
+# A doctored earlier run: the first ours-2x1 median doubled.
+awk -F'\t' 'BEGIN { OFS = "\t" } !d && $2 == "ours-2x1" { $3 = $3 * 2; d = 1 } { print }' "$work/r1.tsv" > "$work/r0.tsv"
+rc=0
+WORK=$work/run2 "$root/tests/bench/torch_parity_speed.sh" --check --reproduce "$work/r0.tsv" "${args[@]}" \
+  "$work/report2.md" > "$work/run2.log" 2>&1 || rc=$?
+[[ $rc == 1 ]] || die "--check with a doctored --reproduce file exited $rc, expected 1: $(tail -3 "$work/run2.log")"
+grep -q '^- FAIL (below the goal): every median step time within 10% of the earlier run' "$work/report2.md" ||
+  die "the doctored reproduction did not FAIL in the report"
+[[ $(grep -c '^| \(quickstart\|big\) | \(ours\|torch\)-[a-z0-9-]* | [0-9.]* | [0-9.]* | [-+][0-9.]*% |$' "$work/report2.md") == 12 ]] ||
+  die "the reproduction table lacks a row per model and variant"
+echo "torch_parity_smoke: PASS (reports in $work)"
