@@ -5,14 +5,19 @@
 // Invariants:
 //  - every collective is called by all ranks of the communicator in the same order;
 //  - the result of a collective is deterministic for a fixed world size;
-//  - every call adds the bytes this rank sends, by the standard algorithm
-//    (ring all-reduce sends 2(N-1)/N of the buffer), to bytes_sent().
+//  - every call counts, in tally(), one call of its kind and its payload: the
+//    bytes of the buffer this rank hands to the collective (defined per kind at
+//    CommTally), never a guess at what the algorithm sends. What the transport
+//    moves is the wire figure, measured where the backend can (MpiCommunicator
+//    with Open MPI's pml monitoring, mpi/wire_monitor.hpp); never estimated.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "kernels/half.hpp"
 
@@ -44,6 +49,72 @@ template <> constexpr DType dtype_of<std::int64_t>() { return DType::I64; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
 template <> constexpr DType dtype_of<f16>() { return DType::F16; }
 template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
+
+// The kinds of collective the tally tells apart (blocking and non-blocking,
+// fixed and variable blocks together).
+enum class Collective { AllReduce, Broadcast, ReduceScatter, AllGather, Barrier };
+constexpr int kCollectives = 5;
+constexpr const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::AllGather: return "all_gather";
+    case Collective::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+// One rank's collectives, per kind (indexed by Collective), since construction.
+// payload: the bytes of the buffer this rank hands to the collective, e = the
+// element size:
+//   all_reduce, iall_reduce         count * e            (every rank)
+//   broadcast                       count * e at the root, 0 elsewhere
+//   reduce_scatter, ireduce_scatter size() * recv_count * e (the whole input)
+//   ireduce_scatter_v               sum(counts) * e      (the whole input)
+//   all_gather, iall_gather         send_count * e       (the rank's block)
+//   iall_gather_v                   counts[rank()] * e   (the rank's block)
+//   barrier                         0
+// At one rank too: the payload is what the caller hands over, whatever moves.
+// calls: collectives started; async: those of them that were non-blocking.
+// wire: bytes the transport sent from this rank while this kind's calls (its
+// start, or a wait/test on its request) ran; zero unless the backend measures
+// it (wire_measured()). Non-blocking collectives in flight together progress
+// each other inside any of their calls, so with overlapped requests the split
+// of wire bytes between kinds is approximate; their sum over a span of calls
+// is exact.
+struct CommTally {
+  std::array<std::uint64_t, kCollectives> calls{}, async{}, payload{}, wire{};
+
+  std::uint64_t payload_total() const { return sum(payload); }
+  std::uint64_t wire_total() const { return sum(wire); }
+  CommTally& operator+=(const CommTally& o) {
+    for (int k = 0; k < kCollectives; ++k) {
+      calls[k] += o.calls[k];
+      async[k] += o.async[k];
+      payload[k] += o.payload[k];
+      wire[k] += o.wire[k];
+    }
+    return *this;
+  }
+  CommTally operator-(const CommTally& o) const {
+    CommTally d = *this;
+    for (int k = 0; k < kCollectives; ++k) {
+      d.calls[k] -= o.calls[k];
+      d.async[k] -= o.async[k];
+      d.payload[k] -= o.payload[k];
+      d.wire[k] -= o.wire[k];
+    }
+    return d;
+  }
+
+ private:
+  static std::uint64_t sum(const std::array<std::uint64_t, kCollectives>& a) {
+    std::uint64_t s = 0;
+    for (std::uint64_t v : a) s += v;
+    return s;
+  }
+};
 
 // A pending non-blocking collective. wait() completes it (and rethrows a
 // failure); destroying an incomplete request waits for it first, so buffers are
@@ -126,14 +197,25 @@ class Communicator {
     all_gather(send.data(), recv.data(), send.size(), dtype_of<T>());
   }
 
-  // Bytes this rank has sent through this communicator since construction.
-  std::uint64_t bytes_sent() const { return m_bytes_sent; }
+  // This rank's calls, payload and (where measured) wire bytes per kind since
+  // construction; see CommTally.
+  const CommTally& tally() const { return m_tally; }
+  // Whether tally().wire holds measured bytes; wire_status() says why not.
+  virtual bool wire_measured() const { return false; }
+  virtual std::string wire_status() const { return "wire: not measured by this backend"; }
 
  protected:
-  void count_sent(std::uint64_t bytes) { m_bytes_sent += bytes; }
+  // One call of `kind` handing `payload_bytes` to the backend.
+  void count_call(Collective kind, std::uint64_t payload_bytes, bool async = false) {
+    const auto k = static_cast<int>(kind);
+    ++m_tally.calls[k];
+    if (async) ++m_tally.async[k];
+    m_tally.payload[k] += payload_bytes;
+  }
+  CommTally& mutable_tally() { return m_tally; }
 
  private:
-  std::uint64_t m_bytes_sent = 0;
+  CommTally m_tally;
 };
 
 }  // namespace shardtrain

@@ -27,7 +27,7 @@ struct MetricsRow {
   double grad_norm = 0.0;             // global norm before clipping
   double tokens_per_s = 0.0;          // global; empty in metrics.csv for image models
   double elapsed_s = 0.0;
-  std::uint64_t comm_bytes = 0;       // bytes this rank (rank 0) sent during the step's collectives
+  std::uint64_t comm_bytes = 0;       // rank 0's payload in the step: bytes handed to its collectives (CommTally)
   double loss_scale = 1.0;            // the loss scale the step's backward used (fp16; else 1)
   bool skipped = false;               // no update: inf/NaN gradient (fp16 loss scaling)
   std::uint32_t weights_crc = 0;      // CRC-32 of the fp32 (master) weights after the step

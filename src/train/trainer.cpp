@@ -27,6 +27,7 @@
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/mpi_check.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/zero_engine.hpp"
 #include "io/checkpoint.hpp"
@@ -259,11 +260,16 @@ class Run final : public RunBase {
   void perturb_weight(std::int64_t step);
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
   void report_profile(RunDirectory* dir);  // collective (--profile); dir is rank 0's
-  void report_communication(std::uint64_t bytes_per_step);
+  // Every rank's payload, wire bytes and ZeRO's theory per step of this job;
+  // `job`: this rank's tally over the job's `steps` training steps, `wire_job`:
+  // the bytes its PML sent in them. Collective; rank 0 prints.
+  void report_communication(const CommTally& job, std::uint64_t wire_job, std::int64_t steps);
   bool is_root() const { return m_comm.rank() == 0; }
-  // Bytes this rank sent through both communicators.
-  std::uint64_t bytes_sent() const {
-    return m_comm.bytes_sent() + (&m_state_comm != &m_comm ? m_state_comm.bytes_sent() : 0);
+  // This rank's collectives through both communicators (communicator.hpp).
+  CommTally comm_tally() const {
+    CommTally t = m_comm.tally();
+    if (&m_state_comm != &m_comm) t += m_state_comm.tally();
+    return t;
   }
   const RunConfig& m_cfg;
   TrainerHooks m_hooks;
@@ -756,11 +762,6 @@ void Run<P>::report_memory(RunDirectory* dir) {
              rss_text);
 }
 
-// Rank 0's bytes per step against ZeRO's theory: 2 Psi (N-1)/N elements per
-// step for stages 0-2 (reduce-scatter + all-gather, or all-reduce), 3 Psi (N-1)/N
-// for stage 3 (parameters gathered for forward and again for backward), with
-// Psi the padded parameter count and one micro-batch per step; stages 2 and 3
-// reduce gradients once per micro-batch.
 template <class P>
 void Run<P>::report_profile(RunDirectory* dir) {
   // Per op: seconds summed over ranks (for the mean) and the largest rank's.
@@ -811,14 +812,143 @@ void Run<P>::report_profile(RunDirectory* dir) {
   std::fflush(stdout);
 }
 
+namespace {
+
+// "123" when v divides by steps, else "123.45": a mean per step.
+std::string per_step(double v, std::int64_t steps) {
+  const double m = v / static_cast<double>(steps);
+  return m == std::floor(m) ? fmt::format("{:.0f}", m) : fmt::format("{:.2f}", m);
+}
+
+// What the ring figure is for each kind's payload p at N ranks: all-reduce
+// 2 (N-1)/N p, reduce-scatter (N-1)/N p (p: the whole input), all-gather (N-1) p
+// (p: the own block), broadcast p at the root; 0 at one rank.
+double ring_bytes(Collective kind, double payload, double n) {
+  if (n <= 1) return 0.0;
+  switch (kind) {
+    case Collective::AllReduce: return 2.0 * (n - 1) / n * payload;
+    case Collective::ReduceScatter: return (n - 1) / n * payload;
+    case Collective::AllGather: return (n - 1) * payload;
+    case Collective::Broadcast: return payload;
+    case Collective::Barrier: return 0.0;
+  }
+  return 0.0;
+}
+
+// How Open MPI 4.1 moves a kind when the wire differs from the ring figure:
+// non-blocking collectives run in coll/libnbc (fixed algorithms, read from
+// ompi/mca/coll/libnbc/nbc_i*.c), blocking ones in coll/tuned (its fixed
+// decision rules pick the algorithm by message size and rank count).
+std::string algorithm_note(Collective kind, bool async) {
+  switch (kind) {
+    case Collective::ReduceScatter:
+      return async ? "MPI_Ireduce_scatter(_block) runs coll/libnbc's ireduce_scatter: a binomial-tree reduce of the "
+                     "WHOLE input to rank 0 (every other rank sends its whole payload once), then rank 0 sends "
+                     "each rank its block (rank 0: the payload less its own block)"
+                   : "MPI_Reduce_scatter_block runs coll/tuned, algorithm by its fixed decision rules";
+    case Collective::AllGather:
+      return async ? "MPI_Iallgatherv runs coll/libnbc's iallgatherv: linear, the own block to each of the N-1 "
+                     "others (the ring figure)"
+                   : "MPI_Allgather runs coll/tuned, algorithm by its fixed decision rules";
+    case Collective::AllReduce:
+      return async ? "MPI_Iallreduce runs coll/libnbc's iallreduce (binomial or ring by size)"
+                   : "MPI_Allreduce runs coll/tuned, algorithm by its fixed decision rules (small buffers such as "
+                     "the step's scalars: recursive doubling, where N not a power of two makes ranks send unequal "
+                     "amounts)";
+    case Collective::Broadcast: return "MPI_Bcast runs coll/tuned, algorithm by its fixed decision rules";
+    case Collective::Barrier: return "MPI_Barrier sends zero-byte messages";
+  }
+  return "";
+}
+
+}  // namespace
+
+// Per rank and per step of this job: the payload per kind of collective, the
+// ring figure for that payload, the bytes Open MPI's PML sent (measured with
+// OMPI_MCA_pml_monitoring_enable=1; communicator.hpp, dist/mpi/wire_monitor.hpp)
+// and ZeRO's theory k Psi (N-1)/N elements, Psi the padded parameter count:
+// k = 2 for stages 0-1 (all-reduce; or reduce-scatter + all-gather), M + 1 for
+// stage 2 (a reduce-scatter per micro-batch, M micro-batches, + the all-gather)
+// and 3 M for stage 3 (parameters gathered for forward and backward, gradients
+// reduce-scattered, per micro-batch; groups kept from forward to backward are
+// not gathered again, so stage 3 moves less than its theory).
 template <class P>
-void Run<P>::report_communication(std::uint64_t bytes_per_step) {
+void Run<P>::report_communication(const CommTally& job, std::uint64_t wire_job, std::int64_t steps) {
+  constexpr int kFields = 4 * kCollectives + 1;
+  std::vector<std::uint64_t> mine;
+  for (const auto* a : {&job.calls, &job.async, &job.payload, &job.wire}) mine.insert(mine.end(), a->begin(), a->end());
+  mine.push_back(wire_job);
+  const int n = m_comm.size();
+  std::vector<std::uint64_t> all(is_root() ? static_cast<std::size_t>(n) * kFields : 0);
+  SHARDTRAIN_MPI_CHECK(MPI_Gather(mine.data(), kFields, MPI_UINT64_T, all.data(), kFields, MPI_UINT64_T, 0, m_world));
   if (!is_root()) return;
-  const double n = m_comm.size(), psi = static_cast<double>(m_layout->padded_size());
-  const double per_elem = m_cfg.parallel.zero_stage == 3 ? 3.0 : 2.0;
-  const double theory = per_elem * psi * (n - 1) / n * sizeof(P);
-  fmt::print("communication per step per rank (rank 0): {:.3f} MB sent; ZeRO theory {:.0f}*Psi*(N-1)/N = {:.3f} MB\n",
-             static_cast<double>(bytes_per_step) / 1e6, per_elem, theory / 1e6);
+  const int stage = m_cfg.parallel.zero_stage;
+  const std::int64_t m = micro_batches(m_cfg.train.batch_size, n, m_task->max_batch());
+  const std::int64_t k = stage <= 1 ? 2 : stage == 2 ? m + 1 : 3 * m;
+  const double psi = static_cast<double>(m_layout->padded_size());
+  const double theory = static_cast<double>(k) * psi * (n - 1) / n * sizeof(P);
+  const bool measured = m_comm.wire_measured();
+  // The layout the payload follows (for checks that recompute it): group g
+  // spans [first, end) of the flat vector.
+  std::string groups;
+  for (int g = 0; g < m_layout->num_groups(); ++g) {
+    const auto [lo, hi] = m_layout->group_range(g);
+    groups += fmt::format(" {}:{}-{}", g, lo, hi);
+  }
+  std::string out = fmt::format(
+      "communication layout: {} ranks, stage {}, {} bytes per element, bucket_mb {}, {} micro-batch(es) per step, "
+      "padded {}, groups{}\n",
+      n, stage, sizeof(P), m_cfg.parallel.bucket_mb, m, m_layout->padded_size(), groups);
+  out += fmt::format(
+      "communication per step per rank ({} steps, {} micro-batch(es) each; payload: bytes handed to MPI; ring: what "
+      "ring algorithms send for that payload; wire: bytes the PML sent; ZeRO theory {}*Psi*(N-1)/N, Psi = {} "
+      "padded):\n",
+      steps, m, k, m_layout->padded_size());
+  std::array<bool, kCollectives> differs{}, used{}, async{};
+  for (int r = 0; r < n; ++r) {
+    const std::uint64_t* v = all.data() + static_cast<std::size_t>(r) * kFields;
+    const auto calls = [&](int c) { return v[c]; };
+    const auto is_async = [&](int c) { return v[kCollectives + c]; };
+    const auto payload = [&](int c) { return v[2 * kCollectives + c]; };
+    const auto wire = [&](int c) { return v[3 * kCollectives + c]; };
+    std::string kinds, wires;
+    double payload_sum = 0, ring_sum = 0;
+    for (int c = 0; c < kCollectives; ++c) {
+      if (calls(c) == 0) continue;
+      const auto kind = static_cast<Collective>(c);
+      const double ring = ring_bytes(kind, static_cast<double>(payload(c)), n);
+      payload_sum += static_cast<double>(payload(c));
+      ring_sum += ring;
+      used[c] = true;
+      async[c] = async[c] || is_async(c) > 0;
+      kinds += fmt::format("{}{} {}x {} B", kinds.empty() ? "" : ", ", collective_name(kind),
+                           per_step(static_cast<double>(calls(c)), steps), per_step(static_cast<double>(payload(c)), steps));
+      wires += fmt::format("{}{} {} B", wires.empty() ? "" : ", ", collective_name(kind),
+                           per_step(static_cast<double>(wire(c)), steps));
+      if (measured && static_cast<double>(wire(c)) != ring) differs[c] = true;
+    }
+    const double wire_total = static_cast<double>(v[4 * kCollectives]);
+    double wire_kinds = 0;
+    for (int c = 0; c < kCollectives; ++c) wire_kinds += static_cast<double>(wire(c));
+    out += fmt::format("  rank {}: payload {} B/step [{}] | ring {} B/step", r, per_step(payload_sum, steps), kinds,
+                       per_step(ring_sum, steps));
+    if (measured) {
+      out += fmt::format(" | wire {} B/step [{}", per_step(wire_total, steps), wires);
+      if (wire_total != wire_kinds) out += fmt::format(", outside collectives {} B", per_step(wire_total - wire_kinds, steps));
+      out += "]";
+    }
+    out += fmt::format(" | ZeRO theory {} B/step\n", per_step(theory * static_cast<double>(steps), steps));
+  }
+  out += fmt::format("  {}{}\n", m_comm.wire_status(),
+                     &m_state_comm != &m_comm ? "; the NCCL traffic of the model state is not measured" : "");
+  if (measured && stage >= 2)
+    out += "  (per kind: bytes sent inside that kind's calls; overlapped non-blocking collectives progress each "
+           "other, so the split between kinds is approximate; the total is exact)\n";
+  for (int c = 0; c < kCollectives; ++c)
+    if (differs[c]) out += fmt::format("  wire != ring for {}: {}\n", collective_name(static_cast<Collective>(c)),
+                                       algorithm_note(static_cast<Collective>(c), async[c]));
+  fmt::print("{}", out);
+  std::fflush(stdout);
 }
 
 template <class P>
@@ -856,7 +986,8 @@ TrainResult Run<P>::run() {
 
   TrainResult result;
   result.first_step = first;
-  std::uint64_t comm_total = 0;  // bytes this rank sent in training steps (not evaluation)
+  CommTally comm_job;            // this rank's collectives in training steps (not evaluation)
+  std::uint64_t wire_job = 0;    // bytes its PML sent in them (0 when not measured)
   Progress progress(tc.steps, tc.batch_size, m_task->tokens_per_sample(), first);
   const auto t0 = Clock::now();
   double longest_step = 0.0;  // seconds, for the wall-time guard
@@ -866,7 +997,8 @@ TrainResult Run<P>::run() {
     const auto step_t0 = Clock::now();
     m_watchdog.set_step(step + 1);
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
-    const std::uint64_t sent_before = bytes_sent();
+    const CommTally tally_before = comm_tally();
+    const std::uint64_t wire_before = m_comm.wire_bytes_now();
     // --profile times every step of the job but its first (warm-up: first touches, BLAS buffers).
     Profiler* const prof = step > first ? m_profiler.get() : nullptr;
     if (prof) prof->begin_step();
@@ -874,8 +1006,10 @@ TrainResult Run<P>::run() {
     ++result.steps_run;
     if (prof) prof->end_step();
     m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
-    const std::uint64_t step_bytes = bytes_sent() - sent_before;
-    comm_total += step_bytes;
+    const CommTally step_tally = comm_tally() - tally_before;
+    comm_job += step_tally;
+    wire_job += m_comm.wire_bytes_now() - wire_before;
+    const std::uint64_t step_bytes = step_tally.payload_total();  // metrics.csv comm_bytes
     const double loss = sr.loss;
     if (sr.skipped) ++result.skipped_steps;
     else result.final_train_loss = loss;
@@ -920,7 +1054,7 @@ TrainResult Run<P>::run() {
   result.seconds = seconds_since(t0);
   report_memory(dir ? &*dir : nullptr);
   if (m_profiler.get()) report_profile(dir ? &*dir : nullptr);
-  if (end > first) report_communication(comm_total / static_cast<std::uint64_t>(end - first));
+  if (end > first) report_communication(comm_job, wire_job, end - first);
   result.requeue = stop != 0;
   if (is_root()) {
     if (stop)

@@ -29,7 +29,7 @@
 #   - rounds: the variants in ORDER, then reversed in the next round (0 2 1 3 2w,
 #     2w 3 1 2 0, ...), so stage 0 and stage 2 alternate A B A B and no variant always
 #     runs first;
-#   - comm bytes per step per rank: median of metrics.csv comm_bytes (rank 0, training
+#   - comm bytes per step per rank: median of metrics.csv comm_bytes (rank 0's payload, training
 #     steps only); peak memory: the largest "total" of the trainer's peak-memory table.
 #
 # Environment knobs (defaults in brackets):
@@ -189,7 +189,7 @@ report() {
     echo "  This trainer has no \`parallel.overlap\` key: stages 2 and 3 run with its built-in behaviour."
   fi
   echo "  Median step = median over runs of each run's median step. Paired ratio = median over rounds of" \
-       "(variant / stage 0 of the same round), with its min-max. Comm = bytes sent per training step by rank 0;" \
+       "(variant / stage 0 of the same round), with its min-max. Comm = payload per training step of rank 0 (bytes handed to collectives);" \
        "peak = largest per-rank total of the tracked allocator."
   for m in "${models[@]}"; do
     local steps=$STEPS rounds=$ROUNDS extra=""

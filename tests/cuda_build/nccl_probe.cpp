@@ -59,7 +59,7 @@ void probe(NcclCommunicator& comm) {
   if (comm.rank() == 0)
     std::printf("nccl_probe: ok: %d rank(s), device %d on rank 0, reduce_scatter of %zu floats "
                 "per rank correct, %llu bytes sent\n",
-                n, comm.device(), block, static_cast<unsigned long long>(comm.bytes_sent()));
+                n, comm.device(), block, static_cast<unsigned long long>(comm.tally().payload_total()));
 }
 
 }  // namespace

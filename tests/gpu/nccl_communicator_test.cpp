@@ -82,15 +82,15 @@ TEST(NcclCommunicator, ReduceScatterMatchesMpi) {
     for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
       const std::vector<float> send = exact_floats(block * n, r);
       std::vector<float> want(block);
-      const auto mpi_before = mpi.bytes_sent();
+      const auto mpi_before = mpi.tally().payload_total();
       mpi.reduce_scatter(send.data(), want.data(), block, DType::F32, op);
 
       DeviceBuffer<float> d_send(send), d_recv(block);
-      const auto nccl_before = nccl.bytes_sent();
+      const auto nccl_before = nccl.tally().payload_total();
       nccl.reduce_scatter(d_send.data(), d_recv.data(), block, DType::F32, op);
       EXPECT_EQ(d_recv.download(), want) << "block " << block;
-      EXPECT_EQ(nccl.bytes_sent() - nccl_before, mpi.bytes_sent() - mpi_before);
-      EXPECT_EQ(nccl.bytes_sent() - nccl_before, (n - 1) * block * sizeof(float));
+      EXPECT_EQ(nccl.tally().payload_total() - nccl_before, mpi.tally().payload_total() - mpi_before);
+      EXPECT_EQ(nccl.tally().payload_total() - nccl_before, n * block * sizeof(float));  // the whole input
 
       DeviceBuffer<float> d_recv2(block);
       RequestPtr req = nccl.ireduce_scatter(d_send.data(), d_recv2.data(), block, DType::F32, op);
@@ -146,13 +146,13 @@ TEST(NcclCommunicator, VariableBlockReduceScatterAndAllGatherMatchMpi) {
   }
   const std::vector<float> send = exact_floats(total, r);
   std::vector<float> want(counts[r]);
-  const auto mpi_before = mpi.bytes_sent();
+  const auto mpi_before = mpi.tally().payload_total();
   mpi.ireduce_scatter_v(send.data(), want.data(), counts, DType::F32, ReduceOp::Sum)->wait();
   DeviceBuffer<float> d_send(send), d_recv(counts[r]);
-  const auto before = nccl.bytes_sent();
+  const auto before = nccl.tally().payload_total();
   nccl.ireduce_scatter_v(d_send.data(), d_recv.data(), counts, DType::F32, ReduceOp::Sum)->wait();
   EXPECT_EQ(d_recv.download(), want);
-  EXPECT_EQ(nccl.bytes_sent() - before, mpi.bytes_sent() - mpi_before);
+  EXPECT_EQ(nccl.tally().payload_total() - before, mpi.tally().payload_total() - mpi_before);
 
   const std::vector<float> mine = rough_floats(counts[r], r);
   std::vector<float> all(total);
@@ -177,10 +177,10 @@ TEST(NcclCommunicator, AllGatherOutOfPlaceInPlaceAndNonBlocking) {
   mpi.all_gather(mine.data(), want.data(), block, DType::F32);
 
   DeviceBuffer<float> d_mine(mine), d_out(block * n);
-  const auto before = nccl.bytes_sent();
+  const auto before = nccl.tally().payload_total();
   nccl.all_gather(d_mine.data(), d_out.data(), block, DType::F32);
   EXPECT_EQ(d_out.download(), want);  // a gather moves bits: exact
-  EXPECT_EQ(nccl.bytes_sent() - before, (n - 1) * block * sizeof(float));
+  EXPECT_EQ(nccl.tally().payload_total() - before, block * sizeof(float));  // the own block
 
   // In place: the rank's own block already sits at its offset (a ZeRO shard).
   std::vector<float> inplace(block * n, -1.0f);
@@ -204,11 +204,11 @@ void all_reduce_matches_mpi(NcclCommunicator& nccl, MpiCommunicator& mpi, Reduce
   std::vector<T> want = host;
   mpi.all_reduce(want.data(), want.size(), dtype_of<T>(), op);
   DeviceBuffer<T> d(host);
-  const auto before = nccl.bytes_sent();
+  const auto before = nccl.tally().payload_total();
   nccl.all_reduce(d.data(), d.size(), dtype_of<T>(), op);
   EXPECT_EQ(d.download(), want);
-  const std::uint64_t ring = n > 1 ? 2ull * host.size() * sizeof(T) * (n - 1) / n : 0;
-  EXPECT_EQ(nccl.bytes_sent() - before, ring);
+  (void)n;
+  EXPECT_EQ(nccl.tally().payload_total() - before, host.size() * sizeof(T));  // the buffer
 
   DeviceBuffer<T> d2(host);
   RequestPtr req = nccl.iall_reduce(d2.data(), d2.size(), dtype_of<T>(), op);
@@ -232,11 +232,11 @@ TEST(NcclCommunicator, BroadcastFromEveryRootAndBarrier) {
   NcclCommunicator& nccl = NcclEnvironment::comm();
   for (int root = 0; root < nccl.size(); ++root) {
     DeviceBuffer<std::int32_t> d(std::vector<std::int32_t>(37, nccl.rank() == root ? root * 10 + 1 : -1));
-    const auto before = nccl.bytes_sent();
+    const auto before = nccl.tally().payload_total();
     nccl.broadcast(d.data(), d.size(), DType::I32, root);
     EXPECT_EQ(d.download(), std::vector<std::int32_t>(37, root * 10 + 1));
-    const std::uint64_t sent = nccl.rank() == root && nccl.size() > 1 ? 37 * 4 : 0;
-    EXPECT_EQ(nccl.bytes_sent() - before, sent);
+    const std::uint64_t sent = nccl.rank() == root ? 37 * 4 : 0;  // the root's buffer
+    EXPECT_EQ(nccl.tally().payload_total() - before, sent);
   }
   nccl.barrier();
 }
@@ -281,12 +281,12 @@ TEST(NcclCommunicator, GroupedReduceScatterAndAllGatherMatchSingleCalls) {
     d_send.push_back(std::make_unique<DeviceBuffer<float>>(send));
     d_recv.push_back(std::make_unique<DeviceBuffer<float>>(blocks[b]));
     parts.push_back({d_send.back()->data(), d_recv.back()->data(), blocks[b]});
-    expected_bytes += (n - 1) * blocks[b] * sizeof(float);
+    expected_bytes += n * blocks[b] * sizeof(float);  // every part's whole input
   }
-  const auto before = nccl.bytes_sent();
+  const auto before = nccl.tally().payload_total();
   RequestPtr req = nccl.ireduce_scatter_group(parts, DType::F32, ReduceOp::Sum);
   req->wait();
-  EXPECT_EQ(nccl.bytes_sent() - before, expected_bytes);
+  EXPECT_EQ(nccl.tally().payload_total() - before, expected_bytes);
   for (std::size_t b = 0; b < blocks.size(); ++b) EXPECT_EQ(d_recv[b]->download(), want[b]) << b;
 
   // Gather the reduced shards back in place, as ZeRO does after the optimizer step.

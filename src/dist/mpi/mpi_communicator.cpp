@@ -1,4 +1,5 @@
-// MpiCommunicator: host-memory collectives over MPI, with byte accounting.
+// MpiCommunicator: host-memory collectives over MPI, with payload and wire accounting
+// (communicator.hpp: CommTally).
 // Large buffers are split into chunks of at most INT_MAX elements (MPI counts are int).
 #include "dist/mpi/mpi_communicator.hpp"
 
@@ -58,13 +59,38 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+// Adds the bytes the PML sent during its lifetime to `kind`'s wire bytes
+// (nothing when the monitor is nullptr: not measured).
+class WireScope {
+ public:
+  WireScope(WireMonitor* monitor, CommTally& tally, Collective kind)
+      : m_monitor(monitor), m_tally(tally), m_kind(kind), m_before(monitor ? monitor->bytes_sent() : 0) {}
+  ~WireScope() {
+    if (m_monitor) m_tally.wire[static_cast<int>(m_kind)] += m_monitor->bytes_sent() - m_before;
+  }
+  WireScope(const WireScope&) = delete;
+  WireScope& operator=(const WireScope&) = delete;
+
+ private:
+  WireMonitor* m_monitor;
+  CommTally& m_tally;
+  Collective m_kind;
+  std::uint64_t m_before;
+};
+
 class MpiRequest final : public Request {
  public:
-  // `what` names the collective for the watchdog ("wait for ireduce_scatter_v").
-  MpiRequest(CollectiveWatchdog* watchdog, const char* what, std::size_t count, DType type)
-      : m_watchdog(watchdog), m_what(what), m_count(count), m_type(type) {}
+  // `what` names the collective for the watchdog ("wait for ireduce_scatter_v");
+  // the bytes sent during wait() and test() go to `kind`'s wire bytes.
+  MpiRequest(CollectiveWatchdog* watchdog, const char* what, std::size_t count, DType type,
+             WireMonitor* wire, CommTally& tally, Collective kind)
+      : m_watchdog(watchdog), m_what(what), m_count(count), m_type(type), m_wire(wire), m_tally(tally),
+        m_kind(kind) {}
   ~MpiRequest() override {
-    if (m_request != MPI_REQUEST_NULL) MPI_Wait(&m_request, MPI_STATUS_IGNORE);
+    if (m_request != MPI_REQUEST_NULL) {
+      WireScope wire(m_wire, m_tally, m_kind);
+      MPI_Wait(&m_request, MPI_STATUS_IGNORE);
+    }
     finish();
   }
   MPI_Request* handle() { return &m_request; }
@@ -77,12 +103,18 @@ class MpiRequest final : public Request {
   std::size_t move_bytes = 0;
   void wait() override {
     CollectiveWatchdog::Scope watch(m_watchdog, m_what, m_count, dtype_name(m_type));
-    SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE));
+    {
+      WireScope wire(m_wire, m_tally, m_kind);
+      SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE));
+    }
     finish();
   }
   bool test() override {
     int done = 0;
-    SHARDTRAIN_MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
+    {
+      WireScope wire(m_wire, m_tally, m_kind);
+      SHARDTRAIN_MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
+    }
     if (done) finish();
     return done != 0;
   }
@@ -97,6 +129,9 @@ class MpiRequest final : public Request {
   const char* m_what;
   std::size_t m_count;
   DType m_type;
+  WireMonitor* m_wire;
+  CommTally& m_tally;
+  Collective m_kind;
 };
 
 // inout[i] = in[i] op inout[i], computed in fp32 and rounded to H once.
@@ -145,7 +180,9 @@ MPI_Op MpiCommunicator::mpi_op(DType type, ReduceOp op) const {
 
 void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
   CollectiveWatchdog::Scope watch(m_watchdog, "all_reduce", count, dtype_name(type));
+  WireScope wire(this->wire(), mutable_tally(), Collective::AllReduce);
   const std::size_t esize = dtype_size(type);
+  count_call(Collective::AllReduce, count * esize);
   auto* bytes = static_cast<char*>(buffer);
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(kMaxChunk, count - done);
@@ -153,32 +190,34 @@ void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, Re
                             mpi_op(type, op), m_comm));
     done += n;
   }
-  // Ring all-reduce: reduce-scatter then all-gather, each sending (N-1)/N of the data.
-  if (m_size > 1) count_sent(2 * count * esize * (m_size - 1) / m_size);
 }
 
 void MpiCommunicator::broadcast(void* buffer, std::size_t count, DType type, int root) {
   CollectiveWatchdog::Scope watch(m_watchdog, "broadcast", count, dtype_name(type));
+  WireScope wire(this->wire(), mutable_tally(), Collective::Broadcast);
   const std::size_t esize = dtype_size(type);
+  count_call(Collective::Broadcast, m_rank == root ? count * esize : 0);
   auto* bytes = static_cast<char*>(buffer);
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(kMaxChunk, count - done);
     SHARDTRAIN_MPI_CHECK(MPI_Bcast(bytes + done * esize, static_cast<int>(n), to_mpi(type), root, m_comm));
     done += n;
   }
-  if (m_rank == root && m_size > 1) count_sent(count * esize);
 }
 
 void MpiCommunicator::barrier() {
   CollectiveWatchdog::Scope watch(m_watchdog, "barrier", 0, "-");
+  WireScope wire(this->wire(), mutable_tally(), Collective::Barrier);
+  count_call(Collective::Barrier, 0);
   SHARDTRAIN_MPI_CHECK(MPI_Barrier(m_comm));
 }
 
-// Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                      DType type, ReduceOp op) {
   CollectiveWatchdog::Scope watch(m_watchdog, "reduce_scatter", recv_count, dtype_name(type));
+  WireScope wire(this->wire(), mutable_tally(), Collective::ReduceScatter);
   const std::size_t block_bytes = recv_count * dtype_size(type);
+  count_call(Collective::ReduceScatter, static_cast<std::uint64_t>(m_size) * block_bytes);
   const int n = block_count(recv_count, "reduce_scatter");
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
     // MPI's in-place form leaves the result at the start of the buffer.
@@ -188,32 +227,37 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
   } else {
     SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, to_mpi(type), mpi_op(type, op), m_comm));
   }
-  count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
 }
 
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
                                  DType type) {
   CollectiveWatchdog::Scope watch(m_watchdog, "all_gather", send_count, dtype_name(type));
+  WireScope wire(this->wire(), mutable_tally(), Collective::AllGather);
   const std::size_t block_bytes = send_count * dtype_size(type);
+  count_call(Collective::AllGather, block_bytes);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "all_gather");
   SHARDTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n, to_mpi(type),
                           m_comm));
-  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
 }
 
 RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_reduce", count, type);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_reduce", count, type, wire(),
+                                              mutable_tally(), Collective::AllReduce);
+  WireScope wire(this->wire(), mutable_tally(), Collective::AllReduce);
+  count_call(Collective::AllReduce, count * dtype_size(type), /*async=*/true);
   SHARDTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer, block_count(count, "iall_reduce"), to_mpi(type),
                            mpi_op(type, op), m_comm, request->handle()));
-  if (m_size > 1) count_sent(2 * count * dtype_size(type) * (m_size - 1) / m_size);
   return request;
 }
 
 RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                             DType type, ReduceOp op) {
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter", recv_count, type);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter", recv_count, type, wire(),
+                                              mutable_tally(), Collective::ReduceScatter);
+  WireScope wire(this->wire(), mutable_tally(), Collective::ReduceScatter);
   const std::size_t block_bytes = recv_count * dtype_size(type);
+  count_call(Collective::ReduceScatter, static_cast<std::uint64_t>(m_size) * block_bytes, /*async=*/true);
   const int n = block_count(recv_count, "ireduce_scatter");
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
     void* base = const_cast<void*>(send);
@@ -226,19 +270,20 @@ RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::s
     SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, to_mpi(type), mpi_op(type, op), m_comm,
                                                    request->handle()));
   }
-  count_sent(static_cast<std::uint64_t>(m_size - 1) * recv_count * dtype_size(type));
   return request;
 }
 
 RequestPtr MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count,
                                         DType type) {
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather", send_count, type);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather", send_count, type, wire(),
+                                              mutable_tally(), Collective::AllGather);
+  WireScope wire(this->wire(), mutable_tally(), Collective::AllGather);
   const std::size_t block_bytes = send_count * dtype_size(type);
+  count_call(Collective::AllGather, block_bytes, /*async=*/true);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "iall_gather");
   SHARDTRAIN_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n,
                            to_mpi(type), m_comm, request->handle()));
-  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
   return request;
 }
 
@@ -250,7 +295,9 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                               std::span<const std::size_t> counts, DType type,
                                               ReduceOp op) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter_v", counts[m_rank], type);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter_v", counts[m_rank], type,
+                                              wire(), mutable_tally(), Collective::ReduceScatter);
+  WireScope wire(this->wire(), mutable_tally(), Collective::ReduceScatter);
   std::size_t total = 0, own_displ = 0;
   for (int q = 0; q < m_size; ++q) {
     request->counts.push_back(block_count(counts[q], "ireduce_scatter_v"));
@@ -258,6 +305,7 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
     total += counts[q];
   }
   const std::size_t esize = dtype_size(type);
+  count_call(Collective::ReduceScatter, total * esize, /*async=*/true);
   if (recv == static_cast<const char*>(send) + own_displ * esize) {
     // In place: MPI leaves the result at the start of the buffer; move it to
     // the rank's own block when the request completes.
@@ -271,15 +319,15 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
     SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type),
                                              mpi_op(type, op), m_comm, request->handle()));
   }
-  // Ring reduce-scatter: every block but the rank's own leaves it once.
-  count_sent((total - counts[m_rank]) * esize);
   return request;
 }
 
 RequestPtr MpiCommunicator::iall_gather_v(const void* send, void* recv,
                                           std::span<const std::size_t> counts, DType type) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather_v", counts[m_rank], type);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather_v", counts[m_rank], type,
+                                              wire(), mutable_tally(), Collective::AllGather);
+  WireScope wire(this->wire(), mutable_tally(), Collective::AllGather);
   std::size_t displ = 0;
   for (std::size_t c : counts) {
     request->counts.push_back(block_count(c, "iall_gather_v"));
@@ -287,12 +335,11 @@ RequestPtr MpiCommunicator::iall_gather_v(const void* send, void* recv,
     displ += c;
   }
   const std::size_t esize = dtype_size(type);
+  count_call(Collective::AllGather, counts[m_rank] * esize, /*async=*/true);
   const bool in_place = send == static_cast<const char*>(recv) + request->displs[m_rank] * esize;
   SHARDTRAIN_MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, request->counts[m_rank], to_mpi(type),
                             recv, request->counts.data(), request->displs.data(), to_mpi(type),
                             m_comm, request->handle()));
-  // Ring all-gather: the rank's own block travels to the N-1 others.
-  count_sent(counts[m_rank] * (m_size - 1) * esize);
   return request;
 }
 

@@ -5,11 +5,18 @@
 // and all-gather blocks must fit in an int (2^31 - 1 elements per rank).
 // With a CollectiveWatchdog set, every blocking call (and every wait on a
 // request) is watched: a stall is reported by name and ends the job.
+// Wire bytes: with Open MPI's pml monitoring on (OMPI_MCA_pml_monitoring_enable=1)
+// every call, and every wait or test on a request, adds the bytes the PML sent
+// meanwhile to its kind in tally().wire (see WireMonitor and CommTally).
 #pragma once
+
+#include <memory>
+#include <string>
 
 #include <mpi.h>
 
 #include "dist/communicator.hpp"
+#include "dist/mpi/wire_monitor.hpp"
 #include "dist/watchdog.hpp"
 
 namespace shardtrain {
@@ -44,6 +51,12 @@ class MpiCommunicator final : public Communicator {
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
 
+  bool wire_measured() const override { return m_wire_monitor.measured(); }
+  std::string wire_status() const override { return m_wire_monitor.status(); }
+  // Bytes this process has sent through the PML so far, by anyone (0 when not
+  // measured): the per-step total, including what no collective here sent.
+  std::uint64_t wire_bytes_now() { return m_wire_monitor.bytes_sent(); }
+
   MPI_Comm comm() const { return m_comm; }
   // Watches blocking calls from now on (nullptr: none). Not owned.
   void set_watchdog(CollectiveWatchdog* watchdog) { m_watchdog = watchdog; }
@@ -52,7 +65,11 @@ class MpiCommunicator final : public Communicator {
   // The MPI reduction for (type, op): predefined, or ours for F16/BF16.
   MPI_Op mpi_op(DType type, ReduceOp op) const;
 
+  // The monitor when it measures, else nullptr (no MPI_T reads then).
+  WireMonitor* wire() { return m_wire_monitor.measured() ? &m_wire_monitor : nullptr; }
+
   MPI_Comm m_comm;
+  WireMonitor m_wire_monitor;
   CollectiveWatchdog* m_watchdog = nullptr;
   int m_rank = 0;
   int m_size = 1;

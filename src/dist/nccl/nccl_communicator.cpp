@@ -1,5 +1,6 @@
 // NcclCommunicator: device-memory collectives over NCCL on a communication stream
-// of its own, bootstrapped over MPI, with MpiCommunicator's byte accounting.
+// of its own, bootstrapped over MPI, with MpiCommunicator's payload accounting
+// (communicator.hpp: CommTally; NCCL's wire bytes are not measured).
 // Every CUDA, NCCL and MPI call is checked. See the header for the stream rules.
 #include "dist/nccl/nccl_communicator.hpp"
 
@@ -237,6 +238,7 @@ void* NcclCommunicator::scratch(std::size_t bytes) {
 }
 
 void NcclCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
+  count_call(Collective::AllReduce, count * dtype_size(type));
   if (count == 0) return;
   const std::size_t bytes = count * dtype_size(type);
   if (is_plain_host_memory(buffer)) {
@@ -250,11 +252,10 @@ void NcclCommunicator::all_reduce(void* buffer, std::size_t count, DType type, R
         ncclAllReduce(buffer, buffer, count, to_nccl(type), to_nccl(op), m_nccl, m_stream));
   }
   SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
-  // Ring all-reduce: reduce-scatter then all-gather, each sending (N-1)/N of the data.
-  if (m_size > 1) count_sent(2 * bytes * (m_size - 1) / m_size);
 }
 
 void NcclCommunicator::broadcast(void* buffer, std::size_t count, DType type, int root) {
+  count_call(Collective::Broadcast, m_rank == root ? count * dtype_size(type) : 0);
   if (count == 0) return;
   const std::size_t bytes = count * dtype_size(type);
   if (is_plain_host_memory(buffer)) {
@@ -268,15 +269,15 @@ void NcclCommunicator::broadcast(void* buffer, std::size_t count, DType type, in
     SHARDTRAIN_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, to_nccl(type), root, m_nccl, m_stream));
   }
   SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
-  if (m_rank == root && m_size > 1) count_sent(bytes);
 }
 
 void NcclCommunicator::barrier() {
+  count_call(Collective::Barrier, 0);
   synchronize();
   SHARDTRAIN_MPI_CHECK(MPI_Barrier(m_comm));
 }
 
-// Sends (N-1)/N of the full buffer (ring algorithm), i.e. (N-1) blocks.
+// The blocking forms are the non-blocking ones waited for (counted there).
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                       DType type, ReduceOp op) {
   ireduce_scatter(send, recv, recv_count, type, op)->wait();
@@ -296,7 +297,7 @@ RequestPtr NcclCommunicator::iall_reduce(void* buffer, std::size_t count, DType 
         ncclAllReduce(buffer, buffer, count, to_nccl(type), to_nccl(op), m_nccl, m_stream));
   }
   request->record(m_stream);
-  if (m_size > 1) count_sent(2 * count * dtype_size(type) * (m_size - 1) / m_size);
+  count_call(Collective::AllReduce, count * dtype_size(type), /*async=*/true);
   return request;
 }
 
@@ -333,7 +334,8 @@ RequestPtr NcclCommunicator::ireduce_scatter_group(std::span<const ReduceScatter
     return ncclSuccess;
   });
   request->record(m_stream);
-  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
+  // One call for the group; payload: every part's whole input.
+  count_call(Collective::ReduceScatter, static_cast<std::uint64_t>(m_size) * block_bytes, /*async=*/true);
   return request;
 }
 
@@ -357,14 +359,14 @@ RequestPtr NcclCommunicator::iall_gather_group(std::span<const AllGatherPart> pa
     return ncclSuccess;
   });
   request->record(m_stream);
-  count_sent(static_cast<std::uint64_t>(m_size - 1) * block_bytes);
+  count_call(Collective::AllGather, block_bytes, /*async=*/true);  // every part's own block
   return request;
 }
 
 // NCCL has no variable-block reduce-scatter: one ncclReduce per rank q (root q
 // receives the reduction of block q), all in one group; in place when
 // recv == send + displ(rank) (ncclReduce's own in-place form at the root).
-// Counted as MPI counts it (ring): every block but the rank's own leaves it once.
+// Payload as MPI counts it: the whole input, sum(counts) elements.
 RequestPtr NcclCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                                std::span<const std::size_t> counts, DType type,
                                                ReduceOp op) {
@@ -389,13 +391,13 @@ RequestPtr NcclCommunicator::ireduce_scatter_v(const void* send, void* recv,
     return ncclSuccess;
   });
   request->record(m_stream);
-  count_sent((total - counts[m_rank]) * esize);
+  count_call(Collective::ReduceScatter, total * esize, /*async=*/true);
   return request;
 }
 
 // One ncclBroadcast per rank q (root q sends its block to its offset in every
 // rank's recv), all in one group; in place when send == recv + displ(rank).
-// Counted as MPI counts it (ring): the rank's own block travels to the N-1 others.
+// Payload as MPI counts it: the rank's own block, counts[rank] elements.
 RequestPtr NcclCommunicator::iall_gather_v(const void* send, void* recv,
                                            std::span<const std::size_t> counts, DType type) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
@@ -420,7 +422,7 @@ RequestPtr NcclCommunicator::iall_gather_v(const void* send, void* recv,
     return ncclSuccess;
   });
   request->record(m_stream);
-  count_sent(counts[m_rank] * (m_size - 1) * esize);
+  count_call(Collective::AllGather, counts[m_rank] * esize, /*async=*/true);
   return request;
 }
 

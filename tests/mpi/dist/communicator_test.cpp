@@ -1,6 +1,8 @@
 // MpiCommunicator at any rank count: all-reduce (sum/max/min, float/double/int64),
 // broadcast from every root, buffers whose length does not divide by the rank
 // count, determinism of repeated reductions, and the byte accounting.
+#include <cstdio>
+#include <cstdlib>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -50,14 +52,63 @@ TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   comm.barrier();
 }
 
-TEST(MpiCommunicator, CountsBytesOfRingAllReduce) {
+std::uint64_t payload_of(const Communicator& c, Collective k) { return c.tally().payload[static_cast<int>(k)]; }
+std::uint64_t calls_of(const Communicator& c, Collective k) { return c.tally().calls[static_cast<int>(k)]; }
+std::uint64_t async_of(const Communicator& c, Collective k) { return c.tally().async[static_cast<int>(k)]; }
+std::uint64_t wire_of(const Communicator& c, Collective k) { return c.tally().wire[static_cast<int>(k)]; }
+
+// Payload (communicator.hpp) of every kind, exactly, on every rank; and, where
+// the MPI measures it (wire_measured()), the wire bytes of the non-blocking
+// collectives coll/libnbc runs with fixed algorithms (Open MPI 4.1,
+// ompi/mca/coll/libnbc): ireduce_scatter is a binomial reduce of the whole
+// input to rank 0, then rank 0 sends each rank its block; iallgatherv is
+// linear, the own block to every other rank.
+TEST(MpiCommunicator, CountsPayloadPerKindAndWireOfLibnbc) {
   MpiCommunicator comm(MPI_COMM_WORLD);
-  const int n = comm.size();
+  const int r = comm.rank(), n = comm.size();
+  std::printf("rank %d: %s\n", r, comm.wire_status().c_str());
+  if (std::getenv("SHARDTRAIN_EXPECT_WIRE")) EXPECT_TRUE(comm.wire_measured()) << comm.wire_status();
   std::vector<float> x(1200, 1.0f);
-  const auto before = comm.bytes_sent();
   comm.all_reduce(std::span<float>(x));
-  const std::uint64_t expected = n > 1 ? 2ull * 1200 * 4 * (n - 1) / n : 0;
-  EXPECT_EQ(comm.bytes_sent() - before, expected);
+  comm.iall_reduce(x.data(), 300, DType::F32, ReduceOp::Sum)->wait();
+  EXPECT_EQ(payload_of(comm, Collective::AllReduce), (1200u + 300u) * 4);
+  EXPECT_EQ(calls_of(comm, Collective::AllReduce), 2u);
+  EXPECT_EQ(async_of(comm, Collective::AllReduce), 1u);
+  for (int root = 0; root < n; ++root) comm.broadcast(std::span<float>(x.data(), 10), root);
+  EXPECT_EQ(payload_of(comm, Collective::Broadcast), 10u * 4);  // once, as the root
+  EXPECT_EQ(calls_of(comm, Collective::Broadcast), static_cast<std::uint64_t>(n));
+  comm.barrier();
+  EXPECT_EQ(calls_of(comm, Collective::Barrier), 1u);
+  EXPECT_EQ(payload_of(comm, Collective::Barrier), 0u);
+
+  // Variable blocks: rank q owns 3 + 2q elements (odd total at 2 and 4 ranks).
+  std::vector<std::size_t> counts(n);
+  std::size_t total = 0, displ = 0;
+  for (int q = 0; q < n; ++q) {
+    counts[q] = 3 + 2 * static_cast<std::size_t>(q);
+    if (q < r) displ += counts[q];
+    total += counts[q];
+  }
+  std::vector<float> buf(total, 1.0f);
+  const std::uint64_t rs_wire0 = wire_of(comm, Collective::ReduceScatter);
+  comm.ireduce_scatter_v(buf.data(), buf.data() + displ, counts, DType::F32, ReduceOp::Sum)->wait();
+  EXPECT_EQ(payload_of(comm, Collective::ReduceScatter), total * 4);
+  const std::uint64_t ag_wire0 = wire_of(comm, Collective::AllGather);
+  comm.iall_gather_v(buf.data() + displ, buf.data(), counts, DType::F32)->wait();
+  EXPECT_EQ(payload_of(comm, Collective::AllGather), counts[r] * 4);
+  EXPECT_EQ(async_of(comm, Collective::ReduceScatter), 1u);
+  EXPECT_EQ(async_of(comm, Collective::AllGather), 1u);
+  if (comm.wire_measured()) {
+    const std::uint64_t rs = n == 1 ? 0 : r == 0 ? (total - counts[0]) * 4 : total * 4;
+    EXPECT_EQ(wire_of(comm, Collective::ReduceScatter) - rs_wire0, rs) << "libnbc ireduce_scatter";
+    EXPECT_EQ(wire_of(comm, Collective::AllGather) - ag_wire0, (n - 1) * counts[r] * 4) << "libnbc iallgatherv";
+  }
+  std::printf("rank %d: payload all_reduce %llu reduce_scatter %llu all_gather %llu broadcast %llu B; wire %llu B\n", r,
+              static_cast<unsigned long long>(payload_of(comm, Collective::AllReduce)),
+              static_cast<unsigned long long>(payload_of(comm, Collective::ReduceScatter)),
+              static_cast<unsigned long long>(payload_of(comm, Collective::AllGather)),
+              static_cast<unsigned long long>(payload_of(comm, Collective::Broadcast)),
+              static_cast<unsigned long long>(comm.tally().wire_total()));
 }
 
 // Block r of the reduce-scatter result equals the sum over ranks of block r.
@@ -72,10 +123,10 @@ TEST(MpiCommunicator, ReduceScatterBlockingAndNonBlocking) {
       EXPECT_FLOAT_EQ(recv[j], static_cast<float>(n * (r * block + j)) + 50.0f * n * (n - 1)) << j;
   };
   std::vector<float> recv(block, -1.0f);
-  const auto before = comm.bytes_sent();
+  const auto before = payload_of(comm, Collective::ReduceScatter);
   comm.reduce_scatter(std::span<const float>(send), std::span<float>(recv));
   expect(recv);
-  EXPECT_EQ(comm.bytes_sent() - before, (n - 1) * block * sizeof(float));
+  EXPECT_EQ(payload_of(comm, Collective::ReduceScatter) - before, n * block * sizeof(float));  // the whole input
 
   std::vector<float> recv2(block, -1.0f);
   RequestPtr req = comm.ireduce_scatter(send.data(), recv2.data(), block, DType::F32, ReduceOp::Sum);
@@ -106,9 +157,9 @@ TEST(MpiCommunicator, VariableBlockReduceScatterAndAllGather) {
   std::vector<float> send(total);
   for (std::size_t i = 0; i < total; ++i) send[i] = static_cast<float>(i) + 0.25f * r;
   std::vector<float> recv(counts[r] + 1, -7.0f);
-  const auto before = comm.bytes_sent();
+  const auto before = payload_of(comm, Collective::ReduceScatter);
   comm.ireduce_scatter_v(send.data(), recv.data(), counts, DType::F32, ReduceOp::Sum)->wait();
-  EXPECT_EQ(comm.bytes_sent() - before, (total - counts[r]) * sizeof(float));
+  EXPECT_EQ(payload_of(comm, Collective::ReduceScatter) - before, total * sizeof(float));
   for (std::size_t j = 0; j < counts[r]; ++j)
     EXPECT_FLOAT_EQ(recv[j], n * static_cast<float>(displ + j) + 0.125f * n * (n - 1)) << j;
   EXPECT_EQ(recv[counts[r]], -7.0f);  // nothing written past the block
@@ -210,10 +261,10 @@ TEST(MpiCommunicator, HalfPrecisionReductionsInFp32) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   check_half_reductions<f16>(comm);
   check_half_reductions<bf16>(comm);
-  const auto before = comm.bytes_sent();
+  const auto before = payload_of(comm, Collective::AllReduce);
   std::vector<f16> x(10);
   comm.all_reduce(x.data(), x.size(), DType::F16, ReduceOp::Sum);
-  if (comm.size() > 1) EXPECT_EQ(comm.bytes_sent() - before, 2 * 10 * 2 * (comm.size() - 1) / comm.size());
+  EXPECT_EQ(payload_of(comm, Collective::AllReduce) - before, 10u * 2);  // 16-bit words
 }
 
 TEST(MpiCommunicator, AllGatherOutOfPlaceInPlaceAndNonBlocking) {
@@ -227,10 +278,10 @@ TEST(MpiCommunicator, AllGatherOutOfPlaceInPlaceAndNonBlocking) {
     for (std::size_t j = 0; j < block; ++j) expected[q * block + j] = q * 10.0 + j;
 
   std::vector<double> out(block * n, -1.0);
-  const auto before = comm.bytes_sent();
+  const auto before = payload_of(comm, Collective::AllGather);
   comm.all_gather(std::span<const double>(mine), std::span<double>(out));
   EXPECT_EQ(out, expected);
-  EXPECT_EQ(comm.bytes_sent() - before, (n - 1) * block * sizeof(double));
+  EXPECT_EQ(payload_of(comm, Collective::AllGather) - before, block * sizeof(double));  // the own block
 
   // In place: the rank's own block already sits at its offset (a ZeRO shard).
   std::vector<double> inplace(block * n, -1.0);
