@@ -134,11 +134,16 @@ int run_main(int argc, char** argv) {
   bool plan_only = false;
   int plan_ranks = 0;
   app.add_flag("--plan", plan_only,
-               "Print the memory plan per rank (bytes per category), the activation recompute "
+               "Print the memory plan per rank (bytes per category), the process's measured RSS before the "
+               "model and MPI collective scratch per rank, the predicted process peak (their sum: what "
+               "train.memory_limit_mb limits), the activation recompute "
                "schedule (kept blocks, peak, extra forward FLOPs) and the compute per step (FLOPs), then "
                "exit without training; exit "
-               "code 2 if it exceeds train.memory_limit_mb or recompute.budget_mb cannot be met");
-  app.add_option("--ranks", plan_ranks, "With --plan: plan for this many ranks (default: the MPI job's)")
+               "code 2 if the predicted process peak exceeds train.memory_limit_mb or recompute.budget_mb "
+               "cannot be met");
+  app.add_option("--ranks", plan_ranks,
+                 "With --plan: plan for this many ranks (default: the MPI job's; the measured process "
+                 "terms stay this job's)")
       ->check(CLI::PositiveNumber);
   bool profile = false;
   app.add_flag("--profile", profile,
@@ -221,7 +226,13 @@ int run_main(int argc, char** argv) {
     return agree([&] {
       // Opens the data set for the model's sizes (vocabulary, sample shape, classes).
       const MemoryPlan plan = plan_run(config, MPI_COMM_WORLD, plan_ranks > 0 ? plan_ranks : world_size());
-      if (world_rank() == 0) std::fputs(format_plan(plan).c_str(), stdout);
+      if (world_rank() == 0) {
+        std::fputs(format_plan(plan).c_str(), stdout);
+        if (plan_ranks > 0 && plan_ranks != world_size())
+          std::printf("note: the process terms were measured in this job of %d ranks, not %d, and the MPI "
+                      "collective scratch was not probed; run `mpirun -n %d trainer --plan` for theirs\n",
+                      world_size(), plan_ranks, plan_ranks);
+      }
       std::fflush(stdout);
       check_memory_limit(plan, config);
     });

@@ -56,11 +56,14 @@ void tracked_free(void* p) { std::free(p); }
 
 }  // namespace detail
 
-std::int64_t process_peak_rss_bytes() {
+namespace {
+
+// A "KEY: N kB" field of /proc/self/status in bytes; -1 where it cannot be read.
+std::int64_t proc_status_bytes(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
-    if (key == "VmHWM:") {
+    if (key == field) {
       std::int64_t kib = -1;
       status >> kib;
       return kib < 0 ? -1 : kib * 1024;
@@ -69,5 +72,11 @@ std::int64_t process_peak_rss_bytes() {
   }
   return -1;
 }
+
+}  // namespace
+
+std::int64_t process_peak_rss_bytes() { return proc_status_bytes("VmHWM:"); }
+
+std::int64_t process_rss_bytes() { return proc_status_bytes("VmRSS:"); }
 
 }  // namespace shardtrain

@@ -54,6 +54,10 @@ class MemoryTracker {
 // outside the tracker. -1 where /proc is not available.
 std::int64_t process_peak_rss_bytes();
 
+// The process's resident set now (VmRSS of /proc/self/status) in bytes; -1
+// where /proc is not available.
+std::int64_t process_rss_bytes();
+
 namespace detail {
 void* tracked_alloc(std::size_t bytes);
 void tracked_free(void* p);

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "dist/zero_engine.hpp"
 
@@ -13,6 +15,18 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 }  // namespace
+
+std::int64_t ProcessMemory::fixed() const {
+  std::int64_t m = 0;
+  for (auto b : before_model) m = std::max(m, b);
+  return m;
+}
+
+std::int64_t ProcessMemory::scratch() const {
+  std::int64_t m = 0;
+  for (auto b : collective_scratch) m = std::max(m, b);
+  return m;
+}
 
 std::int64_t MemoryPlan::total() const {
   std::int64_t t = 0;
@@ -129,6 +143,22 @@ std::string format_plan(const MemoryPlan& p) {
     out += fmt::format("  {:<16} {:>12.3f} MiB\n", to_string(static_cast<MemCategory>(c)),
                        static_cast<double>(p.bytes[c]) / kMiB);
   out += fmt::format("  {:<16} {:>12.3f} MiB\n", "total", static_cast<double>(p.total()) / kMiB);
+  if (p.process.measured()) {
+    auto per_rank = [](const std::vector<std::int64_t>& v) {
+      std::string t;
+      for (auto b : v) t += fmt::format(" {:.1f}", static_cast<double>(b) / kMiB);
+      return t;
+    };
+    out += fmt::format("process RSS before the model per rank (MiB):{}\n", per_rank(p.process.before_model));
+    if (!p.process.collective_scratch.empty())
+      out += fmt::format("MPI collective scratch per rank (MiB, VmHWM rise in one probe of the step's gradient "
+                         "collective):{}\n", per_rank(p.process.collective_scratch));
+    out += fmt::format("predicted process peak per rank: {:.1f} MiB = {:.1f} before the model (max over {} ranks) + "
+                       "{:.1f} tracked + {:.1f} collective scratch\n",
+                       static_cast<double>(p.process_peak()) / kMiB, static_cast<double>(p.process.fixed()) / kMiB,
+                       p.process.before_model.size(), static_cast<double>(p.total()) / kMiB,
+                       static_cast<double>(p.process.scratch()) / kMiB);
+  }
   if (p.model == "gpt") {
     out += format_schedule(p.recompute);
     out += fmt::format("  activations {:.3f} MiB per rank (policy \"none\" would need {:.3f} MiB)\n",
@@ -151,14 +181,16 @@ std::string format_plan(const MemoryPlan& p) {
 
 void check_memory_limit(const MemoryPlan& p, const RunConfig& c) {
   const double limit = c.train.memory_limit_mb;
-  const double need = static_cast<double>(p.total()) / kMiB;
+  const double need = static_cast<double>(p.process_peak()) / kMiB;
   if (limit <= 0 || need <= limit) return;
   throw InputError(fmt::format(
-      "{}: train.memory_limit_mb = {} MiB, but the plan needs {:.2f} MiB per rank ({:.2f} MiB "
-      "short: parameters {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations {:.2f}, "
+      "{}: train.memory_limit_mb = {} MiB, but the predicted process peak is {:.2f} MiB per rank ({:.2f} MiB "
+      "short: process before the model {:.2f}, MPI collective scratch {:.2f}, and the plan's {:.2f}: "
+      "parameters {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations {:.2f}, "
       "workspace {:.2f}, communication {:.2f}, data {:.2f}); use a higher parallel.zero_stage, "
       "more ranks, a smaller train.micro_batch, or raise the limit",
-      c.source_name, limit, need, need - limit, p.of(MemCategory::Parameters) / kMiB,
+      c.source_name, limit, need, need - limit, p.process.fixed() / kMiB, p.process.scratch() / kMiB,
+      p.total() / kMiB, p.of(MemCategory::Parameters) / kMiB,
       p.of(MemCategory::Gradients) / kMiB, p.of(MemCategory::OptimizerState) / kMiB,
       p.of(MemCategory::Activations) / kMiB, p.of(MemCategory::Workspace) / kMiB,
       p.of(MemCategory::Communication) / kMiB, p.of(MemCategory::Data) / kMiB));

@@ -18,6 +18,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
@@ -27,6 +28,17 @@
 #include "plan/recompute.hpp"
 
 namespace shardtrain {
+
+// The process memory beside the plan's tracked buffers, measured on every rank
+// of the job (train/process_memory.hpp), not computed: empty vectors until
+// measured. Bytes, indexed by rank.
+struct ProcessMemory {
+  std::vector<std::int64_t> before_model;        // VmRSS just before the model is allocated
+  std::vector<std::int64_t> collective_scratch;  // VmHWM's rise in the probed gradient collective
+  bool measured() const { return !before_model.empty(); }
+  std::int64_t fixed() const;    // max over ranks of before_model (0 if not measured)
+  std::int64_t scratch() const;  // max over ranks of collective_scratch (0 if not probed)
+};
 
 struct MemoryPlan {
   std::array<std::int64_t, MemoryTracker::kCategories> bytes{};  // per rank
@@ -48,7 +60,12 @@ struct MemoryPlan {
   double step_flops = 0;
   std::int64_t batch_size = 0;
 
+  ProcessMemory process;  // measured; empty in a plan nobody measured
+
   std::int64_t total() const;
+  // The predicted process peak per rank (VmHWM): process.fixed() + total() +
+  // process.scratch(); every rank uses the same (max over ranks) terms.
+  std::int64_t process_peak() const { return process.fixed() + total() + process.scratch(); }
   std::int64_t of(MemCategory c) const { return bytes[static_cast<int>(c)]; }
 };
 
@@ -63,13 +80,13 @@ MemoryPlan plan_memory(const RunConfig& config, std::int64_t vocab, int world);
 MemoryPlan plan_classifier_memory(const RunConfig& config, ParamLayout layout, const ClassifierCosts& costs,
                                   std::int64_t data_bytes, std::int64_t max_batch, int world);
 
-// Human-readable plan (for `trainer --plan` and the start of a run).
+// Human-readable plan (for `trainer --plan` and the start of a run); with the
+// measured process terms and the predicted process peak when measured.
 std::string format_plan(const MemoryPlan& plan);
 
-// Throws InputError when recompute.budget_mb cannot be met by any schedule.
-
 // Throws InputError naming the shortfall if train.memory_limit_mb is set and the
-// plan's total exceeds it.
+// predicted process peak (process_peak(): the measured terms plus the tracked
+// total) exceeds it.
 void check_memory_limit(const MemoryPlan& plan, const RunConfig& config);
 
 }  // namespace shardtrain

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "train/process_memory.hpp"
 #include "train/task_factory.hpp"
 
 namespace shardtrain {
@@ -17,12 +18,33 @@ template std::unique_ptr<Task<float>> make_task<float>(const RunConfig&, MpiComm
 template std::unique_ptr<Task<f16>> make_task<f16>(const RunConfig&, MpiCommunicator&, int);
 template std::unique_ptr<Task<bf16>> make_task<bf16>(const RunConfig&, MpiCommunicator&, int);
 
+namespace {
+
+template <class P>
+MemoryPlan plan_and_measure(const RunConfig& config, MpiCommunicator& comm, int world) {
+  const auto task = make_task<P>(config, comm, world);  // the data set stays open, as in a run
+  MemoryPlan plan = task->plan();
+  measure_process_before_model(plan, comm);
+  // The probe allocates a gradient-sized buffer: only for this job's rank count,
+  // and not when the plan already exceeds the limit without it.
+  const double limit = config.train.memory_limit_mb;
+  if (world == comm.size() &&
+      (limit <= 0 || static_cast<double>(plan.process_peak()) <= limit * 1024.0 * 1024.0)) {
+    ParamLayout layout = task->make_layout();
+    layout.finalize(world);
+    measure_collective_scratch(plan, config, layout, dtype_of<P>(), comm);
+  }
+  return plan;
+}
+
+}  // namespace
+
 MemoryPlan plan_run(const RunConfig& config, MPI_Comm comm, int world) {
   MpiCommunicator c(comm);
   const std::string& mode = config.precision.mode;
-  if (mode == "fp16") return make_task<f16>(config, c, world)->plan();
-  if (mode == "bf16") return make_task<bf16>(config, c, world)->plan();
-  return make_task<float>(config, c, world)->plan();
+  if (mode == "fp16") return plan_and_measure<f16>(config, c, world);
+  if (mode == "bf16") return plan_and_measure<bf16>(config, c, world);
+  return plan_and_measure<float>(config, c, world);
 }
 
 std::int64_t run_max_batch(const RunConfig& c, int world) {

@@ -103,7 +103,10 @@ template <class P>
 std::unique_ptr<Task<P>> make_task(const RunConfig& config, MpiCommunicator& comm, int plan_world);
 
 // The memory plan of a run with `world` ranks (`trainer --plan`): opens the
-// data set on `comm` (collective), allocates nothing large.
+// data set on `comm` (collective), measures the process before the model
+// (train/process_memory.hpp) and, when `world` is comm's size and the plan
+// fits train.memory_limit_mb so far, probes the gradient collective's scratch
+// (a temporary gradient- or bucket-sized buffer); allocates nothing else large.
 MemoryPlan plan_run(const RunConfig& config, MPI_Comm comm, int world);
 
 // Micro-batch size of a run: min(train.micro_batch, ceil(train.batch_size / world)).

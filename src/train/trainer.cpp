@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -36,6 +37,7 @@
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plan/memory_plan.hpp"
+#include "train/process_memory.hpp"
 #include "train/batch_sampler.hpp"
 #include "train/checkpointing.hpp"
 #include "train/lifecycle.hpp"
@@ -151,10 +153,17 @@ class Run final : public RunBase {
         m_guard(cfg.train.time_limit_minutes) {
     m_comm.set_watchdog(&m_watchdog);
     m_plan = m_task->plan();
-    check_memory_limit(m_plan, cfg);  // before anything large is allocated
+    // The predicted process peak (its measured terms: train/process_memory.hpp)
+    // against train.memory_limit_mb, before anything large is allocated.
+    measure_process_before_model(m_plan, m_comm);
+    check_memory_limit(m_plan, cfg);
 
     m_layout = std::make_unique<ParamLayout>(m_task->make_layout());
     m_layout->finalize(m_comm.size());
+    if (m_backend.memory() == nullptr) {  // host collectives (a device's go through NCCL: not probed)
+      measure_collective_scratch(m_plan, cfg, *m_layout, dtype_of<P>(), m_comm);
+      check_memory_limit(m_plan, cfg);
+    }
     m_zero = std::make_unique<ZeroEngine<P>>(
         *m_layout,
         typename ZeroEngine<P>::Options{cfg.parallel.zero_stage, cfg.parallel.overlap,
@@ -742,7 +751,8 @@ void Run<P>::report_memory(RunDirectory* dir) {
                mib(p[kCats]));
   };
   fmt::print("peak memory per rank (MiB, tracked allocator; activations also as measured: the model's "
-             "high-water in its arena; also {}/memory.csv):\n", dir->path());
+             "high-water in its arena; also {}/memory.csv and, for the process, process_memory.csv):\n",
+             dir->path());
   fmt::print("  {:>4} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10}\n", "rank", "params",
              "grads", "optimizer", "activations", "(measured)", "workspace", "comm", "data", "total");
   for (int r = 0; r < n; ++r) row(std::to_string(r), &peaks[r * (kCats + 1)], used[r]);
@@ -755,11 +765,49 @@ void Run<P>::report_memory(RunDirectory* dir) {
   else
     fmt::print("activations measured: the high-water differs from the plan ({} bytes):{}\n", used[n],
                differ.substr(0, differ.size() - 1));
-  std::string rss_text;
-  for (int r = 0; r < n; ++r)
-    rss_text += rss[r] < 0 ? std::string(" n/a") : fmt::format(" {:.1f}", static_cast<double>(rss[r]) / (1024.0 * 1024.0));
+  // The process: VmHWM per rank against the predicted process peak (the
+  // measured terms of m_plan.process plus the tracked plan; the same on every
+  // rank); also process_memory.csv (bytes).
+  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  auto per_rank = [n](const std::function<std::string(int)>& cell) {
+    std::string t;
+    for (int r = 0; r < n; ++r) {
+      t += ' ';
+      t += cell(r);
+    }
+    return t;
+  };
+  const ProcessMemory& pm = m_plan.process;
+  auto of_rank = [](const std::vector<std::int64_t>& v, int r) {
+    return r < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(r)] : std::int64_t{0};
+  };
+  // Per rank: its own measured terms plus the tracked plan; the limit uses
+  // their maximum over ranks (m_plan.process_peak()).
+  auto predicted = [&](int r) {
+    return of_rank(pm.before_model, r) + m_plan.total() + of_rank(pm.collective_scratch, r);
+  };
+  fmt::print("process RSS before the model per rank (MiB):{}\n",
+             per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.before_model, r))); }));
+  fmt::print("MPI collective scratch per rank (MiB, probed before the model):{}\n",
+             pm.collective_scratch.empty()
+                 ? std::string(" not probed (device collectives)")
+                 : per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.collective_scratch, r))); }));
+  fmt::print("predicted process peak per rank (MiB, RSS before the model + {:.1f} tracked plan + collective scratch; "
+             "train.memory_limit_mb is checked against their maximum, {:.1f}):{}\n",
+             mib(m_plan.total()), mib(m_plan.process_peak()),
+             per_rank([&](int r) { return fmt::format("{:.1f}", mib(predicted(r))); }));
   fmt::print("process peak RSS per rank (MiB, VmHWM: the above plus code, libraries, MPI and untracked heap):{}\n",
-             rss_text);
+             per_rank([&](int r) { return rss[r] < 0 ? std::string("n/a") : fmt::format("{:.1f}", mib(rss[r])); }));
+  fmt::print("VmHWM / predicted process peak per rank:{}\n", per_rank([&](int r) {
+               return rss[r] < 0 || predicted(r) <= 0
+                          ? std::string("n/a")
+                          : fmt::format("{:.3f}", static_cast<double>(rss[r]) / static_cast<double>(predicted(r)));
+             }));
+  std::string csv = "rank,rss_before_model,collective_scratch,tracked_plan,predicted_process_peak,vmhwm\n";
+  for (int r = 0; r < n; ++r)
+    csv += fmt::format("{},{},{},{},{},{}\n", r, of_rank(pm.before_model, r), of_rank(pm.collective_scratch, r),
+                       m_plan.total(), predicted(r), rss[r]);
+  dir->write_file("process_memory.csv", csv);
 }
 
 template <class P>

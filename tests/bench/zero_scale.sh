@@ -12,7 +12,7 @@
 #   OUT      markdown report path, or - for stdout (default: -)
 #   --run    also train: for stage 0 and stage 3, the largest model that fits trains
 #            STEPS steps under train.memory_limit_mb = BUDGET_MB (its tracked peak per
-#            rank must stay within the budget), and one more layer is refused with exit
+#            rank and every rank's VmHWM must stay within the budget), and one more layer is refused with exit
 #            code 2 and the memory_limit_mb message, before anything large is allocated.
 # Without --run only `trainer --plan` is used (seconds; no model is allocated).
 # Exit 1 when the stage-3 / stage-0 parameter ratio is below MIN_RATIO, or a run fails.
@@ -94,8 +94,8 @@ if [[ $run -eq 1 ]]; then
     echo
     echo "Real runs, \`$MPIEXEC -n $NP trainer\` with \`train.memory_limit_mb = $BUDGET_MB\`, $STEPS steps:"
     echo
-    echo "| stage | n_layer | parameters | result | tracked peak per rank, max over ranks (MiB) | final loss | wall (s) |"
-    echo "|---|---|---|---|---|---|---|"
+    echo "| stage | n_layer | parameters | result | tracked peak per rank, max over ranks (MiB) | VmHWM, max over ranks (MiB) | final loss | wall (s) |"
+    echo "|---|---|---|---|---|---|---|---|"
   } >> "$report"
   for stage in 0 3; do
     L=${layers[$stage]}
@@ -112,7 +112,12 @@ if [[ $run -eq 1 ]]; then
     peak=$(awk -F, '$1 ~ /^[0-9]+$/ && $NF > m { m = $NF } END { printf "%.1f", m / 1048576 }' "$dir/memory.csv")
     loss=$(awk -F, 'NR > 1 { l = $2 } END { printf "%.4f", l }' "$dir/metrics.csv")
     awk -v p="$peak" -v b="$BUDGET_MB" 'BEGIN { exit !(p <= b) }' || { echo "stage $stage peak $peak MiB over budget" >&2; bad=1; }
-    echo "| $stage | $L | ${params[$stage]} | trained | $peak | $loss | $wall |" >> "$report"
+    # The process: every rank's VmHWM (process_memory.csv) under the limit.
+    hwm=$(awk -F, 'NR > 1 && $NF > m { m = $NF } END { printf "%.1f", m / 1048576 }' "$dir/process_memory.csv")
+    awk -v p="$hwm" -v b="$BUDGET_MB" 'BEGIN { exit !(p > 0 && p <= b) }' ||
+      { echo "stage $stage VmHWM $hwm MiB over the limit $BUDGET_MB MiB" >&2; bad=1; }
+    echo "stage $stage: VmHWM, max over ranks, $hwm MiB (limit $BUDGET_MB MiB)"
+    echo "| $stage | $L | ${params[$stage]} | trained | $peak | $hwm | $loss | $wall |" >> "$report"
 
     # One more layer: refused before allocation, exit 2, naming the limit.
     rc=0
@@ -122,7 +127,7 @@ if [[ $run -eq 1 ]]; then
     if [[ $rc -ne 2 ]] || ! grep -q 'memory_limit_mb' "$dir.over.log"; then
       echo "stage $stage at n_layer $((L + 1)): expected a refusal (exit 2), got exit $rc" >&2; bad=1
     fi
-    echo "| $stage | $((L + 1)) | | refused (exit $rc) | | | |" >> "$report"
+    echo "| $stage | $((L + 1)) | | refused (exit $rc) | | | | |" >> "$report"
   done
   # The stage-3 model under stage 0: refused too.
   rc=0

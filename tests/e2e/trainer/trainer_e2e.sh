@@ -182,24 +182,35 @@ case "${1:-}" in
       die "the report does not say the measured activation high-water equals the plan"
     ;;
   recompute-cap)
-    # NP: budget plan total + 0.5 MiB as memory_limit_mb trains; policy none under the same cap is refused.
+    # NP: train.memory_limit_mb between the predicted process peaks of policy budget and
+    # policy none (measured by `trainer --plan` in a job of NP ranks: RSS before the
+    # model + tracked plan + collective scratch) trains under budget; none is refused.
     np=$2; name="rccap_np$np"
-    set_args=(--set model.n_layer=12 --set recompute.policy=budget --set recompute.budget_mb=0.6)
-    "$TRAINER" --plan "$INPUT" --ranks "$np" --set data.path="$DATA" "${set_args[@]}" > "$WORK/$name.plan" 2>&1 ||
-      { cat "$WORK/$name.plan"; die "--plan failed"; }
-    total=$(awk '/^  total/ { print $2 }' "$WORK/$name.plan")
-    cap=$(awk -v t="$total" 'BEGIN { printf "%.3f", t + 0.05 }')
-    echo "budget plan total $total MiB; memory_limit_mb = $cap"
-    run_trainer "$np" "$name" "${set_args[@]}" --set train.memory_limit_mb="$cap" --set train.steps=5
+    set_args=(--set model.n_layer=12 --set train.micro_batch=4)
+    peak_of() {  # POLICY: the predicted process peak of `trainer --plan` in MiB
+      local extra=(--set recompute.policy="$1")
+      [[ $1 == budget ]] && extra+=(--set recompute.budget_mb=0.6)
+      timeout 60 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" --plan "$INPUT" --set data.path="$DATA" "${set_args[@]}" \
+        "${extra[@]}" > "$WORK/$name.$1.plan" 2>&1 || { cat "$WORK/$name.$1.plan"; die "--plan failed"; }
+      awk '/^predicted process peak per rank/ { print $6 }' "$WORK/$name.$1.plan"
+    }
+    budget=$(peak_of budget); none=$(peak_of none)
+    cap=$(awk -v a="$budget" -v b="$none" 'BEGIN { print int((a + b) * 50 + 0.5) / 100 }')  # as the trainer prints it
+    echo "predicted process peak: policy budget $budget MiB, none $none MiB; memory_limit_mb = $cap"
+    awk -v a="$budget" -v b="$none" 'BEGIN { exit !(b - a >= 0.8) }' ||
+      die "the two predictions are too close to tell apart from run-to-run RSS noise"
+    run_trainer "$np" "$name" "${set_args[@]}" --set recompute.policy=budget --set recompute.budget_mb=0.6 \
+      --set train.memory_limit_mb="$cap" \
+      --set train.steps=5
     rm -rf "$WORK/${name}_none"
     timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
-      --set train.run_dir="$WORK/${name}_none" --set model.n_layer=12 --set recompute.policy=none \
-      --set train.memory_limit_mb="$cap" > "$WORK/${name}_none.log" 2> "$WORK/${name}_none.err"
+      --set train.run_dir="$WORK/${name}_none" --set model.n_layer=12 --set train.micro_batch=4 \
+      --set recompute.policy=none --set train.memory_limit_mb="$cap" > "$WORK/${name}_none.log" 2> "$WORK/${name}_none.err"
     rc=$?
     cat "$WORK/${name}_none.err"
     [[ $rc -eq 2 ]] || die "policy none under the cap: expected exit code 2, got $rc"
     [[ $(grep -c '^error: ' "$WORK/${name}_none.err") -eq 1 ]] || die "expected one error line"
-    grep -Eq "train.memory_limit_mb = $cap MiB, but the plan needs [0-9.]+ MiB per rank \([0-9.]+ MiB short" \
+    grep -Eq "train.memory_limit_mb = $cap MiB, but the predicted process peak is [0-9.]+ MiB per rank \([0-9.]+ MiB short: process before the model [0-9.]+" \
       "$WORK/${name}_none.err" || die "the refusal does not name the shortfall"
     ;;
   mixed-memory)

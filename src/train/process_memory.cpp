@@ -1,0 +1,101 @@
+// The measured terms of the predicted process peak: VmRSS before the model and
+// the MPI library's scratch in the step's gradient collective.
+#include "train/process_memory.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "dist/zero_engine.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+// Every rank's `mine`, in rank order, on every rank.
+std::vector<std::int64_t> gather(std::int64_t mine, MpiCommunicator& comm) {
+  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()), 0);
+  all[static_cast<std::size_t>(comm.rank())] = mine;
+  comm.all_reduce(std::span<std::int64_t>(all), ReduceOp::Sum);
+  return all;
+}
+
+std::size_t dtype_bytes(DType t) {
+  switch (t) {
+    case DType::F16:
+    case DType::BF16: return 2;
+    case DType::F64:
+    case DType::I64: return 8;
+    case DType::U8: return 1;
+    default: return 4;
+  }
+}
+
+}  // namespace
+
+void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm) {
+  plan.process.before_model = gather(process_rss_bytes(), comm);
+  plan.process.collective_scratch.clear();
+}
+
+void measure_collective_scratch(MemoryPlan& plan, const RunConfig& config, const ParamLayout& layout, DType type,
+                                MpiCommunicator& comm) {
+  const int stage = config.parallel.zero_stage, n = comm.size();
+  const std::size_t f = dtype_bytes(type);
+  // The collective's elements: the whole padded gradient vector (stages 0, 1)
+  // or the largest bucket (stages 2, 3: ZeroEngine's spans, zero_plan_buckets),
+  // `in_flight` of them at once (stages 2, 3: as many as the planned
+  // communication buffers hold, since overlapped buckets reduce concurrently).
+  std::int64_t elems = layout.padded_size(), in_flight = 1;
+  if (stage >= 2) {
+    elems = 0;
+    for (const auto& [first, last] : zero_plan_buckets(layout, config.parallel.bucket_mb, f))
+      elems = std::max(elems, layout.group_range(last).second - layout.group_range(first).first);
+    const std::int64_t buffers = plan.of(MemCategory::Communication) / static_cast<std::int64_t>(f) / (stage == 3 ? 2 : 1);
+    if (elems > 0) in_flight = std::max<std::int64_t>(1, (buffers + elems / 2) / elems);
+  }
+  std::int64_t scratch = 0;
+  if (n > 1 && elems > 0) {
+    // mmap'd (not malloc'd, so glibc's mmap threshold stays as a run would
+    // find it) and written, so VmRSS holds the buffers before the collective.
+    const std::size_t bytes = static_cast<std::size_t>(elems) * f * static_cast<std::size_t>(in_flight);
+    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    SHARDTRAIN_CHECK(mapped != MAP_FAILED, "cannot map the collective probe's buffer");
+    std::memset(mapped, 0, bytes);
+    const std::int64_t with_buffer = process_rss_bytes();
+    std::vector<std::size_t> counts(static_cast<std::size_t>(n), static_cast<std::size_t>(elems / n));
+    counts.back() += static_cast<std::size_t>(elems % n);
+    std::size_t own = 0;
+    for (int r = 0; r < comm.rank(); ++r) own += counts[static_cast<std::size_t>(r)];
+    auto buffer = [&](std::int64_t i) { return static_cast<char*>(mapped) + static_cast<std::size_t>(i * elems) * f; };
+    if (stage == 0) {
+      comm.all_reduce(buffer(0), static_cast<std::size_t>(elems), type, ReduceOp::Sum);
+    } else if (stage == 1) {
+      const std::size_t block = static_cast<std::size_t>(elems / n);  // padded: a multiple of n
+      comm.reduce_scatter(buffer(0), buffer(0) + comm.rank() * block * f, block, type, ReduceOp::Sum);
+    } else {
+      std::vector<RequestPtr> pending;
+      for (std::int64_t i = 0; i < in_flight; ++i)
+        pending.push_back(comm.ireduce_scatter_v(buffer(i), buffer(i) + own * f, counts, type, ReduceOp::Sum));
+      for (auto& r : pending) r->wait();
+      pending.clear();
+      if (stage == 3) {
+        for (std::int64_t i = 0; i < in_flight; ++i)
+          pending.push_back(comm.iall_gather_v(buffer(i) + own * f, buffer(i), counts, type));
+        for (auto& r : pending) r->wait();
+      }
+    }
+    const std::int64_t peak = process_peak_rss_bytes();
+    munmap(mapped, bytes);
+    if (with_buffer >= 0 && peak >= 0) scratch = std::max<std::int64_t>(0, peak - with_buffer);
+  }
+  plan.process.collective_scratch = gather(scratch, comm);
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,34 @@
+// shardtrain/train/process_memory.hpp
+// Owns the measured part of the process memory prediction: what the memory
+// plan (plan/memory_plan.hpp, computed from the config alone) cannot know.
+//   before_model: the process's VmRSS just before the model's state is
+//     allocated (MPI, Kokkos, libraries, code, heap, the opened data set).
+//   collective_scratch: how far VmHWM rises above VmRSS while the MPI library
+//     runs the step's largest gradient collective (its internal temporaries,
+//     e.g. Open MPI's ring all-reduce buffers), probed once on a temporary
+//     buffer of that collective's size.
+// Invariants: both are measured on every rank of the job and gathered, so every
+// rank holds every rank's values and decides the same way about
+// train.memory_limit_mb (the limit uses the maximum over ranks). Collective.
+#pragma once
+
+#include "config/run_config.hpp"
+#include "dist/mpi/mpi_communicator.hpp"
+#include "model/param_layout.hpp"
+#include "plan/memory_plan.hpp"
+
+namespace shardtrain {
+
+// Sets plan.process.before_model on every rank (collective; allocates nothing).
+void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm);
+
+// Sets plan.process.collective_scratch on every rank (collective): runs the
+// gradient collective of `config`'s ZeRO stage once on a temporary host
+// buffer of `type` elements -- stage 0 the all-reduce of the padded
+// gradients, stage 1 their reduce-scatter, stages 2 and 3 the largest bucket's
+// reduce-scatter (stage 3 also its all-gather) -- and records VmHWM's rise
+// above the VmRSS with that buffer. `layout` is finalized for comm.size().
+void measure_collective_scratch(MemoryPlan& plan, const RunConfig& config, const ParamLayout& layout,
+                                DType type, MpiCommunicator& comm);
+
+}  // namespace shardtrain
