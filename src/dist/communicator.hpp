@@ -7,9 +7,12 @@
 //  - the result of a collective is deterministic for a fixed world size;
 //  - every call counts, in tally(), one call of its kind and its payload: the
 //    bytes of the buffer this rank hands to the collective (defined per kind at
-//    CommTally), never a guess at what the algorithm sends. What the transport
-//    moves is the wire figure, measured where the backend can (MpiCommunicator
-//    with Open MPI's pml monitoring, mpi/wire_monitor.hpp); never estimated.
+//    CommTally), never a guess at what the algorithm sends. Beside it, where
+//    the backend has one, the model: the bytes this rank sends under the
+//    algorithm the library picks for that call (MpiCommunicator:
+//    mpi/wire_model.hpp). A model is not a measurement: the measured bytes come
+//    from Open MPI's pml monitoring dump, read after the job
+//    (tests/mpi/dist/wire_check.py).
 #pragma once
 
 #include <array>
@@ -77,23 +80,23 @@ constexpr const char* collective_name(Collective c) {
 //   barrier                         0
 // At one rank too: the payload is what the caller hands over, whatever moves.
 // calls: collectives started; async: those of them that were non-blocking.
-// wire: bytes the transport sent from this rank while this kind's calls (its
-// start, or a wait/test on its request) ran; zero unless the backend measures
-// it (wire_measured()). Non-blocking collectives in flight together progress
-// each other inside any of their calls, so with overlapped requests the split
-// of wire bytes between kinds is approximate; their sum over a span of calls
-// is exact.
+// model: the bytes this rank sends through the transport for these calls
+// under the algorithm the backend's library picks (wire_modelled(); zero where
+// it has no model); unmodelled: calls the model could not price (their bytes
+// are not in `model`).
 struct CommTally {
-  std::array<std::uint64_t, kCollectives> calls{}, async{}, payload{}, wire{};
+  std::array<std::uint64_t, kCollectives> calls{}, async{}, payload{}, model{}, unmodelled{};
 
   std::uint64_t payload_total() const { return sum(payload); }
-  std::uint64_t wire_total() const { return sum(wire); }
+  std::uint64_t model_total() const { return sum(model); }
+  std::uint64_t unmodelled_total() const { return sum(unmodelled); }
   CommTally& operator+=(const CommTally& o) {
     for (int k = 0; k < kCollectives; ++k) {
       calls[k] += o.calls[k];
       async[k] += o.async[k];
       payload[k] += o.payload[k];
-      wire[k] += o.wire[k];
+      model[k] += o.model[k];
+      unmodelled[k] += o.unmodelled[k];
     }
     return *this;
   }
@@ -103,7 +106,8 @@ struct CommTally {
       d.calls[k] -= o.calls[k];
       d.async[k] -= o.async[k];
       d.payload[k] -= o.payload[k];
-      d.wire[k] -= o.wire[k];
+      d.model[k] -= o.model[k];
+      d.unmodelled[k] -= o.unmodelled[k];
     }
     return d;
   }
@@ -197,12 +201,15 @@ class Communicator {
     all_gather(send.data(), recv.data(), send.size(), dtype_of<T>());
   }
 
-  // This rank's calls, payload and (where measured) wire bytes per kind since
+  // This rank's calls, payload and (where modelled) wire bytes per kind since
   // construction; see CommTally.
   const CommTally& tally() const { return m_tally; }
-  // Whether tally().wire holds measured bytes; wire_status() says why not.
-  virtual bool wire_measured() const { return false; }
-  virtual std::string wire_status() const { return "wire: not measured by this backend"; }
+  // Whether tally().model holds the backend's wire model; wire_model_status()
+  // says which model or why none.
+  virtual bool wire_modelled() const { return false; }
+  virtual std::string wire_model_status() const { return "wire model: none for this backend"; }
+  // The algorithms the model named for `kind`'s calls so far ("; "-separated).
+  virtual std::string wire_algorithms(Collective) const { return ""; }
 
  protected:
   // One call of `kind` handing `payload_bytes` to the backend.
@@ -212,7 +219,12 @@ class Communicator {
     if (async) ++m_tally.async[k];
     m_tally.payload[k] += payload_bytes;
   }
-  CommTally& mutable_tally() { return m_tally; }
+  // The model's bytes for that call (not modelled: counted in `unmodelled`).
+  void count_model(Collective kind, std::uint64_t bytes, bool modelled) {
+    const auto k = static_cast<int>(kind);
+    if (modelled) m_tally.model[k] += bytes;
+    else ++m_tally.unmodelled[k];
+  }
 
  private:
   CommTally m_tally;

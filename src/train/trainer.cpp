@@ -269,10 +269,11 @@ class Run final : public RunBase {
   void perturb_weight(std::int64_t step);
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
   void report_profile(RunDirectory* dir);  // collective (--profile); dir is rank 0's
-  // Every rank's payload, wire bytes and ZeRO's theory per step of this job;
-  // `job`: this rank's tally over the job's `steps` training steps, `wire_job`:
-  // the bytes its PML sent in them. Collective; rank 0 prints.
-  void report_communication(const CommTally& job, std::uint64_t wire_job, std::int64_t steps);
+  // Every rank's payload, modelled wire bytes and ZeRO's theory per step of
+  // this job (`job`: this rank's tally over the job's `steps` training steps),
+  // and the whole tally of the communicators since they were created.
+  // Collective; rank 0 prints.
+  void report_communication(const CommTally& job, std::int64_t steps);
   bool is_root() const { return m_comm.rank() == 0; }
   // This rank's collectives through both communicators (communicator.hpp).
   CommTally comm_tally() const {
@@ -883,49 +884,32 @@ double ring_bytes(Collective kind, double payload, double n) {
   return 0.0;
 }
 
-// How Open MPI 4.1 moves a kind when the wire differs from the ring figure:
-// non-blocking collectives run in coll/libnbc (fixed algorithms, read from
-// ompi/mca/coll/libnbc/nbc_i*.c), blocking ones in coll/tuned (its fixed
-// decision rules pick the algorithm by message size and rank count).
-std::string algorithm_note(Collective kind, bool async) {
-  switch (kind) {
-    case Collective::ReduceScatter:
-      return async ? "MPI_Ireduce_scatter(_block) runs coll/libnbc's ireduce_scatter: a binomial-tree reduce of the "
-                     "WHOLE input to rank 0 (every other rank sends its whole payload once), then rank 0 sends "
-                     "each rank its block (rank 0: the payload less its own block)"
-                   : "MPI_Reduce_scatter_block runs coll/tuned, algorithm by its fixed decision rules";
-    case Collective::AllGather:
-      return async ? "MPI_Iallgatherv runs coll/libnbc's iallgatherv: linear, the own block to each of the N-1 "
-                     "others (the ring figure)"
-                   : "MPI_Allgather runs coll/tuned, algorithm by its fixed decision rules";
-    case Collective::AllReduce:
-      return async ? "MPI_Iallreduce runs coll/libnbc's iallreduce (binomial or ring by size)"
-                   : "MPI_Allreduce runs coll/tuned, algorithm by its fixed decision rules (small buffers such as "
-                     "the step's scalars: recursive doubling, where N not a power of two makes ranks send unequal "
-                     "amounts)";
-    case Collective::Broadcast: return "MPI_Bcast runs coll/tuned, algorithm by its fixed decision rules";
-    case Collective::Barrier: return "MPI_Barrier sends zero-byte messages";
-  }
-  return "";
-}
-
 }  // namespace
 
 // Per rank and per step of this job: the payload per kind of collective, the
-// ring figure for that payload, the bytes Open MPI's PML sent (measured with
-// OMPI_MCA_pml_monitoring_enable=1; communicator.hpp, dist/mpi/wire_monitor.hpp)
-// and ZeRO's theory k Psi (N-1)/N elements, Psi the padded parameter count:
-// k = 2 for stages 0-1 (all-reduce; or reduce-scatter + all-gather), M + 1 for
-// stage 2 (a reduce-scatter per micro-batch, M micro-batches, + the all-gather)
-// and 3 M for stage 3 (parameters gathered for forward and backward, gradients
+// ring figure for that payload, the model's wire bytes (the bytes the rank
+// sends under the algorithm Open MPI picks: MpiCommunicator, dist/mpi/wire_model.hpp)
+// with the algorithm named where they differ from the ring figure, and ZeRO's
+// theory k Psi (N-1)/N elements, Psi the padded parameter count: k = 2 for
+// stages 0-1 (all-reduce; or reduce-scatter + all-gather), M + 1 for stage 2
+// (a reduce-scatter per micro-batch, M micro-batches, + the all-gather) and
+// 3 M for stage 3 (parameters gathered for forward and backward, gradients
 // reduce-scattered, per micro-batch; groups kept from forward to backward are
-// not gathered again, so stage 3 moves less than its theory).
+// not gathered again, so stage 3 moves less than its theory). Then every
+// rank's whole tally since the communicators were created (every collective
+// they ran, checks and evaluation included): what Open MPI's pml monitoring
+// dump measures for the job, less the raw MPI calls outside the communicator
+// (start-up, these reports), which the same job with more steps cancels.
 template <class P>
-void Run<P>::report_communication(const CommTally& job, std::uint64_t wire_job, std::int64_t steps) {
-  constexpr int kFields = 4 * kCollectives + 1;
+void Run<P>::report_communication(const CommTally& job, std::int64_t steps) {
+  constexpr int kFields = 5 * kCollectives + 3;
+  const CommTally all_time = comm_tally();
   std::vector<std::uint64_t> mine;
-  for (const auto* a : {&job.calls, &job.async, &job.payload, &job.wire}) mine.insert(mine.end(), a->begin(), a->end());
-  mine.push_back(wire_job);
+  for (const auto* a : {&job.calls, &job.async, &job.payload, &job.model, &job.unmodelled})
+    mine.insert(mine.end(), a->begin(), a->end());
+  mine.push_back(all_time.payload_total());
+  mine.push_back(all_time.model_total());
+  mine.push_back(all_time.unmodelled_total());
   const int n = m_comm.size();
   std::vector<std::uint64_t> all(is_root() ? static_cast<std::size_t>(n) * kFields : 0);
   SHARDTRAIN_MPI_CHECK(MPI_Gather(mine.data(), kFields, MPI_UINT64_T, all.data(), kFields, MPI_UINT64_T, 0, m_world));
@@ -935,7 +919,7 @@ void Run<P>::report_communication(const CommTally& job, std::uint64_t wire_job, 
   const std::int64_t k = stage <= 1 ? 2 : stage == 2 ? m + 1 : 3 * m;
   const double psi = static_cast<double>(m_layout->padded_size());
   const double theory = static_cast<double>(k) * psi * (n - 1) / n * sizeof(P);
-  const bool measured = m_comm.wire_measured();
+  const bool modelled = m_comm.wire_modelled();
   // The layout the payload follows (for checks that recompute it): group g
   // spans [first, end) of the flat vector.
   std::string groups;
@@ -949,52 +933,53 @@ void Run<P>::report_communication(const CommTally& job, std::uint64_t wire_job, 
       n, stage, sizeof(P), m_cfg.parallel.bucket_mb, m, m_layout->padded_size(), groups);
   out += fmt::format(
       "communication per step per rank ({} steps, {} micro-batch(es) each; payload: bytes handed to MPI; ring: what "
-      "ring algorithms send for that payload; wire: bytes the PML sent; ZeRO theory {}*Psi*(N-1)/N, Psi = {} "
-      "padded):\n",
+      "ring algorithms send for that payload; model: bytes the rank sends under the algorithm MPI picks; ZeRO "
+      "theory {}*Psi*(N-1)/N, Psi = {} padded):\n",
       steps, m, k, m_layout->padded_size());
-  std::array<bool, kCollectives> differs{}, used{}, async{};
+  std::array<bool, kCollectives> differs{};
   for (int r = 0; r < n; ++r) {
     const std::uint64_t* v = all.data() + static_cast<std::size_t>(r) * kFields;
     const auto calls = [&](int c) { return v[c]; };
-    const auto is_async = [&](int c) { return v[kCollectives + c]; };
     const auto payload = [&](int c) { return v[2 * kCollectives + c]; };
-    const auto wire = [&](int c) { return v[3 * kCollectives + c]; };
-    std::string kinds, wires;
-    double payload_sum = 0, ring_sum = 0;
+    const auto model = [&](int c) { return v[3 * kCollectives + c]; };
+    const auto unpriced = [&](int c) { return v[4 * kCollectives + c]; };
+    std::string kinds, models;
+    double payload_sum = 0, ring_sum = 0, model_sum = 0;
+    std::uint64_t unpriced_sum = 0;
     for (int c = 0; c < kCollectives; ++c) {
       if (calls(c) == 0) continue;
       const auto kind = static_cast<Collective>(c);
       const double ring = ring_bytes(kind, static_cast<double>(payload(c)), n);
       payload_sum += static_cast<double>(payload(c));
       ring_sum += ring;
-      used[c] = true;
-      async[c] = async[c] || is_async(c) > 0;
+      model_sum += static_cast<double>(model(c));
+      unpriced_sum += unpriced(c);
       kinds += fmt::format("{}{} {}x {} B", kinds.empty() ? "" : ", ", collective_name(kind),
                            per_step(static_cast<double>(calls(c)), steps), per_step(static_cast<double>(payload(c)), steps));
-      wires += fmt::format("{}{} {} B", wires.empty() ? "" : ", ", collective_name(kind),
-                           per_step(static_cast<double>(wire(c)), steps));
-      if (measured && static_cast<double>(wire(c)) != ring) differs[c] = true;
+      models += fmt::format("{}{} {} B", models.empty() ? "" : ", ", collective_name(kind),
+                            per_step(static_cast<double>(model(c)), steps));
+      if (modelled && static_cast<double>(model(c)) != ring) differs[c] = true;
     }
-    const double wire_total = static_cast<double>(v[4 * kCollectives]);
-    double wire_kinds = 0;
-    for (int c = 0; c < kCollectives; ++c) wire_kinds += static_cast<double>(wire(c));
     out += fmt::format("  rank {}: payload {} B/step [{}] | ring {} B/step", r, per_step(payload_sum, steps), kinds,
                        per_step(ring_sum, steps));
-    if (measured) {
-      out += fmt::format(" | wire {} B/step [{}", per_step(wire_total, steps), wires);
-      if (wire_total != wire_kinds) out += fmt::format(", outside collectives {} B", per_step(wire_total - wire_kinds, steps));
-      out += "]";
+    if (modelled) {
+      out += fmt::format(" | model {} B/step [{}]", per_step(model_sum, steps), models);
+      if (unpriced_sum > 0) out += fmt::format(" ({} calls not modelled)", unpriced_sum);
     }
     out += fmt::format(" | ZeRO theory {} B/step\n", per_step(theory * static_cast<double>(steps), steps));
   }
-  out += fmt::format("  {}{}\n", m_comm.wire_status(),
-                     &m_state_comm != &m_comm ? "; the NCCL traffic of the model state is not measured" : "");
-  if (measured && stage >= 2)
-    out += "  (per kind: bytes sent inside that kind's calls; overlapped non-blocking collectives progress each "
-           "other, so the split between kinds is approximate; the total is exact)\n";
   for (int c = 0; c < kCollectives; ++c)
-    if (differs[c]) out += fmt::format("  wire != ring for {}: {}\n", collective_name(static_cast<Collective>(c)),
-                                       algorithm_note(static_cast<Collective>(c), async[c]));
+    if (differs[c])
+      out += fmt::format("  model != ring for {}: {}\n", collective_name(static_cast<Collective>(c)),
+                         m_comm.wire_algorithms(static_cast<Collective>(c)));
+  out += fmt::format("communication since start per rank (every collective of the communicator{}):\n",
+                     &m_state_comm != &m_comm ? "s" : "");
+  for (int r = 0; r < n; ++r) {
+    const std::uint64_t* v = all.data() + static_cast<std::size_t>(r) * kFields + 5 * kCollectives;
+    out += fmt::format("  rank {}: total payload {} B | total model {} B | not modelled {} calls\n", r, v[0], v[1], v[2]);
+  }
+  out += fmt::format("  {}{}\n", m_comm.wire_model_status(),
+                     &m_state_comm != &m_comm ? "; the NCCL traffic of the model state is not modelled" : "");
   fmt::print("{}", out);
   std::fflush(stdout);
 }
@@ -1035,7 +1020,6 @@ TrainResult Run<P>::run() {
   TrainResult result;
   result.first_step = first;
   CommTally comm_job;            // this rank's collectives in training steps (not evaluation)
-  std::uint64_t wire_job = 0;    // bytes its PML sent in them (0 when not measured)
   Progress progress(tc.steps, tc.batch_size, m_task->tokens_per_sample(), first);
   const auto t0 = Clock::now();
   double longest_step = 0.0;  // seconds, for the wall-time guard
@@ -1046,7 +1030,6 @@ TrainResult Run<P>::run() {
     m_watchdog.set_step(step + 1);
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
     const CommTally tally_before = comm_tally();
-    const std::uint64_t wire_before = m_comm.wire_bytes_now();
     // --profile times every step of the job but its first (warm-up: first touches, BLAS buffers).
     Profiler* const prof = step > first ? m_profiler.get() : nullptr;
     if (prof) prof->begin_step();
@@ -1056,7 +1039,6 @@ TrainResult Run<P>::run() {
     m_samples += tc.batch_size;  // the data cursor moves on skipped steps too
     const CommTally step_tally = comm_tally() - tally_before;
     comm_job += step_tally;
-    wire_job += m_comm.wire_bytes_now() - wire_before;
     const std::uint64_t step_bytes = step_tally.payload_total();  // metrics.csv comm_bytes
     const double loss = sr.loss;
     if (sr.skipped) ++result.skipped_steps;
@@ -1102,7 +1084,7 @@ TrainResult Run<P>::run() {
   result.seconds = seconds_since(t0);
   report_memory(dir ? &*dir : nullptr);
   if (m_profiler.get()) report_profile(dir ? &*dir : nullptr);
-  if (end > first) report_communication(comm_job, wire_job, end - first);
+  if (end > first) report_communication(comm_job, end - first);
   result.requeue = stop != 0;
   if (is_root()) {
     if (stop)

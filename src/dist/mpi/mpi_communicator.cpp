@@ -1,5 +1,5 @@
-// MpiCommunicator: host-memory collectives over MPI, with payload and wire accounting
-// (communicator.hpp: CommTally).
+// MpiCommunicator: host-memory collectives over MPI, with payload accounting and
+// the wire model of each call (communicator.hpp: CommTally; wire_model.hpp).
 // Large buffers are split into chunks of at most INT_MAX elements (MPI counts are int).
 #include "dist/mpi/mpi_communicator.hpp"
 
@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/mpi_check.hpp"
+#include "dist/mpi/wire_model.hpp"
 
 namespace shardtrain {
 
@@ -59,38 +60,13 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
-// Adds the bytes the PML sent during its lifetime to `kind`'s wire bytes
-// (nothing when the monitor is nullptr: not measured).
-class WireScope {
- public:
-  WireScope(WireMonitor* monitor, CommTally& tally, Collective kind)
-      : m_monitor(monitor), m_tally(tally), m_kind(kind), m_before(monitor ? monitor->bytes_sent() : 0) {}
-  ~WireScope() {
-    if (m_monitor) m_tally.wire[static_cast<int>(m_kind)] += m_monitor->bytes_sent() - m_before;
-  }
-  WireScope(const WireScope&) = delete;
-  WireScope& operator=(const WireScope&) = delete;
-
- private:
-  WireMonitor* m_monitor;
-  CommTally& m_tally;
-  Collective m_kind;
-  std::uint64_t m_before;
-};
-
 class MpiRequest final : public Request {
  public:
-  // `what` names the collective for the watchdog ("wait for ireduce_scatter_v");
-  // the bytes sent during wait() and test() go to `kind`'s wire bytes.
-  MpiRequest(CollectiveWatchdog* watchdog, const char* what, std::size_t count, DType type,
-             WireMonitor* wire, CommTally& tally, Collective kind)
-      : m_watchdog(watchdog), m_what(what), m_count(count), m_type(type), m_wire(wire), m_tally(tally),
-        m_kind(kind) {}
+  // `what` names the collective for the watchdog ("wait for ireduce_scatter_v").
+  MpiRequest(CollectiveWatchdog* watchdog, const char* what, std::size_t count, DType type)
+      : m_watchdog(watchdog), m_what(what), m_count(count), m_type(type) {}
   ~MpiRequest() override {
-    if (m_request != MPI_REQUEST_NULL) {
-      WireScope wire(m_wire, m_tally, m_kind);
-      MPI_Wait(&m_request, MPI_STATUS_IGNORE);
-    }
+    if (m_request != MPI_REQUEST_NULL) MPI_Wait(&m_request, MPI_STATUS_IGNORE);
     finish();
   }
   MPI_Request* handle() { return &m_request; }
@@ -103,18 +79,12 @@ class MpiRequest final : public Request {
   std::size_t move_bytes = 0;
   void wait() override {
     CollectiveWatchdog::Scope watch(m_watchdog, m_what, m_count, dtype_name(m_type));
-    {
-      WireScope wire(m_wire, m_tally, m_kind);
-      SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE));
-    }
+    SHARDTRAIN_MPI_CHECK(MPI_Wait(&m_request, MPI_STATUS_IGNORE));
     finish();
   }
   bool test() override {
     int done = 0;
-    {
-      WireScope wire(m_wire, m_tally, m_kind);
-      SHARDTRAIN_MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
-    }
+    SHARDTRAIN_MPI_CHECK(MPI_Test(&m_request, &done, MPI_STATUS_IGNORE));
     if (done) finish();
     return done != 0;
   }
@@ -129,9 +99,6 @@ class MpiRequest final : public Request {
   const char* m_what;
   std::size_t m_count;
   DType m_type;
-  WireMonitor* m_wire;
-  CommTally& m_tally;
-  Collective m_kind;
 };
 
 // inout[i] = in[i] op inout[i], computed in fp32 and rounded to H once.
@@ -171,6 +138,13 @@ MpiCommunicator::~MpiCommunicator() {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
 }
 
+void MpiCommunicator::model(Collective kind, const WireEstimate& w) {
+  count_model(kind, w.bytes, w.modelled);
+  std::string& names = m_algorithms[static_cast<int>(kind)];
+  const std::string name = w.modelled ? std::string(w.algorithm) : std::string("not modelled: ") + w.algorithm;
+  if (("; " + names + "; ").find("; " + name + "; ") == std::string::npos) names += (names.empty() ? "" : "; ") + name;
+}
+
 MPI_Op MpiCommunicator::mpi_op(DType type, ReduceOp op) const {
   const int o = op == ReduceOp::Sum ? 0 : op == ReduceOp::Max ? 1 : 2;
   if (type == DType::F16) return m_half_ops[0][o];
@@ -180,7 +154,6 @@ MPI_Op MpiCommunicator::mpi_op(DType type, ReduceOp op) const {
 
 void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
   CollectiveWatchdog::Scope watch(m_watchdog, "all_reduce", count, dtype_name(type));
-  WireScope wire(this->wire(), mutable_tally(), Collective::AllReduce);
   const std::size_t esize = dtype_size(type);
   count_call(Collective::AllReduce, count * esize);
   auto* bytes = static_cast<char*>(buffer);
@@ -188,37 +161,38 @@ void MpiCommunicator::all_reduce(void* buffer, std::size_t count, DType type, Re
     const std::size_t n = std::min(kMaxChunk, count - done);
     SHARDTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done * esize, static_cast<int>(n), to_mpi(type),
                             mpi_op(type, op), m_comm));
+    model(Collective::AllReduce, wire_all_reduce(m_size, m_rank, n, esize));
     done += n;
   }
 }
 
 void MpiCommunicator::broadcast(void* buffer, std::size_t count, DType type, int root) {
   CollectiveWatchdog::Scope watch(m_watchdog, "broadcast", count, dtype_name(type));
-  WireScope wire(this->wire(), mutable_tally(), Collective::Broadcast);
   const std::size_t esize = dtype_size(type);
   count_call(Collective::Broadcast, m_rank == root ? count * esize : 0);
   auto* bytes = static_cast<char*>(buffer);
   for (std::size_t done = 0; done < count;) {
     const std::size_t n = std::min(kMaxChunk, count - done);
     SHARDTRAIN_MPI_CHECK(MPI_Bcast(bytes + done * esize, static_cast<int>(n), to_mpi(type), root, m_comm));
+    model(Collective::Broadcast, wire_broadcast(m_size, m_rank, root, n, esize));
     done += n;
   }
 }
 
 void MpiCommunicator::barrier() {
   CollectiveWatchdog::Scope watch(m_watchdog, "barrier", 0, "-");
-  WireScope wire(this->wire(), mutable_tally(), Collective::Barrier);
   count_call(Collective::Barrier, 0);
+  model(Collective::Barrier, wire_barrier(m_size));
   SHARDTRAIN_MPI_CHECK(MPI_Barrier(m_comm));
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                      DType type, ReduceOp op) {
   CollectiveWatchdog::Scope watch(m_watchdog, "reduce_scatter", recv_count, dtype_name(type));
-  WireScope wire(this->wire(), mutable_tally(), Collective::ReduceScatter);
   const std::size_t block_bytes = recv_count * dtype_size(type);
   count_call(Collective::ReduceScatter, static_cast<std::uint64_t>(m_size) * block_bytes);
   const int n = block_count(recv_count, "reduce_scatter");
+  model(Collective::ReduceScatter, wire_reduce_scatter_block(m_size, m_rank, recv_count, dtype_size(type)));
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
     // MPI's in-place form leaves the result at the start of the buffer.
     void* base = const_cast<void*>(send);
@@ -232,20 +206,19 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
                                  DType type) {
   CollectiveWatchdog::Scope watch(m_watchdog, "all_gather", send_count, dtype_name(type));
-  WireScope wire(this->wire(), mutable_tally(), Collective::AllGather);
   const std::size_t block_bytes = send_count * dtype_size(type);
   count_call(Collective::AllGather, block_bytes);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "all_gather");
+  model(Collective::AllGather, wire_all_gather(m_size, m_rank, send_count, dtype_size(type)));
   SHARDTRAIN_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n, to_mpi(type),
                           m_comm));
 }
 
 RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType type, ReduceOp op) {
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_reduce", count, type, wire(),
-                                              mutable_tally(), Collective::AllReduce);
-  WireScope wire(this->wire(), mutable_tally(), Collective::AllReduce);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_reduce", count, type);
   count_call(Collective::AllReduce, count * dtype_size(type), /*async=*/true);
+  model(Collective::AllReduce, wire_iall_reduce(m_size, m_rank, count, dtype_size(type)));
   SHARDTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer, block_count(count, "iall_reduce"), to_mpi(type),
                            mpi_op(type, op), m_comm, request->handle()));
   return request;
@@ -253,12 +226,12 @@ RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType t
 
 RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                             DType type, ReduceOp op) {
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter", recv_count, type, wire(),
-                                              mutable_tally(), Collective::ReduceScatter);
-  WireScope wire(this->wire(), mutable_tally(), Collective::ReduceScatter);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter", recv_count, type);
   const std::size_t block_bytes = recv_count * dtype_size(type);
   count_call(Collective::ReduceScatter, static_cast<std::uint64_t>(m_size) * block_bytes, /*async=*/true);
   const int n = block_count(recv_count, "ireduce_scatter");
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(m_size), recv_count);
+  model(Collective::ReduceScatter, wire_ireduce_scatter(m_size, m_rank, counts, dtype_size(type)));
   if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
     void* base = const_cast<void*>(send);
     request->move_from = base;
@@ -275,13 +248,13 @@ RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::s
 
 RequestPtr MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count,
                                         DType type) {
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather", send_count, type, wire(),
-                                              mutable_tally(), Collective::AllGather);
-  WireScope wire(this->wire(), mutable_tally(), Collective::AllGather);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather", send_count, type);
   const std::size_t block_bytes = send_count * dtype_size(type);
   count_call(Collective::AllGather, block_bytes, /*async=*/true);
   const bool in_place = send == static_cast<const char*>(recv) + m_rank * block_bytes;
   const int n = block_count(send_count, "iall_gather");
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(m_size), send_count);
+  model(Collective::AllGather, wire_iall_gather(m_size, m_rank, counts, dtype_size(type)));
   SHARDTRAIN_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, to_mpi(type), recv, n,
                            to_mpi(type), m_comm, request->handle()));
   return request;
@@ -295,9 +268,7 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                               std::span<const std::size_t> counts, DType type,
                                               ReduceOp op) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter_v", counts[m_rank], type,
-                                              wire(), mutable_tally(), Collective::ReduceScatter);
-  WireScope wire(this->wire(), mutable_tally(), Collective::ReduceScatter);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter_v", counts[m_rank], type);
   std::size_t total = 0, own_displ = 0;
   for (int q = 0; q < m_size; ++q) {
     request->counts.push_back(block_count(counts[q], "ireduce_scatter_v"));
@@ -306,6 +277,7 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
   }
   const std::size_t esize = dtype_size(type);
   count_call(Collective::ReduceScatter, total * esize, /*async=*/true);
+  model(Collective::ReduceScatter, wire_ireduce_scatter(m_size, m_rank, counts, esize));
   if (recv == static_cast<const char*>(send) + own_displ * esize) {
     // In place: MPI leaves the result at the start of the buffer; move it to
     // the rank's own block when the request completes.
@@ -325,9 +297,7 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
 RequestPtr MpiCommunicator::iall_gather_v(const void* send, void* recv,
                                           std::span<const std::size_t> counts, DType type) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather_v", counts[m_rank], type,
-                                              wire(), mutable_tally(), Collective::AllGather);
-  WireScope wire(this->wire(), mutable_tally(), Collective::AllGather);
+  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for iall_gather_v", counts[m_rank], type);
   std::size_t displ = 0;
   for (std::size_t c : counts) {
     request->counts.push_back(block_count(c, "iall_gather_v"));
@@ -336,6 +306,7 @@ RequestPtr MpiCommunicator::iall_gather_v(const void* send, void* recv,
   }
   const std::size_t esize = dtype_size(type);
   count_call(Collective::AllGather, counts[m_rank] * esize, /*async=*/true);
+  model(Collective::AllGather, wire_iall_gather(m_size, m_rank, counts, esize));
   const bool in_place = send == static_cast<const char*>(recv) + request->displs[m_rank] * esize;
   SHARDTRAIN_MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, request->counts[m_rank], to_mpi(type),
                             recv, request->counts.data(), request->displs.data(), to_mpi(type),

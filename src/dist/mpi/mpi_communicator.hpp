@@ -5,18 +5,19 @@
 // and all-gather blocks must fit in an int (2^31 - 1 elements per rank).
 // With a CollectiveWatchdog set, every blocking call (and every wait on a
 // request) is watched: a stall is reported by name and ends the job.
-// Wire bytes: with Open MPI's pml monitoring on (OMPI_MCA_pml_monitoring_enable=1)
-// every call, and every wait or test on a request, adds the bytes the PML sent
-// meanwhile to its kind in tally().wire (see WireMonitor and CommTally).
+// Wire model: every call adds to tally().model the bytes this rank sends under
+// the algorithm Open MPI 4.1.x picks for it (wire_model.hpp); measure the real
+// figure with Open MPI's pml monitoring dump (wire_model_status()).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 
 #include <mpi.h>
 
 #include "dist/communicator.hpp"
-#include "dist/mpi/wire_monitor.hpp"
+#include "dist/mpi/wire_model.hpp"
 #include "dist/watchdog.hpp"
 
 namespace shardtrain {
@@ -51,11 +52,14 @@ class MpiCommunicator final : public Communicator {
   using Communicator::broadcast;
   using Communicator::reduce_scatter;
 
-  bool wire_measured() const override { return m_wire_monitor.measured(); }
-  std::string wire_status() const override { return m_wire_monitor.status(); }
-  // Bytes this process has sent through the PML so far, by anyone (0 when not
-  // measured): the per-step total, including what no collective here sent.
-  std::uint64_t wire_bytes_now() { return m_wire_monitor.bytes_sent(); }
+  bool wire_modelled() const override { return true; }
+  std::string wire_model_status() const override { return kWireModelStatus; }
+  std::string wire_algorithms(Collective kind) const override { return m_algorithms[static_cast<int>(kind)]; }
+  static constexpr const char* kWireModelStatus =
+      "wire model: bytes each rank sends under Open MPI 4.1's default algorithms (coll/tuned fixed rules, "
+      "coll/libnbc); to measure them run with OMPI_MCA_pml_monitoring_enable=1 "
+      "OMPI_MCA_pml_monitoring_enable_output=3 OMPI_MCA_pml_monitoring_filename=DIR/prof and read "
+      "DIR/prof.<rank>.prof after the job (tests/mpi/dist/wire_check.py)";
 
   MPI_Comm comm() const { return m_comm; }
   // Watches blocking calls from now on (nullptr: none). Not owned.
@@ -65,11 +69,11 @@ class MpiCommunicator final : public Communicator {
   // The MPI reduction for (type, op): predefined, or ours for F16/BF16.
   MPI_Op mpi_op(DType type, ReduceOp op) const;
 
-  // The monitor when it measures, else nullptr (no MPI_T reads then).
-  WireMonitor* wire() { return m_wire_monitor.measured() ? &m_wire_monitor : nullptr; }
+  // Adds one call's modelled bytes and names its algorithm.
+  void model(Collective kind, const WireEstimate& w);
 
   MPI_Comm m_comm;
-  WireMonitor m_wire_monitor;
+  std::array<std::string, kCollectives> m_algorithms;  // per kind, "; "-separated
   CollectiveWatchdog* m_watchdog = nullptr;
   int m_rank = 0;
   int m_size = 1;
