@@ -11,7 +11,7 @@ check_process_memory() {  # LOG
   local log=$1
   grep -q '^process peak RSS per rank' "$log" || return 0
   awk -v tol="${PROCESS_TOL:-0.10}" '
-    /^predicted process peak per rank/ { sub(/.*\):/, ""); np = split($0, pred, " ") }
+    /^predicted process peak per rank \(MiB/ { sub(/.*\):/, ""); np = split($0, pred, " ") }
     /^process peak RSS per rank/ {  # one report (a log may hold several: a requeued job)
       sub(/.*:/, ""); nh = split($0, hwm, " "); n++
       if (np == 0 || np != nh) { print "process memory: no predicted peak per rank beside VmHWM"; bad = 1; next }
