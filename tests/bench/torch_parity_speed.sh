@@ -116,6 +116,8 @@ die() { echo "torch_parity_speed: $*" >&2; exit 2; }
 log() { echo "torch_parity_speed: $(date +%H:%M:%S) $*" >&2; }
 # shellcheck source=tests/bench/bench_lib.sh
 source "$root/tests/bench/bench_lib.sh"
+# shellcheck source=tests/support/process_memory.sh
+source "$root/tests/support/process_memory.sh"  # check_process_memory: VmHWM within 10% of the prediction
 
 [[ -x "$trainer" ]] || die "no trainer executable at $trainer"
 [[ -x "$sgemm" ]] || die "no sgemm_peak executable at $sgemm (built with the tests: tests/bench/sgemm_peak)"
@@ -223,6 +225,7 @@ run() {
       ddp_port=$(( ddp_port + 1 ))
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timed "$tf" ddp_pair "$log" "$ddp_port" "${torch[@]}" --threads 1 --ddp ;;
   esac || die "$tag failed: $(tail -3 "$log")"
+  [[ $variant != ours-* ]] || check_process_memory "$log" > /dev/null
   local med rss idle cpu
   cpu=$(awk '{ if ($1 > 0) printf "%.2f", ($2 + $3) / $1 }' "$tf")
   if [[ $variant == torch-* ]]; then
@@ -282,6 +285,7 @@ for model in quickstart big; do
     --set train.batch_size="$B" --set train.micro_batch=$((B / 2)) --set train.steps=100000 --set train.eval_every=0 \
     --set train.run_dir="$dir" --set parallel.zero_stage="$ZERO_STAGE" --stop-after-step "$(steps_of $model)" \
     > "$work/$model.profile.log" 2>&1 || die "$model profile run failed: $(tail -3 "$work/$model.profile.log")"
+  check_process_memory "$work/$model.profile.log" > /dev/null
   [[ -f $dir/profile.txt ]] || die "$model: --profile wrote no $dir/profile.txt"
   profile[$model]=$(cat "$dir/profile.txt")
   log "$model: profile done"

@@ -12,24 +12,32 @@
 #   OUT      markdown report path, or - for stdout (default: -)
 #   --run    also train: for stage 0 and stage 3, the largest model that fits trains
 #            STEPS steps under train.memory_limit_mb = BUDGET_MB (its tracked peak per
-#            rank and every rank's VmHWM must stay within the budget), and one more layer is refused with exit
-#            code 2 and the memory_limit_mb message, before anything large is allocated.
-# Without --run only `trainer --plan` is used (seconds; no model is allocated).
-# Exit 1 when the stage-3 / stage-0 parameter ratio is below MIN_RATIO, or a run fails.
+#            rank and every rank's VmHWM, from process_memory.csv, must stay within the
+#            budget), and one more layer is refused with exit code 2 and the
+#            memory_limit_mb message, before anything large is allocated.
+# Without --run only `trainer --plan` is used (seconds a plan; no model is allocated,
+# only the collective probe's gradient-sized buffer).
+# Exit 1 when the stage-3 / stage-0 parameter ratio is below MIN_RATIO, a run fails, or
+# a run's VmHWM exceeds BUDGET_MB or differs from its predicted process peak by more than
+# PROCESS_TOL [0.10].
 #
 # Method: the model is widened to MODEL (d_model 512, 8 heads, 64 tokens, one
 # sequence per micro-batch: parameters dominate, as in the models ZeRO is for);
 # for each stage a binary search over n_layer finds the deepest model whose plan
-# (`trainer --plan --ranks NP --set train.memory_limit_mb=BUDGET_MB`) is accepted.
+# (`MPIEXEC -n NP trainer --plan --set train.memory_limit_mb=BUDGET_MB`) is accepted.
+# The plan runs at the real rank count, so its predicted process peak (RSS before
+# the model + tracked plan + the probed MPI collective scratch) is the one the
+# real run checks against the limit; `trainer --plan --ranks NP` in one process
+# could neither measure an NP-rank job's fixed term nor probe its collectives.
 #
-# Environment knobs: NP [4]  BUDGET_MB [640]  MIN_RATIO [3]  STEPS [3]  MPIEXEC [mpirun]
+# Environment knobs: NP [4]  BUDGET_MB [640]  MIN_RATIO [3]  STEPS [3]  MPIEXEC [mpirun]  PROCESS_TOL [0.10]
 #   MODEL ["model.d_model=512 model.n_head=8 model.seq_len=64 train.micro_batch=1 train.batch_size=4"]
 #   WORK [mktemp -d] scratch directory (kept when set)
 set -euo pipefail
 
 run=0
 if [[ "${1:-}" == "--run" ]]; then run=1; shift; fi
-[[ $# -ge 3 ]] || { sed -n '2,25p' "$0"; exit 2; }
+[[ $# -ge 3 ]] || { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2; }
 trainer=$1; data=$2; input=$3; out=${4:--}
 NP=${NP:-4}
 BUDGET_MB=${BUDGET_MB:-640}
@@ -42,14 +50,20 @@ if [[ -n "${WORK:-}" ]]; then mkdir -p "$WORK"; else WORK=$(mktemp -d); trap 'rm
 sets=(--set "data.path=$data" --set "train.memory_limit_mb=$BUDGET_MB")
 for kv in $MODEL; do sets+=(--set "$kv"); done
 
-# plan STAGE LAYERS: prints "<parameters> <total MiB>"; exit status 0 when it fits the budget.
+# plan STAGE LAYERS: prints "<parameters> <tracked total MiB> <predicted process peak MiB>";
+# exit status 0 when the predicted process peak fits the budget, 2 when refused.
 plan() {
   local log="$WORK/plan_s$1_L$2.log" rc=0
-  "$trainer" --plan "$input" --ranks "$NP" "${sets[@]}" --set "parallel.zero_stage=$1" \
+  "$MPIEXEC" -n "$NP" "$trainer" --plan "$input" "${sets[@]}" --set "parallel.zero_stage=$1" \
     --set "model.n_layer=$2" > "$log" 2>&1 || rc=$?
   awk '/^memory plan per rank/ { for (i = 1; i <= NF; ++i) if ($i == "parameters") p = $(i - 1) }
-       /^  total/ { t = $2 } END { print p, t }' "$log"
-  if [[ $rc -ne 0 && $rc -ne 2 ]]; then echo "trainer --plan failed (exit $rc):" >&2; cat "$log" >&2; exit 1; fi
+       /^  total/ { t = $2 } /^predicted process peak per rank:/ { q = $6 } END { print p, t, q }' "$log"
+  if [[ $rc -ne 0 && $rc -ne 2 ]] || ! grep -q '^predicted process peak per rank: ' "$log"; then
+    echo "trainer --plan failed (exit $rc) or printed no predicted process peak:" >&2; cat "$log" >&2; exit 1
+  fi
+  if [[ $rc -eq 2 ]] && ! grep -q 'memory_limit_mb.*predicted process peak' "$log"; then
+    echo "trainer --plan exited 2 without the memory_limit_mb refusal:" >&2; cat "$log" >&2; exit 1
+  fi
   return $rc
 }
 
@@ -68,20 +82,22 @@ report=$WORK/report.md
 {
   echo "### ZeRO scale: largest GPT per stage at $NP ranks in $BUDGET_MB MiB per rank"
   echo
-  echo "Model: \`$MODEL\`, n_layer searched with \`trainer --plan --ranks $NP\`."
+  echo "Model: \`$MODEL\`, n_layer searched with \`$MPIEXEC -n $NP trainer --plan\`; the limit"
+  echo "applies to the predicted process peak per rank (RSS before the model + tracked plan +"
+  echo "MPI collective scratch; a refused plan is not probed for scratch)."
   echo
-  echo "| stage | max n_layer | parameters | plan per rank (MiB) | one more layer (MiB) |"
-  echo "|---|---|---|---|---|"
+  echo "| stage | max n_layer | parameters | tracked plan per rank (MiB) | predicted process peak per rank (MiB) | one more layer: predicted (MiB) |"
+  echo "|---|---|---|---|---|---|"
 } > "$report"
-declare -A layers params
+declare -A layers params predicted
 for stage in 0 1 2 3; do
   L=$(deepest "$stage")
   [[ $L -gt 0 ]] || { echo "stage $stage: not even one layer fits $BUDGET_MB MiB" >&2; exit 1; }
-  read -r p t < <(plan "$stage" "$L")
-  read -r _ t1 < <(plan "$stage" $((L + 1)) || true)
-  layers[$stage]=$L; params[$stage]=$p
-  echo "| $stage | $L | $p | $t | $t1 |" >> "$report"
-  echo "stage $stage: n_layer $L, $p parameters, plan $t MiB per rank (n_layer $((L + 1)): $t1 MiB)"
+  read -r p t q < <(plan "$stage" "$L")
+  read -r _ _ q1 < <(plan "$stage" $((L + 1)) || true)
+  layers[$stage]=$L; params[$stage]=$p; predicted[$stage]=$q
+  echo "| $stage | $L | $p | $t | $q | $q1 |" >> "$report"
+  echo "stage $stage: n_layer $L, $p parameters, tracked plan $t MiB, predicted process peak $q MiB per rank (n_layer $((L + 1)): $q1 MiB)"
 done
 ratio=$(awk -v a="${params[3]}" -v b="${params[0]}" 'BEGIN { printf "%.2f", a / b }')
 { echo; echo "Stage 3 / stage 0 parameters: **${ratio}x** (required: >= ${MIN_RATIO}x)."; } >> "$report"
@@ -94,8 +110,8 @@ if [[ $run -eq 1 ]]; then
     echo
     echo "Real runs, \`$MPIEXEC -n $NP trainer\` with \`train.memory_limit_mb = $BUDGET_MB\`, $STEPS steps:"
     echo
-    echo "| stage | n_layer | parameters | result | tracked peak per rank, max over ranks (MiB) | VmHWM, max over ranks (MiB) | final loss | wall (s) |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| stage | n_layer | parameters | result | tracked peak per rank, max over ranks (MiB) | predicted process peak (MiB) | VmHWM, max over ranks (MiB) | VmHWM / predicted, per rank | final loss | wall (s) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
   } >> "$report"
   for stage in 0 3; do
     L=${layers[$stage]}
@@ -112,12 +128,21 @@ if [[ $run -eq 1 ]]; then
     peak=$(awk -F, '$1 ~ /^[0-9]+$/ && $NF > m { m = $NF } END { printf "%.1f", m / 1048576 }' "$dir/memory.csv")
     loss=$(awk -F, 'NR > 1 { l = $2 } END { printf "%.4f", l }' "$dir/metrics.csv")
     awk -v p="$peak" -v b="$BUDGET_MB" 'BEGIN { exit !(p <= b) }' || { echo "stage $stage peak $peak MiB over budget" >&2; bad=1; }
-    # The process: every rank's VmHWM (process_memory.csv) under the limit.
-    hwm=$(awk -F, 'NR > 1 && $NF > m { m = $NF } END { printf "%.1f", m / 1048576 }' "$dir/process_memory.csv")
+    # The process: every rank's VmHWM (process_memory.csv: rank, rss_before_model,
+    # collective_scratch, tracked_plan, predicted_process_peak, vmhwm; bytes) under the
+    # limit, and within PROCESS_TOL (default 10%) of its rank's predicted process peak.
+    [[ -s "$dir/process_memory.csv" ]] || { echo "stage $stage: no $dir/process_memory.csv" >&2; bad=1; continue; }
+    read -r hwm pred ratios < <(awk -F, 'NR > 1 { if ($6 > h) h = $6; if ($5 > q) q = $5
+        r = r (r == "" ? "" : " ") sprintf("%.3f", $5 > 0 ? $6 / $5 : 0) }
+        END { printf "%.1f %.1f %s\n", h / 1048576, q / 1048576, r }' "$dir/process_memory.csv")
     awk -v p="$hwm" -v b="$BUDGET_MB" 'BEGIN { exit !(p > 0 && p <= b) }' ||
       { echo "stage $stage VmHWM $hwm MiB over the limit $BUDGET_MB MiB" >&2; bad=1; }
-    echo "stage $stage: VmHWM, max over ranks, $hwm MiB (limit $BUDGET_MB MiB)"
-    echo "| $stage | $L | ${params[$stage]} | trained | $peak | $hwm | $loss | $wall |" >> "$report"
+    for q in $ratios; do
+      awk -v q="$q" -v t="${PROCESS_TOL:-0.10}" 'BEGIN { exit !(q >= 1 - t && q <= 1 + t) }' ||
+        { echo "stage $stage: VmHWM / predicted process peak $q outside 1 +- ${PROCESS_TOL:-0.10}" >&2; bad=1; }
+    done
+    echo "stage $stage: VmHWM, max over ranks, $hwm MiB (limit $BUDGET_MB MiB; predicted $pred MiB; VmHWM / predicted per rank: $ratios)"
+    echo "| $stage | $L | ${params[$stage]} | trained | $peak | $pred | $hwm | $ratios | $loss | $wall |" >> "$report"
 
     # One more layer: refused before allocation, exit 2, naming the limit.
     rc=0
@@ -127,7 +152,7 @@ if [[ $run -eq 1 ]]; then
     if [[ $rc -ne 2 ]] || ! grep -q 'memory_limit_mb' "$dir.over.log"; then
       echo "stage $stage at n_layer $((L + 1)): expected a refusal (exit 2), got exit $rc" >&2; bad=1
     fi
-    echo "| $stage | $((L + 1)) | | refused (exit $rc) | | | | |" >> "$report"
+    echo "| $stage | $((L + 1)) | | refused (exit $rc) | | | | | | |" >> "$report"
   done
   # The stage-3 model under stage 0: refused too.
   rc=0

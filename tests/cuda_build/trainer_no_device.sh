@@ -8,6 +8,8 @@
 # Environment (CTest): TRAINER, TRAINER_DATA, INPUT, TEXT, WORK, MPIEXEC, NPFLAG.
 set -uo pipefail
 die() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../support/process_memory.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/process_memory.sh"  # check_process_memory
 rm -rf "$WORK" && mkdir -p "$WORK"
 data=$WORK/tiny.h5
 "$TRAINER_DATA" text "$TEXT" "$data" --val-fraction 0.1 > "$WORK/data.log" 2>&1 || { cat "$WORK/data.log"; die "trainer-data failed"; }
@@ -37,6 +39,7 @@ timeout 300 "$MPIEXEC" "$NPFLAG" 2 "$TRAINER" "$INPUT" --set data.path="$data" -
 rc=$?
 cat "$WORK/$name.log"
 [[ $rc -eq 0 ]] || die "train.device = cpu: exit code $rc"
+check_process_memory "$WORK/$name.log"
 grep -q '^compute: host' "$WORK/$name.log" || die "train.device = cpu did not run on the host"
 [[ $(awk -F, 'NR > 1' "$WORK/$name/metrics.csv" | wc -l) -ge 2 ]] || die "no metrics rows"
 echo "ok: the CUDA build's trainer trains on the host with train.device = \"cpu\""

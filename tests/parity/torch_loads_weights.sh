@@ -10,10 +10,13 @@ set -euo pipefail
 trainer=$1 ckpt_tool=$2 input=$3 data=$4 work=$5
 reference=$(cd "$(dirname "$0")/../.." && pwd)/share/reference/gpt_torch.py
 die() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../support/process_memory.sh
+source "$(dirname "$0")/../support/process_memory.sh"  # check_process_memory
 rm -rf "$work"; mkdir -p "$work"
 "$trainer" "$input" --set data.path="$data" --set train.run_dir="$work/run" --set train.steps=20 \
   --set checkpoint.every_steps=20 --set train.eval_every=0 > "$work/train.log" 2>&1 ||
   die "trainer failed: $(tail -3 "$work/train.log")"
+check_process_memory "$work/train.log"
 ckpt=$work/run/checkpoints/$(cat "$work/run/checkpoints/latest")
 [[ -f $ckpt ]] || die "no checkpoint $ckpt"
 "$ckpt_tool" export "$ckpt" "$work/weights.h5" > /dev/null || die "trainer-ckpt export failed"

@@ -99,6 +99,7 @@ cat "$WORK/reference.out"
 expect_line "$WORK/reference.out" "launching: mpirun -n 2 " "reference launcher"
 expect_line "$WORK/reference.out" "trainer finished \(exit 0\): done" "reference end"
 [[ $(last_step "$WORK/reference/metrics.csv") -eq $STEPS ]] || die "the reference did not reach step $STEPS"
+check_process_memory "$WORK/reference.out"
 echo "reference: $STEPS steps in $((SECONDS - phase_start)) s (job $ref)"
 
 # 2. Preempted after step PREEMPT_AFTER, requeued, resumed.
@@ -142,6 +143,7 @@ expect_line "$out" "^resumed from $dir/$ckpt: step $step" "resume"
 [[ $(grep -c '^done: ' "$out") -eq 1 ]] || die "expected one 'done:' line"
 # The restarted job trained exactly steps step+1..STEPS (its own count, its progress lines, metrics.csv).
 check_resumed "$out" "$WORK/preempted" "$step" "$STEPS"
+check_process_memory "$out"  # both launches' reports
 
 # 3. Bitwise the reference.
 diff <(metrics_columns "$WORK/reference/metrics.csv") <(metrics_columns "$WORK/preempted/metrics.csv") ||

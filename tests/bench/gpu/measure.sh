@@ -49,6 +49,8 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+# shellcheck source=../../support/process_memory.sh
+source "$root/tests/support/process_memory.sh"  # check_process_memory
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain-measure.XXXXXX")
@@ -170,6 +172,12 @@ ours() {
   [[ $smoke == 0 ]] && poll_memory "$pid" "$work/$name.mem" &
   wait "$pid" || { fail "$name: the trainer failed (last lines below)"; tail -5 "$log" | tee -a "$report"; return; }
   wait
+  # On the host the process's VmHWM is what the plan predicts (within 10%); on a
+  # device the tracked plan is device memory, not the process's RSS.
+  if [[ $device == cpu ]]; then
+    (check_process_memory "$log") > "$work/$name.process_memory" 2>&1 ||
+      fail "$name: $(tail -1 "$work/$name.process_memory")"
+  fi
   local csv=$work/run_$name/metrics.csv
   # Step time: elapsed_s differences between steps without a validation pass.
   local ms; ms=$(awk -F, 'NR > 1 { if (prev != "" && $3 == "") print ($7 - prev) * 1000; prev = $7 }' "$csv" | median 5)

@@ -59,6 +59,7 @@ expect_fail() {  # NAME RC REGEX -- runs the rest as the trainer command line; o
   timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" "$@" \
     > "$WORK/$name.log" 2> "$WORK/$name.err"
   local rc=$?
+  check_process_memory "$WORK/$name.log"
   cat "$WORK/$name.err"
   [[ $rc -ne 124 ]] || die "$name: trainer hung"
   [[ $rc -eq $want ]] || die "$name: expected exit code $want, got $rc"
@@ -133,6 +134,7 @@ case "${1:-}" in
     echo "killing rank $victim (pid $pid) with SIGKILL while it writes step 30"
     kill -KILL "$pid"
     wait "$job"; rc=$?
+    check_process_memory "$WORK/$name.log"
     cat "$WORK/$name.log"
     [[ $rc -ne 0 && $rc -ne 124 ]] || die "the killed job exited with $rc"
     [[ -e "$dir/step_00000030.h5.partial" && ! -e "$dir/step_00000030.h5" ]] || die "expected only a .partial of step 30"

@@ -17,26 +17,9 @@ train_in() {  # NP NAME extra-args...
   check_process_memory "$log"
 }
 
-# Every rank's VmHWM within PROCESS_TOL (default 10%) of its predicted process
-# peak (RSS before the model + tracked plan + collective scratch), from the
-# memory report of the trainer's log LOG; a log without a report passes (the
-# run ended before it). Prints the ratios.
-check_process_memory() {  # LOG
-  local log=$1
-  grep -q '^process peak RSS per rank' "$log" || return 0
-  awk -v tol="${PROCESS_TOL:-0.10}" '
-    /^predicted process peak per rank/ { sub(/.*\):/, ""); np = split($0, pred, " ") }
-    /^process peak RSS per rank/ { sub(/.*:/, ""); nh = split($0, hwm, " ") }
-    END {
-      if (np == 0 || np != nh) { print "process memory: no predicted peak per rank beside VmHWM"; exit 1 }
-      for (r = 1; r <= np; r++) {
-        q = hwm[r] / pred[r]
-        printf "process memory rank %d: VmHWM %.1f MiB, predicted %.1f MiB, ratio %.3f\n", r - 1, hwm[r], pred[r], q
-        if (q < 1 - tol || q > 1 + tol) bad = 1
-      }
-      exit bad
-    }' "$log" || die "VmHWM differs from the predicted process peak by more than ${PROCESS_TOL:-0.10} ($log)"
-}
+# check_process_memory LOG: VmHWM within 10% of the predicted process peak.
+# shellcheck source=../../support/process_memory.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../support/process_memory.sh"
 
 run_trainer() {  # NP NAME extra-args...: a fresh run into $WORK/NAME
   rm -rf "${WORK:?}/$2"

@@ -25,11 +25,13 @@ source "$here/e2e_lib.sh"
 # checkpoint every 500 (so that some signals land during a write).
 long=(--set train.steps=3000 --set train.log_every=100 --set train.eval_every=0 --set checkpoint.every_steps=500)
 
-# Starts the trainer in the background into $WORK/NAME; sets `job` (mpirun's pid).
+# Starts the trainer in the background into $WORK/NAME; sets `job` (mpirun's pid)
+# and `job_log` (its log, $WORK/NAME.log).
 start_trainer() {  # NP NAME extra-args...
   local np=$1 name=$2; shift 2
+  job_log=$WORK/$name.log
   timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
-    --set train.run_dir="$WORK/$name" "$@" > "$WORK/$name.log" 2>&1 &
+    --set train.run_dir="$WORK/$name" "$@" > "$job_log" 2>&1 &
   job=$!
 }
 
@@ -47,13 +49,16 @@ wait_for_line() {  # NAME REGEX
   cat "$WORK/$1.log"; die "$1: no line /$2/ in the log"
 }
 
-# Waits for mpirun (pid $job) to end within LIMIT seconds; sets rc and elapsed.
+# Waits for mpirun (pid $job) to end within LIMIT seconds; sets rc and elapsed;
+# a run that printed the memory report (a stopped one) has its VmHWM checked
+# against the predicted process peak (check_process_memory).
 wait_job() {  # LIMIT
   local start=$SECONDS
   for _ in $(seq $(($1 * 10))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   elapsed=$((SECONDS - start))
   kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; die "mpirun still running after $1 s"; }
   wait "$job"; rc=$?
+  check_process_memory "$job_log"
 }
 
 no_leftovers() {  # NAME
@@ -83,6 +88,7 @@ case "${1:-}" in
         mapfile -t pids < <(rank_pids "$name")
         if [[ ${#pids[@]} -ne $np ]] && ! kill -0 "$job" 2>/dev/null && grep -q '^done:' "$WORK/$name.log"; then
           wait "$job"
+          check_process_memory "$job_log"
           echo "round $i: the run finished before the signal ${delay} s after start-up; again with half the delay"
           delay=$(awk -v d="$delay" 'BEGIN { printf "%.2f", d / 2 }')
           continue

@@ -110,6 +110,7 @@ case "${1:-}" in
       --set precision.min_scale=1e30 --set precision.max_consecutive_skips=3 --set train.log_every=1 \
       > "$WORK/$name.log" 2> "$WORK/$name.err"
     rc=$?
+    check_process_memory "$WORK/$name.log"
     cat "$WORK/$name.log" "$WORK/$name.err"
     [[ $rc -ne 124 ]] || die "trainer hung"
     [[ $rc -eq 1 ]] || die "expected exit code 1, got $rc"
@@ -127,6 +128,7 @@ case "${1:-}" in
       --set train.run_dir="$WORK/$name" --set parallel.zero_stage=0 --set train.log_every=1 "$@" \
       --perturb-weights "3:$victim" > "$WORK/$name.log" 2> "$WORK/$name.err"
     rc=$?
+    check_process_memory "$WORK/$name.log"
     cat "$WORK/$name.err"
     [[ $rc -ne 124 ]] || die "trainer hung"
     [[ $rc -eq 1 ]] || die "expected exit code 1, got $rc"
@@ -147,6 +149,7 @@ case "${1:-}" in
     timeout 60 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
       --set train.run_dir="$WORK/$name" "$option" "$value" > "$WORK/$name.log" 2> "$WORK/$name.err"
     rc=$?
+    check_process_memory "$WORK/$name.log"
     cat "$WORK/$name.err"
     [[ $rc -eq 2 ]] || die "expected exit code 2, got $rc"
     [[ $(grep -c '^error: ' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
@@ -207,11 +210,41 @@ case "${1:-}" in
       --set train.run_dir="$WORK/${name}_none" --set model.n_layer=12 --set train.micro_batch=4 \
       --set recompute.policy=none --set train.memory_limit_mb="$cap" > "$WORK/${name}_none.log" 2> "$WORK/${name}_none.err"
     rc=$?
+    check_process_memory "$WORK/${name}_none.log"
     cat "$WORK/${name}_none.err"
     [[ $rc -eq 2 ]] || die "policy none under the cap: expected exit code 2, got $rc"
     [[ $(grep -c '^error: ' "$WORK/${name}_none.err") -eq 1 ]] || die "expected one error line"
     grep -Eq "train.memory_limit_mb = $cap MiB, but the predicted process peak is [0-9.]+ MiB per rank \([0-9.]+ MiB short: process before the model [0-9.]+" \
       "$WORK/${name}_none.err" || die "the refusal does not name the shortfall"
+    ;;
+  process-limit)
+    # NP: train.memory_limit_mb above the tracked plan total but below the
+    # predicted process peak (the plan's total + RSS before the model + MPI
+    # collective scratch, from `trainer --plan` in a job of NP ranks) is refused
+    # with exit 2 and a message naming the terms: the limit applies to the process.
+    np=$2; name="process_limit_np$np"
+    timeout 60 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" --plan "$INPUT" --set data.path="$DATA" \
+      > "$WORK/$name.plan" 2>&1 || { cat "$WORK/$name.plan"; die "--plan failed"; }
+    grep '^  total\|^predicted process peak' "$WORK/$name.plan"
+    tracked=$(awk '/^  total/ { printf "%.2f", $2 }' "$WORK/$name.plan")  # as the refusal prints it
+    peak=$(awk '/^predicted process peak per rank/ { print $6 }' "$WORK/$name.plan")
+    [[ -n $tracked && -n $peak ]] || die "--plan printed no tracked total or predicted process peak"
+    cap=$(awk -v a="$tracked" -v b="$peak" 'BEGIN { print int((a + b) * 50 + 0.5) / 100 }')
+    awk -v a="$tracked" -v b="$peak" -v c="$cap" 'BEGIN { exit !(b - a >= 8 && c > a + 2 && c < b - 2) }' ||
+      die "tracked total $tracked MiB and predicted process peak $peak MiB too close to put a limit between"
+    echo "tracked plan $tracked MiB < memory_limit_mb $cap < predicted process peak $peak MiB"
+    rm -rf "${WORK:?}/$name"
+    timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/$name" --set train.memory_limit_mb="$cap" > "$WORK/$name.log" 2> "$WORK/$name.err"
+    rc=$?
+    cat "$WORK/$name.err"
+    [[ $rc -ne 124 ]] || die "trainer hung"
+    [[ $rc -eq 2 ]] || die "memory_limit_mb $cap between the tracked plan and the process peak: expected exit code 2, got $rc"
+    [[ $(grep -c '^error: ' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
+    grep -Eq "train\.memory_limit_mb = $cap MiB, but the predicted process peak is [0-9.]+ MiB per rank \([0-9.]+ MiB short: process before the model [0-9.]+, MPI collective scratch [0-9.]+, and the plan's $tracked" \
+      "$WORK/$name.err" || die "the refusal does not name the process terms and the plan's $tracked MiB"
+    [[ ! -e "$WORK/$name/metrics.csv" ]] || die "it trained"
+    echo "refused: the limit applies to the predicted process peak, not the tracked plan"
     ;;
   mixed-memory)
     np=$2; mode=$3
@@ -246,6 +279,7 @@ case "${1:-}" in
     timeout 120 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$input" --set train.run_dir="$dir/run" \
       > "$dir/out.log" 2> "$dir/err.log"
     rc=$?
+    check_process_memory "$dir/out.log"
     echo "exit code $rc after $(( $(date +%s) - start )) s"; echo "--- stderr:"; cat "$dir/err.log"
     [[ $rc -ne 124 ]] || die "trainer hung"
     [[ $rc -eq 2 ]] || die "expected exit code 2, got $rc"
