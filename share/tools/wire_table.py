@@ -139,6 +139,8 @@ def main():
         print(f"  {kind}: the algorithm MPI chose sends other than the ring figure: {names}")
     if not b["algos"] and n > 1:
         print("  every kind: the model equals the ring figure")
+    if bad:
+        print("wire_table: FAILED: see the rows marked <--")
     sys.exit(1 if bad else 0)
 
 

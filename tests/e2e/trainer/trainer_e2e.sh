@@ -308,7 +308,7 @@ case "${1:-}" in
     wire_run "${name}_more" 34
     /usr/bin/python3 "$here/../../../share/tools/wire_table.py" "$log" "$WORK/$name.dump" \
       "$WORK/${name}_more.log" "$WORK/${name}_more.dump" --extra-payload $((16 + 16 * np)) ||
-      die "a rank's measured bytes on the wire differ from the wire model"
+      die "bytes on the wire: a rank's row is marked <-- (measured != model, a call not modelled, or other loop payload)"
     ;;
   *)
     die "usage: trainer_e2e.sh run|equiv|determinism|bad-input|zero-accounting ..." ;;
