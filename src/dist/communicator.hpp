@@ -12,7 +12,8 @@
 //    algorithm the library picks for that call (MpiCommunicator:
 //    mpi/wire_model.hpp). A model is not a measurement: the measured bytes come
 //    from Open MPI's pml monitoring dump, read after the job
-//    (tests/mpi/dist/wire_check.py).
+//    (tests/mpi/dist/wire_check.py per call; share/tools/wire_table.py per
+//    training step).
 #pragma once
 
 #include <array>

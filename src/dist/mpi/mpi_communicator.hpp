@@ -59,7 +59,8 @@ class MpiCommunicator final : public Communicator {
       "wire model: bytes each rank sends under Open MPI 4.1's default algorithms (coll/tuned fixed rules, "
       "coll/libnbc); to measure them run with OMPI_MCA_pml_monitoring_enable=1 "
       "OMPI_MCA_pml_monitoring_enable_output=3 OMPI_MCA_pml_monitoring_filename=DIR/prof and read "
-      "DIR/prof.<rank>.prof after the job (tests/mpi/dist/wire_check.py)";
+      "DIR/prof.<rank>.prof after the job: share/tools/wire_table.py compares two runs that differ only in "
+      "train.steps with the model (share/doc/training.md, \"Bytes on the wire\")";
 
   MPI_Comm comm() const { return m_comm; }
   // Watches blocking calls from now on (nullptr: none). Not owned.

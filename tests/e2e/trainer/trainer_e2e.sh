@@ -17,7 +17,12 @@
 #                               rank's payload per step and kind of collective == its exact
 #                               expectation (comm_expect.py: from the printed layout and ZeRO's
 #                               schedule, stage 3's cached groups included); COMM_EXPECT_FLAGS
-#                               plants an error in the expectation (must fail)
+#                               plants an error in the expectation (must fail); bytes on the
+#                               wire: runs of 30 and 34 steps under Open MPI's pml monitoring
+#                               dump, per rank (dump B - dump A) == (total model B - A) exactly,
+#                               no call unmodelled (share/tools/wire_table.py prints payload,
+#                               ring, measured, model, ZeRO theory, the algorithms);
+#                               WIRE_TABLE_PLANT=R:B plants an error in a dump (must fail)
 #   overflow NP STAGE           fp16 with an inf planted by the last rank at step 5: step 5 is
 #                               skipped on every rank, the loss scale halves, the weights are
 #                               bitwise unchanged by it (CRC), training goes on and learns
@@ -292,10 +297,17 @@ case "${1:-}" in
     # One bucket per group, 8 blocks at stage 3 (more groups than the three
     # gather buffers, so some are kept from forward to backward and some are
     # gathered again); every rank's payload must be exact (comm_expect.py).
+    # Each run writes Open MPI's pml monitoring dump into its own directory;
+    # every row logged (train.log_every = 1) so the loop is the same every step.
     layers=2; [[ $stage -eq 3 ]] && layers=8
-    OMPI_MCA_pml_monitoring_enable=1 run_trainer "$np" "$name" --set parallel.zero_stage="$stage" \
-      --set train.micro_batch=8 --set train.eval_every=0 --set parallel.bucket_mb=0 \
-      --set model.n_layer=$layers --set precision.mode="$mode"
+    same=(--set parallel.zero_stage="$stage" --set train.micro_batch=8 --set train.eval_every=0
+          --set parallel.bucket_mb=0 --set model.n_layer=$layers --set precision.mode="$mode" --set train.log_every=1)
+    wire_run() {  # NAME STEPS: a run with its dump in $WORK/NAME.dump
+      rm -rf "$WORK/$1.dump"; mkdir -p "$WORK/$1.dump"
+      OMPI_MCA_pml_monitoring_enable=1 OMPI_MCA_pml_monitoring_enable_output=3 \
+        OMPI_MCA_pml_monitoring_filename="$WORK/$1.dump/prof" run_trainer "$np" "$1" "${same[@]}" --set train.steps="$2"
+    }
+    wire_run "$name" 30
     log="$WORK/$name.log"
     psi=$(sed -n 's/^memory plan per rank: .*(\([0-9]*\) padded).*/\1/p' "$log")
     [[ -n "$psi" ]] || die "no plan line in the log"
@@ -323,6 +335,14 @@ case "${1:-}" in
         printf "%s model state %d bytes per rank; ZeRO formula %.4g x Psi = %d bytes (Psi = %d)\n", mode, v[1, 2] + v[1, 3] + v[1, 4], f, f * psi, psi
         exit bad
       }' "$WORK/$name/memory.csv" || die "accounting does not match"
+    # Bytes on the wire: the same run with 4 more steps; per rank, the dumps'
+    # difference == the difference of the wire model's totals, exactly, no call
+    # unmodelled, and the loop's payload beyond the step is only the stop
+    # agreement (16 B) and the weights CRC (16 N B). WIRE_TABLE_PLANT plants an error.
+    wire_run "${name}_more" 34
+    /usr/bin/python3 "$here/../../../share/tools/wire_table.py" "$log" "$WORK/$name.dump" \
+      "$WORK/${name}_more.log" "$WORK/${name}_more.dump" --extra-payload $((16 + 16 * np)) ||
+      die "bytes on the wire: a rank's row is marked <-- (measured != model, a call not modelled, or other loop payload)"
     ;;
   *)
     die "usage: trainer_e2e.sh run|equiv|determinism|bad-input|zero-accounting ..." ;;
