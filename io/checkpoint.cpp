@@ -3,10 +3,12 @@
 // validation of every file-supplied size before it sizes anything.
 #include "io/checkpoint.hpp"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -305,6 +307,35 @@ std::string_view to_string(CkptType t) {
 std::size_t element_bytes(CkptType t) { return t == CkptType::F32 ? 4 : 2; }
 
 // ---------------------------------------------------------------------- write
+
+void warm_checkpoint_io(const std::string& dir, MPI_Comm comm) {
+  quiet_errors();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  // One name for the job (rank 0's pid), so two jobs sharing a directory do not collide.
+  long job = rank == 0 ? static_cast<long>(getpid()) : 0;
+  MPI_Bcast(&job, 1, MPI_LONG, 0, comm);
+  const std::string path = dir + "/.shardtrain-io-probe-" + std::to_string(job) + ".h5";
+  constexpr std::int64_t kPerRank = 1024;
+  {
+    H5PropList fapl = mpio_fapl(comm);
+    SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
+    H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot create the I/O probe file: " + error_stack_text());
+    const hsize_t total = static_cast<hsize_t>(kPerRank * size);
+    H5Dataspace space(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &total, nullptr)));
+    H5Dataset ds(SHARDTRAIN_H5_CHECK(
+        H5Dcreate2(file, "probe", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    select_range(space, kPerRank * rank, kPerRank * (rank + 1));
+    H5Dataspace mem = memory_space(kPerRank);
+    const std::vector<float> values(static_cast<std::size_t>(kPerRank), static_cast<float>(rank));
+    H5PropList dxpl = xfer(true);
+    SHARDTRAIN_H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, dxpl, values.data()));
+  }
+  MPI_Barrier(comm);  // every rank has closed the file
+  if (rank == 0) std::remove(path.c_str());
+}
 
 CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
                                       const std::vector<CheckpointTensor>& layout,

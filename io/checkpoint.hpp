@@ -96,6 +96,16 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
                                       std::int64_t lo, std::int64_t hi,
                                       const std::function<void()>& pause = {});
 
+// Brings up the checkpoint write path once, without a checkpoint: creates
+// DIR/.shardtrain-io-probe-<job>.h5 collectively with the same file access and
+// transfer properties as write_checkpoint, writes a 1,024-float hyperslab per
+// rank collectively, closes and deletes it. What this leaves resident (the
+// MPI-IO components Open MPI loads on first use, HDF5's parallel driver state)
+// would otherwise first appear at the first checkpoint; the trainer runs it
+// before it measures the process's RSS before the model
+// (train/process_memory.hpp). Collective; throws Error on I/O failure.
+void warm_checkpoint_io(const std::string& dir, MPI_Comm comm);
+
 // An open checkpoint. Construction validates the structure (format, schema,
 // attributes, layout table, every state vector's type and length) without
 // reading any state.

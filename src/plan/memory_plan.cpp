@@ -22,9 +22,17 @@ std::int64_t ProcessMemory::fixed() const {
   return m;
 }
 
+std::int64_t ProcessMemory::scratch_of(int r) const {
+  auto at = [r](const std::vector<std::int64_t>& v) {
+    return r >= 0 && r < static_cast<int>(v.size()) ? v[static_cast<std::size_t>(r)] : std::int64_t{0};
+  };
+  return std::max(at(collective_scratch), at(io_scratch));
+}
+
 std::int64_t ProcessMemory::scratch() const {
   std::int64_t m = 0;
-  for (auto b : collective_scratch) m = std::max(m, b);
+  const int n = static_cast<int>(std::max(collective_scratch.size(), io_scratch.size()));
+  for (int r = 0; r < n; ++r) m = std::max(m, scratch_of(r));
   return m;
 }
 
@@ -153,8 +161,11 @@ std::string format_plan(const MemoryPlan& p) {
     if (!p.process.collective_scratch.empty())
       out += fmt::format("MPI collective scratch per rank (MiB, VmHWM rise in one probe of the step's gradient "
                          "collective):{}\n", per_rank(p.process.collective_scratch));
+    if (!p.process.io_scratch.empty())
+      out += fmt::format("checkpoint I/O scratch per rank (MiB, VmHWM rise in one probe file written as a checkpoint "
+                         "is):{}\n", per_rank(p.process.io_scratch));
     out += fmt::format("predicted process peak per rank: {:.1f} MiB = {:.1f} before the model (max over {} ranks) + "
-                       "{:.1f} tracked + {:.1f} collective scratch\n",
+                       "{:.1f} tracked + {:.1f} scratch (the larger of collective and checkpoint I/O)\n",
                        static_cast<double>(p.process_peak()) / kMiB, static_cast<double>(p.process.fixed()) / kMiB,
                        p.process.before_model.size(), static_cast<double>(p.total()) / kMiB,
                        static_cast<double>(p.process.scratch()) / kMiB);
@@ -185,7 +196,7 @@ void check_memory_limit(const MemoryPlan& p, const RunConfig& c) {
   if (limit <= 0 || need <= limit) return;
   throw InputError(fmt::format(
       "{}: train.memory_limit_mb = {} MiB, but the predicted process peak is {:.2f} MiB per rank ({:.2f} MiB "
-      "short: process before the model {:.2f}, MPI collective scratch {:.2f}, and the plan's {:.2f}: "
+      "short: process before the model {:.2f}, scratch (MPI collective or checkpoint I/O) {:.2f}, and the plan's {:.2f}: "
       "parameters {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations {:.2f}, "
       "workspace {:.2f}, communication {:.2f}, data {:.2f}); use a higher parallel.zero_stage, "
       "more ranks, a smaller train.micro_batch, or raise the limit",

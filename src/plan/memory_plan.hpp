@@ -35,9 +35,13 @@ namespace shardtrain {
 struct ProcessMemory {
   std::vector<std::int64_t> before_model;        // VmRSS just before the model is allocated
   std::vector<std::int64_t> collective_scratch;  // VmHWM's rise in the probed gradient collective
+  std::vector<std::int64_t> io_scratch;          // VmHWM's rise in the probed checkpoint write
   bool measured() const { return !before_model.empty(); }
   std::int64_t fixed() const;    // max over ranks of before_model (0 if not measured)
-  std::int64_t scratch() const;  // max over ranks of collective_scratch (0 if not probed)
+  // Rank r's transient scratch: the larger of its two probes (a checkpoint is
+  // written between steps, never during the step's collectives; 0 if unprobed).
+  std::int64_t scratch_of(int r) const;
+  std::int64_t scratch() const;  // max over ranks of scratch_of
 };
 
 struct MemoryPlan {

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <span>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "dist/zero_engine.hpp"
+#include "io/checkpoint.hpp"
 
 namespace shardtrain {
 
@@ -39,7 +41,32 @@ std::size_t dtype_bytes(DType t) {
 
 }  // namespace
 
-void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm) {
+void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const std::string& io_dir) {
+  if (!io_dir.empty()) {
+    namespace fs = std::filesystem;
+    // The nearest existing directory on the checkpoint's path (rank 0 decides:
+    // one file for the whole job).
+    std::string dir;
+    if (comm.rank() == 0) {
+      std::error_code ec;
+      fs::path p = fs::absolute(io_dir, ec);
+      while (!p.empty() && !fs::is_directory(p, ec) && p != p.parent_path()) p = p.parent_path();
+      dir = p.string();
+    }
+    std::int64_t n = static_cast<std::int64_t>(dir.size());
+    comm.broadcast(std::span<std::int64_t>(&n, 1));
+    dir.resize(static_cast<std::size_t>(n));
+    if (n > 0) comm.broadcast(dir.data(), dir.size(), DType::U8, 0);
+    // HDF5 and MPI-IO take transient memory while a file is written (metadata
+    // caches, collective buffers) and give it back at close: VmHWM's rise
+    // above VmRSS in the probe is this rank's checkpoint I/O scratch.
+    const std::int64_t rss = process_rss_bytes();
+    warm_checkpoint_io(dir, comm.comm());
+    const std::int64_t peak = process_peak_rss_bytes();
+    plan.process.io_scratch = gather(rss >= 0 && peak >= 0 ? std::max<std::int64_t>(0, peak - rss) : 0, comm);
+  } else {
+    plan.process.io_scratch.clear();
+  }
   plan.process.before_model = gather(process_rss_bytes(), comm);
   plan.process.collective_scratch.clear();
 }

@@ -2,7 +2,12 @@
 // Owns the measured part of the process memory prediction: what the memory
 // plan (plan/memory_plan.hpp, computed from the config alone) cannot know.
 //   before_model: the process's VmRSS just before the model's state is
-//     allocated (MPI, Kokkos, libraries, code, heap, the opened data set).
+//     allocated (MPI, Kokkos, libraries, code, heap, the opened data set), after
+//     the checkpoint write path has been brought up once (io/checkpoint.hpp
+//     warm_checkpoint_io: the MPI-IO components and HDF5 state a first
+//     checkpoint would otherwise add).
+//   io_scratch: how far VmHWM rises above VmRSS while that probe file is
+//     written (HDF5 and MPI-IO transients, about 2-3 MiB per rank here).
 //   collective_scratch: how far VmHWM rises above VmRSS while the MPI library
 //     runs the step's largest gradient collective (its internal temporaries,
 //     e.g. Open MPI's ring all-reduce buffers), probed once on a temporary
@@ -12,6 +17,8 @@
 // train.memory_limit_mb (the limit uses the maximum over ranks). Collective.
 #pragma once
 
+#include <string>
+
 #include "config/run_config.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
 #include "model/param_layout.hpp"
@@ -19,8 +26,11 @@
 
 namespace shardtrain {
 
-// Sets plan.process.before_model on every rank (collective; allocates nothing).
-void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm);
+// Sets plan.process.before_model on every rank (collective; allocates nothing
+// the model needs). First brings up the checkpoint write path with a probe file
+// in `io_dir` (the checkpoint directory, or its nearest existing ancestor when
+// it does not exist yet; the probe is deleted); an empty io_dir skips that.
+void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const std::string& io_dir);
 
 // Sets plan.process.collective_scratch on every rank (collective): runs the
 // gradient collective of `config`'s ZeRO stage once on a temporary host

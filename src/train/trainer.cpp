@@ -155,7 +155,7 @@ class Run final : public RunBase {
     m_plan = m_task->plan();
     // The predicted process peak (its measured terms: train/process_memory.hpp)
     // against train.memory_limit_mb, before anything large is allocated.
-    measure_process_before_model(m_plan, m_comm);
+    measure_process_before_model(m_plan, m_comm, cfg.checkpoint.dir);
     check_memory_limit(m_plan, cfg);
 
     m_layout = std::make_unique<ParamLayout>(m_task->make_layout());
@@ -785,7 +785,7 @@ void Run<P>::report_memory(RunDirectory* dir) {
   // Per rank: its own measured terms plus the tracked plan; the limit uses
   // their maximum over ranks (m_plan.process_peak()).
   auto predicted = [&](int r) {
-    return of_rank(pm.before_model, r) + m_plan.total() + of_rank(pm.collective_scratch, r);
+    return of_rank(pm.before_model, r) + m_plan.total() + pm.scratch_of(r);
   };
   fmt::print("process RSS before the model per rank (MiB):{}\n",
              per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.before_model, r))); }));
@@ -793,7 +793,11 @@ void Run<P>::report_memory(RunDirectory* dir) {
              pm.collective_scratch.empty()
                  ? std::string(" not probed (device collectives)")
                  : per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.collective_scratch, r))); }));
-  fmt::print("predicted process peak per rank (MiB, RSS before the model + {:.1f} tracked plan + collective scratch; "
+  fmt::print("checkpoint I/O scratch per rank (MiB, probed before the model):{}\n",
+             pm.io_scratch.empty()
+                 ? std::string(" not probed")
+                 : per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.io_scratch, r))); }));
+  fmt::print("predicted process peak per rank (MiB, RSS before the model + {:.1f} tracked plan + the larger scratch; "
              "train.memory_limit_mb is checked against their maximum, {:.1f}):{}\n",
              mib(m_plan.total()), mib(m_plan.process_peak()),
              per_rank([&](int r) { return fmt::format("{:.1f}", mib(predicted(r))); }));
@@ -804,10 +808,11 @@ void Run<P>::report_memory(RunDirectory* dir) {
                           ? std::string("n/a")
                           : fmt::format("{:.3f}", static_cast<double>(rss[r]) / static_cast<double>(predicted(r)));
              }));
-  std::string csv = "rank,rss_before_model,collective_scratch,tracked_plan,predicted_process_peak,vmhwm\n";
+  std::string csv =
+      "rank,rss_before_model,collective_scratch,tracked_plan,predicted_process_peak,vmhwm,io_scratch\n";
   for (int r = 0; r < n; ++r)
-    csv += fmt::format("{},{},{},{},{},{}\n", r, of_rank(pm.before_model, r), of_rank(pm.collective_scratch, r),
-                       m_plan.total(), predicted(r), rss[r]);
+    csv += fmt::format("{},{},{},{},{},{},{}\n", r, of_rank(pm.before_model, r), of_rank(pm.collective_scratch, r),
+                       m_plan.total(), predicted(r), rss[r], of_rank(pm.io_scratch, r));
   dir->write_file("process_memory.csv", csv);
 }
 

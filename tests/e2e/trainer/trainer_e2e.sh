@@ -246,7 +246,7 @@ case "${1:-}" in
     [[ $rc -ne 124 ]] || die "trainer hung"
     [[ $rc -eq 2 ]] || die "memory_limit_mb $cap between the tracked plan and the process peak: expected exit code 2, got $rc"
     [[ $(grep -c '^error: ' "$WORK/$name.err") -eq 1 ]] || die "expected exactly one error line"
-    grep -Eq "train\.memory_limit_mb = $cap MiB, but the predicted process peak is [0-9.]+ MiB per rank \([0-9.]+ MiB short: process before the model [0-9.]+, MPI collective scratch [0-9.]+, and the plan's $tracked" \
+    grep -Eq "train\.memory_limit_mb = $cap MiB, but the predicted process peak is [0-9.]+ MiB per rank \([0-9.]+ MiB short: process before the model [0-9.]+, scratch \(MPI collective or checkpoint I/O\) [0-9.]+, and the plan's $tracked" \
       "$WORK/$name.err" || die "the refusal does not name the process terms and the plan's $tracked MiB"
     [[ ! -e "$WORK/$name/metrics.csv" ]] || die "it trained"
     echo "refused: the limit applies to the predicted process peak, not the tracked plan"
