@@ -36,6 +36,9 @@ for model in quickstart big; do
         found = ok && $3 + 0 > 0 && $8 + 0 > $9 + 0 && $9 + 0 > 0 }
       END { exit !found }' "$r" || die "$model: no complete row for $v in $r"
     grep -q "^$model	$v	[0-9.]*$" "$work/r1.tsv" || die "results file lacks $model $v"
+    # The per-run records (median, RSS sum, idle sum, CPU use): one number each.
+    awk '{ for (i = 1; i <= 4; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1 } NF != 4 { exit 1 }' \
+      "$work/run1/$model.$v" || die "$model $v: a malformed per-run record in $work/run1/$model.$v: $(cat "$work/run1/$model.$v")"
   done
 done
 for v in torch-2i1b torch-1i2b torch-2i2b torch-ddp; do

@@ -241,8 +241,11 @@ run() {
         esac))"; } > "$work/parallel_info.$variant"
   else
     med=$(steady_step_times "$dir/metrics.csv" "$warm" "$steps" | awk '{ print $1 * 1000 }' | median)
-    rss=$(awk -F: '/^process peak RSS per rank/ { n = split($NF, v, " "); for (i = 1; i <= n; i++) s += v[i]; printf "%.1f", s }' "$log")
-    idle=$(awk -F: '/^process RSS before the model per rank/ { n = split($NF, v, " "); for (i = 1; i <= n; i++) s += v[i]; printf "%.1f", s }' "$log")
+    # The last such line: the end-of-run report (the plan printed at start-up has one too).
+    rss=$(awk -F: '/^process peak RSS per rank/ { n = split($NF, v, " "); s = 0; for (i = 1; i <= n; i++) s += v[i] }
+                   END { if (n) printf "%.1f", s }' "$log")
+    idle=$(awk -F: '/^process RSS before the model per rank/ { n = split($NF, v, " "); s = 0; for (i = 1; i <= n; i++) s += v[i] }
+                    END { if (n) printf "%.1f", s }' "$log")
     flops[$model]=$(awk '/^compute per step:/ { print $4 }' "$log")
   fi
   [[ -n "$med" && "$med" != nan && -n "$rss" && -n "$idle" && -n "$cpu" ]] ||
