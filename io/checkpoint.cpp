@@ -137,6 +137,16 @@ H5PropList mpio_fapl(MPI_Comm comm) {
   return fapl;
 }
 
+// Creates (or truncates) `path` for collective writes as every checkpoint is:
+// large datasets start on 1 MiB boundaries (file-system stripes and blocks).
+H5File create_parallel_file(const std::string& path, MPI_Comm comm, const char* what) {
+  H5PropList fapl = mpio_fapl(comm);
+  SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
+  H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot create " + what + ": " + error_stack_text());
+  return file;
+}
+
 H5PropList xfer(bool collective) {
   H5PropList dxpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
   SHARDTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
@@ -319,10 +329,7 @@ void warm_checkpoint_io(const std::string& dir, MPI_Comm comm) {
   const std::string path = dir + "/.shardtrain-io-probe-" + std::to_string(job) + ".h5";
   constexpr std::int64_t kPerRank = 1024;
   {
-    H5PropList fapl = mpio_fapl(comm);
-    SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
-    H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot create the I/O probe file: " + error_stack_text());
+    H5File file = create_parallel_file(path, comm, "the I/O probe file");
     const hsize_t total = static_cast<hsize_t>(kPerRank * size);
     H5Dataspace space(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &total, nullptr)));
     H5Dataset ds(SHARDTRAIN_H5_CHECK(
@@ -349,11 +356,7 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
   CheckpointWriteStats stats;
   const auto t0 = Clock::now();
   {
-    H5PropList fapl = mpio_fapl(comm);
-    // Large datasets start on 1 MiB boundaries (file-system stripes and blocks).
-    SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
-    H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot create checkpoint file: " + error_stack_text());
+    H5File file = create_parallel_file(path, comm, "checkpoint file");
 
     put_str(file, "format", std::string(kCheckpointFormat));
     put_i64(file, "schema_version", kCheckpointSchema);

@@ -241,11 +241,8 @@ run() {
         esac))"; } > "$work/parallel_info.$variant"
   else
     med=$(steady_step_times "$dir/metrics.csv" "$warm" "$steps" | awk '{ print $1 * 1000 }' | median)
-    # The last such line: the end-of-run report (the plan printed at start-up has one too).
-    rss=$(awk -F: '/^process peak RSS per rank/ { n = split($NF, v, " "); s = 0; for (i = 1; i <= n; i++) s += v[i] }
-                   END { if (n) printf "%.1f", s }' "$log")
-    idle=$(awk -F: '/^process RSS before the model per rank/ { n = split($NF, v, " "); s = 0; for (i = 1; i <= n; i++) s += v[i] }
-                    END { if (n) printf "%.1f", s }' "$log")
+    rss=$(rank_sum "process peak RSS per rank" "$log")
+    idle=$(rank_sum "process RSS before the model per rank" "$log")
     flops[$model]=$(awk '/^compute per step:/ { print $4 }' "$log")
   fi
   [[ -n "$med" && "$med" != nan && -n "$rss" && -n "$idle" && -n "$cpu" ]] ||
@@ -254,6 +251,13 @@ run() {
   log "$tag: median step $med ms, peak RSS (sum) $rss MiB, idle $idle MiB, CPU use $cpu"
 }
 declare -A flops
+# rank_sum PREFIX LOG: the sum of the per-rank numbers after the last colon of
+# LOG's last line starting with PREFIX (the end-of-run report's; the plan
+# printed at start-up has some of these lines too).
+rank_sum() {
+  awk -F: -v p="$1" 'index($0, p) == 1 { n = split($NF, v, " "); s = 0; for (i = 1; i <= n; i++) s += v[i] }
+                     END { if (n) printf "%.1f", s }' "$2"
+}
 
 variants=(ours-2x1 ours-1x2 torch-2i1b torch-1i2b torch-2i2b torch-ddp)
 ours_variants=(ours-2x1 ours-1x2)
