@@ -75,7 +75,7 @@
 #   - then one run of ours-2x1 per model with --profile; its breakdown is quoted.
 #
 # Environment knobs (defaults in brackets):
-#   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [30]  QS_ROUNDS [4]  BIG_STEPS [12]
+#   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [60]  QS_ROUNDS [8]  BIG_STEPS [12]
 #   BIG_ROUNDS [2]  BIG_WARMUP [2]  PROFILE [1]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
 #   SGEMM_N [2048]  QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
@@ -101,8 +101,8 @@ trainer=$1; sgemm=$2; data=$3; input=$4; out=${5:--}
 
 ZERO_STAGE=${ZERO_STAGE:-3}
 WARMUP=${WARMUP:-5}
-QS_STEPS=${QS_STEPS:-30}
-QS_ROUNDS=${QS_ROUNDS:-4}
+QS_STEPS=${QS_STEPS:-60}
+QS_ROUNDS=${QS_ROUNDS:-8}
 BIG_STEPS=${BIG_STEPS:-12}
 BIG_ROUNDS=${BIG_ROUNDS:-2}
 BIG_WARMUP=${BIG_WARMUP:-2}
