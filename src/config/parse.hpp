@@ -9,7 +9,8 @@
 //    location, "--set KEY=VALUE: message" for an override). All problems found in
 //    one pass are reported together, sorted by position in the file.
 //  - parse_run_config(to_toml(c), ...) gives back c field for field (floats bit-exact).
-// The reference for every key is share/doc/config.md.
+// The keys (name, type, range, model types, meaning) are the rows of
+// config/schema.hpp; share/doc/config.md, the reference, is generated from them.
 #pragma once
 
 #include <span>

@@ -1,0 +1,380 @@
+// shardtrain/config/schema.cpp
+// The config schema's rows (schema.hpp): every input key, once. This file is long
+// because each row carries its key's documentation (the Meaning cell of
+// share/doc/config.md); the code is the few helpers at the end.
+// A row: SHARDTRAIN_CONFIG_KEY(section, field) names the key after its RunConfig
+// field; then, in declaration order, the KeySpec members that differ from their
+// defaults. The table is checked at compile time (rows_are_consistent).
+#include "config/schema.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <type_traits>
+#include <variant>
+
+#include "config/toml_text.hpp"
+
+namespace shardtrain {
+namespace {
+
+// The key `key_` of [section_], filling config.section_.key_.
+#define SHARDTRAIN_CONFIG_KEY(section_, key_) \
+  .section = #section_, .key = #key_,         \
+  .field = config_field<&RunConfig::section_, &decltype(RunConfig::section_)::key_>()
+
+constexpr std::int64_t k_int_max = std::numeric_limits<int>::max();
+
+constexpr std::string_view k_model_types[] = {"gpt", "encoder_classifier", "mlp", "cnn"};
+constexpr std::string_view k_transformers[] = {"gpt", "encoder_classifier"};
+constexpr std::string_view k_encoder[] = {"encoder_classifier"};
+constexpr std::string_view k_encoder_cnn[] = {"encoder_classifier", "cnn"};
+constexpr std::string_view k_mlp_cnn[] = {"mlp", "cnn"};
+constexpr std::string_view k_cnn[] = {"cnn"};
+
+constexpr std::string_view k_pooling[] = {"cls", "mean"};
+constexpr std::string_view k_devices[] = {"auto", "cpu", "cuda"};
+constexpr std::string_view k_optimizers[] = {"adamw"};
+constexpr std::string_view k_schedules[] = {"cosine", "constant"};
+constexpr std::string_view k_precisions[] = {"fp32", "fp16", "bf16"};
+constexpr std::string_view k_recompute_policies[] = {"none", "full", "sqrt", "budget"};
+
+// "runs/<stem of the input file>", or "runs/run" when the name has no stem.
+void derive_run_dir(RunConfig& c) {
+  const std::string stem = std::filesystem::path(c.source_name).stem().string();
+  c.train.run_dir = stem.empty() || stem == "." || stem == ".." || stem == "-" ? "runs/run" : "runs/" + stem;
+}
+
+std::string check_data_path(const RunConfig& c) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(c.data.path, ec);
+  if (!std::filesystem::exists(status)) return fmt::format("no such file '{}'", printable(c.data.path));
+  if (!std::filesystem::is_regular_file(status)) return fmt::format("'{}' is not a regular file", printable(c.data.path));
+  return "";
+}
+
+std::string check_init_scale(const RunConfig& c) {
+  if (c.precision.init_scale <= 3.4e38) return "";
+  return fmt::format("must fit in a float (<= 3.4e38), got {}", show(c.precision.init_scale));
+}
+
+std::string check_resume(const RunConfig& c) {
+  const std::string& resume = c.checkpoint.resume;
+  std::error_code ec;
+  if (resume == "auto" || resume == "never" || std::filesystem::exists(resume, ec)) return "";
+  return fmt::format("must be \"auto\", \"never\" or an existing checkpoint file or directory; "
+                     "no such file or directory '{}'",
+                     printable(resume));
+}
+
+// A row names only the members that differ from their defaults (GCC's -Wextra
+// would want every member spelled out).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+constexpr KeySpec k_schema[] = {
+    // [model]
+    {SHARDTRAIN_CONFIG_KEY(model, type), .choices = k_model_types,
+     .doc = "`gpt`: GPT-2-style decoder, next-token loss. `encoder_classifier`: bidirectional transformer "
+            "encoder (pre-LayerNorm blocks, attention masked to each document's length), pooled, a linear "
+            "head. `mlp`: Linear-ReLU layers. `cnn`: conv-ReLU-max-pool stages, then Linear-ReLU-dropout "
+            "layers. The classifiers' loss is the cross-entropy of the class label."},
+    {SHARDTRAIN_CONFIG_KEY(model, n_layer), .ints = {1, k_int_max}, .model_types = k_transformers,
+     .doc = "Number of transformer blocks L."},
+    {SHARDTRAIN_CONFIG_KEY(model, n_head), .ints = {1, k_int_max}, .model_types = k_transformers,
+     .range_doc = "divides `d_model`", .doc = "Attention heads. Each head has width `d_model / n_head`."},
+    {SHARDTRAIN_CONFIG_KEY(model, d_model), .ints = {1, k_int_max}, .model_types = k_transformers,
+     .range_doc = "multiple of `n_head`", .doc = "Residual width C."},
+    {SHARDTRAIN_CONFIG_KEY(model, seq_len), .ints = {2, k_int_max}, .written_when_set = true,
+     .model_types = k_transformers,
+     .derive = [](RunConfig& c) {
+       if (c.model.type != "gpt") c.model.seq_len = 0;  // 0: the data set's length
+     },
+     .default_doc = "gpt `128`; encoder_classifier: the data set's",
+     .doc = "gpt: context length T, in tokens. encoder_classifier: tokens of every document the model reads "
+            "(the first `seq_len` of the stored row; at most the row's length)."},
+    {SHARDTRAIN_CONFIG_KEY(model, init_std), .numbers = {0, false}, .model_types = k_transformers,
+     .doc = "Weights start from N(0, init_std). Residual projections are scaled by 1/√(2L)."},
+    {SHARDTRAIN_CONFIG_KEY(model, layernorm_eps), .numbers = {0, true}, .model_types = k_transformers,
+     .doc = "Epsilon of every LayerNorm."},
+    {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling, .model_types = k_encoder,
+     .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
+            "none). `mean`: the average over each document's valid positions."},
+    {SHARDTRAIN_CONFIG_KEY(model, hidden), .ints = {1, 1 << 24}, .max_entries = 16, .model_types = k_mlp_cnn,
+     .doc = "Widths of the fully connected hidden layers (ReLU), e.g. `[300, 100]`. Empty: the input (mlp) or "
+            "the flattened feature map (cnn) goes straight to the output layer."},
+    {SHARDTRAIN_CONFIG_KEY(model, conv_channels), .ints = {1, 1 << 16}, .max_entries = 16,
+     .model_types = k_cnn, .range_doc = "not empty",
+     .doc = "Output channels of each convolution (stride 1), each followed by ReLU and max-pooling."},
+    {SHARDTRAIN_CONFIG_KEY(model, conv_kernel), .ints = {1, 1024}, .model_types = k_cnn,
+     .doc = "Square kernel size of every convolution."},
+    {SHARDTRAIN_CONFIG_KEY(model, conv_padding), .ints = {0, 1024}, .model_types = k_cnn,
+     .doc = "Zero padding on every side of every convolution."},
+    {SHARDTRAIN_CONFIG_KEY(model, pool), .ints = {1, 1024}, .model_types = k_cnn,
+     .doc = "Max-pool window and stride after every convolution; `1`: no pooling. A stack that shrinks the "
+            "image below 1x1 is refused naming the layer."},
+    {SHARDTRAIN_CONFIG_KEY(model, dropout), .numbers = {0, false, 1.0}, .model_types = k_encoder_cnn,
+     .doc = "Dropout probability. cnn: after every hidden fully connected layer. encoder_classifier: on the "
+            "embeddings, after every attention projection and MLP (as BERT) and before the head. Masks depend "
+            "only on the seed, the site and the global sample index: not on the rank count or micro-batch "
+            "split, and a resumed run draws the same ones. Off in evaluation."},
+
+    // [data]
+    {SHARDTRAIN_CONFIG_KEY(data, path), .required = true, .check = check_data_path,
+     .range_doc = "an existing regular file", .doc = "The HDF5 data set written by `trainer-data`."},
+
+    // [train]
+    {SHARDTRAIN_CONFIG_KEY(train, steps), .ints = {1}, .doc = "Optimizer steps in the run."},
+    {SHARDTRAIN_CONFIG_KEY(train, batch_size), .ints = {1},
+     .doc = "**Global** sequences (classifiers: samples) per optimizer step, summed over all ranks and "
+            "micro-batches."},
+    {SHARDTRAIN_CONFIG_KEY(train, micro_batch), .ints = {1},
+     .doc = "Sequences per rank per forward/backward pass. A rank accumulates gradients over as many "
+            "micro-batches as its share of `batch_size` needs. It need not divide `batch_size`: the last "
+            "micro-batch may be smaller."},
+    {SHARDTRAIN_CONFIG_KEY(train, seed), .ints = {0},
+     .doc = "Seed for initialization and data order. The order of the samples does not depend on the number "
+            "of ranks."},
+    {SHARDTRAIN_CONFIG_KEY(train, eval_every), .ints = {0},
+     .doc = "Steps between validation passes. `0` means only one pass, at the end of the run."},
+    {SHARDTRAIN_CONFIG_KEY(train, eval_windows), .ints = {0},
+     .doc = "Validation windows (gpt) or samples (classifiers) per periodic pass. `0` means the whole "
+            "validation split. The pass after the last step always covers the whole split."},
+    {SHARDTRAIN_CONFIG_KEY(train, log_every), .ints = {1}, .doc = "Steps between progress lines."},
+    {SHARDTRAIN_CONFIG_KEY(train, run_dir), .derive = derive_run_dir, .default_doc = "`\"runs/<stem>\"`",
+     .doc = "Directory for checkpoints, logs and the resolved `config.toml`. See the note below the table."},
+    {SHARDTRAIN_CONFIG_KEY(train, memory_limit_mb), .numbers = {0, false},
+     .doc = "Per-rank memory cap in MiB (1 MiB = 2^20 bytes); `0` means none. It applies to the **predicted "
+            "process peak** per rank (what VmHWM should reach), not to the tracked buffers alone: the memory "
+            "plan (every buffer of every category, as `trainer --plan` prints it) plus two measured terms, "
+            "the process's RSS just before the model is allocated (MPI, Kokkos, libraries, code, the opened "
+            "data set) and the MPI library's scratch in the step's largest gradient collective (probed once "
+            "on a temporary buffer of that size; host collectives only), each the maximum over the job's "
+            "ranks. Before anything large is allocated the trainer refuses to start, with exit code 2 and a "
+            "message naming every term and the shortfall, if that prediction exceeds the cap; the check is "
+            "made once with the fixed term and again after the probe. `trainer --plan` gives the same "
+            "prediction only when it runs at the job's rank count (`mpirun -n N trainer --plan`); with "
+            "`--ranks N` in a smaller job the measured terms are that job's and the collective is not "
+            "probed. See training.md, \"Process memory\"."},
+    {.section = "train", .key = "time_limit",
+     .field = config_field<&RunConfig::train, &TrainConfig::time_limit_minutes>(), .numbers = {0, false},
+     .time_string = true,
+     .range_doc = "in minutes, or `\"MM\"`, `\"MM:SS\"`, `\"HH:MM:SS\"`, `\"D-HH\"`, `\"D-HH:MM\"`, "
+                  "`\"D-HH:MM:SS\"` (Slurm's `--time` forms)",
+     .doc = "Wall time this job may run, counted from the trainer's start; `0`: none. At every step boundary "
+            "rank 0 checks what is left (the earlier of this and `SLURM_JOB_END_TIME`, Unix seconds: newer "
+            "Slurm versions set it; on Slurm 22.05 the scripts in `jobs/` export it from `squeue`); when it is "
+            "less than two of the longest steps plus two checkpoints (the last one's measured time; before "
+            "the first, its bytes at 100 MB/s plus 0.5 s) plus one second, every rank writes a checkpoint and "
+            "the trainer exits with code 75, so that the job can be requeued and resume."},
+    {SHARDTRAIN_CONFIG_KEY(train, device), .choices = k_devices,
+     .doc = "Where the run computes. `\"cpu\"`: the host (Kokkos kernels, OpenBLAS, MPI). `\"cuda\"`: one "
+            "CUDA device per rank (kernels/cuda, cuBLAS, NCCL; trainer built with "
+            "`-DSHARDTRAIN_ENABLE_CUDA=ON`, see gpu.md); no device, or fewer devices than ranks on a node, "
+            "stops the job with exit code 1 before anything is allocated. `\"auto\"`: `\"cuda\"` in a CUDA "
+            "build, `\"cpu\"` otherwise. `\"cuda\"` in a build without CUDA is refused (exit 2)."},
+
+    // [optim]
+    {SHARDTRAIN_CONFIG_KEY(optim, type), .choices = k_optimizers,
+     .choices_note = " (the only optimizer implemented so far)",
+     .doc = "Optimizer. Only AdamW is implemented so far."},
+    {SHARDTRAIN_CONFIG_KEY(optim, lr), .numbers = {0, true}, .range_doc = "≥ `min_lr`",
+     .doc = "Peak learning rate."},
+    {SHARDTRAIN_CONFIG_KEY(optim, min_lr), .numbers = {0, false}, .range_doc = "≤ `lr`",
+     .doc = "Floor of the cosine decay."},
+    {SHARDTRAIN_CONFIG_KEY(optim, warmup_steps), .ints = {0},
+     .doc = "Linear warm-up from `lr/warmup_steps` to `lr`. `0` means no warm-up."},
+    {SHARDTRAIN_CONFIG_KEY(optim, schedule), .choices = k_schedules,
+     .doc = "After warm-up: cosine decay from `lr` to `min_lr` at the last step, or stay at `lr`."},
+    {SHARDTRAIN_CONFIG_KEY(optim, weight_decay), .numbers = {0, false},
+     .doc = "Decoupled weight decay. It is not applied to biases, LayerNorm parameters or embeddings."},
+    {SHARDTRAIN_CONFIG_KEY(optim, beta1), .numbers = {0, false, 1.0}, .doc = "Adam first-moment decay."},
+    {SHARDTRAIN_CONFIG_KEY(optim, beta2), .numbers = {0, false, 1.0}, .doc = "Adam second-moment decay."},
+    {SHARDTRAIN_CONFIG_KEY(optim, eps), .numbers = {0, true}, .doc = "Adam epsilon."},
+    {SHARDTRAIN_CONFIG_KEY(optim, grad_clip), .numbers = {0, false},
+     .doc = "Maximum global gradient norm. `0` turns clipping off."},
+
+    // [parallel]
+    {SHARDTRAIN_CONFIG_KEY(parallel, zero_stage), .ints = {0, 3, true},
+     .doc = "ZeRO stage. `0`: plain data parallelism, every rank holds the full model state and gradients are "
+            "all-reduced. `1`: optimizer state sharded; gradients reduce-scattered once per step, parameters "
+            "all-gathered after the update. `2`: also gradients sharded, reduce-scattered group by group "
+            "during backward. `3`: also parameters sharded, each group gathered just before use."},
+    {SHARDTRAIN_CONFIG_KEY(parallel, overlap),
+     .doc = "Stages 2 and 3: `true` starts each bucket's gradient reduce-scatter without waiting, as soon as "
+            "backward is done with every group in it, and lets backward go on; `false` waits for each "
+            "reduction before backward continues (to measure what overlap buys)."},
+    {SHARDTRAIN_CONFIG_KEY(parallel, bucket_mb), .numbers = {0, false},
+     .doc = "Stages 2 and 3: size of a communication bucket in MiB. Consecutive parameter groups (the "
+            "embeddings, each transformer block, the final LayerNorm) are coalesced into one bucket while it "
+            "stays within `bucket_mb`; a group larger than that is a bucket by itself, never split. `0` makes "
+            "every group its own bucket. Larger buckets mean fewer, larger collectives; smaller buckets mean "
+            "less memory: each rank holds three gradient buffers (stage 3: and three parameter-gather "
+            "buffers) the size of the largest buckets, shown as `communication` by `trainer --plan`."},
+    {SHARDTRAIN_CONFIG_KEY(parallel, collective_timeout_s), .numbers = {0, false},
+     .doc = "Watchdog: when a blocking collective (all-reduce, reduce-scatter, all-gather, broadcast, "
+            "barrier, or the wait for a non-blocking one) has not completed after this many seconds, each "
+            "waiting rank prints `error (rank R): watchdog: all_reduce (27600 x F32) at step 5 has not "
+            "completed after 300.0 s ...` and ends; the launcher then ends the other ranks. A rank that "
+            "stalls or dies cannot hang the job for longer. `0` turns the watchdog off. Checkpoint I/O is not "
+            "watched."},
+
+    // [precision]
+    {SHARDTRAIN_CONFIG_KEY(precision, mode), .choices = k_precisions,
+     .doc = "Storage precision of parameters, activations and gradients. `\"fp16\"` and `\"bf16\"` store "
+            "them in 16 bits and compute in fp32 (kernels convert tiles to fp32 and call fp32 GEMM); the "
+            "optimizer keeps fp32 master weights and moments for the range it owns; gradient reductions "
+            "between ranks combine pairs in fp32 and round once per combine. Model-state bytes per "
+            "parameter: 16 at stage 0, 4 + 12/N at stage 1, 2 + 14/N at stage 2, 16/N at stage 3. `\"fp16\"` "
+            "also scales the loss (the keys below); `\"bf16\"` has fp32's range and needs no scaling."},
+    {SHARDTRAIN_CONFIG_KEY(precision, init_scale), .numbers = {0, true}, .check = check_init_scale,
+     .range_doc = "≤ 3.4e38, ≥ `min_scale`", .doc = "fp16: loss scale of the first step."},
+    {SHARDTRAIN_CONFIG_KEY(precision, growth_interval), .ints = {1},
+     .doc = "fp16: the scale is multiplied by `growth_factor` after this many steps in a row without an "
+            "overflow."},
+    {SHARDTRAIN_CONFIG_KEY(precision, growth_factor), .numbers = {1, true},
+     .doc = "fp16: see `growth_interval`."},
+    {SHARDTRAIN_CONFIG_KEY(precision, backoff_factor), .numbers = {0, true, 1.0},
+     .doc = "fp16: the scale is multiplied by this on an overflow (once `hysteresis` is used up), never below "
+            "`min_scale`."},
+    {SHARDTRAIN_CONFIG_KEY(precision, hysteresis), .ints = {1, 1000000},
+     .doc = "fp16: overflows tolerated before the scale backs off. With 2, the first overflow after a growth "
+            "(or the start) only skips the step; that one and every later overflow back off. Reset by a "
+            "growth."},
+    {SHARDTRAIN_CONFIG_KEY(precision, min_scale), .numbers = {0, true},
+     .doc = "fp16: the scale never goes below this. At the minimum, overflowing steps are still skipped, with "
+            "a warning each."},
+    {SHARDTRAIN_CONFIG_KEY(precision, max_consecutive_skips), .ints = {1},
+     .doc = "fp16: the run stops (exit code 1, one message) when this many steps in a row were skipped: the "
+            "model has diverged."},
+
+    // [recompute]
+    {SHARDTRAIN_CONFIG_KEY(recompute, policy), .choices = k_recompute_policies,
+     .doc = "Which activations of the transformer blocks are kept through the forward pass and which are "
+            "recomputed in backward. `\"none\"`: keep everything. `\"full\"`: keep only each block's input; "
+            "every block but the last is run forward again just before its backward. `\"sqrt\"`: keep every "
+            "ceil(sqrt(L))-th block input; each segment is recomputed once. `\"budget\"`: the schedule with "
+            "the fewest recomputed forward FLOPs whose activations fit `budget_mb`, found by dynamic "
+            "programming over the chain of blocks (Rotor/revolve style; it may recompute a segment from a "
+            "checkpoint recomputed itself, i.e. more than one level). Every policy gives bitwise the same "
+            "losses and gradients. `trainer --plan` prints the schedule, the activation peak and the extra "
+            "forward FLOPs. The classifiers keep all activations: any policy but `\"none\"` with them is "
+            "refused (exit 2)."},
+    {SHARDTRAIN_CONFIG_KEY(recompute, budget_mb), .numbers = {0, false},
+     .range_doc = "> 0 with policy `\"budget\"`, else 0",
+     .doc = "Activation memory per rank in MiB (the whole `activations` category of the plan: the embeddings "
+            "and the head, which are always kept, plus the blocks). If no schedule fits, the trainer and "
+            "`--plan` say how much the smallest needs and exit with code 2."},
+
+    // [checkpoint]
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, dir), .written_when_set = true,
+     .derive = [](RunConfig& c) { c.checkpoint.dir = (std::filesystem::path(c.train.run_dir) / "checkpoints").string(); },
+     .default_doc = "`\"<train.run_dir>/checkpoints\"`",
+     .doc = "Directory of the checkpoints: `step_NNNNNNNN.h5` files, `latest` (the newest one's name) and, "
+            "while one is being written, `step_NNNNNNNN.h5.partial`. One run per directory."},
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, every_steps), .ints = {0},
+     .doc = "Write a checkpoint after every `every_steps`-th optimizer step (counted from the start of "
+            "training, so a resumed run keeps the same grid). `0`: not by step count."},
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, every_minutes), .numbers = {0, false},
+     .doc = "Write a checkpoint when this much wall time has passed since the last one (or the start of this "
+            "job); rank 0's clock decides for all. `0`: not by time. Both keys may be set; either triggers."},
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, keep_last), .ints = {1},
+     .doc = "Complete checkpoints kept; older ones are deleted, but only after a new one is complete and "
+            "`latest` names it."},
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, resume), .check = check_resume,
+     .range_doc = "`\"auto\"`, `\"never\"` or an existing file or directory",
+     .doc = "`\"auto\"`: continue from the newest complete checkpoint in `dir`, if there is one (none: start "
+            "from step 0); a damaged one is reported and the one before it is tried. `\"never\"`: start from "
+            "step 0; refused when checkpointing is on and `dir` already holds checkpoints (two runs would "
+            "mix: pick another `dir`). A path: that checkpoint file, or the newest complete one in that "
+            "directory; any problem with it is an error."},
+};
+
+#pragma GCC diagnostic pop
+#undef SHARDTRAIN_CONFIG_KEY
+
+// Facts the rows must agree on; a violation stops the build at the failing line.
+template <class T>
+constexpr bool fits(const IntRange& r) {
+  return r.lo <= r.hi && r.lo >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+         static_cast<std::uint64_t>(r.hi) <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+}
+
+constexpr bool rows_are_consistent() {
+  for (const KeySpec& k : k_schema) {
+    const std::size_t type = k.field.index();  // AnyConfigField's order
+    const bool integer = type <= 2, number = type == 3, string = type == 5, list = type == 6;
+    if (type == 0 && !fits<int>(k.ints)) throw "an int field's range must fit in int";
+    if (type == 2 && !fits<std::uint64_t>(k.ints)) throw "an unsigned field's range must not go below 0";
+    if ((integer || list) && k.ints.lo > k.ints.hi) throw "empty integer range";
+    if (list != (k.max_entries > 0)) throw "max_entries is for integer arrays, and they need it";
+    if (!string && (!k.choices.empty() || !k.choices_note.empty())) throw "choices are for string keys";
+    if (k.time_string && !number) throw "time_string is for float keys";
+    if (k.written_when_set && !(integer || string)) throw "written_when_set is for integer and string keys";
+    if (k.required && (k.derive || !k.default_doc.empty())) throw "a required key has no default";
+    if (k.derive && k.default_doc.empty()) throw "a derived default needs its default_doc";
+    for (std::string_view t : k.model_types)
+      if (std::find(std::begin(k_model_types), std::end(k_model_types), t) == std::end(k_model_types))
+        throw "model_types must be values of model.type";
+    if (k.doc.empty()) throw "every key is documented";
+  }
+  return k_schema[0].section == "model" && k_schema[0].key == "type";  // read first: other rows depend on it
+}
+static_assert(rows_are_consistent());
+
+std::vector<std::string_view> sections_in_order() {
+  std::vector<std::string_view> out;
+  for (const KeySpec& k : k_schema)
+    if (std::find(out.begin(), out.end(), k.section) == out.end()) out.push_back(k.section);
+  return out;
+}
+
+std::string int_list(const std::vector<std::int64_t>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", v[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::span<const KeySpec> config_schema() { return k_schema; }
+
+std::span<const std::string_view> config_sections() {
+  static const std::vector<std::string_view> sections = sections_in_order();
+  return sections;
+}
+
+const KeySpec* find_config_key(std::string_view section, std::string_view key) {
+  for (const KeySpec& k : k_schema)
+    if (k.section == section && k.key == key) return &k;
+  return nullptr;
+}
+
+std::string dotted_name(const KeySpec& k) { return fmt::format("{}.{}", k.section, k.key); }
+
+bool used_by_model_type(const KeySpec& k, std::string_view model_type) {
+  return k.model_types.empty() ||
+         std::find(k.model_types.begin(), k.model_types.end(), model_type) != k.model_types.end();
+}
+
+std::string toml_value(const KeySpec& k, const RunConfig& config) {
+  return std::visit(
+      [&](const auto& field) -> std::string {
+        const auto& v = field.get(config);
+        using T = std::remove_cvref_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, double>)
+          return toml_float(v);
+        else if constexpr (std::is_same_v<T, bool>)
+          return v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return toml_string(v);
+        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>)
+          return int_list(v);
+        else
+          return fmt::format("{}", v);  // an integer
+      },
+      k.field);
+}
+
+}  // namespace shardtrain
