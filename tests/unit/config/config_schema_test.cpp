@@ -1,7 +1,7 @@
 // tests/unit/config/config_schema_test.cpp
 // The schema's rows (config/schema.hpp) drive parsing, to_toml and the generated
 // doc: every key reads into its own field and only that one, to_toml writes the
-// keys of the model's type.
+// keys of the model's type, and the doc template must place every section once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "config/config_doc.hpp"
 #include "config/parse.hpp"
 #include "config/schema.hpp"
 #include "config_test_support.hpp"
@@ -88,6 +89,35 @@ TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {
       const bool expected = used_by_model_type(k, type) && !(dotted_name(k) == "model.seq_len" && type != "gpt");
       EXPECT_EQ(written, expected) << dotted_name(k) << " in\n" << text;
     }
+  }
+}
+
+std::string all_sections_but(std::string_view skip) {
+  std::string text;
+  for (std::string_view s : config_sections())
+    if (s != skip) text += "{{keys " + std::string(s) + "}}\n";
+  return text;
+}
+
+TEST(ConfigDoc, FillsEachSectionsTableAndDropsTemplateComments) {
+  const std::string doc = render_config_doc("{{! a comment }}\n# Title\n" + all_sections_but(""));
+  EXPECT_EQ(doc.find("a comment"), std::string::npos);
+  EXPECT_NE(doc.find("# Title\n| key | type | default | range | used by | meaning |\n"), std::string::npos);
+  EXPECT_NE(doc.find("| `n_layer` | integer | `4` | 1 … 2147483647 | gpt, encoder_classifier | "), std::string::npos);
+  EXPECT_NE(doc.find("| `path` | string | **required** | an existing regular file | "), std::string::npos);
+  EXPECT_NE(doc.find("| `zero_stage` | integer | `0` | `0`, `1`, `2` or `3` | "), std::string::npos);
+  EXPECT_NE(doc.find("| `backoff_factor` | float | `0.5` | (0, 1) | "), std::string::npos);
+}
+
+TEST(ConfigDoc, TemplateMustPlaceEverySectionOnce) {
+  EXPECT_THROW(render_config_doc(all_sections_but("optim")), InputError);
+  EXPECT_THROW(render_config_doc(all_sections_but("") + "{{keys optim}}\n"), InputError);
+  try {
+    render_config_doc("intro\n{{keys optimizer}}\n" + all_sections_but(""));
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "template line 2: expected {{keys SECTION}} with a section of the schema, got "
+                           "'{{keys optimizer}}'");
   }
 }
 
