@@ -247,7 +247,7 @@ class HostModelOps {
     shardtrain::cross_entropy_backward<T>(CView2<T>(logits, n, v), CView1<TokenIndex>(targets, n), scale,
                                           View2<T>(dlogits, n, v));
   }
-  // --- CNN ops (conv2d, max-pool, dropout) ---
+  // --- CNN ops (conv2d, max-pool; dropout is pointwise) ---
   void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) {
     shardtrain::conv2d_forward<T>(s, conv_x(s, x), conv_w(s, w), b ? CView1<T>(b, s.out_channels) : CView1<T>(),
                                   View1<T>(workspace, conv2d_workspace_elems(s)),
