@@ -5,7 +5,9 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/model_ops.hpp"
@@ -132,11 +134,31 @@ CView1<std::int32_t> lengths_view(const std::int32_t* lengths, std::int64_t b) {
   return lengths ? CView1<std::int32_t>(lengths, b) : CView1<std::int32_t>();
 }
 
-// The Kokkos kernels over unmanaged views of the caller's pointers. A 16-bit
-// model's kernels convert tiles into fp32 scratch (kernels/half_scratch.hpp),
-// owned here and bound while this object lives.
+// A pointwise op's argument as its host kernel takes it (model_ops.def,
+// SHARDTRAIN_POINTWISE_OP): a T array as a view of n elements, anything else as is.
+template <class T, class A>
+decltype(auto) host_pointwise_arg(const A& arg, std::int64_t n) {
+  if constexpr (std::is_same_v<A, const T*>)
+    return CView1<T>(arg, n);
+  else if constexpr (std::is_same_v<A, T*>)
+    return View1<T>(arg, n);
+  else
+    return (arg);
+}
+
+// kernel(args...) over views, for args = (..., n): n sizes the views and is not passed on.
+template <class T, class Kernel, class Args, std::size_t... I>
+void host_pointwise(Kernel kernel, const Args& args, std::index_sequence<I...>) {
+  const std::int64_t n = std::get<sizeof...(I)>(args);
+  kernel(host_pointwise_arg<T>(std::get<I>(args), n)...);
+}
+
+// The methods behind the table's SHARDTRAIN_MODEL_OP entries: the Kokkos
+// kernels over unmanaged views of the caller's pointers. A 16-bit model's
+// kernels convert tiles into fp32 scratch (kernels/half_scratch.hpp), owned here
+// and bound while this object lives.
 template <class T>
-class HostModelOps final : public ModelOps<T> {
+class HostModelOps {
  public:
   HostModelOps(const ModelOpsLimits& l, MemoryTracker& memory) {
     if constexpr (is_half_v<T>) {
@@ -145,16 +167,15 @@ class HostModelOps final : public ModelOps<T> {
       half_scratch_bind(m_half_scratch.data(), m_half_scratch.size());
     }
   }
-  ~HostModelOps() override {
+  ~HostModelOps() {
     if (m_half_scratch.size() > 0 && half_scratch_size() == m_half_scratch.size()) half_scratch_bind(nullptr, 0);
   }
-  MemorySpace* memory() override { return nullptr; }
   void stage_tokens(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t,
-                    const TokenIndex** kt, const TokenIndex** kg) override {
+                    const TokenIndex** kt, const TokenIndex** kg) {
     *kt = tokens;
     *kg = targets;
   }
-  const T* stage_values(const float* values, std::int64_t n) override {
+  const T* stage_values(const float* values, std::int64_t n) {
     if constexpr (std::is_same_v<T, float>) {
       return values;
     } else {
@@ -163,44 +184,44 @@ class HostModelOps final : public ModelOps<T> {
       return m_values.data();
     }
   }
-  double sum_losses(const T* losses, std::int64_t n) override {
+  double sum_losses(const T* losses, std::int64_t n) {
     double sum = 0.0;
     for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(static_cast<compute_t<T>>(losses[i]));
     return sum;
   }
   void embedding_forward(const TokenIndex* tokens, const T* wte, const T* wpe, T* out, std::int64_t b,
-                         std::int64_t t, std::int64_t c, std::int64_t v) override {
+                         std::int64_t t, std::int64_t c, std::int64_t v) {
     shardtrain::embedding_forward<T>(CView2<TokenIndex>(tokens, b, t), CView2<T>(wte, v, c), CView2<T>(wpe, t, c),
                                      View3<T>(out, b, t, c));
   }
   void embedding_backward(const TokenIndex* tokens, const T* dout, T* dwte, T* dwpe, std::int64_t b,
-                          std::int64_t t, std::int64_t c, std::int64_t v) override {
+                          std::int64_t t, std::int64_t c, std::int64_t v) {
     shardtrain::embedding_backward<T>(CView2<TokenIndex>(tokens, b, t), CView3<T>(dout, b, t, c),
                                       View2<T>(dwte, v, c), View2<T>(dwpe, t, c));
   }
   void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t n,
-                         std::int64_t c, T eps) override {
+                         std::int64_t c, T eps) {
     shardtrain::layernorm_forward<T>(CView2<T>(x, n, c), CView1<T>(w, c), CView1<T>(b, c), View2<T>(y, n, c),
                                      View1<T>(mean, n), View1<T>(rstd, n), eps);
   }
   void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, T* dw,
-                          T* db, std::int64_t n, std::int64_t c) override {
+                          T* db, std::int64_t n, std::int64_t c) {
     shardtrain::layernorm_backward<T>(CView2<T>(x, n, c), CView1<T>(w, c), CView1<T>(mean, n),
                                       CView1<T>(rstd, n), CView2<T>(dy, n, c), View2<T>(dx, n, c),
                                       View1<T>(dw, c), View1<T>(db, c));
   }
   void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k, std::int64_t m,
-                      bool accumulate) override {
+                      bool accumulate) {
     shardtrain::linear_forward<T>(CView2<T>(x, n, k), CView2<T>(w, m, k), b ? CView1<T>(b, m) : CView1<T>(),
                                   View2<T>(y, n, m), accumulate);
   }
   void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
-                       std::int64_t m) override {
+                       std::int64_t m) {
     shardtrain::linear_backward<T>(CView2<T>(x, n, k), CView2<T>(w, m, k), CView2<T>(dy, n, m),
                                    dx ? View2<T>(dx, n, k) : View2<T>(), View2<T>(dw, m, k),
                                    db ? View1<T>(db, m) : View1<T>());
   }
-  void attention_forward(const AttnShape& s, const T* qkv, T* saved, T* workspace, T* out) override {
+  void attention_forward(const AttnShape& s, const T* qkv, T* saved, T* workspace, T* out) {
     const AttentionShape h = host_shape(s);
     shardtrain::attention_forward<T>(h, CView3<T>(qkv, s.batch, s.seq_len, 3 * s.channels),
                                      View1<T>(saved, attention_saved_elems(h)),
@@ -208,7 +229,7 @@ class HostModelOps final : public ModelOps<T> {
                                      View3<T>(out, s.batch, s.seq_len, s.channels), lengths_view(s.lengths, s.batch));
   }
   void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T* workspace,
-                          T* dqkv) override {
+                          T* dqkv) {
     const AttentionShape h = host_shape(s);
     shardtrain::attention_backward<T>(h, CView3<T>(dout, s.batch, s.seq_len, s.channels),
                                       CView1<T>(saved, attention_saved_elems(h)),
@@ -216,36 +237,24 @@ class HostModelOps final : public ModelOps<T> {
                                       View3<T>(dqkv, s.batch, s.seq_len, 3 * s.channels),
                                       lengths_view(s.lengths, s.batch));
   }
-  void gelu_forward(const T* x, T* y, std::int64_t n) override {
-    shardtrain::gelu_forward<T>(CView1<T>(x, n), View1<T>(y, n));
-  }
-  void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) override {
-    shardtrain::gelu_backward<T>(CView1<T>(x, n), CView1<T>(dy, n), View1<T>(dx, n));
-  }
   void cross_entropy_forward(const T* logits, const TokenIndex* targets, T* losses, std::int64_t n,
-                             std::int64_t v) override {
+                             std::int64_t v) {
     shardtrain::cross_entropy_forward<T>(CView2<T>(logits, n, v), CView1<TokenIndex>(targets, n),
                                          View1<T>(losses, n));
   }
   void cross_entropy_backward(const T* logits, const TokenIndex* targets, T scale, T* dlogits, std::int64_t n,
-                              std::int64_t v) override {
+                              std::int64_t v) {
     shardtrain::cross_entropy_backward<T>(CView2<T>(logits, n, v), CView1<TokenIndex>(targets, n), scale,
                                           View2<T>(dlogits, n, v));
   }
-  void relu_forward(const T* x, T* y, std::int64_t n) override {
-    shardtrain::relu_forward<T>(CView1<T>(x, n), View1<T>(y, n));
-  }
-  void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) override {
-    shardtrain::relu_backward<T>(CView1<T>(saved, n), CView1<T>(dy, n), View1<T>(dx, n));
-  }
-  // --- CNN ops (conv2d, max-pool, dropout) ---
-  void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) override {
+  // --- CNN ops (conv2d, max-pool; dropout is pointwise) ---
+  void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) {
     shardtrain::conv2d_forward<T>(s, conv_x(s, x), conv_w(s, w), b ? CView1<T>(b, s.out_channels) : CView1<T>(),
                                   View1<T>(workspace, conv2d_workspace_elems(s)),
                                   View4<T>(y, s.batch, s.out_channels, s.out_h(), s.out_w()));
   }
   void conv2d_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* workspace, T* dx, T* dw,
-                       T* db) override {
+                       T* db) {
     shardtrain::conv2d_backward<T>(
         s, conv_x(s, x), conv_w(s, w), CView4<T>(dy, s.batch, s.out_channels, s.out_h(), s.out_w()),
         View1<T>(workspace, conv2d_workspace_elems(s)),
@@ -253,22 +262,16 @@ class HostModelOps final : public ModelOps<T> {
         View4<T>(dw, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
         db ? View1<T>(db, s.out_channels) : View1<T>());
   }
-  void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, std::int32_t* argmax) override {
+  void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, std::int32_t* argmax) {
     shardtrain::max_pool2d_forward<T>(s, CView4<T>(x, s.batch, s.channels, s.height, s.width),
                                       View4<T>(y, s.batch, s.channels, s.out_h(), s.out_w()),
                                       View4<std::int32_t>(argmax, s.batch, s.channels, s.out_h(), s.out_w()));
   }
-  void max_pool2d_backward(const Pool2dShape& s, const T* dy, const std::int32_t* argmax, T* dx) override {
+  void max_pool2d_backward(const Pool2dShape& s, const T* dy, const std::int32_t* argmax, T* dx) {
     shardtrain::max_pool2d_backward<T>(
         s, CView4<T>(dy, s.batch, s.channels, s.out_h(), s.out_w()),
         CView4<std::int32_t>(argmax, s.batch, s.channels, s.out_h(), s.out_w()),
         View4<T>(dx, s.batch, s.channels, s.height, s.width));
-  }
-  void dropout_forward(const DropoutParams& p, const T* x, T* y, std::int64_t n) override {
-    shardtrain::dropout_forward<T>(p, CView1<T>(x, n), View1<T>(y, n));
-  }
-  void dropout_backward(const DropoutParams& p, const T* dy, T* dx, std::int64_t n) override {
-    shardtrain::dropout_backward<T>(p, CView1<T>(dy, n), View1<T>(dx, n));
   }
   static CView4<T> conv_x(const Conv2dShape& s, const T* x) {
     return CView4<T>(x, s.batch, s.in_channels, s.height, s.width);
@@ -278,25 +281,37 @@ class HostModelOps final : public ModelOps<T> {
   }
   // --- end CNN ops ---
   // --- encoder classifier ops ---
-  void accumulate(const T* x, T* y, std::int64_t n) override {
-    shardtrain::accumulate<T>(CView1<T>(x, n), View1<T>(y, n));
-  }
   void seq_mean_pool_forward(const T* x, const std::int32_t* lengths, T* y, std::int64_t b, std::int64_t t,
-                             std::int64_t c) override {
+                             std::int64_t c) {
     shardtrain::seq_mean_pool_forward<T>(CView3<T>(x, b, t, c), lengths_view(lengths, b), View2<T>(y, b, c));
   }
   void seq_mean_pool_backward(const T* dy, const std::int32_t* lengths, T* dx, std::int64_t b, std::int64_t t,
-                              std::int64_t c) override {
+                              std::int64_t c) {
     shardtrain::seq_mean_pool_backward<T>(CView2<T>(dy, b, c), lengths_view(lengths, b), View3<T>(dx, b, t, c));
   }
   // --- end encoder classifier ops ---
-  void copy(const T* x, T* y, std::int64_t n) override { shardtrain::copy<T>(CView1<T>(x, n), View1<T>(y, n)); }
-  void fill(T* y, T value, std::int64_t n) override { shardtrain::fill<T>(View1<T>(y, n), value); }
 
  private:
   TrackedBuffer<float> m_half_scratch;  // Workspace
   std::vector<T> m_values;              // stage_values of a non-float model
 };
+
+// The host's op table: every line of model_ops.def bound, to a method of
+// HostModelOps or (pointwise) to the kernel shardtrain::name<T>.
+template <class T>
+std::unique_ptr<ModelOps<T>> make_host_model_ops(const ModelOpsLimits& limits, MemoryTracker& memory) {
+  auto object = std::make_unique<HostModelOps<T>>(limits, memory);
+  HostModelOps<T>& self = *object;
+  auto ops = std::make_unique<ModelOps<T>>(std::move(object), nullptr);
+#define SHARDTRAIN_MODEL_OP(name, profile_op, signature) SHARDTRAIN_BIND_MODEL_OP_METHOD(*ops, self, name);
+#define SHARDTRAIN_POINTWISE_OP(name, profile_op, signature)                                      \
+  ops->name.bind(self, [](HostModelOps<T>&, const auto&... args) {                                \
+    host_pointwise<T>([](const auto&... kernel_args) { shardtrain::name<T>(kernel_args...); },    \
+                      std::forward_as_tuple(args...), std::make_index_sequence<sizeof...(args) - 1>()); \
+  });
+#include "backend/model_ops.def"
+  return ops;
+}
 
 }  // namespace
 
@@ -323,7 +338,7 @@ template <class T>
 std::unique_ptr<ModelOps<T>> make_backend_ops(Backend& backend, const ModelOpsLimits& limits, MemoryTracker& memory) {
   switch (backend.kind()) {
     case BackendKind::Host:
-      return std::make_unique<HostModelOps<T>>(limits, memory);
+      return make_host_model_ops<T>(limits, memory);
     case BackendKind::Cuda:
 #ifdef SHARDTRAIN_WITH_CUDA
       if constexpr (std::is_same_v<T, double>)
@@ -341,7 +356,7 @@ template <class T>
 std::unique_ptr<ModelOps<T>> make_model_ops(Backend& backend, const ModelOpsLimits& limits, MemoryTracker& memory) {
   auto ops = make_backend_ops<T>(backend, limits, memory);
   if (backend.profiler() == nullptr) return ops;
-  return std::make_unique<ProfiledModelOps<T>>(std::move(ops), backend.profiler());
+  return profiled_model_ops<T>(std::move(ops), backend.profiler());
 }
 
 template std::unique_ptr<ModelOps<float>> make_model_ops<float>(Backend&, const ModelOpsLimits&, MemoryTracker&);

@@ -1,9 +1,10 @@
-// The layer kernels of kernels/cuda behind ModelOps: every op on the backend's
-// compute stream and cuBLAS handle, with one device scratch buffer sized for
-// the largest op (attention, LayerNorm and embedding backward) at the model's
-// limits, and device copies of the token ids. The CNN's convolutions run
-// through cuDNN: one CudnnConv2d per distinct shape (batch included), made on
-// first use with its own Workspace buffer, all on one cuDNN handle of this object.
+// The CUDA backend's op table (backend/model_ops.hpp) over the layer kernels of
+// kernels/cuda: every op on the backend's compute stream and cuBLAS handle, with
+// one device scratch buffer sized for the largest op (attention, LayerNorm and
+// embedding backward) at the model's limits, and device copies of the token
+// ids. The CNN's convolutions run through cuDNN: one CudnnConv2d per distinct
+// shape (batch included), made on first use with its own Workspace buffer, all
+// on one cuDNN handle of this object.
 // Host arrays the kernels need (token ids and targets, sequence lengths) go
 // through pinned staging buffers (PinnedStage): the caller's arrays are free
 // to reuse as soon as the call returns, and the copies stay asynchronous.
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
@@ -90,8 +93,10 @@ class PinnedStage {
 template <class T>
 float as_float(T x) { return static_cast<float>(static_cast<compute_t<T>>(x)); }
 
+// The methods behind the table's SHARDTRAIN_MODEL_OP entries, and what every
+// op shares: the stream, the handles, the scratch and the staging buffers.
 template <class T>
-class CudaModelOps final : public ModelOps<T> {
+class CudaModelOps {
   using D = device_t<T>;
 
  public:
@@ -114,15 +119,20 @@ class CudaModelOps final : public ModelOps<T> {
     m_token_stage = std::make_unique<PinnedStage>(static_cast<std::size_t>(2 * rows) * sizeof(TokenIndex));
     m_lengths_stage = std::make_unique<PinnedStage>(static_cast<std::size_t>(l.max_batch) * sizeof(std::int32_t));
   }
-  ~CudaModelOps() override {
+  ~CudaModelOps() {
     m_convs.clear();  // their descriptors before the handle they were made with
     // Cannot throw here; cudnnDestroy fails only on an invalid handle.
     if (m_cudnn != nullptr) cudnnDestroy(m_cudnn);
   }
-  MemorySpace* memory() override { return m_backend.memory(); }
+  // A pointwise op (model_ops.def, SHARDTRAIN_POINTWISE_OP): kernel(args...) with
+  // every T array as its device type, a T value by its bits, and the stream last.
+  template <class Kernel, class... A>
+  void pointwise(Kernel kernel, const A&... args) {
+    kernel(pointwise_arg(args)..., m_stream);
+  }
 
   void stage_tokens(const TokenIndex* tokens, const TokenIndex* targets, std::int64_t n, const TokenIndex** kt,
-                    const TokenIndex** kg) override {
+                    const TokenIndex** kg) {
     SHARDTRAIN_CHECK(n <= m_limits.max_batch * m_limits.seq_len, "more tokens than the model was sized for");
     TokenIndex* d = m_tokens.data();
     if (n > 0) {
@@ -140,14 +150,14 @@ class CudaModelOps final : public ModelOps<T> {
     *kt = tokens ? d : nullptr;
     *kg = d + n;
   }
-  const T* stage_values(const float* values, std::int64_t n) override {
+  const T* stage_values(const float* values, std::int64_t n) {
     SHARDTRAIN_CHECK(n <= static_cast<std::int64_t>(m_values.size()), "more input values than the model was sized for");
     m_rounded.resize(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) m_rounded[i] = static_cast<T>(values[i]);
     m_backend.copy_from_host(m_values.data(), m_rounded.data(), static_cast<std::size_t>(n) * sizeof(T));
     return m_values.data();
   }
-  double sum_losses(const T* losses, std::int64_t n) override {
+  double sum_losses(const T* losses, std::int64_t n) {
     m_losses.resize(static_cast<std::size_t>(n));
     m_backend.copy_to_host(m_losses.data(), losses, static_cast<std::size_t>(n) * sizeof(T));
     double sum = 0.0;
@@ -155,99 +165,78 @@ class CudaModelOps final : public ModelOps<T> {
     return sum;
   }
   void embedding_forward(const TokenIndex* tokens, const T* wte, const T* wpe, T* out, std::int64_t b,
-                         std::int64_t t, std::int64_t c, std::int64_t v) override {
+                         std::int64_t t, std::int64_t c, std::int64_t v) {
     cuda::embedding_forward(tokens, dev(wte), dev(wpe), dev(out), b, t, c, v, m_stream);
   }
   void embedding_backward(const TokenIndex* tokens, const T* dout, T* dwte, T* dwpe, std::int64_t b,
-                          std::int64_t t, std::int64_t c, std::int64_t v) override {
+                          std::int64_t t, std::int64_t c, std::int64_t v) {
     cuda::embedding_backward(tokens, dev(dout), dev(dwte), dev(dwpe), b, t, c, v, m_scratch.data(),
                              m_scratch_bytes, m_stream);
   }
   void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t n,
-                         std::int64_t c, T eps) override {
+                         std::int64_t c, T eps) {
     cuda::layernorm_forward(dev(x), dev(w), dev(b), dev(y), dev(mean), dev(rstd), as_float(eps), n, c, m_stream);
   }
   void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, T* dw,
-                          T* db, std::int64_t n, std::int64_t c) override {
+                          T* db, std::int64_t n, std::int64_t c) {
     cuda::layernorm_backward(dev(x), dev(w), dev(mean), dev(rstd), dev(dy), dev(dx), dev(dw), dev(db), n, c,
                              m_scratch.data(), m_scratch_bytes, m_stream);
   }
   void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k, std::int64_t m,
-                      bool accumulate) override {
+                      bool accumulate) {
     cuda::linear_forward(m_cublas, m_stream, dev(x), dev(w), dev(b), dev(y), n, k, m, accumulate);
   }
   void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
-                       std::int64_t m) override {
+                       std::int64_t m) {
     cuda::linear_backward(m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), n, k, m);
   }
-  void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) override {
+  void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) {
     cuda::attention_forward(m_cublas, m_stream, shape(s), dev(qkv), dev(saved), m_scratch.data(), m_scratch_bytes,
                             dev(out), device_lengths(s.lengths, s.batch));
   }
-  void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T*, T* dqkv) override {
+  void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T*, T* dqkv) {
     cuda::attention_backward(m_cublas, m_stream, shape(s), dev(dout), dev(saved), m_scratch.data(),
                              m_scratch_bytes, dev(dqkv), device_lengths(s.lengths, s.batch));
   }
-  void gelu_forward(const T* x, T* y, std::int64_t n) override { cuda::gelu_forward(dev(x), dev(y), n, m_stream); }
-  void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n) override {
-    cuda::gelu_backward(dev(x), dev(dy), dev(dx), n, m_stream);
-  }
   void cross_entropy_forward(const T* logits, const TokenIndex* targets, T* losses, std::int64_t n,
-                             std::int64_t v) override {
+                             std::int64_t v) {
     cuda::cross_entropy_forward(dev(logits), targets, dev(losses), n, v, m_stream);
   }
   void cross_entropy_backward(const T* logits, const TokenIndex* targets, T scale, T* dlogits, std::int64_t n,
-                              std::int64_t v) override {
+                              std::int64_t v) {
     cuda::cross_entropy_backward(dev(logits), targets, as_float(scale), dev(dlogits), n, v, m_stream);
   }
-  void relu_forward(const T* x, T* y, std::int64_t n) override { cuda::relu_forward(dev(x), dev(y), n, m_stream); }
-  void relu_backward(const T* saved, const T* dy, T* dx, std::int64_t n) override {
-    cuda::relu_backward(dev(saved), dev(dy), dev(dx), n, m_stream);
-  }
   // --- CNN ops: conv through cuDNN (kernels/cuda/cudnn_conv.cuh; the model's
-  // workspace argument is the host's im2col block, unused here), max-pool and
-  // dropout kernels bitwise as the host's (kernels/cuda/pool.cuh, dropout.cuh) ---
-  void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T*, T* y) override {
+  // workspace argument is the host's im2col block, unused here), max-pool
+  // kernels bitwise as the host's (kernels/cuda/pool.cuh; dropout is pointwise) ---
+  void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T*, T* y) {
     if (s.batch <= 0) return;
     Conv& c = conv(s);
     c.op->forward(m_stream, dev(x), dev(w), dev(b), dev(y), c.workspace.data());
   }
   void conv2d_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T*, T* dx, T* dw,
-                       T* db) override {
+                       T* db) {
     if (s.batch <= 0) return;
     Conv& c = conv(s);
     c.op->backward(m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), c.workspace.data());
   }
-  void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, std::int32_t* argmax) override {
+  void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, std::int32_t* argmax) {
     cuda::max_pool2d_forward(s, dev(x), dev(y), argmax, m_stream);
   }
-  void max_pool2d_backward(const Pool2dShape& s, const T* dy, const std::int32_t* argmax, T* dx) override {
+  void max_pool2d_backward(const Pool2dShape& s, const T* dy, const std::int32_t* argmax, T* dx) {
     cuda::max_pool2d_backward(s, dev(dy), argmax, dev(dx), m_stream);
-  }
-  void dropout_forward(const DropoutParams& p, const T* x, T* y, std::int64_t n) override {
-    cuda::dropout_forward(p, dev(x), dev(y), n, m_stream);
-  }
-  void dropout_backward(const DropoutParams& p, const T* dy, T* dx, std::int64_t n) override {
-    cuda::dropout_backward(p, dev(dy), dev(dx), n, m_stream);
   }
   // --- end CNN ops ---
   // --- encoder classifier ops ---
-  void accumulate(const T* x, T* y, std::int64_t n) override { cuda::accumulate(dev(x), dev(y), n, m_stream); }
   void seq_mean_pool_forward(const T* x, const std::int32_t* lengths, T* y, std::int64_t b, std::int64_t t,
-                             std::int64_t c) override {
+                             std::int64_t c) {
     cuda::seq_mean_pool_forward(dev(x), device_lengths(lengths, b), dev(y), b, t, c, m_stream);
   }
   void seq_mean_pool_backward(const T* dy, const std::int32_t* lengths, T* dx, std::int64_t b, std::int64_t t,
-                              std::int64_t c) override {
+                              std::int64_t c) {
     cuda::seq_mean_pool_backward(dev(dy), device_lengths(lengths, b), dev(dx), b, t, c, m_stream);
   }
   // --- end encoder classifier ops ---
-  void copy(const T* x, T* y, std::int64_t n) override { cuda::copy(dev(x), dev(y), n, m_stream); }
-  void fill(T* y, T value, std::int64_t n) override {
-    D v;
-    std::memcpy(static_cast<void*>(&v), &value, sizeof v);  // the same bits
-    cuda::fill(dev(y), v, n, m_stream);
-  }
 
  private:
   // CNN: a cuDNN convolution of one shape (batch included: a smaller last
@@ -272,6 +261,18 @@ class CudaModelOps final : public ModelOps<T> {
     return m_convs.emplace(key, std::move(c)).first->second;
   }
 
+  template <class A>
+  static decltype(auto) pointwise_arg(const A& arg) {
+    if constexpr (std::is_same_v<A, const T*> || std::is_same_v<A, T*>) {
+      return dev(arg);
+    } else if constexpr (std::is_same_v<A, T>) {
+      D bits;
+      std::memcpy(static_cast<void*>(&bits), &arg, sizeof bits);  // the same bits
+      return bits;
+    } else {
+      return (arg);
+    }
+  }
   static cuda::AttentionShape shape(const AttnShape& s) {
     return {s.batch, s.seq_len, s.channels, s.n_head, s.causal};
   }
@@ -317,7 +318,17 @@ std::unique_ptr<ModelOps<T>> make_cuda_model_ops(Backend& backend, const ModelOp
                                                  MemoryTracker& memory) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   SHARDTRAIN_CHECK(cuda != nullptr, "make_cuda_model_ops needs a CudaBackend");
-  return std::make_unique<CudaModelOps<T>>(*cuda, limits, memory);
+  auto object = std::make_unique<CudaModelOps<T>>(*cuda, limits, memory);
+  CudaModelOps<T>& self = *object;
+  auto ops = std::make_unique<ModelOps<T>>(std::move(object), cuda->memory());
+  // Every line of model_ops.def: a method of CudaModelOps, or (pointwise) the kernel cuda::name.
+#define SHARDTRAIN_MODEL_OP(name, profile_op, signature) SHARDTRAIN_BIND_MODEL_OP_METHOD(*ops, self, name);
+#define SHARDTRAIN_POINTWISE_OP(name, profile_op, signature)                             \
+  ops->name.bind(self, [](CudaModelOps<T>& o, const auto&... args) {                     \
+    o.pointwise([](const auto&... kernel_args) { cuda::name(kernel_args...); }, args...); \
+  });
+#include "backend/model_ops.def"
+  return ops;
 }
 
 template std::unique_ptr<ModelOps<float>> make_cuda_model_ops<float>(Backend&, const ModelOpsLimits&, MemoryTracker&);
