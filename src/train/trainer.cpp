@@ -29,6 +29,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/mpi_check.hpp"
+#include "dist/model_state.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/zero_engine.hpp"
 #include "io/checkpoint.hpp"
@@ -164,26 +165,22 @@ class Run final : public RunBase {
       measure_collective_scratch(m_plan, cfg, *m_layout, dtype_of<P>(), m_comm);
       check_memory_limit(m_plan, cfg);
     }
+    m_state = std::make_unique<ModelState<P>>(*m_layout, cfg.parallel.zero_stage, m_comm.rank(), m_memory,
+                                              &m_backend);
     m_zero = std::make_unique<ZeroEngine<P>>(
-        *m_layout,
-        typename ZeroEngine<P>::Options{cfg.parallel.zero_stage, cfg.parallel.overlap,
-                                        cfg.parallel.bucket_mb},
-        m_state_comm, m_memory, &m_backend);
-    const auto [plo, phi] = m_zero->stored_param_range();
+        *m_state, typename ZeroEngine<P>::Options{cfg.parallel.overlap, cfg.parallel.bucket_mb}, m_state_comm,
+        m_memory);
+    const auto [plo, phi] = m_state->param_range();
     if (m_backend.memory() == nullptr) {
-      m_task->init_params(*m_layout, m_zero->stored_params(), plo, phi);
+      m_task->init_params(*m_layout, m_state->params().data(), plo, phi);
     } else {  // initialised on the host (the same values), then copied to the device
       std::vector<P> init(static_cast<std::size_t>(phi - plo));
       m_task->init_params(*m_layout, init.data(), plo, phi);
-      m_backend.copy_from_host(m_zero->stored_params(), init.data(), init.size() * sizeof(P));
+      m_backend.copy_from_host(m_state->params().data(), init.data(), init.size() * sizeof(P));
     }
     m_task->build(*m_layout, m_memory, m_backend, *m_zero);
-    const auto [olo, ohi] = m_zero->optimizer_range();
-    constexpr bool kMaster = !std::is_same_v<P, float>;
-    m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout, olo, ohi, m_memory, kMaster, m_backend.memory());
-    // The optimizer's range lies inside the stored parameters at every stage.
-    if (kMaster) m_optim->init_master(m_backend.vector_ops<P>(), m_zero->stored_params() + (olo - plo));
-
+    m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout);
+    m_state->init_master();
 
     m_ckpt = std::make_unique<CheckpointManager>(cfg.checkpoint, cfg.source_name, world);
     m_ckpt->set_pause_step(hooks.pause_checkpoint_step);
@@ -206,17 +203,6 @@ class Run final : public RunBase {
     c.max_consecutive_skips = p.max_consecutive_skips;
     return c;
   }
-  // This rank's shard [lo, hi) of the padded layout (what it writes to and reads
-  // from a checkpoint) and where element lo of each state vector lives here
-  // (backend memory: device pointers on a CUDA backend; see to_host / from_host).
-  struct ShardViews {
-    std::int64_t lo = 0, hi = 0;
-    float* master = nullptr;      // fp32 weights: the optimizer's master copy, or the parameters (fp32)
-    float* exp_avg = nullptr;
-    float* exp_avg_sq = nullptr;
-    P* params = nullptr;          // the model's copy (== master for fp32)
-  };
-  ShardViews shard_views();
   // Host access to n elements of backend memory at p: p itself on the host
   // backend, else a copy in `stage` (to_host) or a buffer copied back by from_host.
   template <class T>
@@ -262,9 +248,6 @@ class Run final : public RunBase {
   // throws the same AgreedError naming the ranks (`step`, 1-based, is for the
   // message). Collective; the result is rank 0's.
   std::uint32_t weights_crc(std::int64_t step);
-  // Backend pointer to element optimizer_range().first of the fp32 weights
-  // that weights_crc hashes (the master copy of a 16-bit model).
-  float* fp32_weights();
   // --perturb-weights: moves this rank's first fp32 weight by one ulp.
   void perturb_weight(std::int64_t step);
   void report_memory(RunDirectory* dir);  // collective; dir is rank 0's
@@ -292,7 +275,8 @@ class Run final : public RunBase {
   std::unique_ptr<Task<P>> m_task;  // the model and its data
   MemoryPlan m_plan;
   std::unique_ptr<ParamLayout> m_layout;
-  std::unique_ptr<ZeroEngine<P>> m_zero;
+  std::unique_ptr<ModelState<P>> m_state;  // parameters, gradients, fp32 weights, moments
+  std::unique_ptr<ZeroEngine<P>> m_zero;   // their collectives, served to the model
   std::unique_ptr<AdamW> m_optim;
   LossScaler m_scaler;
   CollectiveWatchdog m_watchdog;
@@ -349,25 +333,14 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   float clip = 1.0f;
   if (m_cfg.optim.grad_clip > 0 && r.grad_norm > m_cfg.optim.grad_clip)
     clip = static_cast<float>(m_cfg.optim.grad_clip / (r.grad_norm + 1e-6));
-  m_zero->apply_optimizer(*m_optim, lr, static_cast<float>(clip / r.loss_scale), m_updates++);
+  {
+    Profiler::Scope timed(m_backend.profiler(), ProfileOp::Optimizer);
+    m_optim->step(m_backend.vector_ops<P>(), m_state->optimizer_view(), lr, static_cast<float>(clip / r.loss_scale),
+                  m_updates++);
+  }
+  m_zero->params_updated();
   if (m_hooks.perturb_step == step + 1 && m_hooks.perturb_rank == m_comm.rank()) perturb_weight(step);
   return r;
-}
-
-template <class P>
-typename Run<P>::ShardViews Run<P>::shard_views() {
-  ShardViews s;
-  std::tie(s.lo, s.hi) = m_layout->shard_range(m_comm.rank());
-  const auto [olo, ohi] = m_zero->optimizer_range();
-  const auto [plo, phi] = m_zero->stored_param_range();
-  SHARDTRAIN_CHECK(olo <= s.lo && s.hi <= ohi && plo <= s.lo && s.hi <= phi,
-                   "the rank's shard is not inside the optimizer's and the stored parameters' ranges");
-  s.exp_avg = m_optim->exp_avg().data() + (s.lo - olo);
-  s.exp_avg_sq = m_optim->exp_avg_sq().data() + (s.lo - olo);
-  s.params = m_zero->stored_params() + (s.lo - plo);
-  if constexpr (std::is_same_v<P, float>) s.master = s.params;
-  else s.master = m_optim->master().data() + (s.lo - olo);
-  return s;
 }
 
 template <class P>
@@ -419,14 +392,14 @@ void Run<P>::check_compatible(const CheckpointReader& reader) const {
 
 template <class P>
 void Run<P>::load_state(CheckpointReader& reader) {
-  const ShardViews s = shard_views();
-  const std::size_t n = static_cast<std::size_t>(s.hi - s.lo);
+  const ShardView<P> s = m_state->shard_view();
+  const std::size_t n = static_cast<std::size_t>(s.size());
   // On a device the file is read into host buffers, checked, then copied over.
   std::vector<unsigned char> st_master, st_m, st_v, st_p;
-  float* master = to_host(s.master, n, st_master);
-  float* exp_avg = to_host(s.exp_avg, n, st_m);
-  float* exp_avg_sq = to_host(s.exp_avg_sq, n, st_v);
-  P* params = std::is_same_v<P, float> ? reinterpret_cast<P*>(master) : to_host(s.params, n, st_p);
+  float* master = to_host(s.master.data(), n, st_master);
+  float* exp_avg = to_host(s.exp_avg.data(), n, st_m);
+  float* exp_avg_sq = to_host(s.exp_avg_sq.data(), n, st_v);
+  P* params = std::is_same_v<P, float> ? reinterpret_cast<P*>(master) : to_host(s.params.data(), n, st_p);
   reader.read_vector("master", s.lo, s.hi, master);
   reader.read_vector("exp_avg", s.lo, s.hi, exp_avg);
   reader.read_vector("exp_avg_sq", s.lo, s.hi, exp_avg_sq);
@@ -438,23 +411,11 @@ void Run<P>::load_state(CheckpointReader& reader) {
     else convert(master, params, n);
   }
   reader.finish_reads();  // every CRC, before anything is spread further
-  from_host(s.master, master, n);
-  from_host(s.exp_avg, exp_avg, n);
-  from_host(s.exp_avg_sq, exp_avg_sq, n);
-  if constexpr (!std::is_same_v<P, float>) from_host(s.params, params, n);
-  // Replicate what this stage keeps whole on every rank: the parameters at
-  // stages 0-2, the optimizer state (and master weights) at stage 0.
-  const int stage = m_cfg.parallel.zero_stage;
-  auto gather = [&](auto* shard_start, DType type) {
-    // In place: element lo of a whole vector, in backend memory.
-    m_state_comm.all_gather(shard_start, shard_start - s.lo, n, type);
-  };
-  if (stage <= 2) gather(s.params, dtype_of<P>());
-  if (stage == 0) {
-    gather(s.exp_avg, DType::F32);
-    gather(s.exp_avg_sq, DType::F32);
-    if constexpr (!std::is_same_v<P, float>) gather(s.master, DType::F32);
-  }
+  from_host(s.master.data(), master, n);
+  from_host(s.exp_avg.data(), exp_avg, n);
+  from_host(s.exp_avg_sq.data(), exp_avg_sq, n);
+  if constexpr (!std::is_same_v<P, float>) from_host(s.params.data(), params, n);
+  m_state->replicate_shard(m_state_comm);
 }
 
 template <class P>
@@ -519,7 +480,7 @@ void Run<P>::resume() {
 
 template <class P>
 void Run<P>::save_checkpoint(std::int64_t done) {
-  const ShardViews s = shard_views();
+  const ShardView<P> s = m_state->shard_view();
   CheckpointMeta meta;
   meta.step = done;
   meta.samples_seen = m_samples;
@@ -546,13 +507,15 @@ void Run<P>::save_checkpoint(std::int64_t done) {
   meta.version = kVersion;
   std::vector<CheckpointTensor> layout;
   for (const auto& e : m_layout->entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
-  const std::size_t n = static_cast<std::size_t>(s.hi - s.lo);
+  const std::size_t n = static_cast<std::size_t>(s.size());
   std::vector<unsigned char> st_master, st_m, st_v, st_p;  // host copies of device state
-  std::vector<CheckpointVectorOut> vectors{{"master", CkptType::F32, to_host(s.master, n, st_master)},
-                                           {"exp_avg", CkptType::F32, to_host(s.exp_avg, n, st_m)},
-                                           {"exp_avg_sq", CkptType::F32, to_host(s.exp_avg_sq, n, st_v)}};
-  if constexpr (std::is_same_v<P, f16>) vectors.push_back({"params_fp16", CkptType::F16, to_host(s.params, n, st_p)});
-  if constexpr (std::is_same_v<P, bf16>) vectors.push_back({"params_bf16", CkptType::BF16, to_host(s.params, n, st_p)});
+  std::vector<CheckpointVectorOut> vectors{{"master", CkptType::F32, to_host(s.master.data(), n, st_master)},
+                                           {"exp_avg", CkptType::F32, to_host(s.exp_avg.data(), n, st_m)},
+                                           {"exp_avg_sq", CkptType::F32, to_host(s.exp_avg_sq.data(), n, st_v)}};
+  if constexpr (std::is_same_v<P, f16>)
+    vectors.push_back({"params_fp16", CkptType::F16, to_host(s.params.data(), n, st_p)});
+  if constexpr (std::is_same_v<P, bf16>)
+    vectors.push_back({"params_bf16", CkptType::BF16, to_host(s.params.data(), n, st_p)});
   const std::string path = m_ckpt->commit(done, [&](const std::string& partial, const std::function<void()>& pause) {
     return write_checkpoint(partial, m_world, meta, layout, vectors, s.lo, s.hi, pause);
   });
@@ -595,32 +558,26 @@ std::string Run<P>::describe_stop(std::int64_t reason) const {
 }
 
 template <class P>
-float* Run<P>::fp32_weights() {
-  const auto [olo, ohi] = m_zero->optimizer_range();
-  const auto [plo, phi] = m_zero->stored_param_range();
-  return m_optim->has_master() ? m_optim->master().data()
-                               : reinterpret_cast<float*>(m_zero->stored_params() + (olo - plo));
-}
-
-template <class P>
 void Run<P>::perturb_weight(std::int64_t step) {
   std::vector<unsigned char> stage;
-  float* w = fp32_weights();
+  const ShardView<P> owned = m_state->optimizer_view();
+  float* w = owned.master.data();
   float* host = to_host(w, 1, stage);
   const float before = *host;
   *host = std::nextafter(before, std::numeric_limits<float>::infinity());
   from_host(w, host, 1);
   std::fprintf(stderr, "test hook --perturb-weights: rank %d moves weight %lld from %.9g to %.9g after step %lld\n",
-               m_comm.rank(), static_cast<long long>(m_zero->optimizer_range().first), before, *host,
+               m_comm.rank(), static_cast<long long>(owned.lo), before, *host,
                static_cast<long long>(step + 1));
   std::fflush(stderr);
 }
 
 template <class P>
 std::uint32_t Run<P>::weights_crc(std::int64_t step) {
-  const auto [olo, ohi] = m_zero->optimizer_range();
+  const ShardView<P> owned = m_state->optimizer_view();
+  const std::int64_t olo = owned.lo, ohi = owned.hi;
   std::vector<unsigned char> stage;
-  const float* w = to_host(fp32_weights(), static_cast<std::size_t>(ohi - olo), stage);
+  const float* w = to_host(owned.master.data(), static_cast<std::size_t>(owned.size()), stage);
   // Stage 0: every rank owns the whole vector and hashes its replica; rank 0's
   // is the value, the others' must equal it.
   const bool sharded = m_cfg.parallel.zero_stage > 0;
