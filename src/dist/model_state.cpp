@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 
 namespace shardtrain {
@@ -14,7 +16,7 @@ bool inside(std::pair<std::int64_t, std::int64_t> r, std::pair<std::int64_t, std
 }
 
 std::string range_text(std::pair<std::int64_t, std::int64_t> r) {
-  return "[" + std::to_string(r.first) + ", " + std::to_string(r.second) + ")";
+  return fmt::format("[{}, {})", r.first, r.second);
 }
 
 }  // namespace
@@ -58,7 +60,7 @@ template <class P>
 P* ModelState<P>::params_at(std::int64_t i) {
   const Range r = param_range();
   SHARDTRAIN_CHECK(r.first <= i && i <= r.second,
-                   "element " + std::to_string(i) + " is not in the parameters kept, " + range_text(r));
+                   fmt::format("element {} is not in the parameters kept, {}", i, range_text(r)));
   return m_params.data() + (i - r.first);
 }
 
@@ -66,7 +68,7 @@ template <class P>
 P* ModelState<P>::grads_at(std::int64_t i) {
   const Range r = grad_range();
   SHARDTRAIN_CHECK(r.first <= i && i <= r.second,
-                   "element " + std::to_string(i) + " is not in the gradients kept, " + range_text(r));
+                   fmt::format("element {} is not in the gradients kept, {}", i, range_text(r)));
   return m_grads.data() + (i - r.first);
 }
 
@@ -74,8 +76,8 @@ template <class P>
 ShardView<P> ModelState<P>::view(Range r) {
   const Range o = optimizer_range();
   SHARDTRAIN_CHECK(inside(r, param_range()) && inside(r, grad_range()) && inside(r, o),
-                   "range " + range_text(r) + " is not kept whole by every state vector at ZeRO stage " +
-                       std::to_string(m_stage));
+                   fmt::format("range {} is not kept whole by every state vector at ZeRO stage {}", range_text(r),
+                               m_stage));
   const auto n = static_cast<std::size_t>(r.second - r.first);
   ShardView<P> v;
   v.lo = r.first;
