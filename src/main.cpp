@@ -26,6 +26,7 @@
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "core/mpi_world.hpp"
+#include "dist/mpi/agreement.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/lifecycle.hpp"
 #include "train/task.hpp"
@@ -53,32 +54,22 @@ bool parse_step_rank(const char* option, const std::string& value, std::int64_t&
   return true;
 }
 
-// Runs `fn` on every rank and agrees on the outcome with one all-reduce. If any
-// rank threw, the lowest such rank prints its message and every rank returns the
-// same exit code. `fn` must not start a collective after a point where it may throw
-// on a subset of ranks.
+// Runs `fn` on every rank and agrees on the outcome (dist/mpi/agreement.hpp). If
+// any rank threw, the lowest such rank prints its message and every rank returns
+// the same exit code. `fn` must not start a collective after a point where it may
+// throw on a subset of ranks.
 int agree(const std::function<void()>& fn) {
-  int code = kExitOk;
-  std::string message;
-  try {
-    fn();
-  } catch (const InputError& e) {
-    code = kExitBadInput;
-    message = e.what();
-  } catch (const std::exception& e) {
-    code = kExitFailure;
-    message = e.what();
-  }
-  const int n = world_size(), rank = world_rank();
-  int first_failing = code != kExitOk ? rank : n;
-  MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  int worst = code;
-  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == first_failing) {
-    std::fprintf(stderr, "error: %s\n", message.c_str());
+  const Agreement a = agree_on_failure(MPI_COMM_WORLD, fn);
+  if (world_rank() == a.first_failing) {
+    std::fprintf(stderr, "error: %s\n", a.message.c_str());
     std::fflush(stderr);
   }
-  return worst;
+  switch (a.worst) {
+    case Outcome::Ok: return kExitOk;
+    case Outcome::Failed: return kExitFailure;
+    case Outcome::BadInput: return kExitBadInput;
+  }
+  return kExitFailure;
 }
 
 // Rank 0 reads the input file and broadcasts its text (or the reason it could not).
@@ -94,12 +85,7 @@ std::string read_and_broadcast(const std::string& path) {
       text = ss.str();
     }
   }
-  for (std::string* s : {&error, &text}) {
-    long long len = static_cast<long long>(s->size());
-    MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-    s->resize(static_cast<std::size_t>(len));
-    if (len > 0) MPI_Bcast(s->data(), static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
-  }
+  for (std::string* s : {&error, &text}) *s = broadcast_string(MPI_COMM_WORLD, std::move(*s));
   if (!error.empty()) throw InputError(error);
   return text;
 }

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "core/error.hpp"
-#include "optim/adamw.hpp"
 
 namespace shardtrain {
 
@@ -65,22 +65,20 @@ std::int64_t zero_bucket_elems(const ParamLayout& layout, int stage, double buck
 }
 
 template <class P>
-ZeroEngine<P>::ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
-                          MemoryTracker& memory, Backend* backend)
-    : m_layout(layout),
-      m_stage(options.stage),
+ZeroEngine<P>::ZeroEngine(ModelState<P>& state, const Options& options, Communicator& comm, MemoryTracker& memory)
+    : m_state(state),
+      m_layout(state.layout()),
+      m_stage(state.zero_stage()),
       m_comm(comm),
-      m_backend(backend ? *backend : host_backend()),
+      m_backend(state.backend()),
       m_ops(m_backend.vector_ops<P>()),
       m_overlap(options.overlap) {
-  SHARDTRAIN_CHECK(m_stage >= 0 && m_stage <= 3, "ZeRO stage must be 0, 1, 2 or 3");
+  const ParamLayout& layout = m_layout;
   SHARDTRAIN_CHECK(options.bucket_mb >= 0, "bucket_mb must be >= 0");
   SHARDTRAIN_CHECK(layout.world_size() == comm.size(), "layout padded for another world size");
-  std::tie(m_lo, m_hi) = layout.shard_range(comm.rank());
-  const std::int64_t n = layout.padded_size(), shard = m_hi - m_lo;
+  std::tie(m_lo, m_hi) = state.shard_range();
+  SHARDTRAIN_CHECK(state.shard_range() == layout.shard_range(comm.rank()), "the model state is another rank's");
   MemorySpace* space = m_backend.memory();
-  m_params = TrackedBuffer<P>(memory, MemCategory::Parameters, m_stage == 3 ? shard : n, space);
-  m_grads = TrackedBuffer<P>(memory, MemCategory::Gradients, m_stage >= 2 ? shard : n, space);
 
   m_span_of_group.assign(layout.num_groups(), -1);
   for (const auto& [first, last] : zero_plan_buckets(layout, options.bucket_mb, sizeof(P))) {
@@ -120,21 +118,6 @@ ZeroEngine<P>::~ZeroEngine() {
   for (auto& b : m_grad_buffers) b.pending.reset();
   for (auto& b : m_param_buffers) b.pending.reset();
 }
-
-template <class P>
-std::pair<std::int64_t, std::int64_t> ZeroEngine<P>::optimizer_range() const {
-  if (m_stage == 0) return {0, m_layout.padded_size()};
-  return {m_lo, m_hi};
-}
-
-template <class P>
-std::pair<std::int64_t, std::int64_t> ZeroEngine<P>::stored_param_range() const {
-  if (m_stage == 3) return {m_lo, m_hi};
-  return {0, m_layout.padded_size()};
-}
-
-template <class P>
-P* ZeroEngine<P>::stored_params() { return m_params.data(); }
 
 template <class P>
 std::int64_t ZeroEngine<P>::offset_in_span(int g) const {
@@ -191,14 +174,14 @@ void ZeroEngine<P>::complete_grad_buffer(Buffer& b) {
   const std::int64_t count = static_cast<std::int64_t>(sp.counts[m_comm.rank()]);
   if (count > 0) {
     // The reduced block sits at the rank's own place in the buffer (in place).
-    m_ops.accumulate(b.data.data() + sp.own_displ, m_grads.data() + (std::max(sp.lo, m_lo) - m_lo), count);
+    m_ops.accumulate(b.data.data() + sp.own_displ, m_state.grads_at(std::max(sp.lo, m_lo)), count);
   }
   b.span = -1;
 }
 
 template <class P>
 P* ZeroEngine<P>::acquire_grads(int g) {
-  if (m_stage < 2) return m_grads.data() + m_layout.group_range(g).first;
+  if (m_stage < 2) return m_state.grads_at(m_layout.group_range(g).first);
   const int s = m_span_of_group[g];
   Buffer* b = active_grad_buffer(s);
   if (!b) b = &take_grad_buffer(s);
@@ -230,13 +213,14 @@ void ZeroEngine<P>::grads_ready(int g) {
 template <class P>
 void ZeroEngine<P>::begin_step() {
   Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradZero);
-  m_ops.fill_zero(m_grads.data(), static_cast<std::int64_t>(m_grads.size()));
+  const std::span<P> grads = m_state.grads();
+  m_ops.fill_zero(grads.data(), static_cast<std::int64_t>(grads.size()));
 }
 
 template <class P>
 double ZeroEngine<P>::finish_gradients() {
   if (m_stage < 2 && m_plant_overflow) {
-    m_ops.set_inf(m_grads.data());
+    m_ops.set_inf(m_state.grads().data());
     m_plant_overflow = false;
   }
   Profiler* const prof = m_backend.profiler();
@@ -245,57 +229,48 @@ double ZeroEngine<P>::finish_gradients() {
       {
         Profiler::Scope timed(prof, ProfileOp::GradReduce);
         m_backend.collectives_after_compute();
-        m_comm.all_reduce(m_grads.data(), m_grads.size(), dtype_of<P>(), ReduceOp::Sum);
+        m_comm.all_reduce(m_state.grads().data(), m_state.grads().size(), dtype_of<P>(), ReduceOp::Sum);
         m_backend.compute_after_collectives();
       }
       Profiler::Scope timed(prof, ProfileOp::GradNorm);
-      return m_ops.sum_of_squares(m_layout, m_grads.data(), 0, m_layout.padded_size());
+      return m_ops.sum_of_squares(m_layout, m_state.grads_at(0), 0, m_layout.padded_size());
     }
     case 1: {
       {
         Profiler::Scope timed(prof, ProfileOp::GradReduce);
         m_backend.collectives_after_compute();
-        m_comm.reduce_scatter(m_grads.data(), m_grads.data() + m_lo,
+        m_comm.reduce_scatter(m_state.grads_at(0), m_state.grads_at(m_lo),
                               static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>(), ReduceOp::Sum);
         m_backend.compute_after_collectives();
       }
       Profiler::Scope timed(prof, ProfileOp::GradNorm);
-      return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_grads.data() + m_lo, m_lo, m_hi));
+      return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_state.grads_at(m_lo), m_lo, m_hi));
     }
     default: {
       for (const auto& b : m_grad_buffers)
         SHARDTRAIN_CHECK(b.span < 0 || b.pending, "a gradient bucket was never reported ready");
       while (Buffer* oldest = oldest_pending_grad_buffer()) complete_grad_buffer(*oldest);
       Profiler::Scope timed(prof, ProfileOp::GradNorm);
-      return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_grads.data(), m_lo, m_hi));
+      return m_comm.all_reduce_value(m_ops.sum_of_squares(m_layout, m_state.grads_at(m_lo), m_lo, m_hi));
     }
   }
 }
 
 template <class P>
 std::int64_t ZeroEngine<P>::first_non_finite_gradient() {
-  const auto [lo, hi] = optimizer_range();
-  const P* g = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
-  const std::int64_t k = m_ops.first_non_finite(g, hi - lo);
-  const std::int64_t mine = k < 0 ? std::numeric_limits<std::int64_t>::max() : lo + k;
+  const ShardView<P> owned = m_state.optimizer_view();
+  const std::int64_t k = m_ops.first_non_finite(owned.grads.data(), owned.size());
+  const std::int64_t mine = k < 0 ? std::numeric_limits<std::int64_t>::max() : owned.lo + k;
   const std::int64_t first = m_comm.all_reduce_value(mine, ReduceOp::Min);
   return first == std::numeric_limits<std::int64_t>::max() ? -1 : first;
 }
 
 template <class P>
-void ZeroEngine<P>::apply_optimizer(AdamW& optim, double lr, float grad_scale, std::int64_t step) {
-  const auto [lo, hi] = optimizer_range();
-  SHARDTRAIN_CHECK(optim.lo() == lo && optim.hi() == hi, "optimizer range does not match the shard");
-  P* params = m_stage == 3 ? m_params.data() : m_params.data() + lo;
-  const P* grads = m_stage >= 2 ? m_grads.data() : m_grads.data() + lo;
-  {
-    Profiler::Scope timed(m_backend.profiler(), ProfileOp::Optimizer);
-    optim.step(m_ops, params, grads, lr, grad_scale, step);
-  }
+void ZeroEngine<P>::params_updated() {
   if (m_stage == 1 || m_stage == 2) {
     Profiler::Scope timed(m_backend.profiler(), ProfileOp::ParamGather);
     m_backend.collectives_after_compute();  // the optimizer's new shard
-    m_comm.all_gather(m_params.data() + m_lo, m_params.data(),
+    m_comm.all_gather(m_state.params_at(m_lo), m_state.params_at(0),
                       static_cast<std::size_t>(m_hi - m_lo), dtype_of<P>());
     m_backend.compute_after_collectives();
   }
@@ -341,8 +316,7 @@ typename ZeroEngine<P>::Buffer& ZeroEngine<P>::take_param_buffer(int s) {
 template <class P>
 void ZeroEngine<P>::start_gather(Buffer& b, int s) {
   const Span& sp = m_spans[s];
-  const P* mine = sp.counts[m_comm.rank()] > 0 ? m_params.data() + (std::max(sp.lo, m_lo) - m_lo)
-                                               : m_params.data();
+  const P* mine = m_state.params_at(sp.counts[m_comm.rank()] > 0 ? std::max(sp.lo, m_lo) : m_lo);
   Profiler::Scope timed(m_backend.profiler(), ProfileOp::ParamGather);
   m_backend.collectives_after_compute();  // the optimizer's update of the shard
   b.pending = m_comm.iall_gather_v(mine, b.data.data(), sp.counts, dtype_of<P>());
@@ -364,7 +338,7 @@ void ZeroEngine<P>::prefetch(int next) {
 
 template <class P>
 P* ZeroEngine<P>::acquire_params(int g) {
-  if (m_stage < 3) return m_params.data() + m_layout.group_range(g).first;
+  if (m_stage < 3) return m_state.params_at(m_layout.group_range(g).first);
   const int s = m_span_of_group[g];
   Buffer* b = find_param_buffer(s);
   if (!b) {

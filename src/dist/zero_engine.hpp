@@ -1,6 +1,7 @@
 // shardtrain/dist/zero_engine.hpp
-// Owns the model state of one rank under ZeRO (Rajbhandari et al. 2020) and
-// serves it to the model through ParamProvider:
+// Owns the communication of ZeRO (Rajbhandari et al. 2020) for one rank and
+// serves the model state (dist/model_state.hpp: which vectors a stage keeps
+// whole and which as the rank's shard) to the model through ParamProvider:
 //   stage 0  full parameters, full gradients; gradients all-reduced; the
 //            optimizer updates the whole vector on every rank.
 //   stage 1  full parameters, full gradients; gradients reduce-scattered (in
@@ -20,14 +21,15 @@
 // buckets: it asks for groups.
 // A shard is the contiguous range layout.shard_range(rank) of the padded flat
 // vector; buckets straddling shard boundaries use variable-block collectives.
-// Optimizer moments live with the optimizer (AdamW over optimizer_range()).
+// The engine owns no model state: parameters and gradients are ModelState's;
+// the optimizer (optim/adamw.hpp) updates ModelState::optimizer_view() between
+// finish_gradients() and params_updated().
 // Precision: P is the storage type of parameters and gradients (float, f16 or
 // bf16); reductions of 16-bit gradients combine in fp32 and round once per
-// combine (Communicator F16/BF16). fp32 master weights and moments live in the
-// optimizer (AdamW over optimizer_range()).
-// Memory: every buffer is tracked; the bucket pools (three gradient buffers in
-// stages 2-3, three gather buffers in stage 3, sized by the largest buckets)
-// are in the Communication category, declared by bucket_elems().
+// combine (Communicator F16/BF16).
+// Memory: the bucket pools (three gradient buffers in stages 2-3, three gather
+// buffers in stage 3, sized by the largest buckets) are tracked in the
+// Communication category, declared by bucket_elems().
 #pragma once
 
 #include <cstdint>
@@ -38,12 +40,11 @@
 #include "core/memory.hpp"
 #include "kernels/half.hpp"
 #include "dist/communicator.hpp"
+#include "dist/model_state.hpp"
 #include "model/param_layout.hpp"
 #include "model/param_provider.hpp"
 
 namespace shardtrain {
-
-class AdamW;
 
 // The buckets for elements of `elem_bytes` bytes: [first, last] group of each,
 // in layout order.
@@ -57,26 +58,19 @@ template <class P>
 class ZeroEngine final : public ParamProvider<P> {
  public:
   struct Options {
-    int stage = 0;          // 0-3
     bool overlap = true;    // stages 2-3: start gradient reductions without waiting for them
     double bucket_mb = 0;   // coalesce consecutive groups up to this many MiB (0: one per group)
   };
-  // backend: where the state lives and the vector kernels run (nullptr: the
-  // host); `comm` must move that memory (NcclCommunicator for a CUDA backend).
+  // Serves `state` (its stage, layout and backend; it outlives the engine);
+  // `comm` must move the backend's memory (NcclCommunicator for a CUDA
+  // backend). The bucket pools are tracked in `memory`.
   // Stream order: before a collective reads what kernels wrote the engine calls
   // backend.collectives_after_compute(); after waiting for a collective whose
   // result kernels read, backend.compute_after_collectives().
-  ZeroEngine(const ParamLayout& layout, const Options& options, Communicator& comm,
-             MemoryTracker& memory, Backend* backend = nullptr);
+  ZeroEngine(ModelState<P>& state, const Options& options, Communicator& comm, MemoryTracker& memory);
   ~ZeroEngine() override;
 
   int stage() const { return m_stage; }
-  // The range of the flat vector this rank's optimizer updates.
-  std::pair<std::int64_t, std::int64_t> optimizer_range() const;
-  // The parameters this rank stores: [lo, hi) of the flat vector, to initialise
-  // (stages 0-2: the whole vector; stage 3: the shard).
-  std::pair<std::int64_t, std::int64_t> stored_param_range() const;
-  P* stored_params();
 
   // ParamProvider
   P* acquire_params(int group) override;
@@ -93,20 +87,18 @@ class ZeroEngine final : public ParamProvider<P> {
   // found-inf reduction).
   double finish_gradients();
   // After finish_gradients: the flat index of the first non-finite gradient
-  // over all ranks (each rank scans the range its optimizer owns), or -1.
+  // over all ranks (each rank scans ModelState::optimizer_range()), or -1.
   // Collective.
   std::int64_t first_non_finite_gradient();
   // Test hook: the next gradient reduction this rank starts (stages 2-3) or the
   // step's reduction (stages 0-1) carries +inf in its first element, so an
   // overflow reaches the reduction exactly as a real one would.
   void plant_overflow() { m_plant_overflow = true; }
-  // grads *= grad_scale, AdamW on optimizer_range(), then (stages 1, 2) the
-  // parameters are all-gathered again.
-  void apply_optimizer(AdamW& optim, double lr, float grad_scale, std::int64_t step);
+  // After the optimizer updated ModelState::optimizer_view(): stages 1-2
+  // all-gather the parameters (in place); stage 3 drops the gathered buckets,
+  // which are stale now (none may be acquired).
+  void params_updated();
 
-  // The parameters as the model sees them after the last update (for tests):
-  // the stored range, [stored_param_range()), in backend memory.
-  const P* stored_params() const { return m_params.data(); }
   Backend& backend() { return m_backend; }
 
   int num_buckets() const { return static_cast<int>(m_spans.size()); }
@@ -139,6 +131,7 @@ class ZeroEngine final : public ParamProvider<P> {
   Buffer& take_param_buffer(int s);
   void start_gather(Buffer& b, int s);
 
+  ModelState<P>& m_state;
   const ParamLayout& m_layout;
   int m_stage;
   Communicator& m_comm;
@@ -147,8 +140,6 @@ class ZeroEngine final : public ParamProvider<P> {
   bool m_overlap;
   std::int64_t m_lo = 0, m_hi = 0;     // this rank's shard
 
-  TrackedBuffer<P> m_params;            // stages 0-2: full; stage 3: shard
-  TrackedBuffer<P> m_grads;             // stages 0-1: full; stages 2-3: shard accumulator
   std::vector<Span> m_spans;            // the buckets, fixed by layout and bucket_mb
   std::vector<int> m_span_of_group;
   std::vector<Buffer> m_grad_buffers;   // stages 2-3: sized [largest, second, second] span

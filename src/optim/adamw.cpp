@@ -7,25 +7,22 @@
 
 namespace shardtrain {
 
-AdamW::AdamW(const OptimConfig& config, const ParamLayout& layout, std::int64_t lo,
-             std::int64_t hi, MemoryTracker& memory, bool master_weights, MemorySpace* space)
-    : m_config(config),
-      m_layout(layout),
-      m_lo(lo),
-      m_hi(hi),
-      m_m(memory, MemCategory::OptimizerState, static_cast<std::size_t>(hi - lo), space),
-      m_v(memory, MemCategory::OptimizerState, static_cast<std::size_t>(hi - lo), space) {
-  SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= layout.padded_size(), "AdamW range out of layout");
-  if (master_weights)
-    m_master = TrackedBuffer<float>(memory, MemCategory::OptimizerState, static_cast<std::size_t>(hi - lo), space);
-}
-
 template <class P>
-void AdamW::step(VectorOps<P>& ops, P* params, const P* grads, double lr, float grad_scale, std::int64_t step) {
-  SHARDTRAIN_CHECK((std::is_same_v<P, float>) || has_master(), "a 16-bit model needs AdamW master weights");
+void AdamW::step(VectorOps<P>& ops, const ShardView<P>& state, double lr, float grad_scale,
+                 std::int64_t step) const {
+  SHARDTRAIN_CHECK(0 <= state.lo && state.lo <= state.hi && state.hi <= m_layout.padded_size(),
+                   "AdamW range out of layout");
+  const auto n = static_cast<std::size_t>(state.size());
+  SHARDTRAIN_CHECK(state.params.size() == n && state.grads.size() == n && state.master.size() == n &&
+                       state.exp_avg.size() == n && state.exp_avg_sq.size() == n,
+                   "AdamW state spans do not cover [lo, hi)");
+  // fp32: the parameters are the weights (master aliases them); 16-bit: master weights.
+  constexpr bool kMaster = !std::is_same_v<P, float>;
+  SHARDTRAIN_CHECK(kMaster || static_cast<void*>(state.master.data()) == static_cast<void*>(state.params.data()),
+                   "fp32 AdamW: the master weights must be the parameters");
   AdamWUpdate u;
-  u.lo = m_lo;
-  u.hi = m_hi;
+  u.lo = state.lo;
+  u.hi = state.hi;
   u.lr = lr;
   u.beta1 = m_config.beta1;
   u.beta2 = m_config.beta2;
@@ -33,11 +30,12 @@ void AdamW::step(VectorOps<P>& ops, P* params, const P* grads, double lr, float 
   u.weight_decay = m_config.weight_decay;
   u.grad_scale = grad_scale;
   u.step = step;
-  ops.adamw(m_layout, u, params, grads, has_master() ? m_master.data() : nullptr, m_m.data(), m_v.data());
+  ops.adamw(m_layout, u, state.params.data(), state.grads.data(), kMaster ? state.master.data() : nullptr,
+            state.exp_avg.data(), state.exp_avg_sq.data());
 }
 
-template void AdamW::step<float>(VectorOps<float>&, float*, const float*, double, float, std::int64_t);
-template void AdamW::step<f16>(VectorOps<f16>&, f16*, const f16*, double, float, std::int64_t);
-template void AdamW::step<bf16>(VectorOps<bf16>&, bf16*, const bf16*, double, float, std::int64_t);
+template void AdamW::step<float>(VectorOps<float>&, const ShardView<float>&, double, float, std::int64_t) const;
+template void AdamW::step<f16>(VectorOps<f16>&, const ShardView<f16>&, double, float, std::int64_t) const;
+template void AdamW::step<bf16>(VectorOps<bf16>&, const ShardView<bf16>&, double, float, std::int64_t) const;
 
 }  // namespace shardtrain

@@ -14,6 +14,7 @@
 
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
+#include "dist/mpi/agreement.hpp"
 
 namespace shardtrain {
 
@@ -24,44 +25,6 @@ namespace {
 constexpr std::string_view kPrefix = "step_";
 constexpr std::string_view kSuffix = ".h5";
 constexpr std::string_view kPartial = ".partial";
-
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
-
-// Rank 0's string on every rank.
-std::string broadcast_string(MPI_Comm comm, std::string s) {
-  long long n = static_cast<long long>(s.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
-  s.resize(static_cast<std::size_t>(n));
-  if (n > 0) MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
-  return s;
-}
-
-// Runs `fn` on rank 0 only and gives its outcome to every rank: an InputError
-// or any other failure there is thrown on every rank (as InputError or
-// AgreedError), so no rank goes on alone.
-void on_root(MPI_Comm comm, const std::function<void()>& fn) {
-  int kind = 0;  // 0 ok, 1 failure, 2 input error
-  std::string message;
-  if (rank_of(comm) == 0) {
-    try {
-      fn();
-    } catch (const InputError& e) {
-      kind = 2;
-      message = e.what();
-    } catch (const std::exception& e) {
-      kind = 1;
-      message = e.what();
-    }
-  }
-  MPI_Bcast(&kind, 1, MPI_INT, 0, comm);
-  message = broadcast_string(comm, message);
-  if (kind == 2) throw InputError(message);
-  if (kind == 1) throw AgreedError(message);
-}
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -128,8 +91,9 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
   return out;
 }
 
-CheckpointManager::CheckpointManager(const CheckpointConfig& config, std::string source_name, MPI_Comm comm)
-    : m_config(config), m_source(std::move(source_name)), m_comm(comm), m_rank(rank_of(comm)) {
+CheckpointManager::CheckpointManager(const CheckpointConfig& config, std::string source_name,
+                                     const MpiCommunicator& comm)
+    : m_config(config), m_source(std::move(source_name)), m_comm(comm.comm()), m_rank(comm.rank()) {
   m_enabled = config.every_steps > 0 || config.every_minutes > 0;
   restart_clock();
 }

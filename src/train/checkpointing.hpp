@@ -2,7 +2,7 @@
 // Owns the checkpoint DIRECTORY and the checkpoint schedule: when a checkpoint
 // is due, which file a run resumes from, and the atomic commit of a new one.
 // The file format is io/checkpoint.hpp's; what goes into a checkpoint (which
-// state vectors, which counters) is the trainer's (train/trainer.cpp).
+// state vectors, which counters) is the train state's (train/train_state.cpp).
 //
 // A checkpoint directory holds (share/doc/checkpoint-format.md):
 //   step_NNNNNNNN.h5          complete checkpoints (8 or more digits: the step)
@@ -16,8 +16,9 @@
 //   4. only then rank 0 removes the oldest complete checkpoints beyond keep_last.
 // A crash at any moment leaves the previous complete checkpoint loadable.
 // Invariants: every public call is collective over the communicator; rank 0
-// does the file-system work and broadcasts its outcome, so every rank returns
-// the same result or throws the same error. One run lineage per directory: a
+// does the file-system work and broadcasts its outcome (on_root,
+// dist/mpi/agreement.hpp), so every rank returns the same result or throws the
+// same error. One run lineage per directory: a
 // fresh run (resume = "never") refuses a directory that already holds checkpoints.
 #pragma once
 
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "config/run_config.hpp"
+#include "dist/mpi/mpi_communicator.hpp"
 #include "io/checkpoint.hpp"
 
 namespace shardtrain {
@@ -49,7 +51,7 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 class CheckpointManager {
  public:
   // `source_name`: the input file, for error messages. Collective.
-  CheckpointManager(const CheckpointConfig& config, std::string source_name, MPI_Comm comm);
+  CheckpointManager(const CheckpointConfig& config, std::string source_name, const MpiCommunicator& comm);
 
   // Checkpoints are written (every_steps > 0 or every_minutes > 0).
   bool enabled() const { return m_enabled; }
@@ -102,7 +104,7 @@ class CheckpointManager {
 
   CheckpointConfig m_config;
   std::string m_source;
-  MPI_Comm m_comm;
+  MPI_Comm m_comm;  // the communicator's, for the agreements (on_root)
   int m_rank = 0;
   bool m_enabled = false;
   std::int64_t m_pause_step = 0;

@@ -2,7 +2,10 @@
 // Owns one training run: builds the model on the flat ParamLayout, opens the
 // data set, resumes from a checkpoint when there is one, runs the step loop
 // (micro-batches, gradient all-reduce, clipping, AdamW), writes checkpoints,
-// evaluates, logs progress and metrics, and reports memory.
+// evaluates, logs progress and metrics, and reports memory. The work is split
+// by responsibility: the step loop (trainer.cpp), resume and save
+// (train_state), the reports (run_reports), the weights CRC (weights_crc),
+// the test hooks (test_hooks), device bring-up (dist/device_context).
 // Invariants: the sample stream depends only on (seed, global sample index),
 // never on the rank count, and resumes at the checkpoint's sample cursor;
 // a resumed run continues bitwise as the uninterrupted run would (same rank
@@ -18,6 +21,7 @@
 #include <optional>
 
 #include "config/run_config.hpp"
+#include "train/test_hooks.hpp"
 
 namespace shardtrain {
 
@@ -33,40 +37,6 @@ struct TrainResult {
   // Stopped early by a signal or the wall-time guard, after a checkpoint: the
   // process should exit with kExitRequeue (train/lifecycle.hpp).
   bool requeue = false;
-};
-
-// Run options and test hooks, from the command line (never from the input file).
-struct TrainerHooks {
-  // --profile: time every op of the training steps (core/profiler.hpp) and print
-  // the per-op breakdown at the end of the job (also RUN_DIR/profile.txt).
-  bool profile = false;
-  // --inject-overflow STEP[:RANK]: at optimizer step STEP (1-based) rank RANK
-  // plants +inf in the gradient it contributes to the step's first reduction.
-  std::int64_t overflow_step = 0;  // 0: none
-  int overflow_rank = 0;
-  // --stop-after-step N: this job ends after optimizer step N (counted from the
-  // start of training), with a checkpoint when checkpointing is on, as a job
-  // whose time is up would; the learning-rate schedule still spans train.steps.
-  std::int64_t stop_after_step = 0;  // 0: run to train.steps
-  // --pause-in-checkpoint STEP: every rank pauses mid-write of the checkpoint
-  // of STEP (train/checkpointing.hpp), for crash tests.
-  std::int64_t pause_checkpoint_step = 0;  // 0: none
-  // --stall-in-collective STEP[:RANK]: at optimizer step STEP, rank RANK sleeps
-  // (10 minutes) instead of entering the step's gradient reduction, so the
-  // other ranks' collective watchdog fires.
-  std::int64_t stall_step = 0;  // 0: none
-  int stall_rank = 0;
-  // --throw-at-step STEP[:RANK]: rank RANK throws an Error in step STEP (a rank-local failure).
-  std::int64_t throw_step = 0;  // 0: none
-  int throw_rank = 0;
-  // --signal-at-step STEP[:RANK]: rank RANK acts as if SIGUSR1 arrived during step STEP.
-  std::int64_t signal_step = 0;  // 0: none
-  int signal_rank = 0;
-  // --perturb-weights STEP[:RANK]: after the update of step STEP rank RANK moves
-  // the first fp32 weight its optimizer owns by one ulp; at ZeRO stage 0 its
-  // replica then differs from the other ranks' (the weights CRC check's test).
-  std::int64_t perturb_step = 0;  // 0: none
-  int perturb_rank = 0;
 };
 
 class RunBase;

@@ -240,17 +240,17 @@ std::vector<std::pair<double, double>> train(Communicator& comm, Backend* backen
   ParamLayout layout = gpt_layout(d);
   layout.finalize(comm.size());
   MemoryTracker memory;
-  ZeroEngine<float> engine(layout, {stage, true, 0.0}, comm, memory, backend);
-  Backend& be = backend ? *backend : host_backend();
-  const auto [plo, phi] = engine.stored_param_range();
+  ModelState<float> state(layout, stage, comm.rank(), memory, backend);
+  ZeroEngine<float> engine(state, {true, 0.0}, comm, memory);
+  Backend& be = state.backend();
+  const auto [plo, phi] = state.param_range();
   std::vector<float> init(static_cast<std::size_t>(phi - plo));
   gpt_init_params<float>(layout, d, 0.05, 11, init.data(), plo, phi);
-  be.copy_from_host(engine.stored_params(), init.data(), init.size() * sizeof(float));
+  be.copy_from_host(state.params().data(), init.data(), init.size() * sizeof(float));
   Gpt<float> model(d, layout, 1e-5, memory, nullptr, backend);
   model.bind(engine);
-  const auto [olo, ohi] = engine.optimizer_range();
   OptimConfig oc;
-  AdamW adam(oc, layout, olo, ohi, memory, false, be.memory());
+  const AdamW adam(oc, layout);
   std::vector<std::pair<double, double>> out;
   for (int step = 0; step < 4; ++step) {
     engine.begin_step();
@@ -259,7 +259,8 @@ std::vector<std::pair<double, double>> train(Communicator& comm, Backend* backen
     model.backward(1.0f / 64);
     const double norm2 = engine.finish_gradients();
     loss = comm.all_reduce_value(loss);
-    engine.apply_optimizer(adam, 1e-3, 1.0f, step);
+    adam.step(be.vector_ops<float>(), state.optimizer_view(), 1e-3, 1.0f, step);
+    engine.params_updated();
     out.emplace_back(loss, norm2);
   }
   return out;

@@ -459,11 +459,13 @@ TYPED_TEST(PointwiseKernels, AdamWMatchesHost) {
 
   OptimConfig config;
   config.weight_decay = 0.1;
-  MemoryTracker memory;
-  AdamW host(config, layout, lo, hi, memory, kMaster);
+  const AdamW host(config, layout);
   std::vector<H> params = random_values<H>(n, 51);
   const std::vector<H> params0 = params;
-  if constexpr (kMaster) host.init_master(params.data());
+  // The host state of [lo, hi): fp32 master weights (16-bit H) and the moments.
+  std::vector<float> host_master(kMaster ? n : 0), exp_avg(n, 0.0f), exp_avg_sq(n, 0.0f);
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(host_master.size()); ++i)
+    host_master[i] = to_float(params[i]);
 
   DeviceBuffer<H> d_params(params0), d_grads(n);
   DeviceBuffer<float> d_master(n), d_m(n), d_v(n);
@@ -477,7 +479,11 @@ TYPED_TEST(PointwiseKernels, AdamWMatchesHost) {
   for (std::int64_t step = 0; step < 3; ++step) {
     const double lr = 1e-2 * static_cast<double>(step + 1);
     const auto grads = random_values<H>(n, 60 + static_cast<unsigned>(step), -2.0f, 2.0f);
-    host.step(params.data(), grads.data(), lr, grad_scale, step);
+    std::vector<H> host_grads = grads;
+    ShardView<H> view{lo, hi, params, host_grads, {}, exp_avg, exp_avg_sq};
+    if constexpr (kMaster) view.master = host_master;
+    else view.master = params;
+    host.step(view, lr, grad_scale, step);
     d_grads.upload(grads);
     cuda::AdamWHyper hyper;
     hyper.lr = lr;
@@ -493,16 +499,13 @@ TYPED_TEST(PointwiseKernels, AdamWMatchesHost) {
   }
   const auto got_params = d_params.download();
   expect_close(got_params, params, "adamw params");
-  const auto exp_avg = host.exp_avg(), exp_avg_sq = host.exp_avg_sq();
   expect_close_f32(widen(d_m.download()), widen(std::vector<float>(exp_avg.begin(), exp_avg.end())),
                    1e-5, "adamw exp_avg");
   expect_close_f32(widen(d_v.download()),
                    widen(std::vector<float>(exp_avg_sq.begin(), exp_avg_sq.end())), 1e-5,
                    "adamw exp_avg_sq");
   if constexpr (kMaster) {
-    const auto master = host.master();
-    expect_close_f32(widen(d_master.download()),
-                     widen(std::vector<float>(master.begin(), master.end())), 1e-5,
+    expect_close_f32(widen(d_master.download()), widen(host_master), 1e-5,
                      "adamw master weights");
   }
   // Padding (after the last segment) is never touched.

@@ -137,7 +137,10 @@ int main(int argc, char** argv) {
     ocfg.eps = 1e-8;
     ocfg.weight_decay = 0.1;
     const double lr = 3e-3;
-    AdamW adamw(ocfg, layout, 0, layout.padded_size(), memory);
+    const AdamW adamw(ocfg, layout);
+    std::vector<float> exp_avg(n, 0.0f), exp_avg_sq(n, 0.0f);
+    // The whole vector; an fp32 model's weights are its parameters.
+    const ShardView<float> state{0, layout.padded_size(), params, grads, params, exp_avg, exp_avg_sq};
     std::vector<TokenIndex> train_tokens, train_targets;
     std::vector<double> losses;
     for (int s = 0; s < kSteps; ++s) {
@@ -148,7 +151,7 @@ int main(int argc, char** argv) {
       std::fill(grads.begin(), grads.end(), 0.0f);
       losses.push_back(model.forward(tk.data(), tg.data(), b) / static_cast<double>(b * t));
       model.backward(1.0f / static_cast<float>(b * t));
-      adamw.step(params.data(), grads.data(), lr, 1.0f, s);
+      adamw.step(state, lr, 1.0f, s);
       train_tokens.insert(train_tokens.end(), tk.begin(), tk.end());
       train_targets.insert(train_targets.end(), tg.begin(), tg.end());
     }

@@ -18,6 +18,7 @@
 
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
+#include "dist/model_state.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/zero_engine.hpp"
 #include "optim/adamw.hpp"
@@ -69,12 +70,13 @@ void serve_and_reduce(int stage, double bucket_mb) {
   const int n = comm.size();
   const ParamLayout layout = odd_layout(n);
   MemoryTracker memory;
-  ZeroEngine<P> engine(layout, typename ZeroEngine<P>::Options{stage, true, bucket_mb}, comm, memory);
+  ModelState<P> state(layout, stage, comm.rank(), memory);
+  ZeroEngine<P> engine(state, typename ZeroEngine<P>::Options{true, bucket_mb}, comm, memory);
   EXPECT_EQ(memory.current(MemCategory::Communication),
             sizeof(P) * static_cast<std::size_t>(zero_bucket_elems(layout, stage, bucket_mb, sizeof(P))));
 
-  const auto [plo, phi] = engine.stored_param_range();
-  for (std::int64_t i = plo; i < phi; ++i) engine.stored_params()[i - plo] = P(value(i));
+  const auto [plo, phi] = state.param_range();
+  for (std::int64_t i = plo; i < phi; ++i) *state.params_at(i) = P(value(i));
 
   // Every group, acquired in forward order then backward order, holds the global values.
   std::vector<int> order;
@@ -119,11 +121,11 @@ void serve_and_reduce(int stage, double bucket_mb) {
 
   // One AdamW step (fp32 master weights for 16-bit P); afterwards every rank
   // sees the same parameters for every group.
-  const auto [olo, ohi] = engine.optimizer_range();
   OptimConfig config;
-  AdamW adam(config, layout, olo, ohi, memory, !std::is_same_v<P, float>);
-  if (adam.has_master()) adam.init_master(engine.stored_params() + (olo - plo));
-  engine.apply_optimizer(adam, 1e-2, 1.0f, 0);
+  const AdamW adam(config, layout);
+  state.init_master();
+  adam.step(state.optimizer_view(), 1e-2, 1.0f, 0);
+  engine.params_updated();
   for (int g = 0; g < layout.num_groups(); ++g) {
     const auto [a, b] = layout.group_range(g);
     const P* p = engine.acquire_params(g);

@@ -268,12 +268,11 @@ Trace run_engine(int stage, bool overlap, double bucket_mb, bool* overlapped) {
   RecordingComm comm(mpi, t);
   const ParamLayout layout = layout_for(comm.size());
   MemoryTracker memory;
-  ZeroEngine<P> engine(layout, {stage, overlap, bucket_mb}, comm, memory, &backend);
-  const auto [olo, ohi] = engine.optimizer_range();
+  ModelState<P> state(layout, stage, comm.rank(), memory, &backend);
+  ZeroEngine<P> engine(state, {overlap, bucket_mb}, comm, memory);
   OptimConfig oc;
-  AdamW adam(oc, layout, olo, ohi, memory, !std::is_same_v<P, float>);
-  const auto [plo, phi] = engine.stored_param_range();
-  if (adam.has_master()) adam.init_master(backend.vector_ops<P>(), engine.stored_params() + (olo - plo));
+  const AdamW adam(oc, layout);
+  state.init_master();
   const int groups = layout.num_groups();
   auto size_of = [&](int g) { return static_cast<std::size_t>(layout.group_range(g).second - layout.group_range(g).first) * sizeof(P); };
   auto kernel = [&](std::string what, std::vector<Range> rs) { t.push_back({Event::Kernel, std::move(what), std::move(rs)}); };
@@ -315,7 +314,8 @@ Trace run_engine(int stage, bool overlap, double bucket_mb, bool* overlapped) {
     // Every element's gradient is 2 micro-batches x ranks.
     const double g = 2.0 * comm.size();
     EXPECT_DOUBLE_EQ(norm2, g * g * static_cast<double>(layout.num_parameters()));
-    engine.apply_optimizer(adam, 1e-3, 1.0f, step);
+    adam.step(backend.vector_ops<P>(), state.optimizer_view(), 1e-3, 1.0f, step);
+    engine.params_updated();
   }
   return t;
 }

@@ -1,10 +1,15 @@
-// AdamW and learning-rate schedule against hand-computed references.
+// AdamW and learning-rate schedule against hand-computed references; ModelState
+// (the vectors AdamW updates) by ZeRO stage.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <utility>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/memory.hpp"
+#include "dist/model_state.hpp"
 #include "model/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -37,17 +42,20 @@ TEST(AdamW, MatchesReferenceAndDecaysOnlyMatrices) {
   OptimConfig o;
   o.beta1 = 0.9; o.beta2 = 0.95; o.eps = 1e-8; o.weight_decay = 0.1;
   MemoryTracker memory;
-  AdamW adam(o, layout, 0, n, memory);
+  ModelState<float> state(layout, /*zero_stage=*/0, /*rank=*/0, memory);  // the whole vector
   EXPECT_EQ(memory.current(MemCategory::OptimizerState), 2 * n * sizeof(float));
+  const AdamW adam(o, layout);
 
-  std::vector<float> p(n, 0.0f), g(n, 0.0f);
+  const ShardView<float> s = state.optimizer_view();
+  ASSERT_EQ(s.size(), n);
+  std::span<float> p = s.params, g = s.grads;
   for (std::int64_t i = 0; i < n; ++i) { p[i] = 0.5f + 0.1f * i; g[i] = 0.3f - 0.07f * i; }
   std::vector<double> rp(p.begin(), p.end()), m(n, 0.0), v(n, 0.0);
-  const std::vector<float> p0 = p;
+  const std::vector<float> p0(p.begin(), p.end());
   const double lr = 1e-2;
   const float scale = 0.5f;
   for (int step = 0; step < 3; ++step) {
-    adam.step(p.data(), g.data(), lr, scale, step);
+    adam.step(s, lr, scale, step);
     for (const auto& e : layout.entries())
       for (std::int64_t i = e.offset; i < e.offset + e.numel; ++i) {
         const double gi = g[i] * scale;
@@ -77,19 +85,61 @@ TEST(AdamW, ShardRangeEqualsSliceOfFullUpdate) {
   layout.finalize(3);
   const std::int64_t n = layout.padded_size();
   OptimConfig o;
+  const AdamW adam(o, layout);
   MemoryTracker memory;
-  std::vector<float> p(n), g(n);
-  for (std::int64_t i = 0; i < n; ++i) { p[i] = std::sin(i * 1.0f); g[i] = std::cos(i * 0.7f); }
-  std::vector<float> full = p;
-  AdamW all(o, layout, 0, n, memory);
-  all.step(full.data(), g.data(), 1e-3, 1.0f, 0);
+  auto fill = [n](ModelState<float>& state) {  // whole parameters and gradients (stages 0-1)
+    for (std::int64_t i = 0; i < n; ++i) {
+      *state.params_at(i) = std::sin(i * 1.0f);
+      *state.grads_at(i) = std::cos(i * 0.7f);
+    }
+  };
+  ModelState<float> all(layout, 0, 0, memory);
+  fill(all);
+  adam.step(all.optimizer_view(), 1e-3, 1.0f, 0);
   for (int r = 0; r < 3; ++r) {
-    const auto [lo, hi] = layout.shard_range(r);
-    AdamW shard(o, layout, lo, hi, memory);
-    std::vector<float> ps(p.begin() + lo, p.begin() + hi);
-    shard.step(ps.data(), g.data() + lo, 1e-3, 1.0f, 0);
-    for (std::int64_t i = lo; i < hi; ++i) EXPECT_EQ(ps[i - lo], full[i]) << i;
+    ModelState<float> shard(layout, 1, r, memory);  // stage 1: AdamW updates the rank's shard
+    fill(shard);
+    const ShardView<float> s = shard.optimizer_view();
+    EXPECT_EQ(std::make_pair(s.lo, s.hi), layout.shard_range(r));
+    adam.step(s, 1e-3, 1.0f, 0);
+    for (std::int64_t i = s.lo; i < s.hi; ++i) EXPECT_EQ(*shard.params_at(i), *all.params_at(i)) << i;
   }
+}
+
+// Which vectors a stage keeps whole and which as the rank's shard, and that
+// every view of a range points at element lo of each vector.
+TEST(ModelState, KeepsEachVectorByStageAndViewsOneRange) {
+  ParamLayout layout(4);
+  layout.add("w", {5, 3}, true, 0);
+  layout.add("b", {5}, false, 0);
+  layout.finalize(3);
+  const std::int64_t n = layout.padded_size();
+  const auto [lo, hi] = layout.shard_range(1);
+  using R = std::pair<std::int64_t, std::int64_t>;
+  const R whole{0, n}, shard{lo, hi};
+  const auto elems = [](R r) { return static_cast<std::size_t>(r.second - r.first); };
+  for (int stage = 0; stage <= 3; ++stage) {
+    MemoryTracker memory;
+    ModelState<bf16> state(layout, stage, 1, memory);
+    EXPECT_EQ(state.param_range(), stage == 3 ? shard : whole) << stage;
+    EXPECT_EQ(state.grad_range(), stage >= 2 ? shard : whole) << stage;
+    EXPECT_EQ(state.optimizer_range(), stage == 0 ? whole : shard) << stage;
+    EXPECT_EQ(memory.current(MemCategory::Parameters), 2 * elems(state.param_range()));
+    EXPECT_EQ(memory.current(MemCategory::Gradients), 2 * elems(state.grad_range()));
+    EXPECT_EQ(memory.current(MemCategory::OptimizerState), 3 * 4 * elems(state.optimizer_range()));
+    const ShardView<bf16> s = state.shard_view();
+    EXPECT_EQ(s.params.data(), state.params_at(lo));
+    EXPECT_EQ(s.grads.data(), state.grads_at(lo));
+    EXPECT_EQ(s.params.size(), elems(shard));
+    const ShardView<bf16> o = state.optimizer_view();
+    EXPECT_EQ(s.master.data(), o.master.data() + (lo - o.lo));
+    EXPECT_EQ(s.exp_avg_sq.data(), o.exp_avg_sq.data() + (lo - o.lo));
+    if (stage > 0) EXPECT_THROW(state.view(whole), Error) << stage;
+  }
+  MemoryTracker memory;
+  ModelState<float> fp32(layout, 2, 1, memory);
+  EXPECT_EQ(fp32.shard_view().master.data(), fp32.shard_view().params.data());  // the weights are the parameters
+  EXPECT_EQ(memory.current(MemCategory::OptimizerState), 2 * 4 * elems(shard));
 }
 
 }  // namespace

@@ -1,0 +1,81 @@
+// shardtrain/train/test_hooks.hpp
+// Owns the run options and test hooks of the command line (TrainerHooks, never
+// from the input file) and, in StepHooks, the one place the step loop asks
+// them what to do at three points of a training step. The hooks only act on
+// the step and rank they name; a step without one does nothing more than the
+// comparisons.
+#pragma once
+
+#include <cstdint>
+
+#include "dist/model_state.hpp"
+#include "dist/zero_engine.hpp"
+
+namespace shardtrain {
+
+struct TrainerHooks {
+  // --profile: time every op of the training steps (core/profiler.hpp) and print
+  // the per-op breakdown at the end of the job (also RUN_DIR/profile.txt).
+  bool profile = false;
+  // --inject-overflow STEP[:RANK]: at optimizer step STEP (1-based) rank RANK
+  // plants +inf in the gradient it contributes to the step's first reduction.
+  std::int64_t overflow_step = 0;  // 0: none
+  int overflow_rank = 0;
+  // --stop-after-step N: this job ends after optimizer step N (counted from the
+  // start of training), with a checkpoint when checkpointing is on, as a job
+  // whose time is up would; the learning-rate schedule still spans train.steps.
+  std::int64_t stop_after_step = 0;  // 0: run to train.steps
+  // --pause-in-checkpoint STEP: every rank pauses mid-write of the checkpoint
+  // of STEP (train/checkpointing.hpp), for crash tests.
+  std::int64_t pause_checkpoint_step = 0;  // 0: none
+  // --stall-in-collective STEP[:RANK]: at optimizer step STEP, rank RANK sleeps
+  // (10 minutes) instead of entering the step's gradient reduction, so the
+  // other ranks' collective watchdog fires.
+  std::int64_t stall_step = 0;  // 0: none
+  int stall_rank = 0;
+  // --throw-at-step STEP[:RANK]: rank RANK throws an Error in step STEP (a rank-local failure).
+  std::int64_t throw_step = 0;  // 0: none
+  int throw_rank = 0;
+  // --signal-at-step STEP[:RANK]: rank RANK acts as if SIGUSR1 arrived during step STEP.
+  std::int64_t signal_step = 0;  // 0: none
+  int signal_rank = 0;
+  // --perturb-weights STEP[:RANK]: after the update of step STEP rank RANK moves
+  // the first fp32 weight its optimizer owns by one ulp; at ZeRO stage 0 its
+  // replica then differs from the other ranks' (the weights CRC check's test).
+  std::int64_t perturb_step = 0;  // 0: none
+  int perturb_rank = 0;
+};
+
+// The hooks that act inside a training step, for this rank. `step` is the
+// optimizer step, 1-based.
+template <class P>
+class StepHooks {
+ public:
+  StepHooks(const TrainerHooks& hooks, int rank, ZeroEngine<P>& zero, ModelState<P>& state)
+      : m_hooks(hooks), m_rank(rank), m_zero(zero), m_state(state) {}
+
+  // Before the micro-batches: --inject-overflow arms the engine's planted
+  // overflow, --signal-at-step raises the stop flag, --throw-at-step throws.
+  void at_step_start(std::int64_t step);
+  // Before the step's gradient reduction: --stall-in-collective sleeps.
+  void before_reduction(std::int64_t step);
+  // After the optimizer update: --perturb-weights moves this rank's first fp32
+  // weight (of ModelState::optimizer_view()) by one ulp.
+  void after_update(std::int64_t step);
+
+ private:
+  bool mine(std::int64_t hook_step, int hook_rank, std::int64_t step) const {
+    return hook_step == step && hook_rank == m_rank;
+  }
+
+  TrainerHooks m_hooks;
+  int m_rank;
+  ZeroEngine<P>& m_zero;
+  ModelState<P>& m_state;
+};
+
+extern template class StepHooks<float>;
+extern template class StepHooks<f16>;
+extern template class StepHooks<bf16>;
+
+}  // namespace shardtrain

@@ -1,0 +1,267 @@
+// Resume and save of a run, and the agreement at each step boundary (see train_state.hpp).
+#include "train/train_state.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "config/parse.hpp"
+#include "core/error.hpp"
+#include "train/host_staging.hpp"
+#include "version.hpp"
+
+namespace shardtrain {
+
+namespace {
+
+// A checkpoint whose model does not match the config: no other checkpoint of
+// the same directory would do better, so resume = "auto" does not fall back.
+class IncompatibleCheckpoint : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+template <class P>
+TrainState<P>::TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
+                          ModelState<P>& state, LossScaler& scaler, const Task<P>& task,
+                          std::int64_t pause_checkpoint_step)
+    : m_cfg(cfg),
+      m_comm(comm),
+      m_state_comm(state_comm),
+      m_state(state),
+      m_scaler(scaler),
+      m_task(task),
+      m_ckpt(cfg.checkpoint, cfg.source_name, comm),
+      m_guard(cfg.train.time_limit_minutes) {
+  m_ckpt.set_pause_step(pause_checkpoint_step);
+  m_ckpt.prepare();
+  resume();
+}
+
+template <class P>
+void TrainState<P>::check_compatible(const CheckpointReader& reader) const {
+  const auto& file = reader.layout();
+  const auto& mine = m_state.layout().entries();
+  const std::string hint =
+      "; to resume, the model (model.type and its model.* sizes, and the data set's vocabulary or classes) "
+      "must match the checkpoint's; batch size, rank count, ZeRO stage, precision and the learning-rate "
+      "schedule may change";
+  auto fail = [&](const std::string& what) {
+    throw IncompatibleCheckpoint(fmt::format("{}: the checkpoint's model does not match {}: {}{}", reader.path(),
+                                             m_cfg.source_name, what, hint));
+  };
+  if (reader.meta().alignment != m_state.layout().alignment())
+    fail(fmt::format("layout alignment {} there, {} here", reader.meta().alignment, m_state.layout().alignment()));
+  const std::size_t n = std::min(file.size(), mine.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (file[i].name != mine[i].name)
+      fail(fmt::format("tensor {} is '{}' there, '{}' here", i, file[i].name, mine[i].name));
+    if (file[i].shape != mine[i].shape)
+      fail(fmt::format("tensor '{}' has shape {} there, {} here", mine[i].name, shape_text(file[i].shape),
+                       shape_text(mine[i].shape)));
+    if (file[i].offset != mine[i].offset)
+      fail(fmt::format("tensor '{}' is at offset {} there, {} here", mine[i].name, file[i].offset, mine[i].offset));
+  }
+  if (file.size() != mine.size())
+    fail(fmt::format("{} tensors there, {} here (first unmatched: '{}')", file.size(), mine.size(),
+                     file.size() > n ? file[n].name : mine[n].name));
+  // Loaded whole vectors must cover the layout: reading past a short vector would give zeros.
+  if (reader.meta().padded_size < mine.back().offset + mine.back().numel)
+    fail("its state vectors are shorter than the layout");
+}
+
+template <class P>
+void TrainState<P>::load(CheckpointReader& reader) {
+  const ShardView<P> s = m_state.shard_view();
+  const std::size_t n = static_cast<std::size_t>(s.size());
+  // On a device the file is read into host buffers, checked, then copied over.
+  std::vector<unsigned char> st_master, st_m, st_v, st_p;
+  float* master = to_host(m_state.backend(), s.master.data(), n, st_master);
+  float* exp_avg = to_host(m_state.backend(), s.exp_avg.data(), n, st_m);
+  float* exp_avg_sq = to_host(m_state.backend(), s.exp_avg_sq.data(), n, st_v);
+  P* params = std::is_same_v<P, float> ? reinterpret_cast<P*>(master) : to_host(m_state.backend(), s.params.data(), n, st_p);
+  reader.read_vector("master", s.lo, s.hi, master);
+  reader.read_vector("exp_avg", s.lo, s.hi, exp_avg);
+  reader.read_vector("exp_avg_sq", s.lo, s.hi, exp_avg_sq);
+  if constexpr (!std::is_same_v<P, float>) {
+    // The 16-bit copy as saved; from another precision, the master rounded
+    // (which is what the saved copy is, bit for bit).
+    const char* name = std::is_same_v<P, f16> ? "params_fp16" : "params_bf16";
+    if (reader.has_vector(name)) reader.read_vector(name, s.lo, s.hi, params);
+    else convert(master, params, n);
+  }
+  reader.finish_reads();  // every CRC, before anything is spread further
+  from_host(m_state.backend(), s.master.data(), master, n);
+  from_host(m_state.backend(), s.exp_avg.data(), exp_avg, n);
+  from_host(m_state.backend(), s.exp_avg_sq.data(), exp_avg_sq, n);
+  if constexpr (!std::is_same_v<P, float>) from_host(m_state.backend(), s.params.data(), params, n);
+  m_state.replicate_shard(m_state_comm);
+}
+
+template <class P>
+void TrainState<P>::resume() {
+  const std::vector<std::string> candidates = m_ckpt.resume_candidates();
+  std::vector<std::string> damaged;
+  for (const std::string& path : candidates) {
+    try {
+      CheckpointReader reader(path, m_comm.comm());
+      check_compatible(reader);
+      load(reader);
+      const CheckpointMeta& meta = reader.meta();
+      m_start_step = meta.step;
+      m_samples = meta.samples_seen;
+      m_updates = meta.optimizer_updates;
+      if (m_scaler.enabled() && meta.precision == "fp16") {
+        // Clamped to this run's precision.* keys, which may have changed.
+        const auto& c = m_scaler.config();
+        LossScalerState st{std::clamp(meta.loss_scale, c.min_scale, 3.4028234663852886e38),
+                           std::min<std::int64_t>(meta.scaler_good_steps, c.growth_interval - 1),
+                           static_cast<int>(std::min<std::int64_t>(meta.scaler_hysteresis_left, c.hysteresis)),
+                           meta.scaler_consecutive_skips};
+        m_scaler.load_state(st);
+      }
+      if (m_comm.rank() == 0) {
+        auto ranks = [](std::int64_t n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); };
+        m_resume_note = fmt::format("resumed from {}: step {}, {} samples ({} tokens) seen; written by {} "
+                   "at ZeRO stage {} in {}, now {} at stage {} in {}{}",
+                   path, meta.step, meta.samples_seen, meta.tokens_seen, ranks(meta.world_size), meta.zero_stage,
+                   meta.precision, ranks(m_comm.size()), m_cfg.parallel.zero_stage, m_cfg.precision.mode,
+                   m_scaler.enabled() ? fmt::format("; loss scale {:g}", m_scaler.scale()) : std::string());
+        if (meta.sampler_seed != m_cfg.train.seed)
+          fmt::print(stderr, "warning: {}: train.seed was {} there and is {} here: the data order continues "
+                     "with the new seed's\n", path, meta.sampler_seed, m_cfg.train.seed);
+        const DataIdentity data = m_task.data_identity();
+        if (meta.data_train_tokens != data.train_size || meta.data_path != m_cfg.data.path)
+          fmt::print(stderr, "warning: {}: trained on {} ({} training {}); this run reads {} ({} {}): "
+                     "the sample order is not a continuation of the checkpoint's\n", path, meta.data_path,
+                     meta.data_train_tokens, data.unit, m_cfg.data.path, data.train_size, data.unit);
+        std::fflush(stderr);
+      }
+      return;
+    } catch (const IncompatibleCheckpoint&) {
+      throw;
+    } catch (const InputError& e) {
+      if (!m_ckpt.resume_auto()) throw;
+      // Every rank saw the same bytes and the same error; try the previous one.
+      if (m_comm.rank() == 0) {
+        fmt::print(stderr, "warning: {}; falling back to the previous complete checkpoint\n", e.what());
+        std::fflush(stderr);
+      }
+      damaged.push_back(path);
+    }
+  }
+  if (!damaged.empty())
+    throw InputError(fmt::format(
+        "{}: checkpoint.resume = \"auto\": none of the {} checkpoint(s) in '{}' can be loaded (each is damaged, "
+        "see the warnings above); nothing was overwritten. Set checkpoint.resume to a good file, or use "
+        "resume = \"never\" with another checkpoint.dir to start afresh",
+        m_cfg.source_name, damaged.size(), m_ckpt.dir()));
+}
+
+template <class P>
+void TrainState<P>::save(std::int64_t done) {
+  const ShardView<P> s = m_state.shard_view();
+  CheckpointMeta meta;
+  meta.step = done;
+  meta.samples_seen = m_samples;
+  const DataIdentity data = m_task.data_identity();
+  meta.tokens_seen = m_samples * data.seq_len;
+  meta.optimizer_updates = m_updates;
+  meta.sampler_seed = m_cfg.train.seed;
+  meta.world_size = m_comm.size();
+  meta.zero_stage = m_cfg.parallel.zero_stage;
+  meta.precision = m_cfg.precision.mode;
+  meta.alignment = m_state.layout().alignment();
+  meta.padded_size = m_state.layout().padded_size();
+  const LossScalerState st = m_scaler.state();
+  meta.loss_scale = st.scale;
+  meta.scaler_good_steps = st.good_steps;
+  meta.scaler_hysteresis_left = st.hysteresis_left;
+  meta.scaler_consecutive_skips = st.consecutive_skips;
+  meta.data_path = m_cfg.data.path;
+  meta.data_train_tokens = data.train_size;  // tokens (gpt) or samples (classifiers)
+  meta.data_vocab_size = data.vocab_size;
+  meta.seq_len = data.seq_len;
+  meta.config_text = to_toml(m_cfg);
+  meta.created_utc = utc_now();
+  meta.version = kVersion;
+  std::vector<CheckpointTensor> layout;
+  for (const auto& e : m_state.layout().entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
+  const std::size_t n = static_cast<std::size_t>(s.size());
+  std::vector<unsigned char> st_master, st_m, st_v, st_p;  // host copies of device state
+  std::vector<CheckpointVectorOut> vectors{{"master", CkptType::F32, to_host(m_state.backend(), s.master.data(), n, st_master)},
+                                           {"exp_avg", CkptType::F32, to_host(m_state.backend(), s.exp_avg.data(), n, st_m)},
+                                           {"exp_avg_sq", CkptType::F32, to_host(m_state.backend(), s.exp_avg_sq.data(), n, st_v)}};
+  if constexpr (std::is_same_v<P, f16>)
+    vectors.push_back({"params_fp16", CkptType::F16, to_host(m_state.backend(), s.params.data(), n, st_p)});
+  if constexpr (std::is_same_v<P, bf16>)
+    vectors.push_back({"params_bf16", CkptType::BF16, to_host(m_state.backend(), s.params.data(), n, st_p)});
+  const std::string path = m_ckpt.commit(done, [&](const std::string& partial, const std::function<void()>& pause) {
+    return write_checkpoint(partial, m_comm.comm(), meta, layout, vectors, s.lo, s.hi, pause);
+  });
+  if (m_comm.rank() == 0) {
+    const auto& w = m_ckpt.last_stats();
+    const double mb = static_cast<double>(w.bytes) / 1e6, secs = w.write_s + w.sync_s;
+    fmt::print("checkpoint step {}: {} | {:.2f} MB in {:.3f} s = {:.1f} MB/s (write {:.3f} s, fsync {:.3f} s; "
+               "commit {:.3f} s)\n",
+               done, path, mb, secs, secs > 0 ? mb / secs : 0.0, w.write_s, w.sync_s, m_ckpt.last_commit_seconds());
+    std::fflush(stdout);
+  }
+}
+
+// Reason codes: (what << 20) | (2^20 - 1 - rank), so that the maximum over
+// ranks names the wall-time guard before a signal, and the lowest rank.
+constexpr std::int64_t kStopWallTime = 1000;
+
+template <class P>
+typename TrainState<P>::Boundary TrainState<P>::agree_at_boundary(double step_s) {
+  std::int64_t what = pending_stop_signal();
+  if (m_comm.rank() == 0 && what == 0) {
+    // Before the first checkpoint: its cost estimated at 100 MB/s plus half a second.
+    const double bytes = static_cast<double>(m_state.layout().padded_size()) * (12.0 + (std::is_same_v<P, float> ? 0 : 2));
+    const double ckpt_s = m_ckpt.last_commit_seconds() > 0 ? m_ckpt.last_commit_seconds() : bytes / 100e6 + 0.5;
+    if (m_guard.must_stop(step_s, ckpt_s)) what = kStopWallTime;
+  }
+  std::int64_t flags[2] = {what == 0 ? 0 : (what << 20) | ((std::int64_t{1} << 20) - 1 - m_comm.rank()),
+                           m_comm.rank() == 0 && m_ckpt.minutes_elapsed() ? 1 : 0};
+  m_comm.all_reduce(std::span<std::int64_t>(flags), ReduceOp::Max);
+  return {flags[0], flags[1] != 0};
+}
+
+template <class P>
+std::string TrainState<P>::describe_stop(std::int64_t reason) const {
+  const std::int64_t what = reason >> 20, rank = (std::int64_t{1} << 20) - 1 - (reason & ((1 << 20) - 1));
+  if (what == kStopWallTime)
+    return fmt::format("the wall-time guard (train.time_limit / SLURM_JOB_END_TIME: {:.0f} s left, less than two "
+                       "steps and two checkpoints need)", m_guard.seconds_left());
+  return fmt::format("{} received by rank {}", stop_signal_name(static_cast<int>(what)), rank);
+}
+
+template class TrainState<float>;
+template class TrainState<f16>;
+template class TrainState<bf16>;
+
+}  // namespace shardtrain

@@ -1,0 +1,89 @@
+// shardtrain/train/train_state.hpp
+// Owns what of a run outlives a job beside the model state: the counters a
+// checkpoint holds (steps done, the data cursor, optimizer updates; the loss
+// scaler's state is saved and restored from the LossScaler), resume at
+// start-up and save at a step boundary (what goes into a checkpoint: the
+// counters and ModelState's shard; the directory and schedule are
+// CheckpointManager's, train/checkpointing.hpp), and the agreement at each
+// step boundary on stopping (a signal, the wall-time guard) and saving.
+// Invariants: every public call is collective over the run's ranks and gives
+// every rank the same answer or the same error; a checkpoint is loaded only
+// when its layout matches the model's (check_compatible), and is spread to the
+// stage's replicated copies (ModelState::replicate_shard) only after every CRC
+// of the read was checked.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config/run_config.hpp"
+#include "dist/model_state.hpp"
+#include "dist/mpi/mpi_communicator.hpp"
+#include "io/checkpoint.hpp"
+#include "optim/loss_scaler.hpp"
+#include "train/checkpointing.hpp"
+#include "train/lifecycle.hpp"
+#include "train/task.hpp"
+
+namespace shardtrain {
+
+template <class P>
+class TrainState {
+ public:
+  // Prepares checkpoint.dir and resumes from checkpoint.resume (the first
+  // candidate that loads wins; with "auto" a damaged file is reported and the
+  // previous one tried): loads `state`, the counters and `scaler`. `comm`: the
+  // run's host communicator (its MPI_Comm is the one the files are opened on);
+  // `state_comm` moves the model state's memory. Collective; every rank throws
+  // the same InputError.
+  TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm, ModelState<P>& state,
+             LossScaler& scaler, const Task<P>& task, std::int64_t pause_checkpoint_step);
+
+  std::int64_t start_step() const { return m_start_step; }  // steps done before this job
+  std::int64_t samples() const { return m_samples; }        // global index of the next training sample
+  void advance_samples(std::int64_t n) { m_samples += n; }
+  // The 0-based count of updates applied before the one about to be applied; counts it.
+  std::int64_t take_update() { return m_updates++; }
+  const std::string& resume_note() const { return m_resume_note; }  // rank 0's "resumed from ..." line
+  const CheckpointManager& checkpoints() const { return m_ckpt; }
+
+  // At a step boundary, one small all-reduce agrees on what the ranks and
+  // rank 0's clock know: whether any rank received a stop signal, or the
+  // wall-time guard says the next step and a checkpoint would not fit (`stop`:
+  // 0, or a reason for describe_stop), and whether checkpoint.every_minutes
+  // have passed. The same on every rank.
+  struct Boundary {
+    std::int64_t stop = 0;
+    bool checkpoint_time = false;
+  };
+  Boundary agree_at_boundary(double step_s);
+  std::string describe_stop(std::int64_t reason) const;
+
+  // Writes and commits the checkpoint of step `done` (1-based). Collective.
+  void save(std::int64_t done);
+
+ private:
+  void resume();
+  void check_compatible(const CheckpointReader& reader) const;
+  void load(CheckpointReader& reader);
+
+  const RunConfig& m_cfg;
+  MpiCommunicator& m_comm;
+  Communicator& m_state_comm;
+  ModelState<P>& m_state;
+  LossScaler& m_scaler;
+  const Task<P>& m_task;
+  CheckpointManager m_ckpt;
+  WallTimeGuard m_guard;
+  std::int64_t m_start_step = 0;  // steps done before this job (the resumed checkpoint's)
+  std::int64_t m_samples = 0;     // data cursor: global index of the next training sample
+  std::int64_t m_updates = 0;     // optimizer updates applied (skipped steps excluded)
+  std::string m_resume_note;
+};
+
+extern template class TrainState<float>;
+extern template class TrainState<f16>;
+extern template class TrainState<bf16>;
+
+}  // namespace shardtrain
