@@ -86,7 +86,7 @@ struct PrecisionConfig {
   std::int64_t max_consecutive_skips = 100;  // abort after this many skipped steps in a row, >= 1
 };
 
-// Activation recompute (plan/recompute.hpp, share/doc/config.md#recompute).
+// Activation recompute (model/recompute.hpp, share/doc/config.md#recompute).
 struct RecomputeConfig {
   std::string policy = "none";     // "none" | "full" | "sqrt" | "budget"
   double budget_mb = 0.0;          // policy "budget": activation MiB per rank, > 0

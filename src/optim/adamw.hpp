@@ -17,8 +17,8 @@
 #include "config/run_config.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "kernels/half.hpp"
-#include "model/param_layout.hpp"
+#include "core/half.hpp"
+#include "core/param_layout.hpp"
 
 namespace shardtrain {
 

@@ -32,7 +32,7 @@
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/zero_engine.hpp"
 #include "io/checkpoint.hpp"
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/memory.hpp"
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 
