@@ -19,7 +19,7 @@
 // size is still checked) — the fp32 tiles live in the 16-bit scratch arena.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

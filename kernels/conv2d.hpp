@@ -17,7 +17,7 @@
 #pragma once
 
 #include "cnn_shapes.hpp"
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

@@ -7,7 +7,7 @@
 // not representable in T (bf16 keeps 8 significant bits) is rounded by the caller.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

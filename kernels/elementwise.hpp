@@ -4,7 +4,7 @@
 // fp32 and rounds once per element. None of them uses 16-bit scratch.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

@@ -7,7 +7,7 @@
 // dwpe rows are loaded into fp32 accumulators, see embedding.cpp).
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

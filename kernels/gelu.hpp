@@ -5,7 +5,7 @@
 // T = f16 / bf16: evaluated in fp32 on chunks (half_tiles.hpp) and rounded once.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

@@ -12,7 +12,7 @@
 // (C is read only when beta != 0), and the block of C is rounded back once.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

@@ -41,7 +41,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/types.hpp"
 

@@ -8,7 +8,7 @@
 // tiles of rows (half_tiles.hpp). dx, dw, db are added to in fp32 and rounded once.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

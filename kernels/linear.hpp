@@ -7,7 +7,7 @@
 // in fp32 and every output element is rounded once per call.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

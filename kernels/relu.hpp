@@ -8,7 +8,7 @@
 // T = f16 / bf16: exact (every result is an input value or 0); no scratch.
 #pragma once
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "half.hpp"
+#include "core/half.hpp"
 #include "types.hpp"
 
 namespace shardtrain {

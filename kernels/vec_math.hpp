@@ -19,6 +19,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/vectorize.hpp"  // SHARDTRAIN_TARGET_CLONES, SHARDTRAIN_ALWAYS_INLINE
+
 // Tells the compiler that a loop carries no dependence through memory. Used on
 // elementwise loops whose output may alias an input at the SAME index (in-place
 // ops), where `restrict` would be a lie but vectorisation is still correct.
@@ -28,27 +30,6 @@
 #define SHARDTRAIN_IVDEP _Pragma("GCC ivdep")
 #else
 #define SHARDTRAIN_IVDEP
-#endif
-
-// Marks a hot row/span function to be compiled for AVX-512 (x86-64-v4), AVX2
-// (x86-64-v3) and baseline x86-64, with the best one picked once at load time
-// (GCC ifunc). The kernels are built with -ffp-contract=off, so no clone fuses
-// a*b+c into an FMA and every clone returns the same bits: only vector width
-// differs. Other compilers/targets get the plain function.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && \
-    defined(__linux__) && !defined(SHARDTRAIN_NO_TARGET_CLONES)
-#define SHARDTRAIN_TARGET_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SHARDTRAIN_TARGET_CLONES
-#endif
-
-// The helpers below are forced inline so that they are compiled inside each
-// clone (a plain call would run the baseline version).
-#if defined(__GNUC__)
-#define SHARDTRAIN_ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define SHARDTRAIN_ALWAYS_INLINE inline
 #endif
 
 namespace shardtrain::vec {

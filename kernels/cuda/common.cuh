@@ -4,7 +4,7 @@
 // and the check after a launch. Every op takes device pointers and the stream
 // it runs on; nothing here allocates or synchronizes.
 // Invariants: 16-bit values are widened to fp32 for arithmetic and rounded once
-// (round to nearest even) when stored, as the host kernels do (kernels/half.hpp).
+// (round to nearest even) when stored, as the host kernels do (core/half.hpp).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,5 +1,5 @@
 // shardtrain/kernels/cuda/cudnn_sdpa.cpp
-// CudnnSdpa: SdpaGraph (src/backend/cudnn_graph.hpp) -> cuDNN 9 backend
+// CudnnSdpa: SdpaGraph (kernels/cuda/cudnn_graph.hpp) -> cuDNN 9 backend
 // descriptors -> execution plans, and their execution. The translation is
 // mechanical: one CUDNN_BACKEND_TENSOR_DESCRIPTOR per TensorDesc (our enums carry
 // cuDNN's values, checked below), one operation descriptor (plus its matmul /

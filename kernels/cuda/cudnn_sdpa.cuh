@@ -1,7 +1,7 @@
 // shardtrain/kernels/cuda/cudnn_sdpa.cuh
 // Owns causal multi-head attention through cuDNN's fused flash-attention (SDPA)
 // graphs: the forward and backward graphs described and validated on the host
-// by src/backend/cudnn_graph.hpp, turned into cuDNN 9 backend descriptors
+// by kernels/cuda/cudnn_graph.hpp, turned into cuDNN 9 backend descriptors
 // (tensors, operations, operation graph, engine heuristics mode A, engine
 // config, execution plan) once in the constructor, and executed with a variant
 // pack per call. Every cuDNN call is checked (SHARDTRAIN_CUDNN_CHECK: call,
@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/cudnn_graph.hpp"
+#include "kernels/cuda/cudnn_graph.hpp"
 
 namespace shardtrain::cuda {
 

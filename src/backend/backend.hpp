@@ -26,8 +26,8 @@
 
 #include "core/memory.hpp"
 #include "core/profiler.hpp"
-#include "kernels/half.hpp"
-#include "model/param_layout.hpp"
+#include "core/half.hpp"
+#include "core/param_layout.hpp"
 
 namespace shardtrain {
 

@@ -21,7 +21,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"

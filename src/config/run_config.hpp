@@ -89,7 +89,7 @@ struct PrecisionConfig {
   std::int64_t max_consecutive_skips = 100;
 };
 
-// Activation recompute (plan/recompute.hpp).
+// Activation recompute (model/recompute.hpp, share/doc/config.md#recompute).
 struct RecomputeConfig {
   std::string policy = "none";
   double budget_mb = 0.0;  // policy "budget" only

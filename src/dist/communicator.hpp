@@ -23,11 +23,11 @@
 #include <span>
 #include <string>
 
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain {
 
-// F16 and BF16 (kernels/half.hpp) are moved as 16-bit words; their reductions
+// F16 and BF16 (core/half.hpp) are moved as 16-bit words; their reductions
 // convert each pair of elements to fp32, combine, and round back once.
 enum class DType { F32, F64, I32, I64, U8, F16, BF16 };
 enum class ReduceOp { Sum, Max, Min };

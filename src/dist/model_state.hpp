@@ -31,8 +31,8 @@
 #include "backend/backend.hpp"
 #include "core/memory.hpp"
 #include "dist/communicator.hpp"
-#include "kernels/half.hpp"
-#include "model/param_layout.hpp"
+#include "core/half.hpp"
+#include "core/param_layout.hpp"
 
 namespace shardtrain {
 

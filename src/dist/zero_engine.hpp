@@ -38,11 +38,11 @@
 
 #include "backend/backend.hpp"
 #include "core/memory.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "dist/communicator.hpp"
 #include "dist/model_state.hpp"
-#include "model/param_layout.hpp"
-#include "model/param_provider.hpp"
+#include "core/param_layout.hpp"
+#include "core/param_provider.hpp"
 
 namespace shardtrain {
 

@@ -2,7 +2,7 @@
 // Owns the interface the trainer drives every classification model through
 // (issue 9: `mlp`, `cnn`, `encoder_classifier`): one labelled sample in, one
 // row of class logits out, loss = cross-entropy against the label. The models
-// follow the GPT's parameter-group protocol (model/param_provider.hpp), so
+// follow the GPT's parameter-group protocol (core/param_provider.hpp), so
 // every ZeRO stage applies, and run their kernels through the backend's
 // ModelOps (backend/model_ops.hpp). Gradients ACCUMULATE over micro-batches.
 #pragma once
@@ -12,8 +12,8 @@
 
 #include "backend/backend.hpp"
 #include "core/types.hpp"
-#include "kernels/half.hpp"
-#include "model/param_provider.hpp"
+#include "core/half.hpp"
+#include "core/param_provider.hpp"
 
 namespace shardtrain {
 

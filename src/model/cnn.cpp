@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 #include "kernels/conv2d.hpp"  // conv2d_workspace_elems, conv2d_half_scratch_elems
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "model/param_init.hpp"
 
 namespace shardtrain {

@@ -3,7 +3,7 @@
 // in LeCun et al. 1998): images (B, C, H, W) -> [Conv2d (stride 1) -> ReLU ->
 // MaxPool(pool, pool)] per conv -> flatten -> [Linear -> ReLU -> Dropout] per
 // hidden width -> Linear -> logits (B, K), loss = cross-entropy against the labels.
-// Parameters follow the GPT's protocol (model/param_provider.hpp) as the MLP
+// Parameters follow the GPT's protocol (core/param_provider.hpp) as the MLP
 // does: every layer is one parameter group in forward order ("conv.i.weight"
 // (OC, IC, K, K) with weight decay, "conv.i.bias", then "fc.j.weight" (out, in)
 // with weight decay, "fc.j.bias"), acquired right before use and released right
@@ -30,8 +30,8 @@
 #include "core/memory.hpp"
 #include "core/types.hpp"
 #include "model/classifier.hpp"
-#include "model/param_layout.hpp"
-#include "model/param_provider.hpp"
+#include "core/param_layout.hpp"
+#include "core/param_provider.hpp"
 
 namespace shardtrain {
 

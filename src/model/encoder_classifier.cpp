@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cross_entropy.hpp"  // cross_entropy_half_scratch_elems
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/linear.hpp"         // linear_half_scratch_elems
 
 namespace shardtrain {

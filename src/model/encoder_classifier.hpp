@@ -11,7 +11,7 @@
 // Masks depend on (dropout_seed, site stream, global element index) with row r
 // of a micro-batch = global sample first_sample + r, so they do not depend on
 // the rank count or the micro-batch split.
-// Parameter groups (GPT protocol, model/param_provider.hpp): 0 = wte + wpe,
+// Parameter groups (GPT protocol, core/param_provider.hpp): 0 = wte + wpe,
 // 1..L = blocks, L+1 = ln_f + head; acquired right before use, released right
 // after, so every ZeRO stage works. Gradients ACCUMULATE over micro-batches.
 // Activations (category Activations, all kept: no recompute): embeddings
@@ -28,8 +28,8 @@
 #include "core/memory.hpp"
 #include "core/types.hpp"
 #include "model/classifier.hpp"
-#include "model/param_layout.hpp"
-#include "model/param_provider.hpp"
+#include "core/param_layout.hpp"
+#include "core/param_provider.hpp"
 #include "model/transformer_block.hpp"
 
 namespace shardtrain {

@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain {
 

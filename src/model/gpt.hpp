@@ -10,7 +10,7 @@
 // its activation arena (category Activations: what backward needs) and its
 // workspace (category Workspace: scratch reused by every block), both sized
 // once, before the first step, for micro-batches of up to max_batch sequences.
-// Recompute: the blocks are a chain run by a RecomputeSchedule (plan/recompute.hpp):
+// Recompute: the blocks are a chain run by a RecomputeSchedule (model/recompute.hpp):
 // forward() runs the schedule's forward pass, backward() the rest (re-running
 // block forwards where it says so); the arena holds the head, the schedule's
 // internals and checkpoint slots and its scratch block, sized by the schedule's
@@ -32,12 +32,12 @@
 #include "backend/model_ops.hpp"
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/types.hpp"
-#include "model/param_layout.hpp"
-#include "model/param_provider.hpp"
+#include "core/param_layout.hpp"
+#include "core/param_provider.hpp"
 #include "model/transformer_block.hpp"
-#include "plan/recompute.hpp"
+#include "model/recompute.hpp"
 
 namespace shardtrain {
 

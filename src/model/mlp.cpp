@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "model/param_init.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain {
 

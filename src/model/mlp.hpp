@@ -2,7 +2,7 @@
 // Owns the multilayer perceptron classifier (issue 9's `mlp`, e.g. MNIST
 // 784-300-100-10 as in LeCun et al. 1998): inputs (B, D) -> Linear -> ReLU ->
 // ... -> Linear -> logits (B, K), loss = cross-entropy against the labels.
-// Parameters follow the GPT's protocol (model/param_provider.hpp): layer i is
+// Parameters follow the GPT's protocol (core/param_provider.hpp): layer i is
 // parameter group i ("fc.i.weight" (out, in) with weight decay, "fc.i.bias"),
 // acquired right before use and released right after, so every ZeRO stage
 // works; gradients ACCUMULATE over micro-batches. The kernels are the
@@ -20,8 +20,8 @@
 #include "core/memory.hpp"
 #include "core/types.hpp"
 #include "model/classifier.hpp"
-#include "model/param_layout.hpp"
-#include "model/param_provider.hpp"
+#include "core/param_layout.hpp"
+#include "core/param_provider.hpp"
 
 namespace shardtrain {
 

@@ -6,7 +6,7 @@
 
 #include "core/rng.hpp"
 #include "core/types.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 
 namespace shardtrain {
 

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "kernels/attention.hpp"  // attention_saved_elems / attention_workspace_elems: the layouts
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain {
 

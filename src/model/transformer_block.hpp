@@ -21,7 +21,7 @@
 #include <string>
 
 #include "backend/model_ops.hpp"
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 
 namespace shardtrain {
 

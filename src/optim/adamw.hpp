@@ -16,7 +16,7 @@
 #include "backend/backend.hpp"
 #include "config/run_config.hpp"
 #include "dist/model_state.hpp"
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 
 namespace shardtrain {
 

@@ -24,8 +24,8 @@
 #include "core/memory.hpp"
 #include "model/classifier.hpp"
 #include "model/gpt.hpp"
-#include "model/param_layout.hpp"
-#include "plan/recompute.hpp"
+#include "core/param_layout.hpp"
+#include "model/recompute.hpp"
 
 namespace shardtrain {
 

@@ -21,7 +21,7 @@
 
 #include "config/run_config.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "plan/memory_plan.hpp"
 
 namespace shardtrain {

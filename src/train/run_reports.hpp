@@ -16,7 +16,7 @@
 #include "core/profiler.hpp"
 #include "dist/communicator.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/run_directory.hpp"
 

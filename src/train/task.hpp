@@ -29,8 +29,8 @@
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
-#include "model/param_layout.hpp"
-#include "model/param_provider.hpp"
+#include "core/param_layout.hpp"
+#include "core/param_provider.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/classification_metrics.hpp"
 

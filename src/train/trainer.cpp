@@ -27,7 +27,7 @@
 #include "dist/mpi/mpi_communicator.hpp"
 #include "dist/watchdog.hpp"
 #include "dist/zero_engine.hpp"
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"

@@ -29,7 +29,7 @@
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/pool.cuh"
 #include "kernels/dropout.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/pool.hpp"
 
 namespace shardtrain {

@@ -1,6 +1,6 @@
 // Device tests of CudnnSdpa (kernels/cuda/cudnn_sdpa.cuh: causal attention
 // through cuDNN's fused SDPA graphs, built as cudnn-frontend v1.19.0 lowers its
-// SDPA nodes; src/backend/cudnn_graph.hpp) against our CUDA attention kernels
+// SDPA nodes; kernels/cuda/cudnn_graph.hpp) against our CUDA attention kernels
 // (kernels/cuda/attention.cuh: cuBLAS batched GEMMs + causal softmax), for
 // __half and __nv_bfloat16 (cuDNN's flash engines take no fp32).
 //
@@ -49,7 +49,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cudnn_graph.hpp"
+#include "kernels/cuda/cudnn_graph.hpp"
 #include "core/cuda_check.hpp"
 #include "device_buffer.hpp"
 #include "kernels/cuda/attention.cuh"

@@ -22,7 +22,7 @@
 #include "core/cuda_check.hpp"
 #include "device_buffer.hpp"
 #include "kernels/cuda/vector_reduce.cuh"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain::test {
 

@@ -28,7 +28,7 @@
 #include "dist/zero_engine.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
-#include "plan/recompute.hpp"
+#include "model/recompute.hpp"
 
 namespace shardtrain {
 namespace {

@@ -32,7 +32,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/seq_pool.cuh"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/seq_pool.hpp"
 

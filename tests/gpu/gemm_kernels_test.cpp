@@ -49,7 +49,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/gemm.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/linear.hpp"
 #include "device_buffer.hpp"

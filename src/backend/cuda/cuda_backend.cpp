@@ -14,7 +14,6 @@
 #include "backend/cuda/device_types.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
-#include "dist/nccl/nccl_communicator.hpp"
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/vector_reduce.cuh"
@@ -25,7 +24,7 @@ namespace {
 
 class DeviceMemory final : public MemorySpace {
  public:
-  DeviceMemory(cudaStream_t compute, NcclCommunicator& comm) : m_stream(compute), m_comm(comm) {}
+  DeviceMemory(cudaStream_t compute, CollectiveStream& comm) : m_stream(compute), m_comm(comm) {}
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
     const cudaError_t rc = cudaMalloc(&p, bytes);
@@ -50,7 +49,7 @@ class DeviceMemory final : public MemorySpace {
     //    buffer (an all-gather into new parameters, a reduce-scatter into a new
     //    shard) with no kernel, hence no fence, in between; the fill could then
     //    land after NCCL's result. So the comm stream is made to wait for the
-    //    compute stream here (an event, NcclCommunicator::wait_for_stream): every
+    //    compute stream here (an event, CollectiveStream::wait_for_stream): every
     //    collective queued after this call is ordered after the fill on the
     //    device. No cudaStreamSynchronize is needed for that (stream order is
     //    enough, and a host sync would drain the compute queue on every
@@ -71,7 +70,7 @@ class DeviceMemory final : public MemorySpace {
 
  private:
   cudaStream_t m_stream;
-  NcclCommunicator& m_comm;
+  CollectiveStream& m_comm;
 };
 
 // Vector ops on the compute stream. Results the host needs (norm, first
@@ -190,7 +189,7 @@ class NoDoubleOps final : public VectorOps<double> {
 }  // namespace
 
 struct CudaBackend::Impl {
-  Impl(cudaStream_t s, NcclCommunicator& comm) : memory(s, comm), f32(s), f16_ops(s), bf16_ops(s) {}
+  Impl(cudaStream_t s, CollectiveStream& comm) : memory(s, comm), f32(s), f16_ops(s), bf16_ops(s) {}
   DeviceMemory memory;
   CudaVectorOps<float> f32;
   CudaVectorOps<f16> f16_ops;
@@ -198,7 +197,7 @@ struct CudaBackend::Impl {
   NoDoubleOps f64;
 };
 
-CudaBackend::CudaBackend(NcclCommunicator& comm) : m_comm(comm), m_device(comm.device()) {
+CudaBackend::CudaBackend(CollectiveStream& comm) : m_comm(comm), m_device(comm.device()) {
   // The communicator made the device current for this thread.
   SHARDTRAIN_CUDA_CHECK(cudaSetDevice(m_device));
   cudaDeviceProp prop{};

@@ -1,11 +1,12 @@
 // shardtrain/backend/cuda/cuda_backend.hpp
 // Owns the CUDA backend (CUDA build only, target shardtrain_cuda_backend): one
-// device per rank, the one chosen by the NcclCommunicator it is built on (which
+// device per rank, the one chosen by the communicator it is built on (a
+// CollectiveStream: the NcclCommunicator of dist/nccl, which
 // checked the devices and agreed on the outcome before anything was allocated:
 // no device, or fewer than the node's ranks, is an Error on every rank, exit 1).
 // Streams: one compute stream (non-blocking) for every kernel and copy; the
 // communicator's stream for collectives. collectives_after_compute() makes the
-// comm stream wait for the compute stream (NcclCommunicator::wait_for_stream),
+// comm stream wait for the compute stream (CollectiveStream::wait_for_stream),
 // compute_after_collectives() the other way round (make_stream_wait); neither
 // blocks the host. Handles: one cuBLAS handle bound to the compute stream
 // (tensor-core GEMMs with fp32 accumulation, kernels/cuda/gemm.cuh).
@@ -23,15 +24,14 @@
 #include <memory>
 #include <string>
 
+#include "backend/cuda/collective_stream.hpp"
 #include "backend/model_ops.hpp"
 
 namespace shardtrain {
 
-class NcclCommunicator;
-
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(NcclCommunicator& comm);
+  explicit CudaBackend(CollectiveStream& comm);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -57,7 +57,7 @@ class CudaBackend final : public Backend {
 
  private:
   struct Impl;
-  NcclCommunicator& m_comm;
+  CollectiveStream& m_comm;
   int m_device = -1;
   cudaStream_t m_stream = nullptr;
   cublasHandle_t m_cublas = nullptr;

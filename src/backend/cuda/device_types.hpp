@@ -6,7 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain {
 

@@ -66,11 +66,12 @@
 #include <cstddef>
 #include <span>
 
+#include "backend/cuda/collective_stream.hpp"
 #include "dist/communicator.hpp"
 
 namespace shardtrain {
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public Communicator, public CollectiveStream {
  public:
   explicit NcclCommunicator(MPI_Comm comm);
   ~NcclCommunicator() override;
@@ -123,14 +124,14 @@ class NcclCommunicator final : public Communicator {
 
   // --- Streams (see the ordering notes at the top).
   cudaStream_t stream() const { return m_stream; }
-  int device() const { return m_device; }
+  int device() const override { return m_device; }
   ncclComm_t nccl_comm() const { return m_nccl; }
   // The comm stream waits (on the device, the host does not block) for `ready`.
   void wait_for_event(cudaEvent_t ready);
   // The comm stream waits for everything queued on `producer` so far.
-  void wait_for_stream(cudaStream_t producer);
+  void wait_for_stream(cudaStream_t producer) override;
   // `consumer` waits for everything queued on the comm stream so far.
-  void make_stream_wait(cudaStream_t consumer);
+  void make_stream_wait(cudaStream_t consumer) override;
   // The host waits for everything queued on the comm stream.
   void synchronize();
 

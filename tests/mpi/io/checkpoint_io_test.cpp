@@ -32,7 +32,7 @@
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5_check.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
 namespace shardtrain {
 namespace {

@@ -1,5 +1,5 @@
 // tests/unit/backend/cudnn_graph_test.cpp
-// The cuDNN SDPA graph description (src/backend/cudnn_graph.hpp), on the host:
+// The cuDNN SDPA graph description (kernels/cuda/cudnn_graph.hpp), on the host:
 // the exact views of Q, K, V, O, Stats, dO, dQ, dK, dV into our packed buffers
 // for a shape whose numbers do not coincide (B=3, T=5, C=48, H=3, D=16); both
 // graphs node by node against what cudnn-frontend v1.19.0 lowers its SDPA nodes
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cudnn_graph.hpp"
+#include "kernels/cuda/cudnn_graph.hpp"
 #include "core/error.hpp"
 
 namespace shardtrain::cudnn {

@@ -18,7 +18,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"

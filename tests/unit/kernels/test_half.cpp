@@ -1,4 +1,4 @@
-// Tests kernels/half.hpp bit for bit: every f16 and bf16 pattern decodes to the
+// Tests core/half.hpp bit for bit: every f16 and bf16 pattern decodes to the
 // IEEE value (computed independently with ldexp) and encodes back to itself;
 // float -> f16/bf16 rounds to nearest even with IEEE overflow on 1e6 seeded
 // random floats (whole range, subnormal f16 range, ties, near 65504/65520,
@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/types.hpp"
 
 namespace shardtrain {

@@ -43,7 +43,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/half_tiles.hpp"
 #include "kernels/layernorm.hpp"

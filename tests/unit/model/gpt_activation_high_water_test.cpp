@@ -15,8 +15,8 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "model/gpt.hpp"
-#include "model/param_layout.hpp"
-#include "plan/recompute.hpp"
+#include "core/param_layout.hpp"
+#include "model/recompute.hpp"
 
 namespace shardtrain {
 namespace {

@@ -12,8 +12,8 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "model/gpt.hpp"
-#include "model/param_layout.hpp"
-#include "model/param_provider.hpp"
+#include "core/param_layout.hpp"
+#include "core/param_provider.hpp"
 
 namespace shardtrain {
 namespace {

@@ -1,4 +1,4 @@
-// Unit tests of the recompute scheduler (plan/recompute.hpp): the fixed
+// Unit tests of the recompute scheduler (model/recompute.hpp): the fixed
 // policies (none, full, sqrt), the budget DP, min_recompute_peak, the op-list
 // simulator and format_schedule. Every chain is built by hand here:
 //  - uniform_chain: GPT-like blocks, output 1000 bytes, internals 18500 bytes
@@ -54,7 +54,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "plan/recompute.hpp"
+#include "model/recompute.hpp"
 
 namespace shardtrain {
 namespace {

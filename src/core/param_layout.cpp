@@ -1,5 +1,5 @@
 // ParamLayout: offsets, alignment and padding of the flat parameter vector.
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 
 #include <numeric>
 

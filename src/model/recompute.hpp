@@ -1,4 +1,4 @@
-// shardtrain/plan/recompute.hpp
+// shardtrain/model/recompute.hpp
 // Owns the recompute scheduler: which activations of a chain of layers (the
 // transformer blocks) are kept through the forward pass and which are
 // recomputed in backward, decided before the first step from the chain's

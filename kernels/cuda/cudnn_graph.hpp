@@ -1,4 +1,4 @@
-// shardtrain/backend/cudnn_graph.hpp
+// shardtrain/kernels/cuda/cudnn_graph.hpp
 // Owns the description of cuDNN's fused scaled-dot-product attention (SDPA,
 // "flash attention") forward and backward operation graphs as plain data, in the
 // terms of the cuDNN 9 backend API: tensors (uid, data type, dims, strides, byte

@@ -1,4 +1,4 @@
-// shardtrain/backend/cudnn_graph.cpp
+// shardtrain/kernels/cuda/cudnn_graph.cpp
 // Builds and validates the cuDNN SDPA operation graphs described in
 // cudnn_graph.hpp. Pure host code: no cuDNN or CUDA header.
 //
@@ -44,7 +44,7 @@
 // sm_80 and sm_90 in every cuDNN 9 release: d % 8 == 0 and d <= 128 (GPT-2's
 // d = 64 is inside it). Engines can still refuse a graph at run time; CudnnSdpa
 // then throws with this graph's describe() in the message.
-#include "backend/cudnn_graph.hpp"
+#include "kernels/cuda/cudnn_graph.hpp"
 
 #include <algorithm>
 #include <cmath>

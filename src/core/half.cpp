@@ -1,14 +1,14 @@
-// shardtrain/kernels/half.cpp
+// shardtrain/core/half.cpp
 // Owns the bulk helpers of half.hpp over host arrays: float <-> f16/bf16
 // conversion and the inf/NaN scans. They live in a .cpp (not the header) so that
-// they are compiled once, with the kernels' flags (-fno-trapping-math lets GCC
-// vectorise the select chains) and as x86-64-v4/v3/baseline clones: each loop
+// they are compiled once, with the kernels' floating-point flags (set on this file
+// in src/core/CMakeLists.txt; -fno-trapping-math lets GCC vectorise the select chains) and as x86-64-v4/v3/baseline clones: each loop
 // is the scalar conversion of half.hpp, so every clone gives the same bits.
 // Invariants: the scans return the FIRST non-finite index (blocks are checked
 // with an OR-reduction, then the hit block is scanned in order); n == 0 is valid.
-#include "kernels/half.hpp"
+#include "core/half.hpp"
 
-#include "kernels/vec_math.hpp"
+#include "core/vectorize.hpp"
 
 namespace shardtrain {
 namespace {

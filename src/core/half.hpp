@@ -1,4 +1,4 @@
-// shardtrain/kernels/half.hpp
+// shardtrain/core/half.hpp
 // Owns the 16-bit floating-point storage types of mixed precision: f16 (IEEE 754
 // binary16) and bf16 (bfloat16). Parameters, activations and gradients may be
 // STORED in 16 bits; all arithmetic is done in compute_t<T> (fp32) after
@@ -23,8 +23,8 @@
 //    bit widening (bits << 16), exact for every pattern including NaNs.
 //  - The conversions are branch-free bit manipulation plus at most one exact
 //    float add or multiply: no tables, no libm, no _Float16 (so nvcc and any host
-//    compiler see the same code), constexpr, and usable inside Kokkos lambdas on
-//    host or device (KOKKOS_INLINE_FUNCTION). The only float operations are exact
+//    compiler see the same code), constexpr, and usable inside Kokkos lambdas and
+//    CUDA code on host or device (SHARDTRAIN_HOST_DEVICE). The only float operations are exact
 //    or round a value once in round-to-nearest, so flush-to-zero modes (CUDA
 //    -ftz, x86 DAZ/FTZ) do not change any result.
 //
@@ -36,11 +36,19 @@
 // they are defined in half.cpp, vectorised for x86-64-v4/v3/baseline.
 #pragma once
 
-#include <Kokkos_Macros.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+// Callable from device code too (Kokkos device lambdas, CUDA): __host__ __device__
+// under nvcc / a device compiler, nothing otherwise (every function here is
+// constexpr, hence inline). The same definition as core/rng.hpp's; no Kokkos, so
+// this header stays in core, below the kernels.
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define SHARDTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define SHARDTRAIN_HOST_DEVICE
+#endif
 
 namespace shardtrain {
 
@@ -48,16 +56,16 @@ namespace half_detail {
 
 // __builtin_bit_cast (GCC >= 11, Clang >= 9, nvcc) is constexpr and, unlike
 // std::bit_cast, callable from device code without --expt-relaxed-constexpr.
-KOKKOS_INLINE_FUNCTION constexpr std::uint32_t bits_of(float x) {
+SHARDTRAIN_HOST_DEVICE constexpr std::uint32_t bits_of(float x) {
   return __builtin_bit_cast(std::uint32_t, x);
 }
-KOKKOS_INLINE_FUNCTION constexpr float float_of(std::uint32_t b) {
+SHARDTRAIN_HOST_DEVICE constexpr float float_of(std::uint32_t b) {
   return __builtin_bit_cast(float, b);
 }
 
 // float -> binary16 bits, round to nearest even. Written as selects between
 // candidates that are all computed, so loops over it vectorise.
-KOKKOS_INLINE_FUNCTION constexpr std::uint16_t f16_bits_from_float(float x) {
+SHARDTRAIN_HOST_DEVICE constexpr std::uint16_t f16_bits_from_float(float x) {
   const std::uint32_t w = bits_of(x);
   const std::uint32_t sign = (w >> 16) & 0x8000u;
   const std::uint32_t a = w & 0x7FFFFFFFu;  // |x|
@@ -79,7 +87,7 @@ KOKKOS_INLINE_FUNCTION constexpr std::uint16_t f16_bits_from_float(float x) {
 }
 
 // binary16 bits -> float, exact.
-KOKKOS_INLINE_FUNCTION constexpr float float_from_f16_bits(std::uint16_t h) {
+SHARDTRAIN_HOST_DEVICE constexpr float float_from_f16_bits(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t a = h & 0x7FFFu;
   const std::uint32_t normal = (a << 13) + 0x38000000u;  // exponent + 112
@@ -92,14 +100,14 @@ KOKKOS_INLINE_FUNCTION constexpr float float_from_f16_bits(std::uint16_t h) {
 }
 
 // float -> bfloat16 bits, round to nearest even; NaN -> quiet NaN.
-KOKKOS_INLINE_FUNCTION constexpr std::uint16_t bf16_bits_from_float(float x) {
+SHARDTRAIN_HOST_DEVICE constexpr std::uint16_t bf16_bits_from_float(float x) {
   const std::uint32_t w = bits_of(x);
   const std::uint32_t rounded = (w + 0x7FFFu + ((w >> 16) & 1u)) >> 16;
   const std::uint32_t nan = (w >> 16) | 0x0040u;
   return static_cast<std::uint16_t>((w & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
-KOKKOS_INLINE_FUNCTION constexpr float float_from_bf16_bits(std::uint16_t b) {
+SHARDTRAIN_HOST_DEVICE constexpr float float_from_bf16_bits(std::uint16_t b) {
   return float_of(static_cast<std::uint32_t>(b) << 16);
 }
 
@@ -110,12 +118,12 @@ struct f16 {
   std::uint16_t bits = 0;
 
   f16() = default;
-  KOKKOS_INLINE_FUNCTION explicit constexpr f16(float x)
+  SHARDTRAIN_HOST_DEVICE explicit constexpr f16(float x)
       : bits(half_detail::f16_bits_from_float(x)) {}
-  KOKKOS_INLINE_FUNCTION explicit constexpr operator float() const {
+  SHARDTRAIN_HOST_DEVICE explicit constexpr operator float() const {
     return half_detail::float_from_f16_bits(bits);
   }
-  KOKKOS_INLINE_FUNCTION static constexpr f16 from_bits(std::uint16_t b) {
+  SHARDTRAIN_HOST_DEVICE static constexpr f16 from_bits(std::uint16_t b) {
     f16 h;
     h.bits = b;
     return h;
@@ -127,12 +135,12 @@ struct bf16 {
   std::uint16_t bits = 0;
 
   bf16() = default;
-  KOKKOS_INLINE_FUNCTION explicit constexpr bf16(float x)
+  SHARDTRAIN_HOST_DEVICE explicit constexpr bf16(float x)
       : bits(half_detail::bf16_bits_from_float(x)) {}
-  KOKKOS_INLINE_FUNCTION explicit constexpr operator float() const {
+  SHARDTRAIN_HOST_DEVICE explicit constexpr operator float() const {
     return half_detail::float_from_bf16_bits(bits);
   }
-  KOKKOS_INLINE_FUNCTION static constexpr bf16 from_bits(std::uint16_t b) {
+  SHARDTRAIN_HOST_DEVICE static constexpr bf16 from_bits(std::uint16_t b) {
     bf16 h;
     h.bits = b;
     return h;
@@ -160,17 +168,17 @@ template <class T> using compute_t = typename compute_type<std::remove_cv_t<T>>:
 
 // --- Scalar conversions -----------------------------------------------------
 
-KOKKOS_INLINE_FUNCTION constexpr float to_float(f16 x) {
+SHARDTRAIN_HOST_DEVICE constexpr float to_float(f16 x) {
   return half_detail::float_from_f16_bits(x.bits);
 }
-KOKKOS_INLINE_FUNCTION constexpr float to_float(bf16 x) {
+SHARDTRAIN_HOST_DEVICE constexpr float to_float(bf16 x) {
   return half_detail::float_from_bf16_bits(x.bits);
 }
-KOKKOS_INLINE_FUNCTION constexpr float to_float(float x) { return x; }
+SHARDTRAIN_HOST_DEVICE constexpr float to_float(float x) { return x; }
 
 // from_float<T>(x) for T in {f16, bf16, float}.
 template <class T>
-KOKKOS_INLINE_FUNCTION constexpr T from_float(float x) {
+SHARDTRAIN_HOST_DEVICE constexpr T from_float(float x) {
   static_assert(is_half_v<T> || std::is_same_v<T, float>, "from_float<T>: T is f16, bf16 or float");
   return T(x);
 }

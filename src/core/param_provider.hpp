@@ -1,4 +1,4 @@
-// shardtrain/model/param_provider.hpp
+// shardtrain/core/param_provider.hpp
 // Owns the contract between a model and whoever holds its parameters and
 // gradients (the ZeRO engine, or one flat vector). A model never keeps a
 // pointer to a group across a release: it acquires a group right before using
@@ -10,7 +10,7 @@
 // relative to it.
 #pragma once
 
-#include "model/param_layout.hpp"
+#include "core/param_layout.hpp"
 
 namespace shardtrain {
 

@@ -1,4 +1,4 @@
-// shardtrain/model/param_layout.hpp
+// shardtrain/core/param_layout.hpp
 // Owns ParamLayout: the ordered table (name, shape, offset) that maps every
 // parameter tensor into ONE flat vector. Gradients, fp32 master weights and
 // optimizer moments use the same layout, so a ZeRO shard is the contiguous

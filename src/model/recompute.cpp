@@ -1,6 +1,6 @@
 // The recompute scheduler: fixed policies, the budget DP, and the op-list
 // simulator every schedule is checked (and sized) with.
-#include "plan/recompute.hpp"
+#include "model/recompute.hpp"
 
 #include <algorithm>
 #include <cmath>
