@@ -1,4 +1,7 @@
 // The labelled-text importers and their pieces (see labelled_text.hpp).
+// Length (~520 lines): the pieces here (the CSV reader, document reading with e-mail
+// header stripping, the hashed train/val split, the option and class checks) are private
+// to the two importers (textdir, csv) at the bottom, which share all of them.
 #include "io/labelled_text.hpp"
 
 #include <algorithm>

@@ -44,6 +44,9 @@
 // sm_80 and sm_90 in every cuDNN 9 release: d % 8 == 0 and d <= 128 (GPT-2's
 // d = 64 is inside it). Engines can still refuse a graph at run time; CudnnSdpa
 // then throws with this graph's describe() in the message.
+// Length (~770 lines): the forward and backward SDPA graphs follow the frontend's
+// composite nodes node by node (listed above), and validate() shares their tensor
+// helpers; splitting the two graphs would separate each from the checks it must pass.
 #include "kernels/cuda/cudnn_graph.hpp"
 
 #include <algorithm>

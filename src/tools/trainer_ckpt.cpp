@@ -15,6 +15,8 @@
 // Invariants: OUT is written to OUT.partial and renamed into place only when
 // complete, so OUT is never a half-written file; memory use of `export` is
 // bounded by one tensor row block (kChunkElements), not by the model size.
+// Length (~560 lines): one tool's three subcommands and its two export writers (HDF5,
+// .npy); each is short, and they share the command line and error handling above.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
