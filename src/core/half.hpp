@@ -40,15 +40,7 @@
 #include <cstdint>
 #include <type_traits>
 
-// Callable from device code too (Kokkos device lambdas, CUDA): __host__ __device__
-// under nvcc / a device compiler, nothing otherwise (every function here is
-// constexpr, hence inline). The same definition as core/rng.hpp's; no Kokkos, so
-// this header stays in core, below the kernels.
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define SHARDTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define SHARDTRAIN_HOST_DEVICE
-#endif
+#include "core/host_device.hpp"  // SHARDTRAIN_HOST_DEVICE: callable from device code too
 
 namespace shardtrain {
 

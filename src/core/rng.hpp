@@ -8,13 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-// Functions that device code calls too (the CUDA dropout kernel, Kokkos device
-// lambdas): __host__ __device__ under nvcc / a device compiler, nothing otherwise.
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define SHARDTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define SHARDTRAIN_HOST_DEVICE
-#endif
+#include "core/host_device.hpp"  // SHARDTRAIN_HOST_DEVICE: callable from device code too
 
 namespace shardtrain {
 
