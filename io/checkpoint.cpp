@@ -321,8 +321,9 @@ std::size_t element_bytes(CkptType t) { return t == CkptType::F32 ? 4 : 2; }
 
 // ---------------------------------------------------------------------- write
 
-void warm_checkpoint_io(const std::string& dir, MPI_Comm comm) {
-  quiet_errors();
+void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointMeta& like,
+                        const std::vector<std::string>& tensor_names,
+                        const std::vector<std::pair<std::string, CkptType>>& vectors) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -330,19 +331,21 @@ void warm_checkpoint_io(const std::string& dir, MPI_Comm comm) {
   long job = rank == 0 ? static_cast<long>(getpid()) : 0;
   MPI_Bcast(&job, 1, MPI_LONG, 0, comm);
   const std::string path = dir + "/.shardtrain-io-probe-" + std::to_string(job) + ".h5";
-  constexpr std::int64_t kPerRank = 1024;
-  {
-    H5File file = create_parallel_file(path, comm, "the I/O probe file");
-    const hsize_t total = static_cast<hsize_t>(kPerRank * size);
-    H5Dataspace space(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &total, nullptr)));
-    H5Dataset ds(SHARDTRAIN_H5_CHECK(
-        H5Dcreate2(file, "probe", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    select_range(space, kPerRank * rank, kPerRank * (rank + 1));
-    H5Dataspace mem = memory_space(kPerRank);
-    const std::vector<float> values(static_cast<std::size_t>(kPerRank), static_cast<float>(rank));
-    H5PropList dxpl = xfer(true);
-    SHARDTRAIN_H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, dxpl, values.data()));
-  }
+  // The model's twin: a one-element tensor per name, padded to a whole number
+  // of elements per rank; each rank writes its block of every vector.
+  const std::int64_t count = std::max<std::int64_t>(1, static_cast<std::int64_t>(tensor_names.size()));
+  const std::int64_t per_rank = (count + size - 1) / size;
+  CheckpointMeta meta = like;
+  meta.world_size = size;
+  meta.alignment = 1;
+  meta.padded_size = per_rank * size;
+  std::vector<CheckpointTensor> layout;
+  for (std::size_t i = 0; i < tensor_names.size(); ++i)
+    layout.push_back({tensor_names[i], {1}, static_cast<std::int64_t>(i), 1});
+  const std::vector<float> zeros(static_cast<std::size_t>(per_rank), 0.0f);  // 0.0f is 0 in every CkptType
+  std::vector<CheckpointVectorOut> out;
+  for (const auto& [name, type] : vectors) out.push_back({name, type, zeros.data()});
+  write_checkpoint(path, comm, meta, layout, out, per_rank * rank, per_rank * (rank + 1));
   MPI_Barrier(comm);  // every rank has closed the file
   if (rank == 0) std::remove(path.c_str());
 }

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shardtrain {
@@ -96,15 +97,22 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
                                       std::int64_t lo, std::int64_t hi,
                                       const std::function<void()>& pause = {});
 
-// Brings up the checkpoint write path once, without a checkpoint: creates
-// DIR/.shardtrain-io-probe-<job>.h5 collectively with the same file access and
-// transfer properties as write_checkpoint, writes a 1,024-float hyperslab per
-// rank collectively, closes and deletes it. What this leaves resident (the
-// MPI-IO components Open MPI loads on first use, HDF5's parallel driver state)
-// would otherwise first appear at the first checkpoint; the trainer runs it
-// before it measures the process's RSS before the model
-// (train/process_memory.hpp). Collective; throws Error on I/O failure.
-void warm_checkpoint_io(const std::string& dir, MPI_Comm comm);
+// Brings up the checkpoint write path once, without a checkpoint: writes
+// DIR/.shardtrain-io-probe-<job>.h5 with write_checkpoint itself -- the
+// attributes and config text of `like`, one layout row and one virtual
+// /params view per name in `tensor_names` (each tensor a single element), a
+// state vector per entry of `vectors` -- then deletes it. Every structure a
+// real checkpoint of that model has is created once (HDF5's metadata caches,
+// the compound layout type, the virtual datasets, the CRC combine, fsync); only
+// the state data is tiny. What this leaves resident (the MPI-IO components
+// Open MPI loads on first use, HDF5's parallel driver state) would otherwise
+// first appear at the first checkpoint; the trainer runs it before it measures
+// the process's RSS before the model (train/process_memory.hpp), and VmHWM's
+// rise during it is the checkpoint I/O scratch. Collective; throws Error on
+// I/O failure.
+void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointMeta& like,
+                        const std::vector<std::string>& tensor_names,
+                        const std::vector<std::pair<std::string, CkptType>>& vectors);
 
 // An open checkpoint. Construction validates the structure (format, schema,
 // attributes, layout table, every state vector's type and length) without

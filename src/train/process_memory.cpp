@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "config/parse.hpp"
 #include "core/memory.hpp"
 #include "dist/zero_engine.hpp"
 #include "io/checkpoint.hpp"
@@ -41,7 +42,9 @@ std::size_t dtype_bytes(DType t) {
 
 }  // namespace
 
-void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const std::string& io_dir) {
+void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const RunConfig& config,
+                                  const ParamLayout& layout) {
+  const std::string& io_dir = config.checkpoint.dir;
   if (!io_dir.empty()) {
     namespace fs = std::filesystem;
     // The nearest existing directory on the checkpoint's path (rank 0 decides:
@@ -60,8 +63,23 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
     // HDF5 and MPI-IO take transient memory while a file is written (metadata
     // caches, collective buffers) and give it back at close: VmHWM's rise
     // above VmRSS in the probe is this rank's checkpoint I/O scratch.
+    // What a checkpoint of this run holds (train/train_state.cpp save), with one
+    // element per tensor.
+    CheckpointMeta like;
+    like.zero_stage = config.parallel.zero_stage;
+    like.precision = config.precision.mode;
+    like.data_path = config.data.path;
+    like.config_text = to_toml(config);
+    like.created_utc = "1970-01-01T00:00:00Z";
+    like.version = "probe";
+    std::vector<std::string> names;
+    for (const auto& e : layout.entries()) names.push_back(e.name);
+    std::vector<std::pair<std::string, CkptType>> vectors{
+        {"master", CkptType::F32}, {"exp_avg", CkptType::F32}, {"exp_avg_sq", CkptType::F32}};
+    if (config.precision.mode == "fp16") vectors.emplace_back("params_fp16", CkptType::F16);
+    if (config.precision.mode == "bf16") vectors.emplace_back("params_bf16", CkptType::BF16);
     const std::int64_t rss = process_rss_bytes();
-    warm_checkpoint_io(dir, comm.comm());
+    warm_checkpoint_io(dir, comm.comm(), like, names, vectors);
     const std::int64_t peak = process_peak_rss_bytes();
     plan.process.io_scratch = gather(rss >= 0 && peak >= 0 ? std::max<std::int64_t>(0, peak - rss) : 0, comm);
   } else {

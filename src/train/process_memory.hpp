@@ -8,6 +8,8 @@
 //     checkpoint would otherwise add).
 //   io_scratch: how far VmHWM rises above VmRSS while that probe file is
 //     written (HDF5 and MPI-IO transients, about 2-3 MiB per rank here).
+//     The probe has the real checkpoint's structure (attributes, config text,
+//     layout rows, virtual views, state vectors), only tiny data.
 //   collective_scratch: how far VmHWM rises above VmRSS while the MPI library
 //     runs the step's largest gradient collective (its internal temporaries,
 //     e.g. Open MPI's ring all-reduce buffers), probed once on a temporary
@@ -27,10 +29,12 @@
 namespace shardtrain {
 
 // Sets plan.process.before_model on every rank (collective; allocates nothing
-// the model needs). First brings up the checkpoint write path with a probe file
-// in `io_dir` (the checkpoint directory, or its nearest existing ancestor when
-// it does not exist yet; the probe is deleted); an empty io_dir skips that.
-void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const std::string& io_dir);
+// the model needs). First brings up the checkpoint write path with a probe
+// checkpoint of `layout`'s tensors (one element each) and the state vectors of
+// config's precision, written in config.checkpoint.dir (or its nearest existing
+// ancestor when it does not exist yet) and deleted; an empty dir skips that.
+void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const RunConfig& config,
+                                  const ParamLayout& layout);
 
 // Sets plan.process.collective_scratch on every rank (collective): runs the
 // gradient collective of `config`'s ZeRO stage once on a temporary host

@@ -24,7 +24,7 @@ template <class P>
 MemoryPlan plan_and_measure(const RunConfig& config, MpiCommunicator& comm, int world) {
   const auto task = make_task<P>(config, comm, world);  // the data set stays open, as in a run
   MemoryPlan plan = task->plan();
-  measure_process_before_model(plan, comm, config.checkpoint.dir);
+  measure_process_before_model(plan, comm, config, task->make_layout());
   // The probe allocates a gradient-sized buffer: only for this job's rank count,
   // and not when the plan already exceeds the limit without it.
   const double limit = config.train.memory_limit_mb;

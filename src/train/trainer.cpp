@@ -105,7 +105,7 @@ class Run final : public RunBase {
     m_plan = m_task->plan();
     // The predicted process peak (its measured terms: train/process_memory.hpp)
     // against train.memory_limit_mb, before anything large is allocated.
-    measure_process_before_model(m_plan, m_comm, cfg.checkpoint.dir);
+    measure_process_before_model(m_plan, m_comm, cfg, m_task->make_layout());
     check_memory_limit(m_plan, cfg);
 
     m_layout = std::make_unique<ParamLayout>(m_task->make_layout());
