@@ -30,9 +30,11 @@ namespace shardtrain {
 
 // Sets plan.process.before_model on every rank (collective; allocates nothing
 // the model needs). First brings up the checkpoint write path with a probe
-// checkpoint of `layout`'s tensors (one element each) and the state vectors of
-// config's precision, written in config.checkpoint.dir (or its nearest existing
-// ancestor when it does not exist yet) and deleted; an empty dir skips that.
+// checkpoint of `layout`'s tensors (one element each; a single tensor when no
+// checkpoint is scheduled: then only a signal's stop writes one) and the state
+// vectors of config's precision, written in config.checkpoint.dir (or its
+// nearest existing ancestor when it does not exist yet) and deleted; an empty
+// dir skips that.
 void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const RunConfig& config,
                                   const ParamLayout& layout);
 
