@@ -33,6 +33,8 @@ struct MetricsRow {
   std::uint32_t weights_crc = 0;      // CRC-32 of the fp32 (master) weights after the step
   double samples_per_s = 0.0;         // global samples (sequences, images, documents) per second
   std::optional<double> val_accuracy; // classifiers, when a validation pass ran at this step
+  double step_ms = 0.0;               // rank 0's wall time of the training step itself: data, forward,
+                                      // backward, collectives, norm, update (no evaluation, CRC or logging)
 };
 
 class RunDirectory {

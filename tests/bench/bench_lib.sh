@@ -41,6 +41,20 @@ bench_micro_batch() {
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit }
   print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
+# The step_ms column (rank 0's wall time of the training step itself, no
+# evaluation, CRC or logging) of steps WARMUP+1 .. LAST of a metrics.csv written
+# with train.log_every = 1. Dies unless there are exactly LAST - WARMUP.
+step_ms_times() {
+  local csv=$1 warmup=$2 last=$3 times n
+  times=$(awk -F, -v w="$warmup" -v last="$last" '
+    NR == 1 { for (i = 1; i <= NF; i++) if ($i == "step_ms") c = i; if (!c) exit 1; next }
+    $1 > w && $1 <= last { print $c }' "$csv") ||
+    die "$csv: no step_ms column"
+  n=$(grep -c . <<< "$times" || true)
+  (( n == last - warmup )) || die "$csv: expected $((last - warmup)) steps after the warm-up, got $n"
+  printf '%s\n' "$times"
+}
+
 # The times (s) of steps WARMUP+1 .. LAST-1 of a metrics.csv written with
 # train.log_every = 1: differences of consecutive elapsed_s (the last step holds
 # the final evaluation). Dies unless there are exactly LAST - WARMUP - 1.

@@ -51,11 +51,13 @@
 # Method:
 #   - rounds of all variants, the order reversed every other round, so machine
 #     noise hits all of them;
-#   - ours: step times are differences of consecutive elapsed_s of metrics.csv
-#     (train.log_every=1, 1 ms resolution; --stop-after-step, so no step holds an
-#     evaluation); steps 1..WARMUP and the last are dropped; PyTorch: its own
-#     per-step times (perf_counter around data, forward, backward, clip, step;
-#     rank 0's with DDP), steps 1..WARMUP dropped;
+#   - the same span on both sides: one training step (data, forward, backward,
+#     the gradient norm and clipping, the optimizer; the step's collectives), not
+#     the logging around it. Ours: metrics.csv's step_ms (rank 0's wall time of the
+#     step, train.log_every=1; not elapsed_s differences, which also hold the
+#     per-row weights CRC, a pass over every weight); PyTorch: its own per-step
+#     times (perf_counter around data, forward, backward, clip, step; rank 0's
+#     with DDP); steps 1..WARMUP dropped on both sides;
 #   - per variant: the median over its runs of each run's median step time;
 #     tokens/s = batch * T / that; PyTorch's best setup = the PyTorch variant with
 #     the lowest median; the headline is our best layout against it, also paired
@@ -76,7 +78,7 @@
 #
 # Environment knobs (defaults in brackets):
 #   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [60]  QS_ROUNDS [8]  BIG_STEPS [12]
-#   BIG_ROUNDS [2]  BIG_WARMUP [2]  PROFILE [1]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
+#   BIG_ROUNDS [3]  BIG_WARMUP [2]  PROFILE [1]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
 #   SGEMM_N [2048]  QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
 # Wall time: about 16 minutes on 2 idle cores (the big model: about 3 s per
@@ -104,7 +106,7 @@ WARMUP=${WARMUP:-5}
 QS_STEPS=${QS_STEPS:-60}
 QS_ROUNDS=${QS_ROUNDS:-8}
 BIG_STEPS=${BIG_STEPS:-12}
-BIG_ROUNDS=${BIG_ROUNDS:-2}
+BIG_ROUNDS=${BIG_ROUNDS:-3}
 BIG_WARMUP=${BIG_WARMUP:-2}
 PROFILE=${PROFILE:-1}
 SGEMM_N=${SGEMM_N:-2048}
@@ -240,7 +242,7 @@ run() {
                          torch-ddp) echo "2 processes, each OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, --threads 1, --ddp (gloo)" ;;
         esac))"; } > "$work/parallel_info.$variant"
   else
-    med=$(steady_step_times "$dir/metrics.csv" "$warm" "$steps" | awk '{ print $1 * 1000 }' | median)
+    med=$(step_ms_times "$dir/metrics.csv" "$warm" "$steps" | median)
     rss=$(rank_sum "process peak RSS per rank" "$log")
     idle=$(rank_sum "process RSS before the model per rank" "$log")
     flops[$model]=$(awk '/^compute per step:/ { print $4 }' "$log")
