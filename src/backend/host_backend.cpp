@@ -17,6 +17,7 @@
 #include "kernels/conv2d.hpp"  // CNN ops
 #include "kernels/dropout.hpp"
 #include "kernels/pool.hpp"
+#include "kernels/adamw.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -46,13 +47,11 @@ class HostVectorOps final : public VectorOps<P> {
   }
   void set_inf(P* x) override { x[0] = P(std::numeric_limits<float>::infinity()); }
   double sum_of_squares(const ParamLayout& layout, const P* g, std::int64_t lo, std::int64_t hi) override {
+    // Tensor by tensor (kernels/adamw.hpp): lane sums within a tensor, tensors in layout order.
     double total = 0.0;
     for (const auto& e : layout.entries()) {
       const std::int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
-      for (std::int64_t i = a; i < b; ++i) {
-        const double x = static_cast<float>(g[i - lo]);
-        total += x * x;
-      }
+      if (a < b) total += shardtrain::sum_of_squares<P>(CView1<P>(g + (a - lo), static_cast<std::size_t>(b - a)));
     }
     return total;
   }
@@ -77,7 +76,6 @@ class HostVectorOps final : public VectorOps<P> {
       SHARDTRAIN_FAIL("AdamW keeps fp32 state; a double model has no AdamW");
     } else {
       SHARDTRAIN_CHECK(master != nullptr || (std::is_same_v<P, float>), "a 16-bit model needs AdamW master weights");
-      float* w = master ? master : reinterpret_cast<float*>(params);
       const double t = static_cast<double>(u.step + 1);
       const float b1 = static_cast<float>(u.beta1), b2 = static_cast<float>(u.beta2);
       const float bc1 = static_cast<float>(1.0 - std::pow(u.beta1, t));
@@ -87,15 +85,18 @@ class HostVectorOps final : public VectorOps<P> {
       for (const auto& e : layout.entries()) {
         const std::int64_t a = std::max(u.lo, e.offset), b = std::min(u.hi, e.offset + e.numel);
         if (a >= b) continue;
-        const float decay = e.weight_decay ? static_cast<float>(1.0 - u.lr * u.weight_decay) : 1.0f;
-        for (std::int64_t i = a - u.lo; i < b - u.lo; ++i) {
-          const float g = static_cast<float>(grads[i]) * u.grad_scale;
-          m[i] = b1 * m[i] + (1.0f - b1) * g;
-          v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-          const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-          w[i] = w[i] * decay - step_size * m[i] / denom;
-          if (master) params[i] = P(w[i]);
-        }
+        AdamWCoeffs c;
+        c.beta1 = b1;
+        c.beta2 = b2;
+        c.bc2_sqrt = bc2_sqrt;
+        c.step_size = step_size;
+        c.eps = eps;
+        c.decay = e.weight_decay ? static_cast<float>(1.0 - u.lr * u.weight_decay) : 1.0f;
+        c.grad_scale = u.grad_scale;
+        const std::size_t off = static_cast<std::size_t>(a - u.lo), len = static_cast<std::size_t>(b - a);
+        shardtrain::adamw_update<P>(c, View1<P>(params + off, len), CView1<P>(grads + off, len),
+                                    master ? View1<float>(master + off, len) : View1<float>(),
+                                    View1<float>(m + off, len), View1<float>(v + off, len));
       }
     }
   }
