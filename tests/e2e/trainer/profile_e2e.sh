@@ -5,7 +5,8 @@
 # linear layers 2 x (4 L + 1) times per micro-batch (q/k/v, projection and the
 # two MLP layers of each block plus the LM head, forward and backward),
 # attention 2 L times per micro-batch and AdamW once; the class shares add up
-# to 100%; RUN_DIR/profile.txt holds what was printed.
+# to 100%; RUN_DIR/profile.txt holds what was printed; metrics.csv's step_ms
+# agrees with elapsed_s and with the profile's step time.
 # Usage: profile_e2e.sh NP STAGE NAME   (environment as e2e_lib.sh; INPUT: tiny.toml, L = 2)
 set -uo pipefail
 source "$(dirname "$0")/e2e_lib.sh"
@@ -44,6 +45,19 @@ expect layernorm $(( 2 * (2 * n_layer + 1) * mbs ))
 expect adamw 1
 [[ -n $(calls grad_reduce) ]] || die "no grad_reduce row"
 if (( stage > 0 )); then [[ -n $(calls param_gather) ]] || die "stage $stage: no param_gather row"; fi
+
+# metrics.csv's step_ms (rank 0's wall time of each step) is positive, no longer
+# than the step's elapsed_s difference (1 ms resolution) and, over steps 2..N,
+# within 30% of the profile's step time (the same span, mean over ranks).
+prof_ms=$(awk '/^  step time / { print $3 }' "$profiled/profile.txt")
+[[ -n $prof_ms ]] || die "no step time in profile.txt"
+awk -F, -v prof="$prof_ms" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["step_ms"]) { print "no step_ms column"; exit 1 }; next }
+  { ms = $c["step_ms"]; if (!(ms > 0)) { print "step " $1 ": step_ms " ms; bad = 1 }
+    if (NR > 2 && ms > 1000 * ($c["elapsed_s"] - prev) + 1.5) { print "step " $1 ": step_ms " ms " > elapsed_s difference"; bad = 1 }
+    if ($1 >= 2) { s += ms; n++ } prev = $c["elapsed_s"] }
+  END { if (bad) exit 1; m = s / n; printf "step_ms mean over steps 2..N %.3f ms, profile step time %.3f ms\n", m, prof
+        exit !(m > 0.7 * prof && m < 1.3 * prof) }' "$profiled/metrics.csv" ||
+  die "metrics.csv step_ms disagrees with elapsed_s or the profile's step time"
 
 # The class shares (and "other") add up to 100%.
 awk '/by class:/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { sub(/%/, "", $i); s += $i }
