@@ -77,22 +77,18 @@ class HostVectorOps final : public VectorOps<P> {
     } else {
       SHARDTRAIN_CHECK(master != nullptr || (std::is_same_v<P, float>), "a 16-bit model needs AdamW master weights");
       const double t = static_cast<double>(u.step + 1);
-      const float b1 = static_cast<float>(u.beta1), b2 = static_cast<float>(u.beta2);
-      const float bc1 = static_cast<float>(1.0 - std::pow(u.beta1, t));
-      const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(u.beta2, t)));
-      const float step_size = static_cast<float>(u.lr) / bc1;
-      const float eps = static_cast<float>(u.eps);
+      AdamWCoeffs c;
+      c.beta1 = static_cast<float>(u.beta1);
+      c.beta2 = static_cast<float>(u.beta2);
+      c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(u.beta2, t)));
+      c.step_size = static_cast<float>(u.lr) / static_cast<float>(1.0 - std::pow(u.beta1, t));
+      c.eps = static_cast<float>(u.eps);
+      c.grad_scale = u.grad_scale;
+      const float decay = static_cast<float>(1.0 - u.lr * u.weight_decay);
       for (const auto& e : layout.entries()) {
         const std::int64_t a = std::max(u.lo, e.offset), b = std::min(u.hi, e.offset + e.numel);
         if (a >= b) continue;
-        AdamWCoeffs c;
-        c.beta1 = b1;
-        c.beta2 = b2;
-        c.bc2_sqrt = bc2_sqrt;
-        c.step_size = step_size;
-        c.eps = eps;
-        c.decay = e.weight_decay ? static_cast<float>(1.0 - u.lr * u.weight_decay) : 1.0f;
-        c.grad_scale = u.grad_scale;
+        c.decay = e.weight_decay ? decay : 1.0f;
         const std::size_t off = static_cast<std::size_t>(a - u.lo), len = static_cast<std::size_t>(b - a);
         shardtrain::adamw_update<P>(c, View1<P>(params + off, len), CView1<P>(grads + off, len),
                                     master ? View1<float>(master + off, len) : View1<float>(),
