@@ -7,9 +7,13 @@
 #      step time, a CPU use per run and a peak and idle RSS sum; parallel_info of
 #      each PyTorch setup; the headline against PyTorch's best; --doc and
 #      --readme place the report and the headline between their markers;
+#      every run's two core-placement probes (tests/bench/core_latency) and its
+#      placement; a near and a far column per variant;
 #   2. --reproduce against an earlier results file: a second run compared with
-#      a doctored copy of the first (one median and best run doubled) must report FAIL for
-#      the reproduction, with a row per model and variant, and exit 1 under --check.
+#      a doctored copy of the first (one variant's step times doubled, all runs'
+#      and each placement's) must report FAIL for the reproduction, with a row
+#      per model and variant, and exit 1 under --check; a results file of the
+#      wrong shape is refused before anything runs (exit 2).
 # Usage: torch_parity_smoke.sh BUILD_DIR DATA WORK   (DATA: any tokens file, e.g. the e2e tests' tiny.h5)
 set -euo pipefail
 build=$1 data=$2 work=$3
@@ -28,16 +32,21 @@ WORK=$work/run1 "$root/tests/bench/torch_parity_speed.sh" --doc "$work/doc.md" -
 r=$work/report1.md
 for model in quickstart big; do
   for v in ours-2x1 ours-1x2 torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
-    # | variant | step | best run | tokens/s | GFLOP/s | floor | CPU use per run | rss | idle |
+    # | variant | step | best run | near: ms (runs) | far: ms (runs) | tokens/s | GFLOP/s | floor |
+    #   CPU use per run | rss | idle |; the near and far runs add up to at most the rounds.
     awk -F'|' -v m="$model" -v v="$v" '
+      function runs(cell) { if (cell ~ /^ - $/) return 0; if (cell !~ /^ [0-9.]+ \([0-9]+\) $/) return -99
+                            sub(/.*\(/, "", cell); return cell + 0 }
       /^#### Model/ { cur = ($0 ~ "`" m "`") } cur && $2 == " " v " " {
-        n = split($8, c, " "); ok = n == (m == "big" ? 1 : 2)
+        n = split($10, c, " "); ok = n == (m == "big" ? 1 : 2)
         for (i = 1; i <= n; i++) ok = ok && c[i] > 0.3 && c[i] < 2.5
-        found = ok && $3 + 0 > 0 && $4 + 0 > 0 && $4 + 0 <= $3 + 0 && $9 + 0 > $10 + 0 && $10 + 0 > 0 }
+        pl = runs($5) + runs($6); ok = ok && pl >= 0 && pl <= n
+        found = ok && $3 + 0 > 0 && $4 + 0 > 0 && $4 + 0 <= $3 + 0 && $11 + 0 > $12 + 0 && $12 + 0 > 0 }
       END { exit !found }' "$r" || die "$model: no complete row for $v in $r"
-    grep -q "^$model	$v	[0-9.]*	[0-9.]*$" "$work/r1.tsv" || die "results file lacks $model $v"
-    # The per-run records (median, RSS sum, idle sum, CPU use): one number each.
-    awk '{ for (i = 1; i <= 4; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1 } NF != 4 { exit 1 }' \
+    grep -q "^$model	$v	[0-9.]*	[0-9.]*	\([0-9.]*\|-\)	[0-9]*	\([0-9.]*\|-\)	[0-9]*$" "$work/r1.tsv" ||
+      die "results file lacks $model $v"
+    # The per-run records (median, RSS sum, idle sum, CPU use, the two probes): one number each.
+    awk '{ for (i = 1; i <= 6; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1 } NF != 6 { exit 1 }' \
       "$work/run1/$model.$v" || die "$model $v: a malformed per-run record in $work/run1/$model.$v: $(cat "$work/run1/$model.$v")"
   done
 done
@@ -45,20 +54,44 @@ for v in torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
   grep -q "^\[$v\]" "$r" || die "no parallel_info block for $v"
 done
 grep -q "at::get_num_threads() : 2" "$r" || die "parallel_info shows no 2-thread setup"
+grep -q '^[0-9]* near, [0-9]* far, [0-9]* mixed (placement changed during the run); highest probe [0-9.]* ns\.$' "$r" ||
+  die "no core placement summary in $r"
+[[ $(grep -o '[0-9.]* (\(near\|far\|mixed\) [0-9.]*/[0-9.]*)' "$r" | wc -l) == 18 ]] ||
+  die "the per-run lists do not tag all 18 runs with a placement and two probes"
 [[ $(grep -c '^\*\*Headline: ours-[12]x[12] .* PyTorch.s best setup (torch-' "$r") == 2 ]] || die "no headline per model"
 grep -q '^old$' "$work/doc.md" && die "--doc left the old report"
 grep -q '^### Our trainer against PyTorch' "$work/doc.md" || die "--doc did not place the report"
 [[ $(grep -c '^- \(quickstart\|big\) GPT .* tokens/s against torch-' "$work/readme.md") == 2 ]] || die "--readme did not place the headline"
 tail -1 "$work/readme.md" | grep -qx tail || die "--readme lost the text after the markers"
 
-# A doctored earlier run: the first ours-2x1 median and best run doubled.
-awk -F'\t' 'BEGIN { OFS = "\t" } !d && $2 == "ours-2x1" { $3 = $3 * 2; $4 = $4 * 2; d = 1 } { print }' "$work/r1.tsv" > "$work/r0.tsv"
+# A results file of the wrong shape (the 4 columns of before the placement
+# columns) is refused before anything is measured.
+cut -f1-4 "$work/r1.tsv" > "$work/r4.tsv"
+rc=0
+WORK=$work/run_bad "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/r4.tsv" "${args[@]}" - \
+  > "$work/run_bad.log" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "r4.tsv: not a --results file" "$work/run_bad.log" && [[ ! -d $work/run_bad/runs ]] ||
+  die "a 4-column --reproduce file was not refused before measuring (exit $rc): $(tail -2 "$work/run_bad.log")"
+
+# A doctored earlier run: the first ours-2x1 step times (quickstart) made 100x
+# (all runs, best run, and each placement's median where it has runs; 100x so
+# that tiny runs' noise on a loaded machine cannot hide it).
+awk -F'\t' 'BEGIN { OFS = "\t" } !d && $2 == "ours-2x1" { $3 *= 100; $4 *= 100; if ($6 > 0) $5 *= 100; if ($8 > 0) $7 *= 100; d = 1 } { print }' \
+  "$work/r1.tsv" > "$work/r0.tsv"
 rc=0
 WORK=$work/run2 "$root/tests/bench/torch_parity_speed.sh" --check --reproduce "$work/r0.tsv" "${args[@]}" \
   "$work/report2.md" > "$work/run2.log" 2>&1 || rc=$?
 [[ $rc == 1 ]] || die "--check with a doctored --reproduce file exited $rc, expected 1: $(tail -3 "$work/run2.log")"
-grep -q '^- FAIL (below the goal): every best-run step time within 10% of the earlier run' "$work/report2.md" ||
+grep -q "^- FAIL (below the goal): every variant's step time within 10% of the earlier run's, within the same core placement" "$work/report2.md" ||
   die "the doctored reproduction did not FAIL in the report"
-[[ $(grep -c '^| \(quickstart\|big\) | \(ours\|torch\)-[a-z0-9-]* | [0-9.]* | [0-9.]* | [-+][0-9.]*% | [0-9.]* | [0-9.]* | [-+][0-9.]*% |$' "$work/report2.md") == 12 ]] ||
+# ... and for the doctored variant: each placement both runs have shows it
+# (about -99%), or the variant is named as having no placement in common.
+awk -F'|' '$2 == " quickstart " && $3 == " ours-2x1 " {
+    row = 1; for (i = 12; i <= 15; i += 3) if ($i !~ /^ - $/) { seen = 1; if ($i + 0 > -50) bad = 1 } }
+  /^- FAIL .*no placement in common for:.* quickstart\/ours-2x1( |$)/ { none = 1 }
+  END { exit !(row && !bad && (seen || none)) }' "$work/report2.md" ||
+  die "the doctored variant's per-placement deviation is not in the reproduction table: $(grep '| quickstart | ours-2x1 |' "$work/report2.md")"
+cell='[0-9.-]* ([0-9]*) | [0-9.-]* ([0-9]*) | \([-+][0-9.]*%\|-\)'
+[[ $(grep -c "^| \\(quickstart\\|big\\) | \\(ours\\|torch\\)-[a-z0-9-]* | [0-9.]* | [0-9.]* | [-+][0-9.]*% | [0-9.]* | [0-9.]* | [-+][0-9.]*% | $cell | $cell |\$" "$work/report2.md") == 12 ]] ||
   die "the reproduction table lacks a row per model and variant"
 echo "torch_parity_smoke: PASS (reports in $work)"

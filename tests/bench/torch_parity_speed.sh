@@ -8,9 +8,11 @@
 #     and 1.12x (issue 23); our best layout is at least 1.35x PyTorch's best (issue 23);
 #   - memory: the peak RSS summed over our ranks (ours-2x1) is at most 0.7x the sum
 #     over the processes of PyTorch's best setup (issue 23; recompute off);
-#   - with --reproduce: every variant's best-run step time (the lowest of its
-#     runs' medians) within 10% of the earlier run's (issue 21); the medians'
-#     deviations are reported beside it;
+#   - with --reproduce: every variant's step time within 10% of the earlier
+#     run's, compared within the same core placement (below): the median of its
+#     near runs against the earlier run's, and of its far runs where both runs
+#     have far runs (issue 21); the medians over all runs and the best runs are
+#     reported beside it;
 #   - `trainer --profile` gives the per-op breakdown of both models (in the report).
 #
 # Usage: tests/bench/torch_parity_speed.sh [--check] [--doc FILE] [--readme FILE] [--results TSV] [--reproduce TSV]
@@ -27,8 +29,9 @@
 #               its lines "<!-- torch_parity_speed: begin -->" and "... end -->"
 #   --readme FILE    also put the headline (one paragraph) into FILE (README.md)
 #               between "<!-- torch_parity_speed headline: begin -->" and "... end -->"
-#   --results TSV    write "model variant median_ms best_run_ms" per variant to TSV
-#   --reproduce TSV  compare this run's medians with an earlier run's --results
+#   --results TSV    write "model variant median_ms best_run_ms near_median_ms near_runs
+#               far_median_ms far_runs" per variant to TSV (- where a placement has no run)
+#   --reproduce TSV  compare this run's step times with an earlier run's --results
 #               file, variant by variant (the report shows both and the deviation)
 #
 # Variants (each a fresh process or processes, all on the same data, model,
@@ -77,12 +80,22 @@
 #     baseline beside it: the RSS of each process before the model exists (ours:
 #     "process RSS before the model per rank"; PyTorch: VmRSS after imports and
 #     the data set are loaded), summed the same way; largest over runs;
+#   - core placement: tests/bench/core_latency (beside SGEMM_PEAK, or CORE_LATENCY)
+#     measures the one-way cache-line hand-off between the two CPUs before and
+#     after every run. A 2-vCPU VM's host moves its vCPUs between placements that
+#     share a last-level cache and placements that do not (here 26-36 against
+#     ~170 ns, for minutes at a time), and setups whose GEMMs run on 2 threads of
+#     one process are ~1.4x slower in the second. A probe is far when it exceeds
+#     FAR_FACTOR x the lowest probe of the whole benchmark; a run is near (both
+#     probes near), far (both far) or mixed. Each variant's near and far runs
+#     get their own median (mixed runs only count in the all-runs median);
 #   - then one run of ours-2x1 per model with --profile; its breakdown is quoted.
 #
 # Environment knobs (defaults in brackets):
 #   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [60]  QS_ROUNDS [8]  BIG_STEPS [12]
 #   BIG_ROUNDS [3]  BIG_WARMUP [2]  PROFILE [1]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
-#   SGEMM_N [2048]  QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
+#   SGEMM_N [2048]  CORE_LATENCY [dirname SGEMM_PEAK/core_latency]  FAR_FACTOR [2.5]
+#   QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
 # Wall time: about 16 minutes on 2 idle cores (the big model: about 3 s per
 # step for us, 3.5-6 s for PyTorch).
@@ -115,6 +128,8 @@ PROFILE=${PROFILE:-1}
 SGEMM_N=${SGEMM_N:-2048}
 MPIEXEC=${MPIEXEC:-mpirun}
 PYTHON=${PYTHON:-/usr/bin/python3}
+CORE_LATENCY=${CORE_LATENCY:-$(dirname "$sgemm")/core_latency}
+FAR_FACTOR=${FAR_FACTOR:-2.5}
 reference=$root/share/reference/gpt_torch.py
 
 die() { echo "torch_parity_speed: $*" >&2; exit 2; }
@@ -126,6 +141,8 @@ source "$root/tests/support/process_memory.sh"  # check_process_memory: VmHWM wi
 
 [[ -x "$trainer" ]] || die "no trainer executable at $trainer"
 [[ -x "$sgemm" ]] || die "no sgemm_peak executable at $sgemm (built with the tests: tests/bench/sgemm_peak)"
+[[ -x "$CORE_LATENCY" ]] || die "no core_latency executable at $CORE_LATENCY (built with the tests: tests/bench/core_latency; or set CORE_LATENCY)"
+[[ $FAR_FACTOR =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v f="$FAR_FACTOR" 'BEGIN { exit !(f > 1) }' || die "FAR_FACTOR must be a number above 1"
 [[ -f "$data" ]] || die "no data set at $data (share/data/fetch-mobydick.sh makes it)"
 [[ -f "$input" ]] || die "no input file $input"
 [[ -x "$PYTHON" ]] || die "no $PYTHON (PyTorch runs through Debian's python3-torch: share/install-deps.sh)"
@@ -138,6 +155,8 @@ marked() {  # marked FILE BEGIN END: checked before the measuring, not after
   [[ $(grep -cxF "$2" "$1") == 1 && $(grep -cxF "$3" "$1") == 1 ]] ||
     die "$1: needs exactly one line '$2' and one '$3'"
 }
+[[ -z $reproduce ]] || awk -F'\t' 'NF != 8 || $3 !~ /^[0-9.]+$/ || $6 !~ /^[0-9]+$/ || $8 !~ /^[0-9]+$/ { bad = 1 } END { exit bad || NR == 0 }' "$reproduce" ||
+  die "$reproduce: not a --results file of this script (8 tab-separated columns per line: model variant median best near_median near_runs far_median far_runs)"
 [[ -z $doc ]] || marked "$doc" "$begin_mark" "$end_mark"
 [[ -z $readme ]] || marked "$readme" "$hl_begin" "$hl_end"
 # place FILE BEGIN END TEXTFILE: replaces what lies between the marker lines.
@@ -153,6 +172,14 @@ bench_workdir torch_parity_speed
 bench_private_trainer
 sgemm_src=$sgemm
 cp -p "$sgemm" "$work/sgemm_peak"; sgemm=$work/sgemm_peak
+cp -p "$CORE_LATENCY" "$work/core_latency"
+# probe: the one-way hand-off latency between the two CPUs now (ns).
+probe() {
+  local ns
+  ns=$("$work/core_latency" | awk '$1 == "core_latency" { print $NF }') || die "core_latency failed"
+  [[ $ns =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "core_latency printed no latency"
+  echo "$ns"
+}
 
 # model name -> "n_layer n_head d_model seq_len batch"
 declare -A dims=([quickstart]="${QS_DIMS:-4 4 128 64 16}" [big]="${BIG_DIMS:-12 8 512 128 16}")
@@ -199,7 +226,8 @@ ddp_pair() {
 ddp_port=$(( 29000 + $$ % 900 ))
 
 # run MODEL VARIANT ROUND STEPS WARMUP: appends
-# "median_ms rss_sum_mib idle_sum_mib cpu_use" to $work/MODEL.VARIANT.
+# "median_ms rss_sum_mib idle_sum_mib cpu_use probe_before_ns probe_after_ns"
+# to $work/MODEL.VARIANT.
 run() {
   local model=$1 variant=$2 round=$3 steps=$4 warm=$5 L H C T B
   read -r L H C T B <<< "${dims[$model]}"
@@ -212,6 +240,8 @@ run() {
                --batch "$B" --steps "$steps" --parallel-info)
   local log=$work/$tag.log tf=$work/$tag.time
   rm -rf "$dir"
+  local lat_before lat_after
+  lat_before=$(probe)
   case $variant in
     ours-2x1)
       OPENBLAS_NUM_THREADS=1 timed "$tf" "$MPIEXEC" -n 2 "$trainer" "$input" "${set[@]}" \
@@ -230,6 +260,7 @@ run() {
       ddp_port=$(( ddp_port + 1 ))
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timed "$tf" ddp_pair "$log" "$ddp_port" "${torch[@]}" --threads 1 --ddp ;;
   esac || die "$tag failed: $(tail -3 "$log")"
+  lat_after=$(probe)
   [[ $variant != ours-* ]] || check_process_memory "$log" > /dev/null
   local med rss idle cpu
   cpu=$(awk '{ if ($1 > 0) printf "%.2f", ($2 + $3) / $1 }' "$tf")
@@ -252,8 +283,8 @@ run() {
   fi
   [[ -n "$med" && "$med" != nan && -n "$rss" && -n "$idle" && -n "$cpu" ]] ||
     die "$tag: no step times, RSS, idle RSS or CPU time in its output ($log, $tf)"
-  echo "$med $rss $idle $cpu" >> "$work/$model.$variant"
-  log "$tag: median step $med ms, peak RSS (sum) $rss MiB, idle $idle MiB, CPU use $cpu"
+  echo "$med $rss $idle $cpu $lat_before $lat_after" >> "$work/$model.$variant"
+  log "$tag: median step $med ms, peak RSS (sum) $rss MiB, idle $idle MiB, CPU use $cpu, core hand-off $lat_before/$lat_after ns"
 }
 declare -A flops
 # rank_sum PREFIX LOG: the sum of the per-rank numbers after the last colon of
@@ -304,6 +335,15 @@ for model in quickstart big; do
 done
 wall=$(( $(date +%s) - start ))
 
+# Core placement: the lowest probe of the whole benchmark and the far threshold.
+lat_min=$(for model in quickstart big; do for v in "${variants[@]}"; do cat "$work/$model.$v"; done; done |
+          awk '{ for (i = 5; i <= 6; ++i) if (m == "" || $i + 0 < m) m = $i + 0 } END { print m }')
+lat_far=$(awk -v m="$lat_min" -v f="$FAR_FACTOR" 'BEGIN { printf "%.1f", m * f }')
+# placed FILE: FILE's records with the run's placement (near, far, mixed) appended.
+placed() {
+  awk -v t="$lat_far" '{ b = $5 + 0 > t; a = $6 + 0 > t; print $0, (!b && !a ? "near" : (b && a ? "far" : "mixed")) }' "$1"
+}
+
 # ---------------------------------------------------------------- report
 fail=0
 verdict() {  # verdict OK TEXT: a PASS or FAIL line
@@ -343,6 +383,13 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
   echo "|---|---|---|"
   printf '%s' "$peak_log"
   echo "| used (higher) | $peak_2x1 | $peak_1x2 |"
+  echo
+  echo "Core placement (tests/bench/core_latency before and after every run: the one-way cache-line hand-off"
+  echo "between the two CPUs): lowest probe $lat_min ns; a probe above ${FAR_FACTOR}x that, $lat_far ns, is far. Runs:"
+  for model in quickstart big; do for v in "${variants[@]}"; do placed "$work/$model.$v"; done; done |
+    awk '{ n[$NF]++; if ($5 + 0 > hi) hi = $5 + 0; if ($6 + 0 > hi) hi = $6 + 0 }
+         END { printf "%d near, %d far, %d mixed (placement changed during the run); highest probe %.1f ns.\n", n["near"], n["far"], n["mixed"], hi }'
+  echo "Near and far runs get their own median per variant; mixed runs count only in the median over all runs."
   for model in quickstart big; do
     read -r L H C T B <<< "${dims[$model]}"
     f=${flops[$model]:-}
@@ -350,8 +397,8 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
     echo
     echo "#### Model \`$model\`: L$L H$H C$C T$T, batch $B ($((B * T)) tokens per step), $f GFLOP per step; $(rounds_of $model) rounds of $(steps_of $model) steps, warm-up $(warm_of $model)"
     echo
-    echo "| variant | step (median ms) | best run (ms) | tokens/s | GFLOP/s | step / FLOP floor | CPU use (per run) | peak RSS sum (MiB) | idle RSS sum (MiB) |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| variant | step (median ms) | best run (ms) | near runs: median ms (runs) | far runs: median ms (runs) | tokens/s | GFLOP/s | step / FLOP floor | CPU use (per run) | peak RSS sum (MiB) | idle RSS sum (MiB) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
     declare -A med=() rss=() bestrun=()
     for v in "${variants[@]}"; do
       med[$v]=$(awk '{ print $1 }' "$work/$model.$v" | median)
@@ -359,11 +406,17 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
       rss[$v]=$(awk '{ print $2 }' "$work/$model.$v" | sort -g | tail -1)
       idle=$(awk '{ print $3 }' "$work/$model.$v" | sort -g | tail -1)
       cpus=$(awk '{ printf "%s ", $4 }' "$work/$model.$v")
+      near_n=$(placed "$work/$model.$v" | awk '$NF == "near"' | wc -l)
+      far_n=$(placed "$work/$model.$v" | awk '$NF == "far"' | wc -l)
+      near_med=-; (( near_n )) && near_med=$(placed "$work/$model.$v" | awk '$NF == "near" { print $1 }' | median)
+      far_med=-; (( far_n )) && far_med=$(placed "$work/$model.$v" | awk '$NF == "far" { print $1 }' | median)
+      nearcell="-"; (( near_n )) && nearcell=$(printf '%.1f (%d)' "$near_med" "$near_n")
+      farcell="-"; (( far_n )) && farcell=$(printf '%.1f (%d)' "$far_med" "$far_n")
       peak=$peak_1x2; [[ $v == ours-2x1 || $v == torch-ddp ]] && peak=$peak_2x1
-      awk -v v="$v" -v m="${med[$v]}" -v br="${bestrun[$v]}" -v r="${rss[$v]}" -v i="$idle" -v c="$cpus" -v f="$f" -v p="$peak" -v tok=$((B * T)) 'BEGIN {
+      awk -v v="$v" -v m="${med[$v]}" -v br="${bestrun[$v]}" -v nc="$nearcell" -v fc="$farcell" -v r="${rss[$v]}" -v i="$idle" -v c="$cpus" -v f="$f" -v p="$peak" -v tok=$((B * T)) 'BEGIN {
         floor = f / p * 1000
-        printf "| %s | %.1f | %.1f | %.0f | %.1f | %.3f | %s| %.1f | %.1f |\n", v, m, br, tok / (m / 1000), f / (m / 1000), m / floor, c, r, i }'
-      printf '%s\t%s\t%s\t%s\n' "$model" "$v" "${med[$v]}" "${bestrun[$v]}" >> "$results_tsv"
+        printf "| %s | %.1f | %.1f | %s | %s | %.0f | %.1f | %.3f | %s| %.1f | %.1f |\n", v, m, br, nc, fc, tok / (m / 1000), f / (m / 1000), m / floor, c, r, i }'
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$v" "${med[$v]}" "${bestrun[$v]}" "$near_med" "$near_n" "$far_med" "$far_n" >> "$results_tsv"
     done
     best=ours-2x1; for v in "${ours_variants[@]}"; do [[ $(ge "${med[$best]}" "${med[$v]}") == 1 ]] && best=$v; done
     tbest=torch-2i1b; for v in "${torch_variants[@]}"; do [[ $(ge "${med[$tbest]}" "${med[$v]}") == 1 ]] && tbest=$v; done
@@ -393,7 +446,7 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
     fi
     verdict "$(ge 0.7 "$mem")" "peak RSS summed over our ranks <= 0.7x the sum over PyTorch's best setup's processes (issue 23): $mem"
     echo
-    echo "Per-run medians (ms) in run order: $(for v in "${variants[@]}"; do printf '%s: %s; ' "$v" "$(awk '{ printf "%s ", $1 }' "$work/$model.$v")"; done)"
+    echo "Per-run medians (ms) in run order, each with its placement and its core hand-off probes before/after (ns): $(for v in "${variants[@]}"; do printf '%s: %s; ' "$v" "$(placed "$work/$model.$v" | awk '{ printf "%.1f (%s %s/%s) ", $1, $NF, $5, $6 }')"; done)"
     if (( PROFILE )); then
       echo
       echo "\`trainer --profile\` of ours-2x1 (a separate, untimed run of $(steps_of $model) steps):"
@@ -407,23 +460,39 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
     echo
     echo "#### Reproduction: this run against the earlier run (\`--reproduce $reproduce\`)"
     echo
-    echo "Per variant, the median over runs and the best run (the lowest of the runs' medians). The goal is"
-    echo "on the best runs: a setup whose runs fall into two modes (see the per-run medians above) moves"
-    echo "its median with the share of runs in each mode, not its best run."
+    echo "The goal compares each variant within the same core placement: the median of its near runs"
+    echo "against the earlier run's, and of its far runs where both runs have far runs; a variant with no"
+    echo "placement in common fails. The median over all runs and the best run (the lowest of the runs'"
+    echo "medians) are shown beside it: a setup that is slower in the far placement moves them with the"
+    echo "share of its runs that landed there."
     echo
-    echo "| model | variant | median: earlier (ms) | this run (ms) | deviation | best run: earlier (ms) | this run (ms) | deviation |"
-    echo "|---|---|---|---|---|---|---|---|"
-    worst=$(awk -F'\t' 'NR == FNR { prev[$1 "\t" $2] = $3; pbest[$1 "\t" $2] = $4; next }
-      { k = $1 "\t" $2; if (!(k in prev) || pbest[k] == "") { print "missing " k > "/dev/stderr"; bad = 1; next }
-        d = ($3 - prev[k]) / prev[k]; a = d < 0 ? -d : d; if (a > w) { w = a; wv = $1 " " $2 }
-        e = ($4 - pbest[k]) / pbest[k]; b = e < 0 ? -e : e; if (b > wb) wb = b
-        printf "| %s | %s | %.1f | %.1f | %+.1f%% | %.1f | %.1f | %+.1f%% |\n", $1, $2, prev[k], $3, 100 * d, pbest[k], $4, 100 * e }
-      END { printf "WORST %.4f %.4f %s\n", bad ? 9 : wb, bad ? 9 : w, wv }' "$reproduce" "$results_tsv")
+    echo "| model | variant | all runs: earlier (ms) | this run (ms) | deviation | best run: earlier | this run | deviation | near: earlier (runs) | this run (runs) | deviation | far: earlier (runs) | this run (runs) | deviation |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    worst=$(awk -F'\t' '
+      function dev(a, b) { return (b - a) / a }
+      function pct(d) { return sprintf("%+.1f%%", 100 * d) }
+      function absv(d) { return d < 0 ? -d : d }
+      function cellv(v, n) { return n > 0 ? sprintf("%.1f (%d)", v, n) : "- (0)" }
+      NR == FNR { prev[$1 "\t" $2] = $0; next }
+      { k = $1 "\t" $2
+        if (!(k in prev)) { print "missing " k > "/dev/stderr"; bad = 1; next }
+        split(prev[k], p, "\t")
+        d = dev(p[3], $3); if (absv(d) > wm) { wm = absv(d); wmv = $1 " " $2 }
+        e = dev(p[4], $4); if (absv(e) > wb) { wb = absv(e); wbv = $1 " " $2 }
+        common = 0; nd = "-"; fd = "-"
+        if (p[6] > 0 && $6 > 0) { x = dev(p[5], $5); nd = pct(x); common++; if (absv(x) > wp) { wp = absv(x); wpv = $1 " " $2 " near" } }
+        if (p[8] > 0 && $8 > 0) { x = dev(p[7], $7); fd = pct(x); common++; if (absv(x) > wp) { wp = absv(x); wpv = $1 " " $2 " far" } }
+        if (!common) { none = none " " $1 "/" $2 }
+        printf "| %s | %s | %.1f | %.1f | %s | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s |\n",
+          $1, $2, p[3], $3, pct(d), p[4], $4, pct(e), cellv(p[5], p[6]), cellv($5, $6), nd, cellv(p[7], p[8]), cellv($7, $8), fd }
+      END { printf "WORST %.4f %s|%.4f %s|%.4f %s|%s\n", bad ? 9 : wp, wpv, wm, wmv, wb, wbv, none }' "$reproduce" "$results_tsv")
     grep -v '^WORST' <<< "$worst"
-    read -r _ wb w wv <<< "$(grep '^WORST' <<< "$worst")"
+    IFS='|' read -r wp_part wm_part wb_part none <<< "$(grep '^WORST' <<< "$worst" | sed 's/^WORST //')"
+    read -r wp wpv <<< "$wp_part"; read -r wm wmv <<< "$wm_part"; read -r wb wbv <<< "$wb_part"
     echo
-    verdict "$(ge 0.10 "$wb")" "every best-run step time within 10% of the earlier run's: largest deviation $(awk -v w="$wb" 'BEGIN { printf "%.1f%%", 100 * w }')"
-    echo "- Medians: largest deviation $(awk -v w="$w" 'BEGIN { printf "%.1f%%", 100 * w }') ($wv)."
+    ok=$(ge 0.10 "$wp"); [[ -z ${none// /} ]] || ok=0
+    verdict "$ok" "every variant's step time within 10% of the earlier run's, within the same core placement: largest deviation $(awk -v w="$wp" 'BEGIN { printf "%.1f%%", 100 * w }') ($wpv)${none:+; no placement in common for:$none}"
+    echo "- Beside it: medians over all runs, largest deviation $(awk -v w="$wm" 'BEGIN { printf "%.1f%%", 100 * w }') ($wmv); best runs, $(awk -v w="$wb" 'BEGIN { printf "%.1f%%", 100 * w }') ($wbv)."
   fi
 } > "$report"
 
