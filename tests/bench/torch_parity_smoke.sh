@@ -7,7 +7,7 @@
 #      step time, a CPU use per run and a peak and idle RSS sum; parallel_info of
 #      each PyTorch setup; the headline against PyTorch's best; --doc and
 #      --readme place the report and the headline between their markers;
-#      every run's two core-placement probes (tests/bench/core_latency) and its
+#      every run's core-placement probes (tests/bench/core_latency; before, during, after) and its
 #      placement; a near and a far column per variant;
 #   2. --reproduce against an earlier results file: a second run compared with
 #      a doctored copy of the first (one variant's step times doubled, all runs'
@@ -45,8 +45,9 @@ for model in quickstart big; do
       END { exit !found }' "$r" || die "$model: no complete row for $v in $r"
     grep -q "^$model	$v	[0-9.]*	[0-9.]*	\([0-9.]*\|-\)	[0-9]*	\([0-9.]*\|-\)	[0-9]*$" "$work/r1.tsv" ||
       die "results file lacks $model $v"
-    # The per-run records (median, RSS sum, idle sum, CPU use, the two probes): one number each.
-    awk '{ for (i = 1; i <= 6; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1 } NF != 6 { exit 1 }' \
+    # The per-run records (median, RSS sum, idle sum, CPU use, the probes before and after, the
+    # lowest and highest of all the run's probes, their count): one number each, lowest <= highest.
+    awk '{ for (i = 1; i <= 9; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1 } NF != 9 || $7 > $8 || $9 < 2 { exit 1 }' \
       "$work/run1/$model.$v" || die "$model $v: a malformed per-run record in $work/run1/$model.$v: $(cat "$work/run1/$model.$v")"
   done
 done
@@ -54,10 +55,10 @@ for v in torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
   grep -q "^\[$v\]" "$r" || die "no parallel_info block for $v"
 done
 grep -q "at::get_num_threads() : 2" "$r" || die "parallel_info shows no 2-thread setup"
-grep -q '^[0-9]* near, [0-9]* far, [0-9]* mixed (placement changed during the run); highest probe [0-9.]* ns\.$' "$r" ||
+grep -q '^[0-9]* near, [0-9]* far, [0-9]* mixed (placement changed during the run); [0-9]* probes, highest [0-9.]* ns\.$' "$r" ||
   die "no core placement summary in $r"
-[[ $(grep -o '[0-9.]* (\(near\|far\|mixed\) [0-9.]*/[0-9.]*)' "$r" | wc -l) == 18 ]] ||
-  die "the per-run lists do not tag all 18 runs with a placement and two probes"
+[[ $(grep -o '[0-9.]* (\(near\|far\|mixed\) [0-9.]*-[0-9.]*, [0-9]* probes)' "$r" | wc -l) == 18 ]] ||
+  die "the per-run lists do not tag all 18 runs with a placement and its probes"
 [[ $(grep -c '^\*\*Headline: ours-[12]x[12] .* PyTorch.s best setup (torch-' "$r") == 2 ]] || die "no headline per model"
 grep -q '^old$' "$work/doc.md" && die "--doc left the old report"
 grep -q '^### Our trainer against PyTorch' "$work/doc.md" || die "--doc did not place the report"

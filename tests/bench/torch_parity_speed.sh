@@ -82,19 +82,22 @@
 #     the data set are loaded), summed the same way; largest over runs;
 #   - core placement: tests/bench/core_latency (beside SGEMM_PEAK, or CORE_LATENCY)
 #     measures the one-way cache-line hand-off between the two CPUs before and
-#     after every run. A 2-vCPU VM's host moves its vCPUs between placements that
-#     share a last-level cache and placements that do not (here 26-36 against
-#     ~170 ns, for minutes at a time), and setups whose GEMMs run on 2 threads of
-#     one process are ~1.4x slower in the second. A probe is far when it exceeds
-#     FAR_FACTOR x the lowest probe of the whole benchmark; a run is near (both
-#     probes near), far (both far) or mixed. Each variant's near and far runs
-#     get their own median (mixed runs only count in the all-runs median);
+#     after every run, and every PROBE_EVERY seconds during it (--rt: SCHED_FIFO
+#     for ~1-4 ms per probe, so that a probe on busy CPUs measures the hand-off,
+#     not the scheduler; without root, before and after only). A 2-vCPU VM's host
+#     moves its vCPUs between placements that share a last-level cache and
+#     placements that do not (here 30-45 against ~170 ns, for seconds to minutes
+#     at a time), and setups whose GEMMs run on 2 threads of one process are
+#     ~1.4x slower in the second. A probe is far when it exceeds FAR_FACTOR x the
+#     lowest probe of the whole benchmark; a run is near (every probe near), far
+#     (every probe far) or mixed. Each variant's near and far runs get their own
+#     median (mixed runs only count in the all-runs median);
 #   - then one run of ours-2x1 per model with --profile; its breakdown is quoted.
 #
 # Environment knobs (defaults in brackets):
 #   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [60]  QS_ROUNDS [8]  BIG_STEPS [12]
 #   BIG_ROUNDS [3]  BIG_WARMUP [2]  PROFILE [1]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
-#   SGEMM_N [2048]  CORE_LATENCY [dirname SGEMM_PEAK/core_latency]  FAR_FACTOR [2.5]
+#   SGEMM_N [2048]  CORE_LATENCY [dirname SGEMM_PEAK/core_latency]  FAR_FACTOR [2.5]  PROBE_EVERY [1]
 #   QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
 # Wall time: about 16 minutes on 2 idle cores (the big model: about 3 s per
@@ -130,6 +133,7 @@ MPIEXEC=${MPIEXEC:-mpirun}
 PYTHON=${PYTHON:-/usr/bin/python3}
 CORE_LATENCY=${CORE_LATENCY:-$(dirname "$sgemm")/core_latency}
 FAR_FACTOR=${FAR_FACTOR:-2.5}
+PROBE_EVERY=${PROBE_EVERY:-1}
 reference=$root/share/reference/gpt_torch.py
 
 die() { echo "torch_parity_speed: $*" >&2; exit 2; }
@@ -143,6 +147,7 @@ source "$root/tests/support/process_memory.sh"  # check_process_memory: VmHWM wi
 [[ -x "$sgemm" ]] || die "no sgemm_peak executable at $sgemm (built with the tests: tests/bench/sgemm_peak)"
 [[ -x "$CORE_LATENCY" ]] || die "no core_latency executable at $CORE_LATENCY (built with the tests: tests/bench/core_latency; or set CORE_LATENCY)"
 [[ $FAR_FACTOR =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v f="$FAR_FACTOR" 'BEGIN { exit !(f > 1) }' || die "FAR_FACTOR must be a number above 1"
+[[ $PROBE_EVERY =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v f="$PROBE_EVERY" 'BEGIN { exit !(f >= 0.1) }' || die "PROBE_EVERY must be a number of seconds >= 0.1"
 [[ -f "$data" ]] || die "no data set at $data (share/data/fetch-mobydick.sh makes it)"
 [[ -f "$input" ]] || die "no input file $input"
 [[ -x "$PYTHON" ]] || die "no $PYTHON (PyTorch runs through Debian's python3-torch: share/install-deps.sh)"
@@ -179,6 +184,16 @@ probe() {
   ns=$("$work/core_latency" | awk '$1 == "core_latency" { print $NF }') || die "core_latency failed"
   [[ $ns =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "core_latency printed no latency"
   echo "$ns"
+}
+# Probes during a run need real-time priority (see the header); without it, none.
+probe_rt=1
+"$work/core_latency" --rt > /dev/null 2>&1 || probe_rt=0
+# prober FILE: probes every PROBE_EVERY s into FILE (one latency per line) until killed.
+prober() {
+  while :; do
+    "$work/core_latency" --rt 2>/dev/null | awk '$1 == "core_latency" { print $NF }' >> "$1" || true
+    sleep "$PROBE_EVERY"
+  done
 }
 
 # model name -> "n_layer n_head d_model seq_len batch"
@@ -226,7 +241,8 @@ ddp_pair() {
 ddp_port=$(( 29000 + $$ % 900 ))
 
 # run MODEL VARIANT ROUND STEPS WARMUP: appends
-# "median_ms rss_sum_mib idle_sum_mib cpu_use probe_before_ns probe_after_ns"
+# "median_ms rss_sum_mib idle_sum_mib cpu_use probe_before_ns probe_after_ns
+#  lowest_probe_ns highest_probe_ns probes" (before, during and after the run)
 # to $work/MODEL.VARIANT.
 run() {
   local model=$1 variant=$2 round=$3 steps=$4 warm=$5 L H C T B
@@ -240,8 +256,10 @@ run() {
                --batch "$B" --steps "$steps" --parallel-info)
   local log=$work/$tag.log tf=$work/$tag.time
   rm -rf "$dir"
-  local lat_before lat_after
+  local lat_before lat_after prober_pid=""
   lat_before=$(probe)
+  : > "$work/$tag.probes"
+  if (( probe_rt )); then prober "$work/$tag.probes" & prober_pid=$!; fi
   case $variant in
     ours-2x1)
       OPENBLAS_NUM_THREADS=1 timed "$tf" "$MPIEXEC" -n 2 "$trainer" "$input" "${set[@]}" \
@@ -259,8 +277,12 @@ run() {
     torch-ddp)
       ddp_port=$(( ddp_port + 1 ))
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timed "$tf" ddp_pair "$log" "$ddp_port" "${torch[@]}" --threads 1 --ddp ;;
-  esac || die "$tag failed: $(tail -3 "$log")"
+  esac || { [[ -z $prober_pid ]] || kill "$prober_pid"; die "$tag failed: $(tail -3 "$log")"; }
+  if [[ -n $prober_pid ]]; then kill "$prober_pid"; wait "$prober_pid" 2>/dev/null || true; fi
   lat_after=$(probe)
+  local span
+  span=$( { echo "$lat_before"; echo "$lat_after"; cat "$work/$tag.probes"; } |
+          awk '$1 ~ /^[0-9.]+$/ { if (n == 0 || $1 < lo) lo = $1; if ($1 > hi) hi = $1; n++ } END { printf "%s %s %d", lo, hi, n }')
   [[ $variant != ours-* ]] || check_process_memory "$log" > /dev/null
   local med rss idle cpu
   cpu=$(awk '{ if ($1 > 0) printf "%.2f", ($2 + $3) / $1 }' "$tf")
@@ -283,8 +305,8 @@ run() {
   fi
   [[ -n "$med" && "$med" != nan && -n "$rss" && -n "$idle" && -n "$cpu" ]] ||
     die "$tag: no step times, RSS, idle RSS or CPU time in its output ($log, $tf)"
-  echo "$med $rss $idle $cpu $lat_before $lat_after" >> "$work/$model.$variant"
-  log "$tag: median step $med ms, peak RSS (sum) $rss MiB, idle $idle MiB, CPU use $cpu, core hand-off $lat_before/$lat_after ns"
+  echo "$med $rss $idle $cpu $lat_before $lat_after $span" >> "$work/$model.$variant"
+  log "$tag: median step $med ms, peak RSS (sum) $rss MiB, idle $idle MiB, CPU use $cpu, core hand-off $lat_before/$lat_after ns (all probes: ${span// /, })"
 }
 declare -A flops
 # rank_sum PREFIX LOG: the sum of the per-rank numbers after the last colon of
@@ -337,11 +359,11 @@ wall=$(( $(date +%s) - start ))
 
 # Core placement: the lowest probe of the whole benchmark and the far threshold.
 lat_min=$(for model in quickstart big; do for v in "${variants[@]}"; do cat "$work/$model.$v"; done; done |
-          awk '{ for (i = 5; i <= 6; ++i) if (m == "" || $i + 0 < m) m = $i + 0 } END { print m }')
+          awk '{ if (m == "" || $7 + 0 < m) m = $7 + 0 } END { print m }')
 lat_far=$(awk -v m="$lat_min" -v f="$FAR_FACTOR" 'BEGIN { printf "%.1f", m * f }')
 # placed FILE: FILE's records with the run's placement (near, far, mixed) appended.
 placed() {
-  awk -v t="$lat_far" '{ b = $5 + 0 > t; a = $6 + 0 > t; print $0, (!b && !a ? "near" : (b && a ? "far" : "mixed")) }' "$1"
+  awk -v t="$lat_far" '{ print $0, ($8 + 0 <= t ? "near" : ($7 + 0 > t ? "far" : "mixed")) }' "$1"
 }
 
 # ---------------------------------------------------------------- report
@@ -384,11 +406,12 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
   printf '%s' "$peak_log"
   echo "| used (higher) | $peak_2x1 | $peak_1x2 |"
   echo
-  echo "Core placement (tests/bench/core_latency before and after every run: the one-way cache-line hand-off"
-  echo "between the two CPUs): lowest probe $lat_min ns; a probe above ${FAR_FACTOR}x that, $lat_far ns, is far. Runs:"
+  echo "Core placement (tests/bench/core_latency: the one-way cache-line hand-off between the two CPUs, before and"
+  echo "after every run$( ((probe_rt)) && echo " and every ${PROBE_EVERY} s during it, real-time" || echo "; not during runs: no real-time priority here")): lowest probe $lat_min ns;"
+  echo "a probe above ${FAR_FACTOR}x that, $lat_far ns, is far. Runs:"
   for model in quickstart big; do for v in "${variants[@]}"; do placed "$work/$model.$v"; done; done |
-    awk '{ n[$NF]++; if ($5 + 0 > hi) hi = $5 + 0; if ($6 + 0 > hi) hi = $6 + 0 }
-         END { printf "%d near, %d far, %d mixed (placement changed during the run); highest probe %.1f ns.\n", n["near"], n["far"], n["mixed"], hi }'
+    awk '{ n[$NF]++; p += $9; if ($8 + 0 > hi) hi = $8 + 0 }
+         END { printf "%d near, %d far, %d mixed (placement changed during the run); %d probes, highest %.1f ns.\n", n["near"], n["far"], n["mixed"], p, hi }'
   echo "Near and far runs get their own median per variant; mixed runs count only in the median over all runs."
   for model in quickstart big; do
     read -r L H C T B <<< "${dims[$model]}"
@@ -446,7 +469,7 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
     fi
     verdict "$(ge 0.7 "$mem")" "peak RSS summed over our ranks <= 0.7x the sum over PyTorch's best setup's processes (issue 23): $mem"
     echo
-    echo "Per-run medians (ms) in run order, each with its placement and its core hand-off probes before/after (ns): $(for v in "${variants[@]}"; do printf '%s: %s; ' "$v" "$(placed "$work/$model.$v" | awk '{ printf "%.1f (%s %s/%s) ", $1, $NF, $5, $6 }')"; done)"
+    echo "Per-run medians (ms) in run order, each with its placement and the range of its core hand-off probes (ns): $(for v in "${variants[@]}"; do printf '%s: %s; ' "$v" "$(placed "$work/$model.$v" | awk '{ printf "%.1f (%s %s-%s, %d probes) ", $1, $NF, $7, $8, $9 }')"; done)"
     if (( PROFILE )); then
       echo
       echo "\`trainer --profile\` of ours-2x1 (a separate, untimed run of $(steps_of $model) steps):"
