@@ -78,8 +78,8 @@ void TokenDataset::Impl::check_metadata() {
 
   const auto tok = read_string_attr(file, "tokenizer", path);
   if (!tok) bad_input(path, "missing attribute 'tokenizer'");
-  if (*tok != "char" && *tok != "byte")
-    bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char' or 'byte')");
+  if (*tok != "char" && *tok != "byte" && *tok != "pretokenized")
+    bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char', 'byte' or 'pretokenized')");
   tokenizer = *tok;
 
   vocab_size = require_int(file, "vocab_size", path, 1, kMaxVocabSize);
@@ -108,13 +108,18 @@ void TokenDataset::Impl::read_vocab() {
   const std::string name = "/vocab";
   H5Dataset ds = open_dataset(file, name, path);
   const std::int64_t n = one_d_length(ds, name, kMaxVocabSize, path);
-  if (n != vocab_size)
+  // Pre-tokenized ids (trainer-data tokens) come without their strings: /vocab
+  // may then be empty; vocab() is empty and vocab_size alone sizes the model.
+  const bool stringless = tokenizer == "pretokenized" && n == 0;
+  if (n != vocab_size && !stringless)
     bad_input(path, "dataset '/vocab' has " + std::to_string(n) + " entries, vocab_size is " +
-                        std::to_string(vocab_size));
+                        std::to_string(vocab_size) +
+                        (tokenizer == "pretokenized" ? " (tokenizer 'pretokenized' also allows 0)" : ""));
   H5Datatype ft(SHARDTRAIN_H5_CHECK(H5Dget_type(ds)));
   const H5T_class_t cls = H5Tget_class(ft);
   if (cls != H5T_STRING)
     bad_input(path, "dataset '/vocab' must hold strings, holds " + class_name(cls));
+  if (stringless) return;
   vocab = read_strings(ds, ft, name, static_cast<std::size_t>(n), independent_xfer,
                        {kMaxVocabEntryBytes, kMaxVocabTotalBytes, SIZE_MAX}, path);
 }

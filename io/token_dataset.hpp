@@ -49,11 +49,12 @@ class TokenDataset {
 
   const std::string& path() const;
   std::int64_t vocab_size() const;
-  const std::string& tokenizer() const;        // "char" or "byte"
+  const std::string& tokenizer() const;        // "char", "byte" or "pretokenized"
   const std::string& source() const;           // importer's input name ("" if absent)
   double val_fraction() const;                 // as recorded by the importer (0 if absent)
   std::int64_t size(Split split) const;        // tokens in the split
-  const std::vector<std::string>& vocab() const;  // token id -> UTF-8 text (display)
+  // token id -> UTF-8 text (display); empty for a "pretokenized" file without strings
+  const std::vector<std::string>& vocab() const;
 
   // Reads starts.size() windows of `len` tokens: window i = tokens
   // [starts[i], starts[i] + len) of `split`, written to out[i*len, (i+1)*len).

@@ -22,5 +22,7 @@ struct DataCommand {
 std::vector<DataCommand> add_mnist_commands(CLI::App& app);
 // `textdir` and `csv` (src/tools/data_text.cpp).
 std::vector<DataCommand> add_labelled_text_commands(CLI::App& app);
+// `tokens` (src/tools/data_tokens.cpp).
+std::vector<DataCommand> add_token_commands(CLI::App& app);
 
 }  // namespace shardtrain

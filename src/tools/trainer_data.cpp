@@ -1,5 +1,5 @@
 // trainer-data: converts raw data into shardtrain data set files: token streams
-// for language models (`text`) and labelled samples for classifiers (`mnist`,
+// for language models (`text`, `tokens`) and labelled samples for classifiers (`mnist`,
 // `textdir`, `csv`; registered by src/tools/data_*.cpp). The importers live in
 // io/; this file only parses the command line, runs one importer and maps
 // errors to exit codes:
@@ -25,7 +25,7 @@ using shardtrain::MpiSession;
 int run(int argc, char** argv) {
   CLI::App app{
       "Convert raw data into a shardtrain data set (HDF5; formats: share/doc/dataset-format.md): a token "
-      "stream for language models (text) or labelled samples for classifiers (mnist, textdir, csv).",
+      "stream for language models (text, tokens) or labelled samples for classifiers (mnist, textdir, csv).",
       "trainer-data"};
   app.require_subcommand(1);
   app.footer("Exit codes: 0 success, 2 bad input or usage, 1 internal error.");
@@ -52,6 +52,7 @@ int run(int argc, char** argv) {
   std::vector<shardtrain::DataCommand> commands;
   for (auto& c : shardtrain::add_mnist_commands(app)) commands.push_back(std::move(c));
   for (auto& c : shardtrain::add_labelled_text_commands(app)) commands.push_back(std::move(c));
+  for (auto& c : shardtrain::add_token_commands(app)) commands.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -179,6 +180,61 @@ TEST(TokenDatasetRoundTrip, LargeVocabUsesInt32) {
   const std::int64_t zero = 0;
   ds.read_windows(Split::Val, std::span(&zero, 1), 4, got.data());
   EXPECT_EQ(got, (std::vector<TokenIndex>{12, 40000, 1, 2}));
+}
+
+// The streaming writer: chunks appended in stream order, one of them crossing the
+// train/val boundary; a pre-tokenized data set (no vocab strings) reads back with
+// its declared vocab_size and an empty vocab().
+TEST(TokenDatasetRoundTrip, StreamingWriterPretokenized) {
+  TokenDatasetSpec spec;
+  spec.tokenizer = "pretokenized";
+  spec.vocab_size = 50257;
+  spec.source = "shards";
+  spec.val_fraction = 0.3;
+  std::vector<TokenIndex> tokens(1003);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<TokenIndex>((i * 7919) % 50257);
+  const std::string out = tmp().file("stream.h5");
+  {
+    TokenDatasetWriter w(out, spec, 700, 303);
+    for (std::size_t at = 0; at < tokens.size(); at += 97)
+      w.append(std::span<const TokenIndex>(tokens).subspan(at, std::min<std::size_t>(97, tokens.size() - at)));
+    EXPECT_TRUE(fs::exists(out + ".partial"));
+    EXPECT_FALSE(fs::exists(out));
+    const TokenSplitCounts c = w.commit();
+    EXPECT_EQ(c.train, 700);
+    EXPECT_EQ(c.val, 303);
+  }
+  EXPECT_FALSE(fs::exists(out + ".partial"));
+  TokenDataset ds(out, MPI_COMM_WORLD);
+  EXPECT_EQ(ds.tokenizer(), "pretokenized");
+  EXPECT_EQ(ds.vocab_size(), 50257);
+  EXPECT_TRUE(ds.vocab().empty());
+  ASSERT_EQ(ds.size(Split::Train), 700);
+  ASSERT_EQ(ds.size(Split::Val), 303);
+  std::vector<TokenIndex> got(700);
+  const std::int64_t zero = 0;
+  ds.read_windows(Split::Train, std::span(&zero, 1), 700, got.data());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), tokens.begin()));
+  got.resize(303);
+  ds.read_windows(Split::Val, std::span(&zero, 1), 303, got.data());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), tokens.begin() + 700));
+}
+
+// A writer dropped before commit (a failed import) leaves neither file behind,
+// and commit refuses a stream shorter than the declared splits.
+TEST(TokenDatasetRoundTrip, StreamingWriterAbandoned) {
+  TokenDatasetSpec spec;
+  spec.tokenizer = "pretokenized";
+  spec.vocab_size = 100;
+  const std::string out = tmp().file("abandoned.h5");
+  {
+    TokenDatasetWriter w(out, spec, 10, 5);
+    const std::vector<TokenIndex> some = {1, 2, 3};
+    w.append(some);
+    EXPECT_THROW(w.commit(), Error);
+  }
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".partial"));
 }
 
 TEST(TokenDatasetRoundTrip, ImportRejectsBadInput) {
