@@ -7,7 +7,8 @@
 #    (Conv1D weights transposed back) for share/reference/gpt_torch.py, whose
 #    first-step loss on the same seeded windows is bitwise the loss from the
 #    checkpoint itself (torch_loads_weights.sh's check), and clearly below the
-#    loss from random weights;
+#    loss from random weights; and its pass over the validation split
+#    (gpt_torch.py eval) gives our trainer's final validation loss (relative 1e-5);
 #  - a GPT-2 file with a tensor missing, or with a wrong shape, is refused
 #    naming the tensor, and so is one whose offsets leave a gap;
 #  - default names: bitwise the `trainer-ckpt export` .h5 of the same checkpoint;
@@ -50,6 +51,18 @@ echo "step-1 loss: from the checkpoint $from_ckpt, from its GPT-2 safetensors ex
 [[ -n $from_ckpt && $from_ckpt == "$from_gpt2" ]] || die "the checkpoint and its GPT-2 export give different losses"
 awk -v a="$from_ckpt" -v r="$from_random" 'BEGIN { exit !(a < r - 0.3) }' ||
   die "the loaded weights predict no better than random ones"
+# ... and PyTorch on the GPT-2 file's tensors reaches our trainer's loss: the
+# trainer's final validation loss (metrics.csv, step 20: the weights of the
+# checkpoint) against the reference's pass over the same windows of the
+# validation split. fp32 both; sums in another order: relative 1e-5 (measured
+# below 1e-6 on this model).
+ours=$(awk -F, 'NR > 1 && $1 == 20 { print $3 }' "$work/run/metrics.csv")
+theirs=$(/usr/bin/python3 "$reference" eval "$data" --n-layer 2 --n-head 4 --d-model 32 --seq-len 16 \
+         --init "$work/from_gpt2.h5" | awk '$1 == "eval_loss" { print $2 }')
+echo "validation loss: our trainer $ours, PyTorch on the GPT-2 safetensors export $theirs"
+[[ -n $ours && -n $theirs ]] || die "no validation loss from the trainer ($ours) or the reference ($theirs)"
+awk -v a="$ours" -v b="$theirs" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= 1e-5) }' ||
+  die "PyTorch on the export does not reach our trainer's validation loss"
 
 # Broken GPT-2 files, made by editing a good one's header: each is refused by name.
 /usr/bin/python3 - "$work/gpt2.safetensors" "$work" <<'PY'
