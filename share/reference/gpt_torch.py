@@ -36,7 +36,11 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     of the N processes takes B/N of the step's windows, rank 0 prints the steps,
     every process its two RSS lines. --parallel-info prints
     torch.__config__.parallel_info(), each line prefixed "parallel_info ".
-    This is the PyTorch side of tests/bench/torch_parity_speed.sh. On a GPU
+    This is the PyTorch side of tests/bench/torch_parity_speed.sh.
+  gpt_torch.py eval DATA.h5 --n-layer L --n-head H --d-model C --seq-len T --init WEIGHTS.h5
+    Our trainer's validation pass over the whole validation split (windows
+    at k*T, the mean cross-entropy over every target token) with the weights
+    of --init; prints "eval_loss X windows W". On a GPU
     (tests/bench/gpu/measure.sh): --device cuda, --precision bf16/fp16 (autocast
     over fp32 weights, as PyTorch users train; fp16 with a GradScaler),
     --compile (torch.compile) and --sdpa (fused causal attention); a line
@@ -117,6 +121,12 @@ class GPT(nn.Module):
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.T  # tied LM head
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long())
+
+
+def data_vocab(f):
+    """The vocabulary size of a shardtrain tokens file: its vocab_size attribute
+    (a pre-tokenized data set has no /vocab strings), else /vocab's length."""
+    return int(f.attrs["vocab_size"]) if "vocab_size" in f.attrs else int(f["vocab"].shape[0])
 
 
 def rss_kib():
@@ -213,7 +223,7 @@ def train(argv):
         if "train" not in f or "tokens" not in f["train"] or "vocab" not in f:
             raise SystemExit(f"{a.data}: not a shardtrain tokens file (needs /train/tokens and /vocab)")
         tokens = torch.from_numpy(np.asarray(f["train"]["tokens"]).astype(np.int64))
-        vocab = int(f["vocab"].shape[0])
+        vocab = data_vocab(f)
     T, B = a.seq_len, a.batch
     if tokens.numel() <= T + 1:
         raise SystemExit(f"{a.data}: {tokens.numel()} training tokens, need more than seq_len + 1 = {T + 1}")
@@ -278,9 +288,44 @@ def train(argv):
         print(f"peak_cuda_mib {torch.cuda.max_memory_allocated() / 1048576:.1f}", flush=True)
 
 
+def evaluate(argv):
+    """Our trainer's validation pass (src/train/gpt_task.cpp evaluate): windows of
+    seq_len + 1 tokens starting at k * seq_len of the validation split, k below
+    (n_val - 1) // seq_len; the mean cross-entropy over every target token."""
+    ap = argparse.ArgumentParser(prog="gpt_torch.py eval")
+    ap.add_argument("data")
+    for k in ("n-layer", "n-head", "d-model", "seq-len"):
+        ap.add_argument("--" + k, type=int, required=True)
+    ap.add_argument("--init", required=True, help="the weights: our checkpoint or a trainer-ckpt export file")
+    ap.add_argument("--batch", type=int, default=64, help="windows per forward pass (does not change the result)")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    with h5py.File(a.data, "r") as f:
+        if "val" not in f or "tokens" not in f["val"] or "vocab" not in f:
+            raise SystemExit(f"{a.data}: not a shardtrain tokens file (needs /val/tokens and /vocab)")
+        tokens = torch.from_numpy(np.asarray(f["val"]["tokens"]).astype(np.int64))
+        vocab = data_vocab(f)
+    T = a.seq_len
+    windows = (tokens.numel() - 1) // T
+    if windows < 1:
+        raise SystemExit(f"{a.data}: {tokens.numel()} validation tokens, need at least seq_len + 1 = {T + 1}")
+    model = GPT(vocab, a.n_layer, a.d_model, a.n_head, T)
+    load_weights(model, a.init)
+    offsets = torch.arange(T + 1)
+    total = 0.0
+    with torch.no_grad():
+        for first in range(0, windows, a.batch):
+            idx = (torch.arange(first, min(first + a.batch, windows)) * T)[:, None] + offsets
+            w = tokens[idx]
+            total += float(model(w[:, :-1], w[:, 1:])) * w.shape[0] * T
+    print(f"eval_loss {total / (windows * T):.9f} windows {windows}", flush=True)
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "train":
         return train(argv[2:])
+    if len(argv) >= 2 and argv[1] == "eval":
+        return evaluate(argv[2:])
     if len(argv) != 3:
         raise SystemExit(__doc__)
     torch.manual_seed(0)

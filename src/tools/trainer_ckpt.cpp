@@ -2,10 +2,12 @@
 // share/doc/checkpoint-format.md). Subcommands:
 //   info CKPT [--config]   what the file holds: run state, layout table, sizes
 //   verify CKPT            every dataset's CRC-32; ranks of an mpirun split the reading
-//   export CKPT OUT        parameters of one state vector to plain HDF5 or .npy
+//   export CKPT OUT        parameters of one state vector to plain HDF5, .npy or
+//                          safetensors (our names, or Hugging Face GPT-2's)
 // This file parses the command line, calls io/checkpoint.hpp and formats the
 // result; it knows nothing of the format beyond that API, except how to write
-// the two export formats. Exit codes: 0 success, 2 bad input or usage (missing,
+// the three export formats (and, for --names gpt2, the model type and n_head
+// from the stored config text). Exit codes: 0 success, 2 bad input or usage (missing,
 // foreign or damaged file, unknown name, bad arguments), 1 any other failure.
 // Every error is one line "error: ..." on stderr, printed once.
 // MPI: works as a singleton. `info` and `export` run on rank 0 alone (other
@@ -14,12 +16,16 @@
 // with the same message (the reader's contract), so rank 0 prints it.
 // Invariants: OUT is written to OUT.partial and renamed into place only when
 // complete, so OUT is never a half-written file; memory use of `export` is
-// bounded by one tensor row block (kChunkElements), not by the model size.
-// Length (~560 lines): one tool's three subcommands and its two export writers (HDF5,
-// .npy); each is short, and they share the command line and error handling above.
+// bounded by one tensor row block (kChunkElements; twice that for a transposed
+// GPT-2 weight), not by the model size.
+// Length (~800 lines): one tool's three subcommands and its three export writers (HDF5,
+// .npy, safetensors); each is short, and they share the command line and error handling above.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -33,6 +39,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <toml++/toml.h>
 #include <vector>
 
 #include "core/durable_file.hpp"
@@ -408,12 +415,227 @@ void write_h5(CheckpointReader& ckpt, const std::string& vector, const std::vect
   partial.commit();
 }
 
+// ----------------------------------------------------------------- safetensors
+
+// One tensor of a safetensors export: its name and shape in the file, the
+// checkpoint tensor it holds, and whether it is that tensor transposed (an
+// (out, in) Linear weight stored as Hugging Face's Conv1D, (in, out)).
+struct SafetensorsEntry {
+  std::string name;
+  const CheckpointTensor* tensor = nullptr;
+  std::vector<std::int64_t> shape;
+  bool transpose = false;
+};
+
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// The stored config's [model] table (empty if it has none); InputError if the
+// text does not parse.
+toml::table stored_model_config(const CheckpointReader& ckpt) {
+  toml::table root;
+  try {
+    root = toml::parse(ckpt.meta().config_text, std::string_view("/config"));
+  } catch (const toml::parse_error& e) {
+    throw InputError(ckpt.path() + ": the stored config text (/config) does not parse as TOML: " +
+                     std::string(e.description()));
+  }
+  const toml::table* model = root["model"].as_table();
+  return model ? *model : toml::table{};
+}
+
+// Every parameter under Hugging Face GPT-2 names (GPT2LMHeadModel's state dict),
+// in layout order, and the model's shape for the metadata. The checkpoint must
+// be a GPT (stored model.type "gpt") whose layout is exactly gpt_layout's (names
+// and shapes); anything else is an InputError naming the file. Our (out, in)
+// Linear weights become Conv1D's (in, out); [q | k | v] along c_attn's output
+// dimension, heads contiguous, is the layout both models use. lm_head.weight is
+// not written: it is tied to transformer.wte.weight (as in HF's own files).
+std::vector<SafetensorsEntry> gpt2_entries(const CheckpointReader& ckpt, Metadata& metadata) {
+  const std::string& path = ckpt.path();
+  const toml::table model = stored_model_config(ckpt);
+  const std::string type = model["type"].value_or(std::string("(none)"));
+  if (type != "gpt")
+    throw InputError(path + ": --names gpt2 needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
+  const std::int64_t n_head = model["n_head"].value_or(std::int64_t{0});
+  const auto& layout = ckpt.layout();
+  auto find = [&](const std::string& n) -> const CheckpointTensor* {
+    const auto it = std::find_if(layout.begin(), layout.end(), [&](const auto& t) { return t.name == n; });
+    return it == layout.end() ? nullptr : &*it;
+  };
+  const CheckpointTensor* wte = find("wte.weight");
+  const CheckpointTensor* wpe = find("wpe.weight");
+  if (!wte || !wpe || wte->shape.size() != 2 || wpe->shape.size() != 2)
+    throw InputError(path + ": --names gpt2: the layout has no 2-D wte.weight and wpe.weight");
+  const std::int64_t V = wte->shape[0], C = wte->shape[1], T = wpe->shape[0];
+  std::int64_t L = 0;
+  while (find("h." + std::to_string(L) + ".ln_1.weight")) ++L;
+  if (n_head < 1 || C % n_head != 0)
+    throw InputError(path + ": --names gpt2: the stored config's model.n_head (" + std::to_string(n_head) +
+                     ") does not divide the embedding width " + std::to_string(C));
+
+  // Our name -> (HF name, our shape, transposed).
+  struct Want {
+    std::string hf;
+    std::vector<std::int64_t> shape;
+    bool transpose;
+  };
+  std::vector<std::pair<std::string, Want>> want{{"wte.weight", {"transformer.wte.weight", {V, C}, false}},
+                                                 {"wpe.weight", {"transformer.wpe.weight", {T, C}, false}}};
+  for (std::int64_t l = 0; l < L; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    const std::vector<std::pair<std::string, std::vector<std::int64_t>>> block{
+        {"ln_1.weight", {C}},          {"ln_1.bias", {C}},          {"attn.c_attn.weight", {3 * C, C}},
+        {"attn.c_attn.bias", {3 * C}}, {"attn.c_proj.weight", {C, C}}, {"attn.c_proj.bias", {C}},
+        {"ln_2.weight", {C}},          {"ln_2.bias", {C}},          {"mlp.c_fc.weight", {4 * C, C}},
+        {"mlp.c_fc.bias", {4 * C}},    {"mlp.c_proj.weight", {C, 4 * C}}, {"mlp.c_proj.bias", {C}}};
+    for (const auto& [n, shape] : block)
+      want.push_back({h + n, {"transformer." + h + n, shape, shape.size() == 2}});
+  }
+  want.push_back({"ln_f.weight", {"transformer.ln_f.weight", {C}, false}});
+  want.push_back({"ln_f.bias", {"transformer.ln_f.bias", {C}, false}});
+
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& t : layout) {
+    const auto it = std::find_if(want.begin(), want.end(), [&](const auto& w) { return w.first == t.name; });
+    if (it == want.end())
+      throw InputError(path + ": --names gpt2: parameter '" + t.name + "' has no GPT-2 name (not a plain GPT layout)");
+    const Want& w = it->second;
+    if (t.shape != w.shape)
+      throw InputError(path + ": --names gpt2: " + t.name + " has shape " + shape_text(t.shape) + ", GPT-2 needs " +
+                       shape_text(w.shape));
+    std::vector<std::int64_t> shape = w.transpose ? std::vector<std::int64_t>{t.shape[1], t.shape[0]} : t.shape;
+    entries.push_back({w.hf, &t, std::move(shape), w.transpose});
+  }
+  if (entries.size() != want.size())
+    for (const auto& [ours, w] : want)
+      if (!find(ours)) throw InputError(path + ": --names gpt2: the layout has no " + ours + " (for " + w.hf + ")");
+
+  const double eps = model["layernorm_eps"].value_or(1e-5);
+  metadata.insert(metadata.end(), {{"architecture", "GPT2LMHeadModel"},
+                                   {"vocab_size", std::to_string(V)},
+                                   {"n_positions", std::to_string(T)},
+                                   {"n_ctx", std::to_string(T)},
+                                   {"n_embd", std::to_string(C)},
+                                   {"n_layer", std::to_string(L)},
+                                   {"n_head", std::to_string(n_head)},
+                                   {"layer_norm_epsilon", fmt::format("{}", eps)},
+                                   {"activation_function", "gelu_new"},
+                                   {"tied_weights", "lm_head.weight=transformer.wte.weight"}});
+  return entries;
+}
+
+// Writes `entries` of `vector` as a safetensors file: the little-endian uint64
+// header length N, N bytes of JSON header (toml++'s JSON writer: every tensor's
+// dtype, shape and data_offsets, and "__metadata__"; padded with spaces so the
+// data starts at a multiple of 8), then the tensors' float32 bytes back to back
+// in entry order. Streams: the header needs only names and shapes, then each
+// tensor is copied in blocks of whole rows of at most kChunkElements (a
+// transposed block goes out as one strided piece per output row).
+void write_safetensors(CheckpointReader& ckpt, const std::string& vector, const std::vector<SafetensorsEntry>& entries,
+                       const Metadata& metadata, const std::string& out) {
+  toml::table header;
+  toml::table meta;
+  for (const auto& [k, v] : metadata) meta.insert_or_assign(k, v);
+  header.insert_or_assign("__metadata__", std::move(meta));
+  std::vector<std::uint64_t> begin;
+  std::uint64_t size = 0;
+  for (const auto& e : entries) {
+    toml::array shape;
+    for (const std::int64_t d : e.shape) shape.push_back(d);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(e.tensor->numel) * 4;
+    toml::table t;
+    t.insert("dtype", "F32");
+    t.insert("shape", std::move(shape));
+    t.insert("data_offsets", toml::array{static_cast<std::int64_t>(size), static_cast<std::int64_t>(size + bytes)});
+    if (!header.insert(e.name, std::move(t)).second)
+      throw InputError(out + ": two tensors named '" + e.name + "'");
+    begin.push_back(size);
+    size += bytes;
+  }
+  std::ostringstream json;
+  json << toml::json_formatter{header, toml::format_flags::none};
+  std::string text = json.str();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<char>((static_cast<std::uint64_t>(text.size()) >> (8 * i)) & 0xFF);
+  head += text;
+
+  PartialFile partial(out);
+  std::fclose(create_output(partial.tmp(), out));  // a clear message when OUT cannot be created
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } f{::open(partial.tmp().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC)};
+  if (f.fd < 0) throw InputError(out + ": cannot create: " + std::strerror(errno));
+  auto put = [&](const void* data, std::uint64_t bytes, std::uint64_t at) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t w = ::pwrite(f.fd, p, bytes, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) SHARDTRAIN_FAIL(out + ": write failed: " + std::strerror(w < 0 ? errno : EIO));
+      p += w;
+      bytes -= static_cast<std::uint64_t>(w);
+      at += static_cast<std::uint64_t>(w);
+    }
+  };
+  put(head.data(), head.size(), 0);
+  const std::uint64_t base = head.size();
+  std::vector<std::uint32_t> buf, tbuf;  // float32 bits, little-endian as read
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const SafetensorsEntry& e = entries[i];
+    const CheckpointTensor& t = *e.tensor;
+    if (t.numel == 0) continue;
+    const std::uint64_t at = base + begin[i];
+    const std::int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+    const std::int64_t cols = t.numel / rows;
+    const std::int64_t block = std::max<std::int64_t>(1, kChunkElements / cols);
+    buf.resize(static_cast<std::size_t>(std::min(rows, block) * cols));
+    for (std::int64_t r = 0; r < rows; r += block) {
+      const std::int64_t k = std::min(block, rows - r);
+      const std::int64_t lo = t.offset + r * cols;
+      ckpt.read_range(vector, lo, lo + k * cols, buf.data());
+      if (!e.transpose) {
+        put(buf.data(), static_cast<std::uint64_t>(k * cols) * 4, at + static_cast<std::uint64_t>(r * cols) * 4);
+        continue;
+      }
+      // Rows [r, r + k) of the (rows, cols) tensor are columns [r, r + k) of the (cols, rows) output.
+      tbuf.resize(static_cast<std::size_t>(k * cols));
+      for (std::int64_t j = 0; j < cols; ++j)
+        for (std::int64_t q = 0; q < k; ++q) tbuf[j * k + q] = buf[q * cols + j];
+      if (k == rows) {
+        put(tbuf.data(), static_cast<std::uint64_t>(k * cols) * 4, at);
+      } else {
+        for (std::int64_t j = 0; j < cols; ++j)
+          put(tbuf.data() + j * k, static_cast<std::uint64_t>(k) * 4, at + static_cast<std::uint64_t>(j * rows + r) * 4);
+      }
+    }
+  }
+  const int fd = f.fd;
+  f.fd = -1;
+  if (::close(fd) != 0) SHARDTRAIN_FAIL(out + ": write failed: " + std::strerror(errno));
+  partial.commit();
+}
+
+// The export format: --format, or else from OUT's extension.
+std::string export_format(const std::string& out, const std::string& format) {
+  if (!format.empty()) return format;
+  if (ends_with(out, ".npy")) return "npy";
+  if (ends_with(out, ".h5") || ends_with(out, ".hdf5")) return "hdf5";
+  if (ends_with(out, ".safetensors")) return "safetensors";
+  throw InputError(out + ": output must end in .h5 or .hdf5 (HDF5, one dataset per parameter), .npy "
+                         "(NumPy, one parameter) or .safetensors, or give --format hdf5|npy|safetensors");
+}
+
 int cmd_export(const std::string& path, const std::string& out, std::vector<std::string> names,
-               const std::string& vector) {
-  const bool npy = ends_with(out, ".npy");
-  if (!npy && !ends_with(out, ".h5") && !ends_with(out, ".hdf5"))
-    throw InputError(out + ": output must end in .h5 or .hdf5 (HDF5, one dataset per parameter) or .npy "
-                           "(NumPy, one parameter)");
+               const std::string& vector, const std::string& format_option, const std::string& name_style) {
+  const std::string format = export_format(out, format_option);
+  const bool npy = format == "npy";
+  if (name_style == "gpt2" && format != "safetensors")
+    throw InputError("--names gpt2: only with --format safetensors (this export is " + format + ")");
+  if (name_style == "gpt2" && !names.empty())
+    throw InputError("--names gpt2 writes the whole model; it does not take --param");
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(out, path, ec))
     throw InputError(out + ": is the checkpoint itself; choose another output file");
@@ -441,10 +663,26 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
 
   std::int64_t values = 0;
   for (const auto* t : tensors) values += t->numel;
-  if (npy)
+  if (npy) {
     write_npy(ckpt, vector, *tensors[0], out);
-  else
+  } else if (format == "hdf5") {
     write_h5(ckpt, vector, tensors, out);
+  } else {
+    Metadata metadata{{"format", "pt"},  // what Hugging Face's loaders expect of a PyTorch state dict
+                      {"producer", std::string("shardtrain trainer-ckpt ") + kVersion},
+                      {"source_checkpoint", ckpt.path()},
+                      {"step", std::to_string(ckpt.meta().step)},
+                      {"vector", vector},
+                      {"names", name_style == "gpt2" ? "gpt2" : "shardtrain"}};
+    std::vector<SafetensorsEntry> entries;
+    if (name_style == "gpt2") {
+      entries = gpt2_entries(ckpt, metadata);
+    } else {
+      metadata.emplace_back("model_type", stored_model_config(ckpt)["type"].value_or(std::string("(none)")));
+      for (const auto* t : tensors) entries.push_back({t->name, t, t->shape, false});
+    }
+    write_safetensors(ckpt, vector, entries, metadata, out);
+  }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   fmt::print("{}: {} parameter{} of {} at step {} ({} float32 values, {}), {:.2f} s\n", out, tensors.size(),
              tensors.size() == 1 ? "" : "s", vector, ckpt.meta().step, values,
@@ -467,7 +705,7 @@ int run(int argc, char** argv) {
       "splits the reading over the ranks.\nExit codes: 0 success, 2 bad input or usage (missing, "
       "foreign or damaged file, unknown name), 1 other failure.");
 
-  std::string ckpt_path, out_path, vector = "master";
+  std::string ckpt_path, out_path, vector = "master", format, name_style = "ours";
   bool config_only = false;
   std::vector<std::string> params;
 
@@ -491,11 +729,12 @@ int run(int argc, char** argv) {
       "file is missing, damaged, truncated or not a shardtrain checkpoint, 1 other failure (e.g. an "
       "I/O error).");
 
-  CLI::App* exp = app.add_subcommand("export", "Write parameters of one state vector to plain HDF5 or .npy");
+  CLI::App* exp =
+      app.add_subcommand("export", "Write parameters of one state vector to plain HDF5, .npy or safetensors");
   exp->add_option("CKPT", ckpt_path, "Checkpoint file (.h5)")->required();
   exp->add_option("OUT", out_path,
-                  "Output: .h5/.hdf5 (one float32 dataset per parameter, named by it, in its shape) or "
-                  ".npy (exactly one parameter)")
+                  "Output: .h5/.hdf5 (one float32 dataset per parameter, named by it, in its shape), "
+                  ".npy (exactly one parameter) or .safetensors (F32 tensors; see --names)")
       ->required();
   exp->add_option("--param", params,
                   "Parameter to export, by its layout name, e.g. h.0.attn.c_attn.weight (repeatable; "
@@ -507,12 +746,29 @@ int run(int argc, char** argv) {
   exp->add_option("--vector", vector, "State vector to read the values from")
       ->check(CLI::IsMember({"master", "exp_avg", "exp_avg_sq"}))
       ->capture_default_str();
+  exp->add_option("--format", format,
+                  "Output format (default: from OUT's extension: .h5/.hdf5, .npy, .safetensors)")
+      ->check(CLI::IsMember({"hdf5", "npy", "safetensors"}));
+  exp->add_option("--names", name_style,
+                  "Tensor names in a safetensors file: ours (the layout's, e.g. h.0.attn.c_attn.weight) or "
+                  "gpt2 (Hugging Face GPT2LMHeadModel's; GPT checkpoints only)")
+      ->check(CLI::IsMember({"ours", "gpt2"}))
+      ->capture_default_str();
   exp->footer(
       "master holds the fp32 weights, exp_avg and exp_avg_sq AdamW's first and second moments; "
       "padding between tensors is not exported. An unknown --param is an error that lists close "
       "names. OUT is written to OUT.partial and renamed into place when complete; an existing OUT "
       "is replaced. export does not check the CRCs (run verify for that). The .h5 file also has "
-      "root attributes source_checkpoint, vector and step.");
+      "root attributes source_checkpoint, vector and step.\nsafetensors: a JSON header, then the "
+      "tensors' little-endian float32 bytes in layout order, written one tensor block at a time; "
+      "__metadata__ holds format (pt), producer, source_checkpoint, step, vector and names. With "
+      "--names gpt2 (the whole model, no --param): transformer.wte.weight, transformer.wpe.weight, "
+      "transformer.h.N.{ln_1,attn.c_attn,attn.c_proj,ln_2,mlp.c_fc,mlp.c_proj}.{weight,bias}, "
+      "transformer.ln_f.{weight,bias}; the four Linear weights transposed to Conv1D's (in, out); "
+      "lm_head.weight is left out, being tied to transformer.wte.weight (tied_weights in the "
+      "metadata, as Hugging Face's own GPT-2 files do); the metadata adds vocab_size, n_positions, "
+      "n_ctx, n_embd, n_layer, n_head, layer_norm_epsilon and activation_function. A checkpoint of "
+      "another model type is refused.");
 
   try {
     app.parse(argc, argv);
@@ -530,7 +786,7 @@ int run(int argc, char** argv) {
   }
 
   if (info->parsed()) return on_root([&] { return cmd_info(ckpt_path, config_only); });
-  if (exp->parsed()) return on_root([&] { return cmd_export(ckpt_path, out_path, params, vector); });
+  if (exp->parsed()) return on_root([&] { return cmd_export(ckpt_path, out_path, params, vector, format, name_style); });
 
   // verify: collective over every rank.
   try {
