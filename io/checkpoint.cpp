@@ -6,8 +6,11 @@
 // format is made to both halves in one place; split, they would drift apart.
 #include "io/checkpoint.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +23,9 @@
 
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
+#include "io/crc32.hpp"
 #include "io/h5_check.hpp"
+#include "io/h5_lock.hpp"
 #include "io/h5_read.hpp"
 #include "io/h5_write.hpp"
 
@@ -52,14 +57,7 @@ double seconds_since(Clock::time_point t0) {
 }
 
 std::uint32_t crc_of(const void* p, std::uint64_t bytes, std::uint32_t crc = 0) {
-  uLong c = crc;
-  const auto* b = static_cast<const Bytef*>(p);
-  for (std::uint64_t done = 0; done < bytes;) {  // crc32 takes uInt lengths
-    const uInt n = static_cast<uInt>(std::min<std::uint64_t>(bytes - done, 1u << 30));
-    c = crc32(c, b + done, n);
-    done += n;
-  }
-  return static_cast<std::uint32_t>(c);
+  return crc32_ieee(crc, p, static_cast<std::size_t>(bytes));
 }
 
 // A CRC over a byte range, built from pieces in order.
@@ -350,6 +348,130 @@ void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointM
   if (rank == 0) std::remove(path.c_str());
 }
 
+namespace {
+
+H5File open_parallel_file_rw(const std::string& path, MPI_Comm comm, const char* what) {
+  H5PropList fapl = mpio_fapl(comm);
+  H5File file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+  if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot reopen " + what + ": " + error_stack_text());
+  return file;
+}
+
+// Writes elements [lo, hi) of every vector at its dataset's byte offset in
+// `path` with pwrite, and their CRC pieces.
+void write_at_offsets(const std::string& path, const std::vector<CheckpointVectorOut>& vectors,
+                      const std::vector<std::int64_t>& offsets, std::int64_t lo, std::int64_t hi,
+                      std::vector<CrcPiece>& pieces) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) SHARDTRAIN_FAIL(path + ": cannot open for the state data: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  for (std::size_t i = 0; i < vectors.size(); ++i) {
+    const std::size_t eb = element_bytes(vectors[i].type);
+    const auto* p = static_cast<const unsigned char*>(vectors[i].data);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * eb;
+    const off_t at = static_cast<off_t>(offsets[i] + lo * static_cast<std::int64_t>(eb));
+    for (std::uint64_t done = 0; done < bytes;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, std::uint64_t{1} << 30));
+      const ssize_t w = ::pwrite(fd, p + done, n, at + static_cast<off_t>(done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) SHARDTRAIN_FAIL(path + ": writing /state/" + vectors[i].name + ": " + std::strerror(errno));
+      done += static_cast<std::uint64_t>(w);
+    }
+    pieces[i].add(p, bytes);
+  }
+}
+
+// The root attributes, /config and /layout: everything of a checkpoint but
+// the state vectors and their views. Collective (rank 0's data is written).
+void write_header(hid_t file, const CheckpointMeta& meta, const std::vector<CheckpointTensor>& layout, bool root) {
+  put_str(file, "format", std::string(kCheckpointFormat));
+  put_i64(file, "schema_version", kCheckpointSchema);
+  put_i64(file, "step", meta.step);
+  put_i64(file, "samples_seen", meta.samples_seen);
+  put_i64(file, "tokens_seen", meta.tokens_seen);
+  put_i64(file, "optimizer_updates", meta.optimizer_updates);
+  put_i64(file, "sampler_seed", static_cast<std::int64_t>(meta.sampler_seed));
+  put_i64(file, "world_size", meta.world_size);
+  put_i64(file, "zero_stage", meta.zero_stage);
+  put_str(file, "precision", meta.precision);
+  put_i64(file, "alignment", meta.alignment);
+  put_i64(file, "padded_size", meta.padded_size);
+  put_f64(file, "loss_scale", meta.loss_scale);
+  put_i64(file, "scaler_good_steps", meta.scaler_good_steps);
+  put_i64(file, "scaler_hysteresis_left", meta.scaler_hysteresis_left);
+  put_i64(file, "scaler_consecutive_skips", meta.scaler_consecutive_skips);
+  put_str(file, "data_path", meta.data_path);
+  put_i64(file, "data_train_tokens", meta.data_train_tokens);
+  put_i64(file, "data_vocab_size", meta.data_vocab_size);
+  put_i64(file, "seq_len", meta.seq_len);
+  put_str(file, "created_utc", meta.created_utc);
+  put_str(file, "shardtrain_version", meta.version);
+
+  // /config: the resolved config text.
+  {
+    const std::string& text = meta.config_text;
+    SHARDTRAIN_CHECK(text.size() <= kMaxConfigBytes, "config text too long for a checkpoint");
+    H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+    SHARDTRAIN_H5_CHECK(H5Tset_size(t, std::max<std::size_t>(text.size(), 1)));
+    SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+    SHARDTRAIN_H5_CHECK(H5Tset_strpad(t, H5T_STR_NULLPAD));
+    H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
+    H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "config", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    std::string padded = text;
+    padded.resize(std::max<std::size_t>(text.size(), 1), '\0');
+    write_from_root(ds, t, padded.data(), root, true);
+    put_u32(ds, "crc32", crc_of(text.data(), text.size()));
+  }
+  // /layout: name, ndim, offset, numel, shape[4] per tensor.
+  {
+    LayoutType lt;
+    const std::vector<unsigned char> rows = pack_layout(layout, lt);
+    H5Datatype t = lt.type();
+    const hsize_t n = layout.size();
+    H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+    H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "layout", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    write_from_root(ds, t, rows.data(), root, false);
+    put_u32(ds, "crc32", crc_of(rows.data(), rows.size()));
+  }
+}
+
+// /state/<name>: a contiguous 1-D dataset of `n` elements, its space allocated
+// now (so its file offset is fixed) and never filled (every element is written).
+H5Dataset create_state_dataset(hid_t state, const std::string& name, CkptType type, std::int64_t n) {
+  H5Datatype t = make_type(type);
+  const hsize_t dims = static_cast<hsize_t>(n);
+  H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &dims, nullptr)));
+  H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  SHARDTRAIN_H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+  SHARDTRAIN_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+  SHARDTRAIN_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
+  return H5Dataset(SHARDTRAIN_H5_CHECK(H5Dcreate2(state, name.c_str(), t, fs, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+}
+
+// /params/<name>: virtual views of /state/master, one per tensor, in its shape.
+void create_param_views(hid_t file, const std::vector<CheckpointTensor>& layout, std::int64_t padded_size) {
+  H5Group params(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  const hsize_t n = static_cast<hsize_t>(padded_size);
+  H5Dataspace src(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  H5Datatype f32 = make_type(CkptType::F32);
+  for (const auto& e : layout) {
+    std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
+    H5Dataspace vs(dims.empty() ? SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
+                                : SHARDTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()),
+                                                                       dims.data(), nullptr)));
+    select_range(src, e.offset, e.offset + e.numel);
+    H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+    SHARDTRAIN_H5_CHECK(H5Pset_virtual(dcpl, vs, ".", "/state/master", src));
+    H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(params, e.name.c_str(), f32, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  }
+  SHARDTRAIN_H5_CLOSE(params);
+}
+
+}  // namespace
+
 CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
                                       const std::vector<CheckpointTensor>& layout,
                                       const std::vector<CheckpointVectorOut>& vectors, std::int64_t lo,
@@ -357,62 +479,12 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
   quiet_errors();
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  const bool root = rank == 0;
   SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= meta.padded_size, "checkpoint shard out of range");
   CheckpointWriteStats stats;
   const auto t0 = Clock::now();
   {
     H5File file = create_parallel_file(path, comm, "checkpoint file");
-
-    put_str(file, "format", std::string(kCheckpointFormat));
-    put_i64(file, "schema_version", kCheckpointSchema);
-    put_i64(file, "step", meta.step);
-    put_i64(file, "samples_seen", meta.samples_seen);
-    put_i64(file, "tokens_seen", meta.tokens_seen);
-    put_i64(file, "optimizer_updates", meta.optimizer_updates);
-    put_i64(file, "sampler_seed", static_cast<std::int64_t>(meta.sampler_seed));
-    put_i64(file, "world_size", meta.world_size);
-    put_i64(file, "zero_stage", meta.zero_stage);
-    put_str(file, "precision", meta.precision);
-    put_i64(file, "alignment", meta.alignment);
-    put_i64(file, "padded_size", meta.padded_size);
-    put_f64(file, "loss_scale", meta.loss_scale);
-    put_i64(file, "scaler_good_steps", meta.scaler_good_steps);
-    put_i64(file, "scaler_hysteresis_left", meta.scaler_hysteresis_left);
-    put_i64(file, "scaler_consecutive_skips", meta.scaler_consecutive_skips);
-    put_str(file, "data_path", meta.data_path);
-    put_i64(file, "data_train_tokens", meta.data_train_tokens);
-    put_i64(file, "data_vocab_size", meta.data_vocab_size);
-    put_i64(file, "seq_len", meta.seq_len);
-    put_str(file, "created_utc", meta.created_utc);
-    put_str(file, "shardtrain_version", meta.version);
-
-    // /config: the resolved config text.
-    {
-      const std::string& text = meta.config_text;
-      SHARDTRAIN_CHECK(text.size() <= kMaxConfigBytes, "config text too long for a checkpoint");
-      H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
-      SHARDTRAIN_H5_CHECK(H5Tset_size(t, std::max<std::size_t>(text.size(), 1)));
-      SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
-      SHARDTRAIN_H5_CHECK(H5Tset_strpad(t, H5T_STR_NULLPAD));
-      H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
-      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "config", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-      std::string padded = text;
-      padded.resize(std::max<std::size_t>(text.size(), 1), '\0');
-      write_from_root(ds, t, padded.data(), root, true);
-      put_u32(ds, "crc32", crc_of(text.data(), text.size()));
-    }
-    // /layout: name, ndim, offset, numel, shape[4] per tensor.
-    {
-      LayoutType lt;
-      const std::vector<unsigned char> rows = pack_layout(layout, lt);
-      H5Datatype t = lt.type();
-      const hsize_t n = layout.size();
-      H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "layout", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-      write_from_root(ds, t, rows.data(), root, false);
-      put_u32(ds, "crc32", crc_of(rows.data(), rows.size()));
-    }
+    write_header(file, meta, layout, rank == 0);
 
     // /state/<vector>: the rank's hyperslab of each.
     H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
@@ -421,13 +493,9 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
     std::vector<H5Dataset> datasets;
     for (std::size_t i = 0; i < vectors.size(); ++i) {
       const auto& v = vectors[i];
+      H5Dataset ds = create_state_dataset(state, v.name, v.type, meta.padded_size);
       H5Datatype t = make_type(v.type);
       H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-      H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-      SHARDTRAIN_H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
-      SHARDTRAIN_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
-      SHARDTRAIN_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
-      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(state, v.name.c_str(), t, fs, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
       select_range(fs, lo, hi);
       H5Dataspace ms = memory_space(hi - lo);
       H5PropList dxpl = xfer(true);
@@ -441,29 +509,79 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
     for (std::size_t i = 0; i < vectors.size(); ++i) put_u32(datasets[i], "crc32", whole[i].crc);
     datasets.clear();
 
-    // /params/<name>: virtual views of /state/master, one per tensor, in its shape.
-    H5Group params(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    H5Dataspace src(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-    H5Datatype f32 = make_type(CkptType::F32);
-    for (const auto& e : layout) {
-      std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
-      H5Dataspace vs(dims.empty() ? SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
-                                  : SHARDTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()),
-                                                                         dims.data(), nullptr)));
-      select_range(src, e.offset, e.offset + e.numel);
-      H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
-      SHARDTRAIN_H5_CHECK(H5Pset_virtual(dcpl, vs, ".", "/state/master", src));
-      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(params, e.name.c_str(), f32, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
-    }
+    create_param_views(file, layout, meta.padded_size);
 
     if (pause) pause();
-    SHARDTRAIN_H5_CLOSE(params);
     SHARDTRAIN_H5_CLOSE(state);
     SHARDTRAIN_H5_CLOSE(file);
   }
   stats.write_s = seconds_since(t0);
   const auto t1 = Clock::now();
   fsync_file(path);  // every rank: on a parallel file system each client flushes its own writes
+  MPI_Barrier(comm);
+  stats.sync_s = seconds_since(t1);
+  return stats;
+}
+
+CheckpointWriteStats write_checkpoint_background(const std::string& path, MPI_Comm comm,
+                                                 const CheckpointMeta& meta,
+                                                 const std::vector<CheckpointTensor>& layout,
+                                                 const std::vector<CheckpointVectorOut>& vectors, std::int64_t lo,
+                                                 std::int64_t hi, const std::function<void()>& pause) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= meta.padded_size, "checkpoint shard out of range");
+  CheckpointWriteStats stats;
+  const auto t0 = Clock::now();
+  // 1. HDF5 lays the file out: the header, every state dataset allocated (its
+  //    offset is then fixed), the views; no state data. Under the HDF5 lock.
+  std::vector<std::int64_t> offsets(vectors.size(), -1);
+  {
+    const auto hdf5 = lock_hdf5();
+    quiet_errors();
+    H5File file = create_parallel_file(path, comm, "checkpoint file");
+    write_header(file, meta, layout, rank == 0);
+    H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    for (std::size_t i = 0; i < vectors.size(); ++i) {
+      H5Dataset ds = create_state_dataset(state, vectors[i].name, vectors[i].type, meta.padded_size);
+      const haddr_t at = H5Dget_offset(ds);
+      SHARDTRAIN_CHECK(at != HADDR_UNDEF, path + ": /state/" + vectors[i].name + " has no file offset");
+      offsets[i] = static_cast<std::int64_t>(at);
+      stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * element_bytes(vectors[i].type);
+    }
+    create_param_views(file, layout, meta.padded_size);
+    SHARDTRAIN_H5_CLOSE(state);
+    SHARDTRAIN_H5_CLOSE(file);  // the file now extends over every dataset's space
+  }
+  // 2. Each rank writes its hyperslab's bytes where HDF5 put the dataset (plain
+  //    pwrite: no HDF5, no MPI), with its CRC piece. A failure on any rank
+  //    fails every rank here, before the next collective.
+  std::vector<CrcPiece> pieces(vectors.size());
+  std::string error;
+  try {
+    write_at_offsets(path, vectors, offsets, lo, hi, pieces);
+    if (pause) pause();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  int failed = error.empty() ? 0 : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, comm);
+  if (failed) SHARDTRAIN_FAIL(error.empty() ? path + ": another rank failed to write its part" : error);
+  // 3. The CRC attributes, from every rank's pieces. Under the HDF5 lock.
+  const std::vector<CrcPiece> whole = combine_pieces(comm, pieces);
+  {
+    const auto hdf5 = lock_hdf5();
+    quiet_errors();
+    H5File file = open_parallel_file_rw(path, comm, "checkpoint file");
+    for (std::size_t i = 0; i < vectors.size(); ++i) {
+      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dopen2(file, ("/state/" + vectors[i].name).c_str(), H5P_DEFAULT)));
+      put_u32(ds, "crc32", whole[i].crc);
+    }
+    SHARDTRAIN_H5_CLOSE(file);
+  }
+  stats.write_s = seconds_since(t0);
+  const auto t1 = Clock::now();
+  fsync_file(path);
   MPI_Barrier(comm);
   stats.sync_s = seconds_since(t1);
   return stats;

@@ -97,6 +97,23 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
                                       std::int64_t lo, std::int64_t hi,
                                       const std::function<void()>& pause = {});
 
+// The same file as write_checkpoint, written from a thread beside a training
+// loop that reads HDF5 data sets (train/background_checkpoint.hpp): HDF5 is
+// called only under the HDF5 lock (io/h5_lock.hpp) and only for the file's
+// layout (header, datasets allocated, views) and, at the end, the state
+// vectors' CRC attributes; the state data goes to each dataset's file offset
+// with plain pwrite, outside the lock. The datasets are the same, byte for
+// byte, as write_checkpoint's. `comm` must be a communicator no other thread
+// uses (a duplicate of the run's), and MPI must provide MPI_THREAD_MULTIPLE.
+// `pause` runs after this rank's data is written, before the CRC attributes.
+// Collective over `comm`; a failure on any rank throws on every rank.
+CheckpointWriteStats write_checkpoint_background(const std::string& path, MPI_Comm comm,
+                                                 const CheckpointMeta& meta,
+                                                 const std::vector<CheckpointTensor>& layout,
+                                                 const std::vector<CheckpointVectorOut>& vectors,
+                                                 std::int64_t lo, std::int64_t hi,
+                                                 const std::function<void()>& pause = {});
+
 // Brings up the checkpoint write path once, without a checkpoint: writes
 // DIR/.shardtrain-io-probe-<job>.h5 with write_checkpoint itself -- the
 // attributes and config text of `like`, one layout row and one virtual

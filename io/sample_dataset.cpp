@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "io/h5_check.hpp"
+#include "io/h5_lock.hpp"
 #include "io/h5_read.hpp"
 
 namespace shardtrain {
@@ -258,6 +259,7 @@ std::int64_t SampleDataset::size(SampleSplit split) const {
 
 void SampleDataset::read(SampleSplit split, std::span<const std::int64_t> indices, float* inputs, TokenIndex* tokens,
                          std::int32_t* labels, std::int32_t* lengths) const {
+  const auto hdf5 = lock_hdf5();  // a background checkpoint writer may be in HDF5 (io/h5_lock.hpp)
   const Impl& im = *m_impl;
   const Impl::SplitData& s = im.splits[static_cast<std::size_t>(split)];
   const bool image = im.kind == SampleKind::Image;

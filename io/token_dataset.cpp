@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "io/h5_check.hpp"
+#include "io/h5_lock.hpp"
 #include "io/h5_read.hpp"
 
 namespace shardtrain {
@@ -150,6 +151,7 @@ const std::vector<std::string>& TokenDataset::vocab() const { return m_impl->voc
 
 void TokenDataset::read_windows(Split split, std::span<const std::int64_t> starts, std::int64_t len,
                                 TokenIndex* out) const {
+  const auto hdf5 = lock_hdf5();  // a background checkpoint writer may be in HDF5 (io/h5_lock.hpp)
   const Impl& im = *m_impl;
   const auto si = static_cast<std::size_t>(split);
   const std::int64_t n = im.n_tokens[si];

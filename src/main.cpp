@@ -154,7 +154,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--pause-in-checkpoint", pause_checkpoint,
                  "Test hook: while writing the checkpoint of step STEP, after its data and before the file "
                  "is closed, every rank writes <file>.partial.paused.<rank> (its PID) and sleeps 10 "
-                 "minutes, so a test can kill a rank mid-write")
+                 "minutes or until <file>.partial.resume exists, so a test can kill a rank mid-write "
+                 "(with checkpoint.async the writer thread sleeps and training goes on)")
       ->type_name("STEP")
       ->check(CLI::PositiveNumber);
   std::string stall;
@@ -248,7 +249,10 @@ int run_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   install_stop_signal_handlers();  // before anything else: a stop signal must never kill the process
-  MPI_Init(&argc, &argv);
+  // checkpoint.async's writer thread makes MPI calls on its own communicator
+  // beside the training thread's (train/background_checkpoint.hpp).
+  int mpi_threads = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &mpi_threads);
   // Kokkos sees only the --kokkos-* arguments (it would also act on a plain
   // --help); the trainer's own command line sees everything else.
   std::vector<char*> kokkos_args{argv[0]}, app_args{argv[0]};

@@ -104,6 +104,7 @@ struct CheckpointConfig {
   double every_minutes = 0.0;
   std::int64_t keep_last = 3;
   std::string resume = "auto";  // "auto" | "never" | a file or directory
+  bool async = false;           // write scheduled checkpoints in the background (train/background_checkpoint.hpp)
 };
 
 struct RunConfig {

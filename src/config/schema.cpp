@@ -282,6 +282,14 @@ constexpr KeySpec k_schema[] = {
     {SHARDTRAIN_CONFIG_KEY(checkpoint, keep_last), .ints = {1},
      .doc = "Complete checkpoints kept; older ones are deleted, but only after a new one is complete and "
             "`latest` names it."},
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, async),
+     .doc = "`true`: a scheduled checkpoint copies this rank's shard of the state into a staging buffer at the "
+            "step boundary and training goes on while a background thread writes the same file (at most one "
+            "write in flight; the next checkpoint, a stop signal, the wall-time guard and the end of the run "
+            "wait for it). The staging buffer is a second copy of the rank's state shard (12 bytes per "
+            "parameter / ranks, 14 with fp16/bf16), planned as the `ckpt_staging` category (host memory); hence "
+            "`false` by default, which writes synchronously and needs no extra memory. A checkpoint a stop "
+            "signal asks for without a schedule is always synchronous."},
     {SHARDTRAIN_CONFIG_KEY(checkpoint, resume), .check = check_resume,
      .range_doc = "`\"auto\"`, `\"never\"` or an existing file or directory",
      .doc = "`\"auto\"`: continue from the newest complete checkpoint in `dir`, if there is one (none: start "

@@ -21,6 +21,7 @@ std::string_view to_string(MemCategory c) {
     case MemCategory::Workspace: return "workspace";
     case MemCategory::Communication: return "communication";
     case MemCategory::Data: return "data";
+    case MemCategory::CheckpointStaging: return "ckpt_staging";
     case MemCategory::Count: break;
   }
   return "unknown";

@@ -24,6 +24,7 @@ enum class MemCategory : int {
   Workspace,
   Communication,
   Data,
+  CheckpointStaging,  // checkpoint.async: the staged copy of the state shard
   Count
 };
 

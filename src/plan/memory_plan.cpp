@@ -80,6 +80,10 @@ MemoryPlan plan_model_state(const RunConfig& c, ParamLayout& layout, int world) 
   set(MemCategory::OptimizerState, (half ? 3 : 2) * f32 * (s == 0 ? psi : shard));
   set(MemCategory::Communication,
       f * zero_bucket_elems(layout, s, c.parallel.bucket_mb, static_cast<std::size_t>(f)));
+  // checkpoint.async with a schedule: the staged copy of the checkpoint's state
+  // shard (master, both moments and the 16-bit copy), train/background_checkpoint.hpp.
+  const bool staged = c.checkpoint.async && (c.checkpoint.every_steps > 0 || c.checkpoint.every_minutes > 0);
+  set(MemCategory::CheckpointStaging, staged ? (3 * f32 + (half ? f : 0)) * shard : 0);
   p.batch_size = c.train.batch_size;
   return p;
 }
@@ -198,13 +202,14 @@ void check_memory_limit(const MemoryPlan& p, const RunConfig& c) {
       "{}: train.memory_limit_mb = {} MiB, but the predicted process peak is {:.2f} MiB per rank ({:.2f} MiB "
       "short: process before the model {:.2f}, scratch (MPI collective or checkpoint I/O) {:.2f}, and the plan's {:.2f}: "
       "parameters {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations {:.2f}, "
-      "workspace {:.2f}, communication {:.2f}, data {:.2f}); use a higher parallel.zero_stage, "
-      "more ranks, a smaller train.micro_batch, or raise the limit",
+      "workspace {:.2f}, communication {:.2f}, data {:.2f}, checkpoint staging {:.2f}); use a higher "
+      "parallel.zero_stage, more ranks, a smaller train.micro_batch, checkpoint.async = false, or raise the limit",
       c.source_name, limit, need, need - limit, p.process.fixed() / kMiB, p.process.scratch() / kMiB,
       p.total() / kMiB, p.of(MemCategory::Parameters) / kMiB,
       p.of(MemCategory::Gradients) / kMiB, p.of(MemCategory::OptimizerState) / kMiB,
       p.of(MemCategory::Activations) / kMiB, p.of(MemCategory::Workspace) / kMiB,
-      p.of(MemCategory::Communication) / kMiB, p.of(MemCategory::Data) / kMiB));
+      p.of(MemCategory::Communication) / kMiB, p.of(MemCategory::Data) / kMiB,
+      p.of(MemCategory::CheckpointStaging) / kMiB));
 }
 
 }  // namespace shardtrain

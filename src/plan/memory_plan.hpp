@@ -12,7 +12,9 @@
 //   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,
 //   2 Psi + 14 Psi/N, 16 Psi/N; Psi = padded parameter count), communication: ZeroEngine's buckets,
 //   activations and workspace: gpt_activation_plan (classifiers: their
-//   ClassifierCosts, model/classifier.hpp), data: the input buffers.
+//   ClassifierCosts, model/classifier.hpp), data: the input buffers,
+//   ckpt_staging: with checkpoint.async and a schedule, the staged copy of the
+//   checkpoint's state shard (12 or 14 bytes per shard element).
 #pragma once
 
 #include <array>

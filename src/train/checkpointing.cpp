@@ -157,9 +157,17 @@ std::vector<std::string> CheckpointManager::resume_candidates() const {
 }
 
 std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
+  const Committed c = commit_on(m_comm, step, write);
+  record(c);
+  restart_clock();
+  return c.path;
+}
+
+CheckpointManager::Committed CheckpointManager::commit_on(MPI_Comm comm, std::int64_t step,
+                                                          const WriteFn& write) const {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = m_config.dir;
-  on_root(m_comm, [&] {
+  on_root(comm, [&] {
     ensure_dir();  // also when checkpointing is off and a stop signal asks for one
     remove_partials(dir);  // a crashed write's leftovers
   });
@@ -168,18 +176,21 @@ std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
 
   std::function<void()> pause;
   if (step == m_pause_step) {
-    pause = [this, partial] {
-      const std::string marker = fmt::format("{}.paused.{}", partial, m_rank);
+    pause = [rank = m_rank, partial] {
+      const std::string marker = fmt::format("{}.paused.{}", partial, rank);
       write_file_durably(marker, fmt::format("{}\n", static_cast<long long>(::getpid())));
-      std::fprintf(stderr, "checkpoint test hook: rank %d (pid %lld) paused writing %s\n", m_rank,
+      std::fprintf(stderr, "checkpoint test hook: rank %d (pid %lld) paused writing %s\n", rank,
                    static_cast<long long>(::getpid()), partial.c_str());
       std::fflush(stderr);
-      std::this_thread::sleep_for(std::chrono::minutes(10));
+      // Up to 10 minutes, or until the test creates "<partial>.resume".
+      const std::string resume = partial + ".resume";
+      for (int i = 0; i < 6000 && !fs::exists(resume); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     };
   }
-  m_last_stats = write(partial, pause);
+  Committed c;
+  c.stats = write(partial, pause);
 
-  on_root(m_comm, [&] {
+  on_root(comm, [&] {
     rename_or_fail(partial, final_path);
     fsync_directory(dir);
     const std::string latest = (fs::path(dir) / "latest").string();
@@ -194,9 +205,9 @@ std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
       fs::remove(files[i].path, ec);
     }
   });
-  m_last_commit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  restart_clock();
-  return final_path;
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.path = final_path;
+  return c;
 }
 
 }  // namespace shardtrain

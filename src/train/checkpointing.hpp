@@ -88,10 +88,30 @@ class CheckpointManager {
                                                      const std::function<void()>& pause)>;
   std::string commit(std::int64_t step, const WriteFn& write);
 
+  // What one commit did.
+  struct Committed {
+    std::string path;  // the final path (same on every rank)
+    CheckpointWriteStats stats;
+    double seconds = 0.0;  // write + fsync + rename + latest + pruning
+  };
+  // commit() over `comm` without touching this object: for the background
+  // writer's thread (train/background_checkpoint.hpp), on its own duplicate
+  // of the communicator. The caller records the outcome (record) on the
+  // training thread. Collective over `comm`.
+  Committed commit_on(MPI_Comm comm, std::int64_t step, const WriteFn& write) const;
+  // Records a background commit's outcome (last_stats, last_commit_seconds).
+  void record(const Committed& c) {
+    m_last_stats = c.stats;
+    m_last_commit_s = c.seconds;
+  }
+  // Restarts the every_minutes clock: a checkpoint starts now.
+  void checkpoint_started() { restart_clock(); }
+
   // Test hook (--pause-in-checkpoint STEP): while writing the checkpoint of
   // `step`, after the data is written and before the file is closed, every
   // rank writes "<partial>.paused.<rank>" holding its PID and sleeps (up to 10
-  // minutes), so a test can SIGKILL a rank mid-write.
+  // minutes, or until a file "<partial>.resume" appears), so a test can SIGKILL
+  // a rank mid-write, or signal the ranks while a background write is held.
   void set_pause_step(std::int64_t step) { m_pause_step = step; }
 
   // Seconds of the last commit (write + fsync + rename), and its bandwidth.

@@ -75,7 +75,7 @@ void RunDirectory::append(const MetricsRow& r) {
   const std::string val = r.val_loss ? fmt::format("{:.17g}", *r.val_loss) : std::string();
   const std::string acc = r.val_accuracy ? fmt::format("{:.17g}", *r.val_accuracy) : std::string();
   const std::string tok = r.tokens_per_s > 0 ? fmt::format("{:.1f}", r.tokens_per_s) : std::string();
-  fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{},{:.3f},{},{:.9g},{},{:08x},{:.1f},{},{:.3f}\n", r.step, r.loss, val,
+  fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{},{:.6f},{},{:.9g},{},{:08x},{:.1f},{},{:.3f}\n", r.step, r.loss, val,
              r.lr, r.grad_norm, tok, r.elapsed_s, r.comm_bytes, r.loss_scale, r.skipped ? 1 : 0, r.weights_crc,
              r.samples_per_s, acc, r.step_ms);
   std::fflush(m_metrics);

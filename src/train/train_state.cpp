@@ -2,6 +2,8 @@
 #include "train/train_state.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <functional>
@@ -47,7 +49,7 @@ std::string utc_now() {
 template <class P>
 TrainState<P>::TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
                           ModelState<P>& state, LossScaler& scaler, const Task<P>& task,
-                          std::int64_t pause_checkpoint_step)
+                          std::int64_t pause_checkpoint_step, MemoryTracker& memory)
     : m_cfg(cfg),
       m_comm(comm),
       m_state_comm(state_comm),
@@ -59,6 +61,12 @@ TrainState<P>::TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communica
   m_ckpt.set_pause_step(pause_checkpoint_step);
   m_ckpt.prepare();
   resume();
+  if (cfg.checkpoint.async && m_ckpt.enabled()) {
+    // The state shard as checkpoints hold it: master, both moments, the 16-bit copy.
+    const std::size_t per_element = 3 * sizeof(float) + (std::is_same_v<P, float> ? 0 : sizeof(P));
+    m_background = std::make_unique<BackgroundCheckpoint>(
+        m_comm.comm(), memory, static_cast<std::size_t>(m_state.shard_view().size()) * per_element);
+  }
 }
 
 template <class P>
@@ -182,8 +190,7 @@ void TrainState<P>::resume() {
 }
 
 template <class P>
-void TrainState<P>::save(std::int64_t done) {
-  const ShardView<P> s = m_state.shard_view();
+CheckpointMeta TrainState<P>::checkpoint_meta(std::int64_t done) const {
   CheckpointMeta meta;
   meta.step = done;
   meta.samples_seen = m_samples;
@@ -208,6 +215,18 @@ void TrainState<P>::save(std::int64_t done) {
   meta.config_text = to_toml(m_cfg);
   meta.created_utc = utc_now();
   meta.version = kVersion;
+  return meta;
+}
+
+template <class P>
+void TrainState<P>::save(std::int64_t done) {
+  if (m_background) {
+    save_background(done);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShardView<P> s = m_state.shard_view();
+  const CheckpointMeta meta = checkpoint_meta(done);
   std::vector<CheckpointTensor> layout;
   for (const auto& e : m_state.layout().entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
   const std::size_t n = static_cast<std::size_t>(s.size());
@@ -230,6 +249,78 @@ void TrainState<P>::save(std::int64_t done) {
                done, path, mb, secs, secs > 0 ? mb / secs : 0.0, w.write_s, w.sync_s, m_ckpt.last_commit_seconds());
     std::fflush(stdout);
   }
+  m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++m_ckpt_count;
+}
+
+template <class P>
+void TrainState<P>::save_background(std::int64_t done) {
+  if (m_background->in_flight()) complete_background();  // at most one write in flight
+  const auto t_stage = std::chrono::steady_clock::now();
+  const ShardView<P> s = m_state.shard_view();
+  const CheckpointMeta meta = checkpoint_meta(done);
+  std::vector<CheckpointTensor> layout;
+  for (const auto& e : m_state.layout().entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
+  // Copy the shard into the staging buffer (from the device on GPUs).
+  const std::size_t n = static_cast<std::size_t>(s.size());
+  const std::span<unsigned char> buffer = m_background->staging();
+  std::size_t used = 0;
+  std::vector<CheckpointVectorOut> vectors;
+  auto stage = [&](const char* name, CkptType type, const void* src, std::size_t bytes) {
+    SHARDTRAIN_CHECK(used + bytes <= buffer.size(), "checkpoint staging buffer too small");
+    unsigned char* at = buffer.data() + used;
+    if (m_state.backend().memory() == nullptr) std::memcpy(at, src, bytes);
+    else m_state.backend().copy_to_host(at, src, bytes);
+    vectors.push_back({name, type, at});
+    used += bytes;
+  };
+  stage("master", CkptType::F32, s.master.data(), n * sizeof(float));
+  stage("exp_avg", CkptType::F32, s.exp_avg.data(), n * sizeof(float));
+  stage("exp_avg_sq", CkptType::F32, s.exp_avg_sq.data(), n * sizeof(float));
+  if constexpr (std::is_same_v<P, f16>) stage("params_fp16", CkptType::F16, s.params.data(), n * sizeof(P));
+  if constexpr (std::is_same_v<P, bf16>) stage("params_bf16", CkptType::BF16, s.params.data(), n * sizeof(P));
+  const std::int64_t lo = s.lo, hi = s.hi;
+  m_ckpt.checkpoint_started();
+  const CheckpointManager& ckpt = m_ckpt;
+  m_background->start(done, [&ckpt, done, meta, layout, vectors, lo, hi](MPI_Comm comm) {
+    return ckpt.commit_on(comm, done, [&](const std::string& partial, const std::function<void()>& pause) {
+      return write_checkpoint_background(partial, comm, meta, layout, vectors, lo, hi, pause);
+    });
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  m_staged_s = std::chrono::duration<double>(t1 - t_stage).count();
+  m_ckpt_blocked_s += std::chrono::duration<double>(t1 - t_stage).count();
+  if (m_comm.rank() == 0) {
+    fmt::print("checkpoint step {}: staged {:.2f} MB in {:.3f} s; writing in the background\n", done,
+               static_cast<double>(used) / 1e6, m_staged_s);
+    std::fflush(stdout);
+  }
+}
+
+template <class P>
+void TrainState<P>::complete_background() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::int64_t step = m_background->step();
+  const CheckpointManager::Committed c = m_background->finish(m_comm.comm());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m_ckpt_blocked_s += waited;
+  ++m_ckpt_count;
+  m_ckpt.record(c);
+  if (m_comm.rank() == 0) {
+    const auto& w = c.stats;
+    const double mb = static_cast<double>(w.bytes) / 1e6, secs = w.write_s + w.sync_s;
+    fmt::print("checkpoint step {}: {} | {:.2f} MB in {:.3f} s = {:.1f} MB/s (write {:.3f} s, fsync {:.3f} s; "
+               "commit {:.3f} s) in the background | training blocked {:.3f} s (staging {:.3f} s, waiting "
+               "{:.3f} s)\n",
+               step, c.path, mb, secs, secs > 0 ? mb / secs : 0.0, w.write_s, w.sync_s, c.seconds,
+               m_staged_s + waited, m_staged_s, waited);
+    std::fflush(stdout);
+  }
+}
+
+template <class P>
+void TrainState<P>::finish_checkpoints() {
+  if (m_background && m_background->in_flight()) complete_background();
 }
 
 // Reason codes: (what << 20) | (2^20 - 1 - rank), so that the maximum over
@@ -245,9 +336,15 @@ typename TrainState<P>::Boundary TrainState<P>::agree_at_boundary(double step_s)
     const double ckpt_s = m_ckpt.last_commit_seconds() > 0 ? m_ckpt.last_commit_seconds() : bytes / 100e6 + 0.5;
     if (m_guard.must_stop(step_s, ckpt_s)) what = kStopWallTime;
   }
-  std::int64_t flags[2] = {what == 0 ? 0 : (what << 20) | ((std::int64_t{1} << 20) - 1 - m_comm.rank()),
-                           m_comm.rank() == 0 && m_ckpt.minutes_elapsed() ? 1 : 0};
-  m_comm.all_reduce(std::span<std::int64_t>(flags), ReduceOp::Max);
+  // flags[2]: this rank's background write is still running (1), so the
+  // maximum says whether every rank's is done.
+  const bool in_flight = m_background && m_background->in_flight();
+  // (Only with a background writer: without one the payload is unchanged.)
+  std::int64_t flags[3] = {what == 0 ? 0 : (what << 20) | ((std::int64_t{1} << 20) - 1 - m_comm.rank()),
+                           m_comm.rank() == 0 && m_ckpt.minutes_elapsed() ? 1 : 0,
+                           in_flight && !m_background->written() ? 1 : 0};
+  m_comm.all_reduce(std::span<std::int64_t>(flags, m_background ? 3 : 2), ReduceOp::Max);
+  if (in_flight && flags[2] == 0) complete_background();  // every rank's writer is done: commit it
   return {flags[0], flags[1] != 0};
 }
 

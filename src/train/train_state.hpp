@@ -22,6 +22,7 @@
 #include "dist/mpi/mpi_communicator.hpp"
 #include "io/checkpoint.hpp"
 #include "optim/loss_scaler.hpp"
+#include "train/background_checkpoint.hpp"
 #include "train/checkpointing.hpp"
 #include "train/lifecycle.hpp"
 #include "train/task.hpp"
@@ -37,8 +38,10 @@ class TrainState {
   // run's host communicator (its MPI_Comm is the one the files are opened on);
   // `state_comm` moves the model state's memory. Collective; every rank throws
   // the same InputError.
+  // With checkpoint.async and a schedule, the background writer's staging
+  // buffer is allocated in `memory`.
   TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm, ModelState<P>& state,
-             LossScaler& scaler, const Task<P>& task, std::int64_t pause_checkpoint_step);
+             LossScaler& scaler, const Task<P>& task, std::int64_t pause_checkpoint_step, MemoryTracker& memory);
 
   std::int64_t start_step() const { return m_start_step; }  // steps done before this job
   std::int64_t samples() const { return m_samples; }        // global index of the next training sample
@@ -52,7 +55,9 @@ class TrainState {
   // rank 0's clock know: whether any rank received a stop signal, or the
   // wall-time guard says the next step and a checkpoint would not fit (`stop`:
   // 0, or a reason for describe_stop), and whether checkpoint.every_minutes
-  // have passed. The same on every rank.
+  // have passed. The same on every rank. With checkpoint.async it also agrees
+  // whether every rank's background write is done, and if so completes it
+  // (the commit is reported then).
   struct Boundary {
     std::int64_t stop = 0;
     bool checkpoint_time = false;
@@ -61,12 +66,26 @@ class TrainState {
   std::string describe_stop(std::int64_t reason) const;
 
   // Writes and commits the checkpoint of step `done` (1-based). Collective.
+  // With checkpoint.async and a schedule: waits for a write still in flight,
+  // stages the state shard and returns while a background thread writes and
+  // commits the file; finish_checkpoints() waits for it.
   void save(std::int64_t done);
+  // Waits for a background write in flight and completes it. Collective; a
+  // no-op without one (the same on every rank).
+  void finish_checkpoints();
+  // Seconds the training thread spent in checkpoints in this job: staging and
+  // waiting (async), or the whole write (sync); and how many it committed.
+  double checkpoint_blocked_seconds() const { return m_ckpt_blocked_s; }
+  std::int64_t checkpoints_committed() const { return m_ckpt_count; }
+  bool writes_in_background() const { return m_background != nullptr; }
 
  private:
   void resume();
   void check_compatible(const CheckpointReader& reader) const;
   void load(CheckpointReader& reader);
+  CheckpointMeta checkpoint_meta(std::int64_t done) const;
+  void save_background(std::int64_t done);
+  void complete_background();
 
   const RunConfig& m_cfg;
   MpiCommunicator& m_comm;
@@ -80,6 +99,10 @@ class TrainState {
   std::int64_t m_samples = 0;     // data cursor: global index of the next training sample
   std::int64_t m_updates = 0;     // optimizer updates applied (skipped steps excluded)
   std::string m_resume_note;
+  std::unique_ptr<BackgroundCheckpoint> m_background;  // checkpoint.async with a schedule
+  double m_staged_s = 0.0;        // the in-flight write's staging time (for its report line)
+  double m_ckpt_blocked_s = 0.0;
+  std::int64_t m_ckpt_count = 0;
 };
 
 extern template class TrainState<float>;

@@ -132,7 +132,7 @@ class Run final : public RunBase {
     m_state->init_master();
     m_step_hooks = std::make_unique<StepHooks<P>>(hooks, m_comm.rank(), *m_zero, *m_state);
     m_train = std::make_unique<TrainState<P>>(cfg, m_comm, m_state_comm, *m_state, m_scaler, *m_task,
-                                              hooks.pause_checkpoint_step);
+                                              hooks.pause_checkpoint_step, m_memory);
   }
 
   TrainResult run() override;
@@ -384,6 +384,13 @@ TrainResult Run<P>::run() {
       end = done;
       break;
     }
+  }
+  m_train->finish_checkpoints();  // checkpoint.async: the last write in flight
+  if (is_root() && m_train->checkpoints_committed() > 0) {
+    fmt::print("checkpoints: {} written in this job{}; training was blocked {:.3f} s by them\n",
+               m_train->checkpoints_committed(), m_train->writes_in_background() ? " in the background" : "",
+               m_train->checkpoint_blocked_seconds());
+    std::fflush(stdout);
   }
   if (first >= tc.steps) {
     final_eval = m_task->evaluate(0);

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "core/error.hpp"
+#include "io/crc32.hpp"
 #include "train/host_staging.hpp"
 
 namespace shardtrain {
@@ -29,14 +30,7 @@ std::uint32_t weights_crc(ModelState<P>& state, Communicator& comm, std::int64_t
   const std::int64_t end = std::min(hi, last.offset + last.numel);
   if (end > lo) {
     bytes = static_cast<std::uint64_t>(end - lo) * sizeof(float);
-    const auto* p = reinterpret_cast<const Bytef*>(w);
-    uLong c = crc32(0L, Z_NULL, 0);
-    for (std::uint64_t done = 0; done < bytes;) {  // crc32 takes uInt lengths
-      const uInt n = static_cast<uInt>(std::min<std::uint64_t>(bytes - done, 1u << 30));
-      c = crc32(c, p + done, n);
-      done += n;
-    }
-    crc = c;
+    crc = crc32_ieee(0, w, static_cast<std::size_t>(bytes));
   }
   const int n = comm.size();
   std::vector<std::int64_t> parts(2 * static_cast<std::size_t>(n), 0);

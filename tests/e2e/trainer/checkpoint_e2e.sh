@@ -13,9 +13,19 @@
 #                               saved at 1 rank, resumed at 4 ranks stage 3: each resumes at
 #                               the step its checkpoint was written at (20) and trains to 40;
 #                               losses within relative 5e-7, grad_norm 5e-6 of the straight run
-#   crash NP                    SIGKILL of one rank while it writes the step-30 checkpoint
+#   crash NP [--set ...]        SIGKILL of one rank while it writes the step-30 checkpoint
 #                               (--pause-in-checkpoint): latest still names step 20, the restart
-#                               loads it and continues bitwise as the straight run
+#                               loads it and continues bitwise as the straight run (with
+#                               --set checkpoint.async=true: killed while its background write
+#                               is in flight, training having gone on)
+#   async NP TAG [--set ...]    checkpoint.async: 40 steps with a checkpoint every 5, written in
+#                               the background, against the same run written synchronously: the
+#                               metrics bitwise equal, 8 background commits, every checkpoint's
+#                               datasets bitwise equal (compare_checkpoints.py) and verified
+#   async_signal NP             SIGUSR1 to every rank while the background write of step 20 is
+#                               held (--pause-in-checkpoint, released by the test): the job
+#                               completes that write and its stop checkpoint, exits 75, and
+#                               every checkpoint verifies
 #   corrupt NP                  one byte flipped in step 20's /state/exp_avg: trainer-ckpt verify
 #                               and an explicit resume reject it (exit 2); resume = "auto" warns,
 #                               falls back to step 10 and continues bitwise; a truncated file too
@@ -116,11 +126,12 @@ case "${1:-}" in
     compare "$WORK/ck_el_straight/metrics.csv" "$WORK/ck_el_s0_np1/metrics.csv" "${el_tol[@]}"
     ;;
   crash)
-    np=$2; name="ck_crash_np$np"; dir="$WORK/$name/checkpoints"
+    np=$2; shift 2; extra=("$@")
+    name="ck_crash_np$np${extra[*]:+_async}"; dir="$WORK/$name/checkpoints"
     run_trainer "$np" "${name}_straight" "${base[@]}"
     rm -rf "${WORK:?}/$name"
     timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
-      --set train.run_dir="$WORK/$name" "${base[@]}" --pause-in-checkpoint 30 > "$WORK/$name.log" 2>&1 &
+      --set train.run_dir="$WORK/$name" "${base[@]}" "${extra[@]}" --pause-in-checkpoint 30 > "$WORK/$name.log" 2>&1 &
     job=$!
     victim=$((np - 1))
     for _ in $(seq 1200); do  # up to 120 s for every rank to pause mid-write
@@ -139,12 +150,64 @@ case "${1:-}" in
     [[ $rc -ne 0 && $rc -ne 124 ]] || die "the killed job exited with $rc"
     [[ -e "$dir/step_00000030.h5.partial" && ! -e "$dir/step_00000030.h5" ]] || die "expected only a .partial of step 30"
     [[ "$(latest_of "$name")" == step_00000020.h5 ]] || die "latest does not name step 20 after the crash"
-    LOG="$WORK/$name.restart.log" train_in "$np" "$name" "${base[@]}"
+    if [[ ${#extra[@]} -gt 0 ]]; then
+      grep -q '^checkpoint step 30: staged .* writing in the background' "$WORK/$name.log" ||
+        die "the step-30 checkpoint was not written in the background"
+    fi
+    LOG="$WORK/$name.restart.log" train_in "$np" "$name" "${base[@]}" "${extra[@]}"
     check_resumed "$WORK/$name.restart.log" "$WORK/$name" 20 40
     same_metrics "$WORK/${name}_straight/metrics.csv" "$WORK/$name/metrics.csv"
     ls "$dir"
     [[ -z "$(ls "$dir" | grep partial)" ]] || die "the interrupted write was not cleaned up"
     [[ "$(ls "$dir" | grep -c '^step_.*\.h5$')" -eq 3 ]] || die "expected keep_last = 3 checkpoints"
+    ;;
+  async)
+    np=$2; tag=$3; shift 3
+    every=(--set train.steps=40 --set checkpoint.every_steps=5 --set checkpoint.keep_last=8 --set train.log_every=1)
+    run_trainer "$np" "ck_${tag}_sync" "${every[@]}" "$@"
+    run_trainer "$np" "ck_${tag}_async" "${every[@]}" --set checkpoint.async=true "$@"
+    same_metrics "$WORK/ck_${tag}_sync/metrics.csv" "$WORK/ck_${tag}_async/metrics.csv"
+    n=$(grep -c '^checkpoint step [0-9]*: .* in the background | training blocked [0-9.]* s' "$WORK/ck_${tag}_async.log")
+    [[ $n -eq 8 ]] || die "expected 8 checkpoints committed in the background, found $n"
+    grep -q 'in the background' "$WORK/ck_${tag}_sync.log" && die "the synchronous run wrote in the background"
+    grep -Eq '^  ckpt_staging +[0-9]+\.[0-9]*[1-9][0-9]* MiB' "$WORK/ck_${tag}_async.log" || die "no ckpt_staging in the async run's plan"
+    grep -Eq '^  ckpt_staging +0\.000 MiB' "$WORK/ck_${tag}_sync.log" || die "ckpt_staging planned without checkpoint.async"
+    for s in 5 10 15 20 25 30 35 40; do
+      f=$(printf 'step_%08d.h5' "$s")
+      /usr/bin/python3 "$here/compare_checkpoints.py" "$WORK/ck_${tag}_sync/checkpoints/$f" \
+        "$WORK/ck_${tag}_async/checkpoints/$f" --replace "$WORK/ck_${tag}_sync" "$WORK/ck_${tag}_async" || die "step $s: the async checkpoint differs from the synchronous one"
+      "$CKPT_TOOL" verify "$WORK/ck_${tag}_async/checkpoints/$f" > /dev/null || die "step $s: the async checkpoint does not verify"
+    done
+    [[ "$(latest_of "ck_${tag}_async")" == step_00000040.h5 ]] || die "latest does not name step 40"
+    ;;
+  async_signal)
+    np=$2; name="ck_asig_np$np"; dir="$WORK/$name/checkpoints"
+    rm -rf "${WORK:?}/$name"
+    timeout 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$WORK/$name" --set train.steps=100000 --set checkpoint.every_steps=10 \
+      --set checkpoint.async=true --set train.log_every=1 --pause-in-checkpoint 20 > "$WORK/$name.log" 2>&1 &
+    job=$!
+    for _ in $(seq 1200); do  # up to 120 s for every rank's writer to pause
+      n=$(ls "$dir"/step_00000020.h5.partial.paused.* 2>/dev/null | wc -l)
+      [[ $n -eq $np ]] && break
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ $n -eq $np ]] || { cat "$WORK/$name.log"; die "the writers did not pause"; }
+    for m in "$dir"/step_00000020.h5.partial.paused.*; do kill -USR1 "$(cat "$m")"; done
+    echo "SIGUSR1 sent to every rank while the step-20 write is held"
+    sleep 2
+    touch "$dir/step_00000020.h5.partial.resume"  # releases the writers (--pause-in-checkpoint)
+    wait "$job"; rc=$?
+    cat "$WORK/$name.log"
+    check_process_memory "$WORK/$name.log"
+    [[ $rc -eq 75 ]] || die "expected exit code 75 after SIGUSR1, got $rc"
+    stop=$(sed -n 's/^stopping after step \([0-9]*\) of .*/\1/p' "$WORK/$name.log")
+    [[ -n $stop && $stop -gt 20 ]] || die "no stop after step 20 reported"
+    grep -q '^checkpoint step 20: .* in the background' "$WORK/$name.log" || die "the held step-20 write was not completed"
+    [[ "$(latest_of "$name")" == "$(printf 'step_%08d.h5' "$stop")" ]] || die "latest does not name the stop step $stop"
+    for f in "$dir"/step_*.h5; do "$CKPT_TOOL" verify "$f" > /dev/null || die "$f does not verify"; done
+    [[ -z "$(ls "$dir" | grep 'partial$')" ]] || die "a .partial file is left"
     ;;
   corrupt)
     np=$2; name="ck_corrupt_np$np"; dir="$WORK/$name/checkpoints"
