@@ -372,14 +372,9 @@ void write_at_offsets(const std::string& path, const std::vector<CheckpointVecto
     const std::size_t eb = element_bytes(vectors[i].type);
     const auto* p = static_cast<const unsigned char*>(vectors[i].data);
     const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * eb;
-    const off_t at = static_cast<off_t>(offsets[i] + lo * static_cast<std::int64_t>(eb));
-    for (std::uint64_t done = 0; done < bytes;) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, std::uint64_t{1} << 30));
-      const ssize_t w = ::pwrite(fd, p + done, n, at + static_cast<off_t>(done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) SHARDTRAIN_FAIL(path + ": writing /state/" + vectors[i].name + ": " + std::strerror(errno));
-      done += static_cast<std::uint64_t>(w);
-    }
+    const std::uint64_t at = static_cast<std::uint64_t>(offsets[i] + lo * static_cast<std::int64_t>(eb));
+    if (const int err = pwrite_all(fd, p, static_cast<std::size_t>(bytes), at))
+      SHARDTRAIN_FAIL(path + ": writing /state/" + vectors[i].name + ": " + std::strerror(err));
     pieces[i].add(p, bytes);
   }
 }

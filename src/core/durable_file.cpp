@@ -47,4 +47,15 @@ void write_file_durably(const std::string& path, const std::string& text) {
   if (err != 0) SHARDTRAIN_FAIL(path + ": write or fsync failed: " + std::strerror(err));
 }
 
+int pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offset) {
+  const auto* p = static_cast<const char*>(data);
+  for (std::size_t done = 0; done < bytes;) {
+    const ssize_t n = ::pwrite(fd, p + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
 }  // namespace shardtrain

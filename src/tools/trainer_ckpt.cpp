@@ -570,15 +570,8 @@ void write_safetensors(CheckpointReader& ckpt, const std::string& vector, const 
   } f{::open(partial.tmp().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC)};
   if (f.fd < 0) throw InputError(out + ": cannot create: " + std::strerror(errno));
   auto put = [&](const void* data, std::uint64_t bytes, std::uint64_t at) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t w = ::pwrite(f.fd, p, bytes, static_cast<off_t>(at));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) SHARDTRAIN_FAIL(out + ": write failed: " + std::strerror(w < 0 ? errno : EIO));
-      p += w;
-      bytes -= static_cast<std::uint64_t>(w);
-      at += static_cast<std::uint64_t>(w);
-    }
+    if (const int err = pwrite_all(f.fd, data, static_cast<std::size_t>(bytes), at))
+      SHARDTRAIN_FAIL(out + ": write failed: " + std::strerror(err));
   };
   put(head.data(), head.size(), 0);
   const std::uint64_t base = head.size();

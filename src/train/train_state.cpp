@@ -218,6 +218,46 @@ CheckpointMeta TrainState<P>::checkpoint_meta(std::int64_t done) const {
   return meta;
 }
 
+namespace {
+
+// The checkpoint's layout table: the model's tensors in the flat layout.
+std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout) {
+  std::vector<CheckpointTensor> out;
+  for (const auto& e : layout.entries()) out.push_back({e.name, e.shape, e.offset, e.numel});
+  return out;
+}
+
+// A state vector of the rank's shard as a checkpoint holds it: `data` is in
+// the backend's memory (the device's on GPUs).
+struct ShardVector {
+  const char* name;
+  CkptType type;
+  const void* data;
+  std::size_t bytes;
+};
+template <class P>
+std::vector<ShardVector> shard_vectors(const ShardView<P>& s) {
+  const std::size_t n = static_cast<std::size_t>(s.size());
+  std::vector<ShardVector> v{{"master", CkptType::F32, s.master.data(), n * sizeof(float)},
+                             {"exp_avg", CkptType::F32, s.exp_avg.data(), n * sizeof(float)},
+                             {"exp_avg_sq", CkptType::F32, s.exp_avg_sq.data(), n * sizeof(float)}};
+  if constexpr (std::is_same_v<P, f16>) v.push_back({"params_fp16", CkptType::F16, s.params.data(), n * sizeof(P)});
+  if constexpr (std::is_same_v<P, bf16>) v.push_back({"params_bf16", CkptType::BF16, s.params.data(), n * sizeof(P)});
+  return v;
+}
+
+// Rank 0's line for a committed checkpoint; `tail` follows the commit time.
+void print_commit(std::int64_t step, const std::string& path, const CheckpointWriteStats& w, double commit_s,
+                  const std::string& tail) {
+  const double mb = static_cast<double>(w.bytes) / 1e6, secs = w.write_s + w.sync_s;
+  fmt::print("checkpoint step {}: {} | {:.2f} MB in {:.3f} s = {:.1f} MB/s (write {:.3f} s, fsync {:.3f} s; "
+             "commit {:.3f} s){}\n",
+             step, path, mb, secs, secs > 0 ? mb / secs : 0.0, w.write_s, w.sync_s, commit_s, tail);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 template <class P>
 void TrainState<P>::save(std::int64_t done) {
   if (m_background) {
@@ -227,28 +267,18 @@ void TrainState<P>::save(std::int64_t done) {
   const auto t0 = std::chrono::steady_clock::now();
   const ShardView<P> s = m_state.shard_view();
   const CheckpointMeta meta = checkpoint_meta(done);
-  std::vector<CheckpointTensor> layout;
-  for (const auto& e : m_state.layout().entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
-  const std::size_t n = static_cast<std::size_t>(s.size());
-  std::vector<unsigned char> st_master, st_m, st_v, st_p;  // host copies of device state
-  std::vector<CheckpointVectorOut> vectors{{"master", CkptType::F32, to_host(m_state.backend(), s.master.data(), n, st_master)},
-                                           {"exp_avg", CkptType::F32, to_host(m_state.backend(), s.exp_avg.data(), n, st_m)},
-                                           {"exp_avg_sq", CkptType::F32, to_host(m_state.backend(), s.exp_avg_sq.data(), n, st_v)}};
-  if constexpr (std::is_same_v<P, f16>)
-    vectors.push_back({"params_fp16", CkptType::F16, to_host(m_state.backend(), s.params.data(), n, st_p)});
-  if constexpr (std::is_same_v<P, bf16>)
-    vectors.push_back({"params_bf16", CkptType::BF16, to_host(m_state.backend(), s.params.data(), n, st_p)});
+  const std::vector<CheckpointTensor> layout = checkpoint_tensors(m_state.layout());
+  const std::vector<ShardVector> shard = shard_vectors(s);
+  std::vector<std::vector<unsigned char>> host(shard.size());  // host copies of device state
+  std::vector<CheckpointVectorOut> vectors;
+  for (std::size_t i = 0; i < shard.size(); ++i)
+    vectors.push_back({shard[i].name, shard[i].type,
+                       to_host(m_state.backend(), static_cast<const unsigned char*>(shard[i].data), shard[i].bytes,
+                               host[i])});
   const std::string path = m_ckpt.commit(done, [&](const std::string& partial, const std::function<void()>& pause) {
     return write_checkpoint(partial, m_comm.comm(), meta, layout, vectors, s.lo, s.hi, pause);
   });
-  if (m_comm.rank() == 0) {
-    const auto& w = m_ckpt.last_stats();
-    const double mb = static_cast<double>(w.bytes) / 1e6, secs = w.write_s + w.sync_s;
-    fmt::print("checkpoint step {}: {} | {:.2f} MB in {:.3f} s = {:.1f} MB/s (write {:.3f} s, fsync {:.3f} s; "
-               "commit {:.3f} s)\n",
-               done, path, mb, secs, secs > 0 ? mb / secs : 0.0, w.write_s, w.sync_s, m_ckpt.last_commit_seconds());
-    std::fflush(stdout);
-  }
+  if (m_comm.rank() == 0) print_commit(done, path, m_ckpt.last_stats(), m_ckpt.last_commit_seconds(), "");
   m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++m_ckpt_count;
 }
@@ -259,26 +289,19 @@ void TrainState<P>::save_background(std::int64_t done) {
   const auto t_stage = std::chrono::steady_clock::now();
   const ShardView<P> s = m_state.shard_view();
   const CheckpointMeta meta = checkpoint_meta(done);
-  std::vector<CheckpointTensor> layout;
-  for (const auto& e : m_state.layout().entries()) layout.push_back({e.name, e.shape, e.offset, e.numel});
+  const std::vector<CheckpointTensor> layout = checkpoint_tensors(m_state.layout());
   // Copy the shard into the staging buffer (from the device on GPUs).
-  const std::size_t n = static_cast<std::size_t>(s.size());
   const std::span<unsigned char> buffer = m_background->staging();
   std::size_t used = 0;
   std::vector<CheckpointVectorOut> vectors;
-  auto stage = [&](const char* name, CkptType type, const void* src, std::size_t bytes) {
-    SHARDTRAIN_CHECK(used + bytes <= buffer.size(), "checkpoint staging buffer too small");
+  for (const ShardVector& v : shard_vectors(s)) {
+    SHARDTRAIN_CHECK(used + v.bytes <= buffer.size(), "checkpoint staging buffer too small");
     unsigned char* at = buffer.data() + used;
-    if (m_state.backend().memory() == nullptr) std::memcpy(at, src, bytes);
-    else m_state.backend().copy_to_host(at, src, bytes);
-    vectors.push_back({name, type, at});
-    used += bytes;
-  };
-  stage("master", CkptType::F32, s.master.data(), n * sizeof(float));
-  stage("exp_avg", CkptType::F32, s.exp_avg.data(), n * sizeof(float));
-  stage("exp_avg_sq", CkptType::F32, s.exp_avg_sq.data(), n * sizeof(float));
-  if constexpr (std::is_same_v<P, f16>) stage("params_fp16", CkptType::F16, s.params.data(), n * sizeof(P));
-  if constexpr (std::is_same_v<P, bf16>) stage("params_bf16", CkptType::BF16, s.params.data(), n * sizeof(P));
+    if (m_state.backend().memory() == nullptr) std::memcpy(at, v.data, v.bytes);
+    else m_state.backend().copy_to_host(at, v.data, v.bytes);
+    vectors.push_back({v.name, v.type, at});
+    used += v.bytes;
+  }
   const std::int64_t lo = s.lo, hi = s.hi;
   m_ckpt.checkpoint_started();
   const CheckpointManager& ckpt = m_ckpt;
@@ -287,9 +310,8 @@ void TrainState<P>::save_background(std::int64_t done) {
       return write_checkpoint_background(partial, comm, meta, layout, vectors, lo, hi, pause);
     });
   });
-  const auto t1 = std::chrono::steady_clock::now();
-  m_staged_s = std::chrono::duration<double>(t1 - t_stage).count();
-  m_ckpt_blocked_s += std::chrono::duration<double>(t1 - t_stage).count();
+  m_staged_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_stage).count();
+  m_ckpt_blocked_s += m_staged_s;
   if (m_comm.rank() == 0) {
     fmt::print("checkpoint step {}: staged {:.2f} MB in {:.3f} s; writing in the background\n", done,
                static_cast<double>(used) / 1e6, m_staged_s);
@@ -306,16 +328,10 @@ void TrainState<P>::complete_background() {
   m_ckpt_blocked_s += waited;
   ++m_ckpt_count;
   m_ckpt.record(c);
-  if (m_comm.rank() == 0) {
-    const auto& w = c.stats;
-    const double mb = static_cast<double>(w.bytes) / 1e6, secs = w.write_s + w.sync_s;
-    fmt::print("checkpoint step {}: {} | {:.2f} MB in {:.3f} s = {:.1f} MB/s (write {:.3f} s, fsync {:.3f} s; "
-               "commit {:.3f} s) in the background | training blocked {:.3f} s (staging {:.3f} s, waiting "
-               "{:.3f} s)\n",
-               step, c.path, mb, secs, secs > 0 ? mb / secs : 0.0, w.write_s, w.sync_s, c.seconds,
-               m_staged_s + waited, m_staged_s, waited);
-    std::fflush(stdout);
-  }
+  if (m_comm.rank() == 0)
+    print_commit(step, c.path, c.stats, c.seconds,
+                 fmt::format(" in the background | training blocked {:.3f} s (staging {:.3f} s, waiting {:.3f} s)",
+                             m_staged_s + waited, m_staged_s, waited));
 }
 
 template <class P>

@@ -25,12 +25,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 reference=$here/../../share/reference/gpt_torch.py
 reader=$here/safetensors_read.py
 die() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=tiny_gpt_lib.sh
+source "$here/tiny_gpt_lib.sh"  # train_tiny_checkpoint, first_loss
 rm -rf "$work"; mkdir -p "$work"
-"$trainer" "$input" --set data.path="$data" --set train.run_dir="$work/run" --set train.steps=20 \
-  --set checkpoint.every_steps=20 --set train.eval_every=0 > "$work/train.log" 2>&1 ||
-  die "trainer failed: $(tail -3 "$work/train.log")"
-ckpt=$work/run/checkpoints/$(cat "$work/run/checkpoints/latest")
-[[ -f $ckpt ]] || die "no checkpoint $ckpt"
+train_tiny_checkpoint
 vocab=$(/usr/bin/python3 -c 'import h5py, sys; print(h5py.File(sys.argv[1], "r")["vocab"].shape[0])' "$data")
 shape=(--vocab "$vocab" --n-layer 2 --n-embd 32 --n-positions 16 --n-head 4)  # inputs/tiny.toml
 
@@ -40,10 +38,6 @@ shape=(--vocab "$vocab" --n-layer 2 --n-embd 32 --n-positions 16 --n-head 4)  # 
 [[ ! -e $work/gpt2.safetensors.partial ]] || die "export left gpt2.safetensors.partial behind"
 /usr/bin/python3 "$reader" gpt2-to-h5 "$work/gpt2.safetensors" "$work/from_gpt2.h5" "${shape[@]}" ||
   die "the reader refused the GPT-2 export"
-first_loss() {  # INIT-ARGS...: the reference's step-1 loss on the tiny model (inputs/tiny.toml's shape)
-  /usr/bin/python3 "$reference" train "$data" --n-layer 2 --n-head 4 --d-model 32 --seq-len 16 --batch 8 \
-    --steps 1 --threads 1 --seed 5 "$@" | awk '$1 == "step" && $2 == 1 { print $4 }'
-}
 from_ckpt=$(first_loss --init "$ckpt")
 from_gpt2=$(first_loss --init "$work/from_gpt2.h5")
 from_random=$(first_loss)

@@ -10,20 +10,11 @@ set -euo pipefail
 trainer=$1 ckpt_tool=$2 input=$3 data=$4 work=$5
 reference=$(cd "$(dirname "$0")/../.." && pwd)/share/reference/gpt_torch.py
 die() { echo "FAIL: $*" >&2; exit 1; }
-# shellcheck source=../support/process_memory.sh
-source "$(dirname "$0")/../support/process_memory.sh"  # check_process_memory
+# shellcheck source=tiny_gpt_lib.sh
+source "$(dirname "$0")/tiny_gpt_lib.sh"  # train_tiny_checkpoint, first_loss
 rm -rf "$work"; mkdir -p "$work"
-"$trainer" "$input" --set data.path="$data" --set train.run_dir="$work/run" --set train.steps=20 \
-  --set checkpoint.every_steps=20 --set train.eval_every=0 > "$work/train.log" 2>&1 ||
-  die "trainer failed: $(tail -3 "$work/train.log")"
-check_process_memory "$work/train.log"
-ckpt=$work/run/checkpoints/$(cat "$work/run/checkpoints/latest")
-[[ -f $ckpt ]] || die "no checkpoint $ckpt"
+train_tiny_checkpoint
 "$ckpt_tool" export "$ckpt" "$work/weights.h5" > /dev/null || die "trainer-ckpt export failed"
-first_loss() {  # INIT-ARGS...: the reference's step-1 loss on the tiny model (inputs/tiny.toml's shape)
-  /usr/bin/python3 "$reference" train "$data" --n-layer 2 --n-head 4 --d-model 32 --seq-len 16 --batch 8 \
-    --steps 1 --threads 1 --seed 5 "$@" | awk '$1 == "step" && $2 == 1 { print $4 }'
-}
 from_ckpt=$(first_loss --init "$ckpt")
 from_export=$(first_loss --init "$work/weights.h5")
 from_random=$(first_loss)
