@@ -28,7 +28,8 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     of T+1 tokens per step (the windows depend on --seed only). The initial
     weights are N(0, 0.02) matrices, or --init: our weights by name from one of
     our checkpoints (/params/<name>) or a `trainer-ckpt export` file (one
-    dataset per parameter at the root). Prints one line per step, "step S loss L ms M", and
+    dataset per parameter at the root). Prints one line per step, "step S loss L ms M end E" (E: the wall
+    clock at the step's end, s since 1970), and
     at the end "idle_rss_kib K" (VmRSS before the model was built: imports and
     data) and "peak_rss_kib K" (the process's maximum resident set, getrusage).
     --ddp: DistributedDataParallel over gloo, started as torchrun starts its
@@ -276,8 +277,9 @@ def train(argv):
             opt.step()
         value = float(loss)  # waits for the step (a device sync on cuda)
         ms = (time.perf_counter() - start) * 1e3
+        end = time.time()  # wall clock at the step's end: lines it up with outside probes
         if rank == 0:  # with --ddp: rank 0's loss (its share of the windows) and time
-            print(f"step {step} loss {value:.6f} ms {ms:.3f}", flush=True)
+            print(f"step {step} loss {value:.6f} ms {ms:.3f} end {end:.6f}", flush=True)
     # One line per process (--ddp: one per rank; a benchmark sums them).
     print(f"idle_rss_kib {idle_kib}", flush=True)
     print(f"peak_rss_kib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)

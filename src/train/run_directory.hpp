@@ -35,6 +35,8 @@ struct MetricsRow {
   std::optional<double> val_accuracy; // classifiers, when a validation pass ran at this step
   double step_ms = 0.0;               // rank 0's wall time of the training step itself: data, forward,
                                       // backward, collectives, norm, update (no evaluation, CRC or logging)
+  double step_end_unix = 0.0;         // rank 0's wall clock (CLOCK_REALTIME, s since 1970) when the step
+                                      // ended: lines the step up with outside observers (monitors, probes)
 };
 
 class RunDirectory {

@@ -343,6 +343,8 @@ TrainResult Run<P>::run() {
     if (prof) prof->begin_step();
     const StepResult sr = train_step(step, lr);
     const double step_ms = 1e3 * seconds_since(step_t0);  // the step alone: no evaluation, CRC or logging
+    const double step_end_unix =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     ++result.steps_run;
     if (prof) prof->end_step();
     m_train->advance_samples(tc.batch_size);  // the data cursor moves on skipped steps too
@@ -365,7 +367,7 @@ TrainResult Run<P>::run() {
     if (is_root() && log_row) {
       MetricsRow row{done, loss, val, lr, sr.grad_norm, progress.tokens_per_second(), seconds_since(t0),
                      step_bytes, sr.loss_scale, sr.skipped, crc, progress.samples_per_second(),
-                     eval ? eval->accuracy : std::nullopt, step_ms};
+                     eval ? eval->accuracy : std::nullopt, step_ms, step_end_unix};
       dir->append(row);
       progress.print(row);
     }

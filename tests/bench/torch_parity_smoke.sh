@@ -21,7 +21,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 die() { echo "torch_parity_smoke: FAIL: $*" >&2; exit 1; }
 rm -rf "$work"; mkdir -p "$work"
 export QS_DIMS="2 2 64 32 8" BIG_DIMS="2 2 128 32 8" QS_STEPS=6 WARMUP=2 QS_ROUNDS=2 BIG_STEPS=5 BIG_ROUNDS=1 BIG_WARMUP=1
-export SGEMM_N=256 PROFILE=0
+export SGEMM_N=256 PROFILE=0 MIN_PLACED=1
 printf '# doc\n<!-- torch_parity_speed: begin -->\nold\n<!-- torch_parity_speed: end -->\ntail\n' > "$work/doc.md"
 printf '# readme\n<!-- torch_parity_speed headline: begin -->\nold\n<!-- torch_parity_speed headline: end -->\ntail\n' > "$work/readme.md"
 args=("$build/trainer" "$build/tests/bench/sgemm_peak" "$data" "$root/inputs/quickstart.toml")
@@ -32,15 +32,16 @@ WORK=$work/run1 "$root/tests/bench/torch_parity_speed.sh" --doc "$work/doc.md" -
 r=$work/report1.md
 for model in quickstart big; do
   for v in ours-2x1 ours-1x2 torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
-    # | variant | step | best run | near: ms (runs) | far: ms (runs) | tokens/s | GFLOP/s | floor |
-    #   CPU use per run | rss | idle |; the near and far runs add up to at most the rounds.
+    # | variant | step | best run | near: ms (steps) | far: ms (steps) | tokens/s | GFLOP/s | floor |
+    #   CPU use per run | rss | idle |; the near and far steps add up to at most the timed steps
+    #   (4 per run in both models).
     awk -F'|' -v m="$model" -v v="$v" '
       function runs(cell) { if (cell ~ /^ - $/) return 0; if (cell !~ /^ [0-9.]+ \([0-9]+\) $/) return -99
                             sub(/.*\(/, "", cell); return cell + 0 }
       /^#### Model/ { cur = ($0 ~ "`" m "`") } cur && $2 == " " v " " {
         n = split($10, c, " "); ok = n == (m == "big" ? 1 : 2)
         for (i = 1; i <= n; i++) ok = ok && c[i] > 0.3 && c[i] < 2.5
-        pl = runs($5) + runs($6); ok = ok && pl >= 0 && pl <= n
+        pl = runs($5) + runs($6); ok = ok && pl >= 0 && pl <= 4 * n
         found = ok && $3 + 0 > 0 && $4 + 0 > 0 && $4 + 0 <= $3 + 0 && $11 + 0 > $12 + 0 && $12 + 0 > 0 }
       END { exit !found }' "$r" || die "$model: no complete row for $v in $r"
     grep -q "^$model	$v	[0-9.]*	[0-9.]*	\([0-9.]*\|-\)	[0-9]*	\([0-9.]*\|-\)	[0-9]*$" "$work/r1.tsv" ||
@@ -49,12 +50,45 @@ for model in quickstart big; do
     # lowest and highest of all the run's probes, their count): one number each, lowest <= highest.
     awk '{ for (i = 1; i <= 9; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) exit 1 } NF != 9 || $7 > $8 || $9 < 2 { exit 1 }' \
       "$work/run1/$model.$v" || die "$model $v: a malformed per-run record in $work/run1/$model.$v: $(cat "$work/run1/$model.$v")"
+    # Every run's timed steps ("ms end", 4 of them) and probes ("T NS", wall clock), on one clock:
+    # the run's steps lie between its first probe (before the run) and its last (after it).
+    for f in "$work/run1/$model.$v".[0-9]*.steps; do
+      awk 'NR == FNR { if (NR == 1) first = $1; last = $1; if (NF != 2 || $2 !~ /^[0-9.]+$/) bad = 1; next }
+           { n++; if (NF != 2 || !($1 > 0) || $2 - $1 / 1000 < first || $2 > last) bad = 1 }
+           END { exit bad || n != 4 }' "${f%.steps}.probes" "$f" ||
+        die "$f: not 4 timed steps inside the run's probes ($(cat "$f" | tr '\n' ' ') / probes $(cat "${f%.steps}.probes" | tr '\n' ' '))"
+    done
   done
 done
 for v in torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
   grep -q "^\[$v\]" "$r" || die "no parallel_info block for $v"
 done
 grep -q "at::get_num_threads() : 2" "$r" || die "parallel_info shows no 2-thread setup"
+head -1 "$work/r1.tsv" | grep -q '^# torch_parity_speed results: ' || die "the results file has no header line"
+# The step placement, recomputed here from the runs' files (Python, not the script's awk).
+far=$(sed -n 's/^a probe above [0-9.]*x that, \([0-9.]*\) ns, is far.*/\1/p' "$r")
+[[ -n $far ]] || die "the report names no far threshold"
+/usr/bin/python3 - "$work/run1" "$far" "$r" <<'PY' || die "the report's steps by placement differ from a recount"
+import glob, re, sys
+work, far, report = sys.argv[1], float(sys.argv[2]), open(sys.argv[3]).read()
+for model in ("quickstart", "big"):
+    line = re.search(r"^#### Model `%s`.*?^Timed steps by placement \(near/far/mixed\): ([^\n]*)$" % model, report, re.M | re.S).group(1)
+    got = dict(re.findall(r"(\S+) (\d+/\d+/\d+);", line + ";"))
+    for v in ("ours-2x1", "ours-1x2", "torch-2i1b", "torch-1i2b", "torch-2i2b", "torch-ddp"):
+        n = {"near": 0, "far": 0, "mixed": 0}
+        for steps in glob.glob(f"{work}/{model}.{v}.*.steps"):
+            probes = [tuple(map(float, l.split())) for l in open(steps[:-6] + ".probes")]
+            for l in open(steps):
+                ms, end = map(float, l.split())
+                start = end - ms / 1000
+                before = [i for i, (t, _) in enumerate(probes) if t <= start]
+                after = [i for i, (t, _) in enumerate(probes) if t >= end]
+                span = [p for _, p in probes[before[-1]:after[0] + 1]]
+                n["near" if max(span) <= far else "far" if min(span) > far else "mixed"] += 1
+        want = f"{n['near']}/{n['far']}/{n['mixed']}"
+        if got.get(v) != want:
+            sys.exit(f"{model} {v}: the report says {got.get(v)}, a recount {want}")
+PY
 grep -q '^[0-9]* near, [0-9]* far, [0-9]* mixed (placement changed during the run); [0-9]* probes, highest [0-9.]* ns\.$' "$r" ||
   die "no core placement summary in $r"
 [[ $(grep -o '[0-9.]* (\(near\|far\|mixed\) [0-9.]*-[0-9.]*, [0-9]* probes)' "$r" | wc -l) == 18 ]] ||

@@ -10,9 +10,9 @@
 #     over the processes of PyTorch's best setup (issue 23; recompute off);
 #   - with --reproduce: every variant's step time within 10% of the earlier
 #     run's, compared within the same core placement (below): the median of its
-#     near runs against the earlier run's, and of its far runs where both runs
-#     have far runs (issue 21); the medians over all runs and the best runs are
-#     reported beside it;
+#     near steps against the earlier run's, and of its far steps, where both
+#     runs have at least MIN_PLACED steps there (issue 21); the medians over all
+#     runs and the best runs are reported beside it;
 #   - `trainer --profile` gives the per-op breakdown of both models (in the report).
 #
 # Usage: tests/bench/torch_parity_speed.sh [--check] [--doc FILE] [--readme FILE] [--results TSV] [--reproduce TSV]
@@ -29,8 +29,9 @@
 #               its lines "<!-- torch_parity_speed: begin -->" and "... end -->"
 #   --readme FILE    also put the headline (one paragraph) into FILE (README.md)
 #               between "<!-- torch_parity_speed headline: begin -->" and "... end -->"
-#   --results TSV    write "model variant median_ms best_run_ms near_median_ms near_runs
-#               far_median_ms far_runs" per variant to TSV (- where a placement has no run)
+#   --results TSV    write a header line, then "model variant median_ms best_run_ms
+#               near_median_ms near_steps far_median_ms far_steps" per variant to TSV
+#               (- where a placement has no step)
 #   --reproduce TSV  compare this run's step times with an earlier run's --results
 #               file, variant by variant (the report shows both and the deviation)
 #
@@ -88,16 +89,22 @@
 #     moves its vCPUs between placements that share a last-level cache and
 #     placements that do not (here 30-45 against ~170 ns, for seconds to minutes
 #     at a time), and setups whose GEMMs run on 2 threads of one process are
-#     ~1.4x slower in the second. A probe is far when it exceeds FAR_FACTOR x the
-#     lowest probe of the whole benchmark; a run is near (every probe near), far
-#     (every probe far) or mixed. Each variant's near and far runs get their own
-#     median (mixed runs only count in the all-runs median);
+#     ~1.4x slower in the second, and the host moves them in the middle of runs.
+#     A probe is far when it exceeds FAR_FACTOR x the lowest probe of the whole
+#     benchmark. Every probe carries the wall clock, and every timed step its
+#     end on the same clock (ours: metrics.csv step_end_unix; PyTorch: "end" on
+#     its step lines): a step is near when every probe from the last one before
+#     its start to the first one after its end is near, far when all are far,
+#     mixed otherwise. Each variant's near and far steps (over all its runs)
+#     get their own median (mixed steps only count in the all-runs medians); a
+#     run is near, far or mixed the same way, by all its probes;
 #   - then one run of ours-2x1 per model with --profile; its breakdown is quoted.
 #
 # Environment knobs (defaults in brackets):
 #   ZERO_STAGE [3]  WARMUP [5]  QS_STEPS [60]  QS_ROUNDS [8]  BIG_STEPS [12]
 #   BIG_ROUNDS [3]  BIG_WARMUP [2]  PROFILE [1]  MPIEXEC [mpirun]  PYTHON [/usr/bin/python3]
 #   SGEMM_N [2048]  CORE_LATENCY [dirname SGEMM_PEAK/core_latency]  FAR_FACTOR [2.5]  PROBE_EVERY [1]
+#   MIN_PLACED [5] (steps a placement needs in both runs to be compared)
 #   QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch; smaller for a smoke run)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
 # Wall time: about 16 minutes on 2 idle cores (the big model: about 3 s per
@@ -134,6 +141,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 CORE_LATENCY=${CORE_LATENCY:-$(dirname "$sgemm")/core_latency}
 FAR_FACTOR=${FAR_FACTOR:-2.5}
 PROBE_EVERY=${PROBE_EVERY:-1}
+MIN_PLACED=${MIN_PLACED:-5}
 reference=$root/share/reference/gpt_torch.py
 
 die() { echo "torch_parity_speed: $*" >&2; exit 2; }
@@ -148,6 +156,7 @@ source "$root/tests/support/process_memory.sh"  # check_process_memory: VmHWM wi
 [[ -x "$CORE_LATENCY" ]] || die "no core_latency executable at $CORE_LATENCY (built with the tests: tests/bench/core_latency; or set CORE_LATENCY)"
 [[ $FAR_FACTOR =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v f="$FAR_FACTOR" 'BEGIN { exit !(f > 1) }' || die "FAR_FACTOR must be a number above 1"
 [[ $PROBE_EVERY =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v f="$PROBE_EVERY" 'BEGIN { exit !(f >= 0.1) }' || die "PROBE_EVERY must be a number of seconds >= 0.1"
+[[ $MIN_PLACED =~ ^[1-9][0-9]*$ ]] || die "MIN_PLACED must be a whole number >= 1"
 [[ -f "$data" ]] || die "no data set at $data (share/data/fetch-mobydick.sh makes it)"
 [[ -f "$input" ]] || die "no input file $input"
 [[ -x "$PYTHON" ]] || die "no $PYTHON (PyTorch runs through Debian's python3-torch: share/install-deps.sh)"
@@ -160,8 +169,12 @@ marked() {  # marked FILE BEGIN END: checked before the measuring, not after
   [[ $(grep -cxF "$2" "$1") == 1 && $(grep -cxF "$3" "$1") == 1 ]] ||
     die "$1: needs exactly one line '$2' and one '$3'"
 }
-[[ -z $reproduce ]] || awk -F'\t' 'NF != 8 || $3 !~ /^[0-9.]+$/ || $6 !~ /^[0-9]+$/ || $8 !~ /^[0-9]+$/ { bad = 1 } END { exit bad || NR == 0 }' "$reproduce" ||
-  die "$reproduce: not a --results file of this script (8 tab-separated columns per line: model variant median best near_median near_runs far_median far_runs)"
+# The first line of a --results file: its columns count steps by placement (an
+# earlier shape counted runs, and is refused).
+results_head="# torch_parity_speed results: model variant median_ms best_run_ms near_median_ms near_steps far_median_ms far_steps"
+[[ -z $reproduce ]] || awk -F'\t' -v h="$results_head" 'NR == 1 { if ($0 != h) bad = 1; next }
+    NF != 8 || $3 !~ /^[0-9.]+$/ || $6 !~ /^[0-9]+$/ || $8 !~ /^[0-9]+$/ { bad = 1 } END { exit bad || NR < 2 }' "$reproduce" ||
+  die "$reproduce: not a --results file of this script (the line '$results_head', then 8 tab-separated columns per line)"
 [[ -z $doc ]] || marked "$doc" "$begin_mark" "$end_mark"
 [[ -z $readme ]] || marked "$readme" "$hl_begin" "$hl_end"
 # place FILE BEGIN END TEXTFILE: replaces what lies between the marker lines.
@@ -178,20 +191,24 @@ bench_private_trainer
 sgemm_src=$sgemm
 cp -p "$sgemm" "$work/sgemm_peak"; sgemm=$work/sgemm_peak
 cp -p "$CORE_LATENCY" "$work/core_latency"
-# probe: the one-way hand-off latency between the two CPUs now (ns).
+# probe: "T NS": the wall clock now (s since 1970) and the one-way hand-off
+# latency between the two CPUs (ns).
 probe() {
-  local ns
+  local t=$EPOCHREALTIME ns
   ns=$("$work/core_latency" | awk '$1 == "core_latency" { print $NF }') || die "core_latency failed"
   [[ $ns =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "core_latency printed no latency"
-  echo "$ns"
+  echo "$t $ns"
 }
 # Probes during a run need real-time priority (see the header); without it, none.
 probe_rt=1
 "$work/core_latency" --rt > /dev/null 2>&1 || probe_rt=0
-# prober FILE: probes every PROBE_EVERY s into FILE (one latency per line) until killed.
+# prober FILE: probes every PROBE_EVERY s into FILE ("T NS" per line, as probe) until killed.
 prober() {
+  local t ns
   while :; do
-    "$work/core_latency" --rt 2>/dev/null | awk '$1 == "core_latency" { print $NF }' >> "$1" || true
+    t=$EPOCHREALTIME
+    ns=$("$work/core_latency" --rt 2>/dev/null | awk '$1 == "core_latency" { print $NF }') || true
+    [[ -z $ns ]] || echo "$t $ns" >> "$1"
     sleep "$PROBE_EVERY"
   done
 }
@@ -256,9 +273,8 @@ run() {
                --batch "$B" --steps "$steps" --parallel-info)
   local log=$work/$tag.log tf=$work/$tag.time
   rm -rf "$dir"
-  local lat_before lat_after prober_pid=""
-  lat_before=$(probe)
-  : > "$work/$tag.probes"
+  local lat_before lat_after prober_pid="" p
+  p=$(probe); echo "$p" > "$work/$tag.probes"; lat_before=${p#* }
   if (( probe_rt )); then prober "$work/$tag.probes" & prober_pid=$!; fi
   case $variant in
     ours-2x1)
@@ -279,15 +295,17 @@ run() {
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timed "$tf" ddp_pair "$log" "$ddp_port" "${torch[@]}" --threads 1 --ddp ;;
   esac || { [[ -z $prober_pid ]] || kill "$prober_pid"; die "$tag failed: $(tail -3 "$log")"; }
   if [[ -n $prober_pid ]]; then kill "$prober_pid"; wait "$prober_pid" 2>/dev/null || true; fi
-  lat_after=$(probe)
+  p=$(probe); echo "$p" >> "$work/$tag.probes"; lat_after=${p#* }
   local span
-  span=$( { echo "$lat_before"; echo "$lat_after"; cat "$work/$tag.probes"; } |
-          awk '$1 ~ /^[0-9.]+$/ { if (n == 0 || $1 < lo) lo = $1; if ($1 > hi) hi = $1; n++ } END { printf "%s %s %d", lo, hi, n }')
+  span=$(awk '$2 ~ /^[0-9.]+$/ { if (n == 0 || $2 < lo) lo = $2; if ($2 > hi) hi = $2; n++ } END { printf "%s %s %d", lo, hi, n }' \
+         "$work/$tag.probes")
   [[ $variant != ours-* ]] || check_process_memory "$log" > /dev/null
   local med rss idle cpu
   cpu=$(awk '{ if ($1 > 0) printf "%.2f", ($2 + $3) / $1 }' "$tf")
+  # $tag.steps: "ms end" per step after the warm-up (end: the wall clock at the step's end)
   if [[ $variant == torch-* ]]; then
-    med=$(awk -v w="$warm" '$1 == "step" && $2 > w { print $6 }' "$log" | median)
+    awk -v w="$warm" '$1 == "step" && $2 > w && $5 == "ms" && $7 == "end" { print $6, $8 }' "$log" > "$work/$tag.steps"
+    med=$(awk '{ print $1 }' "$work/$tag.steps" | median)
     rss=$(awk '$1 == "peak_rss_kib" { s += $2; n++ } END { if (n) printf "%.1f", s / 1024 }' "$log")
     idle=$(awk '$1 == "idle_rss_kib" { s += $2; n++ } END { if (n) printf "%.1f", s / 1024 }' "$log")
     [[ -f $work/parallel_info.$variant ]] ||
@@ -298,11 +316,17 @@ run() {
                          torch-ddp) echo "2 processes, each OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, --threads 1, --ddp (gloo)" ;;
         esac))"; } > "$work/parallel_info.$variant"
   else
-    med=$(step_ms_times "$dir/metrics.csv" "$warm" "$steps" | median)
+    step_ms_times "$dir/metrics.csv" "$warm" "$steps" > /dev/null  # dies unless every step is there
+    awk -F, -v w="$warm" -v last="$steps" '
+      NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "step_ms") c = i; if ($i == "step_end_unix") e = i }; if (!c || !e) exit 1; next }
+      $1 > w && $1 <= last { print $c, $e }' "$dir/metrics.csv" > "$work/$tag.steps" ||
+      die "$dir/metrics.csv: no step_end_unix column (a trainer older than this script?)"
+    med=$(awk '{ print $1 }' "$work/$tag.steps" | median)
     rss=$(rank_sum "process peak RSS per rank" "$log")
     idle=$(rank_sum "process RSS before the model per rank" "$log")
     flops[$model]=$(awk '/^compute per step:/ { print $4 }' "$log")
   fi
+  (( $(wc -l < "$work/$tag.steps") == steps - warm )) || die "$tag: expected $((steps - warm)) timed steps, got $(wc -l < "$work/$tag.steps") ($log)"
   [[ -n "$med" && "$med" != nan && -n "$rss" && -n "$idle" && -n "$cpu" ]] ||
     die "$tag: no step times, RSS, idle RSS or CPU time in its output ($log, $tf)"
   echo "$med $rss $idle $cpu $lat_before $lat_after $span" >> "$work/$model.$variant"
@@ -365,6 +389,24 @@ lat_far=$(awk -v m="$lat_min" -v f="$FAR_FACTOR" 'BEGIN { printf "%.1f", m * f }
 placed() {
   awk -v t="$lat_far" '{ print $0, ($8 + 0 <= t ? "near" : ($7 + 0 > t ? "far" : "mixed")) }' "$1"
 }
+# steps_placed MODEL VARIANT: "ms placement" for every timed step of the variant's
+# runs. A step [end - ms, end] is near when every probe from the last one before
+# its start to the first one after its end is near, far when all are far, and
+# mixed otherwise (the placement changed somewhere in that span).
+steps_placed() {
+  local r
+  for ((r = 1; r <= $(rounds_of "$1"); ++r)); do
+    awk -v t="$lat_far" '
+      NR == FNR { pt[++np] = $1 + 0; pv[np] = $2 + 0; next }
+      { e = $2 + 0; s = e - $1 / 1000; lo = 0; hi = 0
+        for (i = 1; i <= np; i++) { if (pt[i] <= s) lo = i; if (pt[i] >= e && !hi) hi = i }
+        if (!lo || !hi) { print $1, "mixed"; next }
+        n = 0; f = 0
+        for (i = lo; i <= hi; i++) if (pv[i] <= t) n++; else f++
+        print $1, (f == 0 ? "near" : (n == 0 ? "far" : "mixed")) }' \
+      "$work/$1.$2.$r.probes" "$work/$1.$2.$r.steps"
+  done
+}
 
 # ---------------------------------------------------------------- report
 fail=0
@@ -373,7 +415,7 @@ verdict() {  # verdict OK TEXT: a PASS or FAIL line
 }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }' && echo 1 || echo 0; }
 report=$(mktemp "$work/report.XXXXXX")
-results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
+results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work/headline"
 {
   echo "### Our trainer against PyTorch set up as its users would, and against the sgemm limit"
   echo
@@ -412,7 +454,9 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
   for model in quickstart big; do for v in "${variants[@]}"; do placed "$work/$model.$v"; done; done |
     awk '{ n[$NF]++; p += $9; if ($8 + 0 > hi) hi = $8 + 0 }
          END { printf "%d near, %d far, %d mixed (placement changed during the run); %d probes, highest %.1f ns.\n", n["near"], n["far"], n["mixed"], p, hi }'
-  echo "Near and far runs get their own median per variant; mixed runs count only in the median over all runs."
+  echo "Each timed step is placed by the probes around it: near when every probe from the last one before the step"
+  echo "to the first one after it is near, far when all are far, mixed otherwise. Near and far steps get their own"
+  echo "median per variant; mixed steps count only in the medians over all runs."
   for model in quickstart big; do
     read -r L H C T B <<< "${dims[$model]}"
     f=${flops[$model]:-}
@@ -420,19 +464,23 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
     echo
     echo "#### Model \`$model\`: L$L H$H C$C T$T, batch $B ($((B * T)) tokens per step), $f GFLOP per step; $(rounds_of $model) rounds of $(steps_of $model) steps, warm-up $(warm_of $model)"
     echo
-    echo "| variant | step (median ms) | best run (ms) | near runs: median ms (runs) | far runs: median ms (runs) | tokens/s | GFLOP/s | step / FLOP floor | CPU use (per run) | peak RSS sum (MiB) | idle RSS sum (MiB) |"
+    echo "| variant | step (median ms) | best run (ms) | near steps: median ms (steps) | far steps: median ms (steps) | tokens/s | GFLOP/s | step / FLOP floor | CPU use (per run) | peak RSS sum (MiB) | idle RSS sum (MiB) |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|"
     declare -A med=() rss=() bestrun=()
+    step_split=""
     for v in "${variants[@]}"; do
       med[$v]=$(awk '{ print $1 }' "$work/$model.$v" | median)
       bestrun[$v]=$(awk '{ print $1 }' "$work/$model.$v" | sort -g | head -1)
       rss[$v]=$(awk '{ print $2 }' "$work/$model.$v" | sort -g | tail -1)
       idle=$(awk '{ print $3 }' "$work/$model.$v" | sort -g | tail -1)
       cpus=$(awk '{ printf "%s ", $4 }' "$work/$model.$v")
-      near_n=$(placed "$work/$model.$v" | awk '$NF == "near"' | wc -l)
-      far_n=$(placed "$work/$model.$v" | awk '$NF == "far"' | wc -l)
-      near_med=-; (( near_n )) && near_med=$(placed "$work/$model.$v" | awk '$NF == "near" { print $1 }' | median)
-      far_med=-; (( far_n )) && far_med=$(placed "$work/$model.$v" | awk '$NF == "far" { print $1 }' | median)
+      steps_placed "$model" "$v" > "$work/$model.$v.placed"
+      near_n=$(awk '$2 == "near"' "$work/$model.$v.placed" | wc -l)
+      far_n=$(awk '$2 == "far"' "$work/$model.$v.placed" | wc -l)
+      mixed_n=$(awk '$2 == "mixed"' "$work/$model.$v.placed" | wc -l)
+      step_split+="$v $near_n/$far_n/$mixed_n; "
+      near_med=-; (( near_n )) && near_med=$(awk '$2 == "near" { print $1 }' "$work/$model.$v.placed" | median)
+      far_med=-; (( far_n )) && far_med=$(awk '$2 == "far" { print $1 }' "$work/$model.$v.placed" | median)
       nearcell="-"; (( near_n )) && nearcell=$(printf '%.1f (%d)' "$near_med" "$near_n")
       farcell="-"; (( far_n )) && farcell=$(printf '%.1f (%d)' "$far_med" "$far_n")
       peak=$peak_1x2; [[ $v == ours-2x1 || $v == torch-ddp ]] && peak=$peak_2x1
@@ -469,6 +517,8 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
     fi
     verdict "$(ge 0.7 "$mem")" "peak RSS summed over our ranks <= 0.7x the sum over PyTorch's best setup's processes (issue 23): $mem"
     echo
+    echo "Timed steps by placement (near/far/mixed): ${step_split% }"
+    echo
     echo "Per-run medians (ms) in run order, each with its placement and the range of its core hand-off probes (ns): $(for v in "${variants[@]}"; do printf '%s: %s; ' "$v" "$(placed "$work/$model.$v" | awk '{ printf "%.1f (%s %s-%s, %d probes) ", $1, $NF, $7, $8, $9 }')"; done)"
     if (( PROFILE )); then
       echo
@@ -483,19 +533,20 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
     echo
     echo "#### Reproduction: this run against the earlier run (\`--reproduce $reproduce\`)"
     echo
-    echo "The goal compares each variant within the same core placement: the median of its near runs"
-    echo "against the earlier run's, and of its far runs where both runs have far runs; a variant with no"
-    echo "placement in common fails. The median over all runs and the best run (the lowest of the runs'"
-    echo "medians) are shown beside it: a setup that is slower in the far placement moves them with the"
-    echo "share of its runs that landed there."
+    echo "The goal compares each variant within the same core placement, step by step: the median of its"
+    echo "near steps against the earlier run's, and of its far steps, where both runs have at least"
+    echo "MIN_PLACED=$MIN_PLACED steps in that placement; a variant with no placement in common fails. The median"
+    echo "over all runs and the best run (the lowest of the runs' medians) are shown beside it: a setup that"
+    echo "is slower in the far placement moves them with the share of its steps that landed there."
     echo
-    echo "| model | variant | all runs: earlier (ms) | this run (ms) | deviation | best run: earlier | this run | deviation | near: earlier (runs) | this run (runs) | deviation | far: earlier (runs) | this run (runs) | deviation |"
+    echo "| model | variant | all runs: earlier (ms) | this run (ms) | deviation | best run: earlier | this run | deviation | near: earlier (steps) | this run (steps) | deviation | far: earlier (steps) | this run (steps) | deviation |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     worst=$(awk -F'\t' '
       function dev(a, b) { return (b - a) / a }
       function pct(d) { return sprintf("%+.1f%%", 100 * d) }
       function absv(d) { return d < 0 ? -d : d }
       function cellv(v, n) { return n > 0 ? sprintf("%.1f (%d)", v, n) : "- (0)" }
+      FNR == 1 { next }
       NR == FNR { prev[$1 "\t" $2] = $0; next }
       { k = $1 "\t" $2
         if (!(k in prev)) { print "missing " k > "/dev/stderr"; bad = 1; next }
@@ -503,12 +554,12 @@ results_tsv=$work/results.tsv; : > "$results_tsv"; : > "$work/headline"
         d = dev(p[3], $3); if (absv(d) > wm) { wm = absv(d); wmv = $1 " " $2 }
         e = dev(p[4], $4); if (absv(e) > wb) { wb = absv(e); wbv = $1 " " $2 }
         common = 0; nd = "-"; fd = "-"
-        if (p[6] > 0 && $6 > 0) { x = dev(p[5], $5); nd = pct(x); common++; if (absv(x) > wp) { wp = absv(x); wpv = $1 " " $2 " near" } }
-        if (p[8] > 0 && $8 > 0) { x = dev(p[7], $7); fd = pct(x); common++; if (absv(x) > wp) { wp = absv(x); wpv = $1 " " $2 " far" } }
+        if (p[6] >= mp && $6 >= mp) { x = dev(p[5], $5); nd = pct(x); common++; if (absv(x) > wp) { wp = absv(x); wpv = $1 " " $2 " near" } }
+        if (p[8] >= mp && $8 >= mp) { x = dev(p[7], $7); fd = pct(x); common++; if (absv(x) > wp) { wp = absv(x); wpv = $1 " " $2 " far" } }
         if (!common) { none = none " " $1 "/" $2 }
         printf "| %s | %s | %.1f | %.1f | %s | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s |\n",
           $1, $2, p[3], $3, pct(d), p[4], $4, pct(e), cellv(p[5], p[6]), cellv($5, $6), nd, cellv(p[7], p[8]), cellv($7, $8), fd }
-      END { printf "WORST %.4f %s|%.4f %s|%.4f %s|%s\n", bad ? 9 : wp, wpv, wm, wmv, wb, wbv, none }' "$reproduce" "$results_tsv")
+      END { printf "WORST %.4f %s|%.4f %s|%.4f %s|%s\n", bad ? 9 : wp, wpv, wm, wmv, wb, wbv, none }' mp="$MIN_PLACED" "$reproduce" "$results_tsv")
     grep -v '^WORST' <<< "$worst"
     IFS='|' read -r wp_part wm_part wb_part none <<< "$(grep '^WORST' <<< "$worst" | sed 's/^WORST //')"
     read -r wp wpv <<< "$wp_part"; read -r wm wmv <<< "$wm_part"; read -r wb wbv <<< "$wb_part"

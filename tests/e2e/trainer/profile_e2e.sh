@@ -6,7 +6,8 @@
 # two MLP layers of each block plus the LM head, forward and backward),
 # attention 2 L times per micro-batch and AdamW once; the class shares add up
 # to 100%; RUN_DIR/profile.txt holds what was printed; metrics.csv's step_ms
-# agrees with elapsed_s and with the profile's step time.
+# agrees with elapsed_s and with the profile's step time, and step_end_unix
+# with the wall clock around the run, step_ms and elapsed_s.
 # Usage: profile_e2e.sh NP STAGE NAME   (environment as e2e_lib.sh; INPUT: tiny.toml, L = 2)
 set -uo pipefail
 source "$(dirname "$0")/e2e_lib.sh"
@@ -16,7 +17,9 @@ args=(--set train.steps=$steps --set train.log_every=1 --set parallel.zero_stage
 
 mkdir -p "$WORK/$name"
 run_trainer "$np" "$name/plain" "${args[@]}"
+t_begin=$EPOCHREALTIME
 run_trainer "$np" "$name/profiled" "${args[@]}" --profile
+t_end=$EPOCHREALTIME
 plain=$WORK/$name/plain profiled=$WORK/$name/profiled
 # step, loss, val_loss, grad_norm, weights_crc: identical
 cols() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
@@ -58,6 +61,19 @@ awk -F, -v prof="$prof_ms" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!
   END { if (bad) exit 1; m = s / n; printf "step_ms mean over steps 2..N %.3f ms, profile step time %.3f ms\n", m, prof
         exit !(m > 0.7 * prof && m < 1.3 * prof) }' "$profiled/metrics.csv" ||
   die "metrics.csv step_ms disagrees with elapsed_s or the profile's step time"
+
+# step_end_unix (the wall clock at each step's end) lies inside this script's
+# own clock readings around the run, and consecutive ends are at least the
+# later step's step_ms apart and move with elapsed_s (within 5 ms: the rows are
+# written after the CRC and the logging, the ends before).
+awk -F, -v b="$t_begin" -v e="$t_end" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["step_end_unix"]) { print "no step_end_unix column"; exit 1 }; next }
+  { t = $c["step_end_unix"]; ms = $c["step_ms"]; el = $c["elapsed_s"]
+    if (!(t > b && t < e)) { printf "step %d: step_end_unix %.6f outside the run (%.6f .. %.6f)\n", $1, t, b, e; bad = 1 }
+    if (NR > 2) { d = t - pt
+      if (d < ms / 1000 - 1e-5) { printf "step %d: %.6f s after the previous end, shorter than step_ms %s\n", $1, d, ms; bad = 1 }
+      if (d - (el - pel) > 0.005 || (el - pel) - d > 0.005) { printf "step %d: ends %.6f s apart, elapsed_s %.6f\n", $1, d, el - pel; bad = 1 } }
+    pt = t; pel = el }
+  END { exit bad }' "$profiled/metrics.csv" || die "metrics.csv step_end_unix disagrees with the run's clock, step_ms or elapsed_s"
 
 # The class shares (and "other") add up to 100%.
 awk '/by class:/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { sub(/%/, "", $i); s += $i }
