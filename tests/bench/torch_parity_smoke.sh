@@ -108,6 +108,19 @@ WORK=$work/run_bad "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/
 [[ $rc == 2 ]] && grep -q "r4.tsv: not a --results file" "$work/run_bad.log" && [[ ! -d $work/run_bad/runs ]] ||
   die "a 4-column --reproduce file was not refused before measuring (exit $rc): $(tail -2 "$work/run_bad.log")"
 
+# The previous shape (8 columns counting runs, no header line) and a bad
+# MIN_PLACED are refused the same way.
+tail -n +2 "$work/r1.tsv" > "$work/r8.tsv"
+rc=0
+WORK=$work/run_bad8 "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/r8.tsv" "${args[@]}" - \
+  > "$work/run_bad8.log" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "r8.tsv: not a --results file" "$work/run_bad8.log" && [[ ! -d $work/run_bad8/runs ]] ||
+  die "a --reproduce file without the header line was not refused before measuring (exit $rc): $(tail -2 "$work/run_bad8.log")"
+rc=0
+MIN_PLACED=0 WORK=$work/run_bad_mp "$root/tests/bench/torch_parity_speed.sh" "${args[@]}" - > "$work/run_bad_mp.log" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "MIN_PLACED must be a whole number" "$work/run_bad_mp.log" && [[ ! -d $work/run_bad_mp/runs ]] ||
+  die "MIN_PLACED=0 was not refused before measuring (exit $rc): $(tail -2 "$work/run_bad_mp.log")"
+
 # A doctored earlier run: the first ours-2x1 step times (quickstart) made 100x
 # (all runs, best run, and each placement's median where it has runs; 100x so
 # that tiny runs' noise on a loaded machine cannot hide it).
