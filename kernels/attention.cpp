@@ -8,27 +8,26 @@
 //   slice is a contiguous (T, hd) matrix; probs(b,h,t,s) = softmax over the
 //   unmasked s (s < len_b, and s <= t when causal) of q.k / sqrt(hd), exactly 0
 //   where masked.
-// workspace (attention_workspace_elems = T*T), scratch valid only during one call:
-//   forward:  unused;
-//   backward: [ dP / dS (T,T) ] for the (b, h) pair being processed.
+// workspace (attention_workspace_elems = T*T + T*hd), scratch valid only during one call:
+//   forward:  [ K^T (hd,T) | unused ] of the (b, h) pair being processed;
+//   backward: [ dP / dS (T,T) | V^T (hd,T) ] of the (b, h) pair being processed.
 // The (b, h) pairs are processed one after another from the host: each issues its
-// GEMMs (one BLAS call each) and one row-parallel softmax kernel, which keeps the
-// (T,T) block hot in cache and makes the workspace independent of B and H.
-//
-// GEMM operands that live inside qkv/out/dout/dqkv are 2-D LayoutRight subviews
-// with a row stride (C or 3C) — still row-major, so KokkosBlas passes the stride
-// as BLAS's leading dimension and no head gather/scatter copies are needed:
+// products (small_gemm, kernels/small_gemm.hpp: register tiles, no packing, every
+// element one fma chain over the inner index) and one row-parallel softmax kernel,
+// which keeps the (T,T) block hot in cache and makes the workspace independent of
+// B and H. Operands inside qkv/out/dout/dqkv are addressed in place with their row
+// stride (C or 3C); P^T and dS^T are P and dS read with swapped strides; K^T and
+// V^T are transposed into the workspace (small_gemm wants B's rows contiguous):
 //   forward:  S = (1/sqrt(hd)) Q K^T -> probs (softmax in place), out[b,:,h] = P V
 //   backward: dV = P^T dY, dP = dY V^T, dS = P * (dP - rowsum(dP * P)) / sqrt(hd)
 //             (0 where masked), dQ = dS K, dK = dS^T Q, written straight into dqkv.
-// Each product is split into causal blocks of kCausalBlock rows (or columns) so
-// that blocks entirely above the diagonal are skipped (75% of the full FLOPs at
-// T = 128, ~50% for long T). The softmax writes every entry of its probs row, so
-// whatever the skipped GEMM blocks left in `saved` never survives.
+// Causal: each product runs in row blocks of kRowBlock (4) query rows [r0, r1),
+// which take the keys [0, r1) only (and key blocks [c0, c1) the query rows
+// [c0, T)), so about half of the full FLOPs at any T. The softmax writes every
+// entry of its probs row, so whatever a skipped block left in `saved` never survives.
 // Key padding (len_b < T): the products only touch key columns [0, len_b) (so a
 // padded sequence costs len_b/T of the score FLOPs); dK and dV rows >= len_b are
-// set to 0. Bidirectional: one block of all T rows. With causal and no lengths
-// every call is the one the causal-only kernel made (len_b = T), bitwise.
+// set to 0. Bidirectional: one block of all T rows.
 // Invariants: out and dqkv are OVERWRITTEN (every element is written once);
 // deterministic (fixed order everywhere, no atomics); no allocation.
 //
@@ -43,8 +42,9 @@
 //             dqkv tile (T, 3hd), rounded into the q/k/v columns of dqkv[b, :, h].
 // A single head is the same math as the multi-head kernel (heads are independent
 // and the scale is 1/sqrt(hd) in both); tiling per head instead of per sequence
-// makes the scratch 7*T*hd + 2*T^2 floats rather than 7*T*C + (H+1)*T^2 (GPT-2
+// makes the scratch 8*T*hd + 2*T^2 floats rather than 8*T*C + (H+1)*T^2 (GPT-2
 // small, T = 1024: 10 MB instead of 76 MB). The 16-bit `workspace` is not used.
+// (The tile sizes below include the fp32 kernel's workspace, T*T + T*hd.)
 #include "kernels/attention.hpp"
 
 #include <cmath>
@@ -52,8 +52,8 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/gemm.hpp"
 #include "kernels/half_tiles.hpp"
+#include "kernels/small_gemm.hpp"
 #include "kernels/vec_math.hpp"
 
 namespace shardtrain {
@@ -63,20 +63,21 @@ const std::string kLabelSplitHeads = "Attention::forward_split_heads";
 const std::string kLabelSoftmax = "Attention::forward_softmax";
 const std::string kLabelSoftmaxGrad = "Attention::backward_softmax";
 
-// Rows per causal block: GEMMs skip the (masked) blocks right of the diagonal
-// block, which saves (nb - 1) / (2 nb) of the attention FLOPs for nb = T / 64
-// blocks while each GEMM stays large enough for BLAS to run near peak.
-constexpr std::int64_t kCausalBlock = 64;
+// Rows per causal block: the products of rows [r0, r1) take the keys [0, r1) only,
+// so at most kRowBlock - 1 masked columns per row are computed (and then ignored);
+// small_gemm's tiles are kRowBlock rows high.
+constexpr std::int64_t kRowBlock = 4;
 
-// Rows [r0, r1) of a row-major matrix, and the block [r0, r1) x [c0, c1): both stay
-// LayoutRight (row stride unchanged), which is what BLAS takes as leading dimension.
-template <class V>
-V rows(const V& m, std::int64_t r0, std::int64_t r1) {
-  return Kokkos::subview(m, Kokkos::make_pair(r0, r1), Kokkos::ALL);
+// Keys a causal row block [.., r1) (or a bidirectional one) uses.
+std::int64_t key_cols(bool causal, std::int64_t r1, std::int64_t len) {
+  return causal && r1 < len ? r1 : len;
 }
-template <class V>
-V block(const V& m, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-  return Kokkos::subview(m, Kokkos::make_pair(r0, r1), Kokkos::make_pair(c0, c1));
+
+// dst (cols x rows) = src (rows x cols)^T, both contiguous row-major.
+template <class T>
+void transpose(const T* __restrict src, std::int64_t rows, std::int64_t cols, T* __restrict dst) {
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
 }
 
 struct Dims {
@@ -115,14 +116,11 @@ CView1<std::int32_t> length_of(CView1<std::int32_t> lengths, std::int64_t b) {
   return lengths.extent(0) == 0 ? CView1<std::int32_t>() : CView1<std::int32_t>(lengths.data() + b, 1);
 }
 
-// Rows [r0, nt) of a (T, hd) strided head slice set to 0.
+// Rows [r0, nt) of a (T, hd) head slice with row stride ld set to 0.
 template <class T>
-void zero_rows(View2<T> m, std::int64_t r0) {
-  const std::int64_t nt = static_cast<std::int64_t>(m.extent(0)), hd = static_cast<std::int64_t>(m.extent(1));
-  if (r0 >= nt) return;
-  Kokkos::parallel_for("Attention::backward_zero_padded_keys", range((nt - r0) * hd), KOKKOS_LAMBDA(const std::int64_t i) {
-    m(r0 + i / hd, i % hd) = T(0);
-  });
+void zero_rows(T* m, std::int64_t ld, std::int64_t r0, std::int64_t nt, std::int64_t hd) {
+  for (std::int64_t r = r0; r < nt; ++r)
+    for (std::int64_t i = 0; i < hd; ++i) m[r * ld + i] = T(0);
 }
 
 template <class V>
@@ -160,12 +158,13 @@ void causal_softmax_grad_row(const T* __restrict p, T* __restrict dp, T scale, s
 }
 
 // fp32 tiles of one (sequence, head) pair for the 16-bit path. Forward: qkv tile
-// (T, 3hd) | saved tile (3 T hd + T^2) | out tile (T, hd) | workspace (T^2).
+// (T, 3hd) | saved tile (3 T hd + T^2) | out tile (T, hd) | workspace (T^2 + T hd).
 // Backward: the same sizes as dqkv tile | saved tile | dout tile | workspace.
 struct HalfAttentionTiles {
   std::int64_t t, hd;
   std::int64_t saved_elems() const { return 3 * t * hd + t * t; }
-  std::int64_t elems() const { return 3 * t * hd + saved_elems() + t * hd + t * t; }
+  std::int64_t workspace_elems() const { return t * t + t * hd; }
+  std::int64_t elems() const { return 3 * t * hd + saved_elems() + t * hd + workspace_elems(); }
 };
 
 // Shapes checked by attention_forward; B, T, C > 0.
@@ -180,7 +179,7 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
   float* qkvt = scratch.take(3 * nt * hd);
   float* st = scratch.take(tiles.saved_elems());
   float* ot = scratch.take(nt * hd);
-  float* wt = scratch.take(nt * nt);
+  float* wt = scratch.take(tiles.workspace_elems());
   const AttentionShape head{1, nt, hd, 1, d.causal};
   const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v in saved
   for (std::int64_t b = 0; b < d.b; ++b) {
@@ -191,7 +190,7 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
           to_f32(row + part * nc, qkvt + (3 * t + part) * hd, hd);
       }
       attention_forward<float>(head, CView3<float>(qkvt, 1, nt, 3 * hd),
-                               View1<float>(st, tiles.saved_elems()), View1<float>(wt, nt * nt),
+                               View1<float>(st, tiles.saved_elems()), View1<float>(wt, tiles.workspace_elems()),
                                View3<float>(ot, 1, nt, hd), length_of(lengths, b));
       const std::int64_t bh = b * nh + h;
       for (std::int64_t part = 0; part < 3; ++part)
@@ -214,7 +213,7 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
   float* dqkvt = scratch.take(3 * nt * hd);
   float* st = scratch.take(tiles.saved_elems());
   float* dot = scratch.take(nt * hd);
-  float* wt = scratch.take(nt * nt);
+  float* wt = scratch.take(tiles.workspace_elems());
   const AttentionShape head{1, nt, hd, 1, d.causal};
   const std::int64_t qkv_elems = d.b * nt * nc;
   for (std::int64_t b = 0; b < d.b; ++b) {
@@ -225,7 +224,7 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
       to_f32(saved.data() + 3 * qkv_elems + bh * nt * nt, st + 3 * nt * hd, nt * nt);
       load_block(dout.data() + b * nt * nc + h * hd, nc, nt, hd, dot);
       attention_backward<float>(head, CView3<float>(dot, 1, nt, hd),
-                                CView1<float>(st, tiles.saved_elems()), View1<float>(wt, nt * nt),
+                                CView1<float>(st, tiles.saved_elems()), View1<float>(wt, tiles.workspace_elems()),
                                 View3<float>(dqkvt, 1, nt, 3 * hd), length_of(lengths, b));
       for (std::int64_t t = 0; t < nt; ++t) {
         H* row = dqkv.data() + (b * nt + t) * 3 * nc + h * hd;
@@ -251,7 +250,7 @@ std::int64_t attention_saved_elems(const AttentionShape& s) {
 
 std::int64_t attention_workspace_elems(const AttentionShape& s) {
   const Dims d = check_shape(s);
-  return d.t * d.t;
+  return d.t * d.t + d.t * d.hd;
 }
 
 template <class T>
@@ -270,6 +269,7 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
   if constexpr (is_half_v<T>) {
     attention_forward_half(d, qkv, saved, out, lengths);
   } else {
+    half_tiles::check_host("attention_forward");  // small_gemm reads host memory
     const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
     const std::int64_t head_elems = nt * hd;       // one (T, hd) slice
     const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v: (B,H,T,hd)
@@ -293,24 +293,23 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
 
     const T scale = T(1) / std::sqrt(T(hd));
     const bool causal = d.causal;
-    const std::int64_t rb = causal ? kCausalBlock : nt;  // rows per block
+    const std::int64_t rb = causal ? kRowBlock : nt;  // rows per block
+    T* kt = workspace.data();                          // (hd, T): K^T of the pair
     for (std::int64_t b = 0; b < d.b; ++b) {
       const std::int64_t len = valid_len(lengths, b, nt);
       for (std::int64_t h = 0; h < nh; ++h) {
         const std::int64_t bh = b * nh + h;
-        CView2<T> qh(q + bh * head_elems, nt, hd);
-        CView2<T> kh(k + bh * head_elems, nt, hd);
-        CView2<T> vh(v + bh * head_elems, nt, hd);
+        const T* qh = q + bh * head_elems;
+        const T* vh = v + bh * head_elems;
         T* pp = probs + bh * nt * nt;
-        View2<T> ph(pp, nt, nt);
-        View2<T> yh = Kokkos::subview(out, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
+        T* yh = out.data() + b * nt * nc + h * hd;  // (T, hd), row stride C
+        transpose(k + bh * head_elems, nt, hd, kt);
         // S[r0:r1, 0:kc] = scale Q[r0:r1] K[0:kc]^T with kc = min(r1, len) (causal)
         // or len: masked blocks are neither computed nor read.
         for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
           const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          const std::int64_t kc = causal && r1 < len ? r1 : len;
-          gemm<T>(Trans::N, Trans::T, scale, rows(qh, r0, r1), rows(kh, 0, kc), T(0),
-                  block(ph, r0, r1, 0, kc));
+          small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, scale, qh + r0 * hd, hd, 1, kt, nt,
+                        pp + r0 * nt, nt);
         }
         Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
           causal_softmax_row(pp + t * nt, causal && t + 1 < len ? t + 1 : len, nt);
@@ -318,9 +317,8 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
         // Y[r0:r1] = P[r0:r1, 0:kc] V[0:kc]
         for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
           const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          const std::int64_t kc = causal && r1 < len ? r1 : len;
-          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(ph), r0, r1, 0, kc), rows(vh, 0, kc),
-                  T(0), rows(yh, r0, r1));
+          small_gemm<T>(r1 - r0, hd, key_cols(causal, r1, len), T(1), pp + r0 * nt, nt, 1, vh, hd,
+                        yh + r0 * nc, nc);
         }
       }
     }
@@ -345,6 +343,7 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
   if constexpr (is_half_v<T>) {
     attention_backward_half(d, dout, saved, dqkv, lengths);
   } else {
+    half_tiles::check_host("attention_backward");  // small_gemm reads host memory
     const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
     const std::int64_t head_elems = nt * hd;
     const std::int64_t qkv_elems = d.b * nt * nc;
@@ -352,60 +351,54 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
     const T* k = q + qkv_elems;
     const T* v = k + qkv_elems;
     const T* probs = v + qkv_elems;
-    T* dpp = workspace.data();
-    View2<T> dp(dpp, nt, nt);
+    T* dpp = workspace.data();  // (T, T): dP, then dS, of the pair
+    T* vt = dpp + nt * nt;       // (hd, T): V^T of the pair
     const T scale = T(1) / std::sqrt(T(hd));
     const bool causal = d.causal;
-    const std::int64_t rb = causal ? kCausalBlock : nt;  // rows (columns) per block
+    const std::int64_t rb = causal ? kRowBlock : nt;  // rows (key rows) per block
+    const std::int64_t ld = 3 * nc;                   // row stride of dqkv
     for (std::int64_t b = 0; b < d.b; ++b) {
       const std::int64_t len = valid_len(lengths, b, nt);
       for (std::int64_t h = 0; h < nh; ++h) {
         const std::int64_t bh = b * nh + h;
-        CView2<T> qh(q + bh * head_elems, nt, hd);
-        CView2<T> kh(k + bh * head_elems, nt, hd);
-        CView2<T> vh(v + bh * head_elems, nt, hd);
+        const T* qh = q + bh * head_elems;
+        const T* kh = k + bh * head_elems;
         const T* pp = probs + bh * nt * nt;
-        CView2<T> ph(pp, nt, nt);
-        CView2<T> dyh =
-            Kokkos::subview(dout, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
-        View2<T> dqh =
-            Kokkos::subview(dqkv, b, Kokkos::ALL, Kokkos::make_pair(h * hd, (h + 1) * hd));
-        View2<T> dkh = Kokkos::subview(dqkv, b, Kokkos::ALL,
-                                       Kokkos::make_pair(nc + h * hd, nc + (h + 1) * hd));
-        View2<T> dvh = Kokkos::subview(dqkv, b, Kokkos::ALL,
-                                       Kokkos::make_pair(2 * nc + h * hd, 2 * nc + (h + 1) * hd));
-        // Row blocks [r0, r1) touch columns [0, kc); column blocks [c0, c1) (c1 <= len)
-        // touch rows [c0, T) when causal (only the lower block triangle of P, dP and
-        // dS is used), all rows otherwise. Key rows >= len of dK and dV are 0.
+        const T* dyh = dout.data() + b * nt * nc + h * hd;  // row stride C
+        T* dqh = dqkv.data() + b * nt * ld + h * hd;
+        T* dkh = dqh + nc;
+        T* dvh = dqh + 2 * nc;
+        // Key-row blocks [c0, c1) (c1 <= len) take the query rows [c0, T) when causal
+        // (P, dS are 0 above the diagonal), all rows otherwise; A = P^T or dS^T is read
+        // with swapped strides. Key rows >= len of dK and dV are 0.
         for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dV = P^T dY
           const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
           const std::int64_t r_lo = causal ? c0 : 0;
-          gemm<T>(Trans::T, Trans::N, T(1), block(ph, r_lo, nt, c0, c1), rows(dyh, r_lo, nt), T(0),
-                  rows(dvh, c0, c1));
+          small_gemm<T>(c1 - c0, hd, nt - r_lo, T(1), pp + r_lo * nt + c0, 1, nt, dyh + r_lo * nc, nc,
+                        dvh + c0 * ld, ld);
         }
-        zero_rows(dvh, len);
+        zero_rows(dvh, ld, len, nt, hd);
+        transpose(v + bh * head_elems, nt, hd, vt);
         for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dP = dY V^T
           const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          const std::int64_t kc = causal && r1 < len ? r1 : len;
-          gemm<T>(Trans::N, Trans::T, T(1), rows(dyh, r0, r1), rows(vh, 0, kc), T(0),
-                  block(dp, r0, r1, 0, kc));
+          small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, T(1), dyh + r0 * nc, nc, 1, vt, nt,
+                        dpp + r0 * nt, nt);
         }
         Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
           causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, causal && t + 1 < len ? t + 1 : len, nt);
         });
         for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dQ = dS K
           const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          const std::int64_t kc = causal && r1 < len ? r1 : len;
-          gemm<T>(Trans::N, Trans::N, T(1), block(CView2<T>(dp), r0, r1, 0, kc), rows(kh, 0, kc),
-                  T(0), rows(dqh, r0, r1));
+          small_gemm<T>(r1 - r0, hd, key_cols(causal, r1, len), T(1), dpp + r0 * nt, nt, 1, kh, hd,
+                        dqh + r0 * ld, ld);
         }
         for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dK = dS^T Q
           const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
           const std::int64_t r_lo = causal ? c0 : 0;
-          gemm<T>(Trans::T, Trans::N, T(1), block(CView2<T>(dp), r_lo, nt, c0, c1), rows(qh, r_lo, nt),
-                  T(0), rows(dkh, c0, c1));
+          small_gemm<T>(c1 - c0, hd, nt - r_lo, T(1), dpp + r_lo * nt + c0, 1, nt, qh + r_lo * hd, hd,
+                        dkh + c0 * ld, ld);
         }
-        zero_rows(dkh, len);
+        zero_rows(dkh, ld, len, nt, hd);
       }
     }
   }

@@ -57,7 +57,7 @@ SHARDTRAIN_DECLARE_ATTENTION(bf16)
 #undef SHARDTRAIN_DECLARE_ATTENTION
 
 // Floats of 16-bit scratch (half_scratch.hpp) that attention_forward and
-// attention_backward with T = f16 / bf16 need: 7*T*hd + 2*T*T (one (sequence,
+// attention_backward with T = f16 / bf16 need: 8*T*hd + 2*T*T (one (sequence,
 // head) pair), independent of B and H. float and double calls need none.
 std::int64_t attention_half_scratch_elems(const AttentionShape& s);
 
