@@ -136,7 +136,7 @@ def main():
               f"{'==' if meas == model else '!='} model {fmt(model / k)} B{step_model} | "
               f"ZeRO theory {fmt(step['theory'])} B{note}")
     for kind, names in b["algos"]:
-        print(f"  {kind}: the algorithm MPI chose sends other than the ring figure: {names}")
+        print(f"  {kind}: the algorithm used sends other than the ring figure: {names}")
     if not b["algos"] and n > 1:
         print("  every kind: the model equals the ring figure")
     if bad:

@@ -101,6 +101,69 @@ class MpiRequest final : public Request {
   DType m_type;
 };
 
+// Reduce-scatter by pairwise exchange: every rank posts, at once, an Irecv from each
+// other rank of that rank's contribution to its own block (into `tmp`, one slot per
+// peer) and an Isend to each other rank of the input's block for that rank. When all
+// have completed (test() or wait()), the block is combined in a fixed order:
+//   own block (copied to recv unless in place), then recv = tmp[r-1] op recv,
+//   recv = tmp[r-2] op recv, ..., (peer ranks mod N), with MPI_Reduce_local,
+// so the bits depend only on the rank count. Each rank sends (N-1)/N of the input
+// once: Open MPI 4.1's libnbc ireduce_scatter first reduces the WHOLE input to
+// rank 0 and then scatters it, and measured 2x slower at 2 ranks
+// (share/doc/benchmarks.md, "Pairwise reduce-scatter"). Two operands commute
+// bitwise, so at 2 ranks the result is the one MPI gave.
+class PairwiseReduceScatter final : public Request {
+ public:
+  PairwiseReduceScatter(CollectiveWatchdog* watchdog, const char* what, std::size_t count, DType type)
+      : m_watchdog(watchdog), m_what(what), m_count(count), m_type(type) {}
+  ~PairwiseReduceScatter() override {
+    if (m_pending) {
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+      combine();
+    }
+  }
+  // Filled by MpiCommunicator::start_reduce_scatter before the first test/wait.
+  std::vector<MPI_Request> requests;
+  std::vector<char> tmp;                   // one slot of own_count elements per peer, in `order`
+  std::vector<int> order;                  // slot index combined k-th
+  const void* own = nullptr;               // this rank's block of the input
+  void* recv = nullptr;
+  int own_count = 0;
+  MPI_Datatype mpi_type = MPI_DATATYPE_NULL;
+  MPI_Op mpi_op = MPI_OP_NULL;
+  void start() { m_pending = true; }
+  void wait() override {
+    if (!m_pending) return;
+    CollectiveWatchdog::Scope watch(m_watchdog, m_what, m_count, dtype_name(m_type));
+    SHARDTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+    combine();
+  }
+  bool test() override {
+    if (!m_pending) return true;
+    int done = 0;
+    SHARDTRAIN_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
+                                     MPI_STATUSES_IGNORE));
+    if (done) combine();
+    return done != 0;
+  }
+
+ private:
+  void combine() {
+    m_pending = false;
+    const std::size_t bytes = static_cast<std::size_t>(own_count) * dtype_size(m_type);
+    if (recv != own && bytes > 0) std::memcpy(recv, own, bytes);
+    if (own_count == 0) return;
+    for (int slot : order)
+      SHARDTRAIN_MPI_CHECK(MPI_Reduce_local(tmp.data() + static_cast<std::size_t>(slot) * bytes, recv,
+                                            own_count, mpi_type, mpi_op));
+  }
+  CollectiveWatchdog* m_watchdog;
+  const char* m_what;
+  std::size_t m_count;
+  DType m_type;
+  bool m_pending = false;
+};
+
 // inout[i] = in[i] op inout[i], computed in fp32 and rounded to H once.
 template <class H, ReduceOp Op>
 void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -188,19 +251,10 @@ void MpiCommunicator::barrier() {
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                      DType type, ReduceOp op) {
-  CollectiveWatchdog::Scope watch(m_watchdog, "reduce_scatter", recv_count, dtype_name(type));
   const std::size_t block_bytes = recv_count * dtype_size(type);
   count_call(Collective::ReduceScatter, static_cast<std::uint64_t>(m_size) * block_bytes);
-  const int n = block_count(recv_count, "reduce_scatter");
-  model(Collective::ReduceScatter, wire_reduce_scatter_block(m_size, m_rank, recv_count, dtype_size(type)));
-  if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
-    // MPI's in-place form leaves the result at the start of the buffer.
-    void* base = const_cast<void*>(send);
-    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), mpi_op(type, op), m_comm));
-    if (m_rank != 0) std::memmove(recv, base, block_bytes);
-  } else {
-    SHARDTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, to_mpi(type), mpi_op(type, op), m_comm));
-  }
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(m_size), recv_count);
+  start_reduce_scatter("reduce_scatter", send, recv, counts, type, op)->wait();
 }
 
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
@@ -226,24 +280,10 @@ RequestPtr MpiCommunicator::iall_reduce(void* buffer, std::size_t count, DType t
 
 RequestPtr MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                             DType type, ReduceOp op) {
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter", recv_count, type);
   const std::size_t block_bytes = recv_count * dtype_size(type);
   count_call(Collective::ReduceScatter, static_cast<std::uint64_t>(m_size) * block_bytes, /*async=*/true);
-  const int n = block_count(recv_count, "ireduce_scatter");
   const std::vector<std::size_t> counts(static_cast<std::size_t>(m_size), recv_count);
-  model(Collective::ReduceScatter, wire_ireduce_scatter(m_size, m_rank, counts, dtype_size(type)));
-  if (recv == static_cast<const char*>(send) + m_rank * block_bytes) {
-    void* base = const_cast<void*>(send);
-    request->move_from = base;
-    request->move_to = recv;
-    request->move_bytes = block_bytes;
-    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, base, n, to_mpi(type), mpi_op(type, op),
-                                                   m_comm, request->handle()));
-  } else {
-    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, n, to_mpi(type), mpi_op(type, op), m_comm,
-                                                   request->handle()));
-  }
-  return request;
+  return start_reduce_scatter("wait for ireduce_scatter", send, recv, counts, type, op);
 }
 
 RequestPtr MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count,
@@ -268,29 +308,52 @@ RequestPtr MpiCommunicator::ireduce_scatter_v(const void* send, void* recv,
                                               std::span<const std::size_t> counts, DType type,
                                               ReduceOp op) {
   SHARDTRAIN_CHECK(counts.size() == static_cast<std::size_t>(m_size), "one count per rank");
-  auto request = std::make_unique<MpiRequest>(m_watchdog, "wait for ireduce_scatter_v", counts[m_rank], type);
-  std::size_t total = 0, own_displ = 0;
-  for (int q = 0; q < m_size; ++q) {
-    request->counts.push_back(block_count(counts[q], "ireduce_scatter_v"));
-    if (q < m_rank) own_displ += counts[q];
-    total += counts[q];
-  }
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  count_call(Collective::ReduceScatter, total * dtype_size(type), /*async=*/true);
+  return start_reduce_scatter("wait for ireduce_scatter_v", send, recv, counts, type, op);
+}
+
+RequestPtr MpiCommunicator::start_reduce_scatter(const char* what, const void* send, void* recv,
+                                                 std::span<const std::size_t> counts, DType type,
+                                                 ReduceOp op) {
+  auto request = std::make_unique<PairwiseReduceScatter>(m_watchdog, what, counts[m_rank], type);
   const std::size_t esize = dtype_size(type);
-  count_call(Collective::ReduceScatter, total * esize, /*async=*/true);
-  model(Collective::ReduceScatter, wire_ireduce_scatter(m_size, m_rank, counts, esize));
-  if (recv == static_cast<const char*>(send) + own_displ * esize) {
-    // In place: MPI leaves the result at the start of the buffer; move it to
-    // the rank's own block when the request completes.
-    void* base = const_cast<void*>(send);
-    request->move_from = base;
-    request->move_to = recv;
-    request->move_bytes = counts[m_rank] * esize;
-    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, base, request->counts.data(),
-                                             to_mpi(type), mpi_op(type, op), m_comm, request->handle()));
-  } else {
-    SHARDTRAIN_MPI_CHECK(MPI_Ireduce_scatter(send, recv, request->counts.data(), to_mpi(type),
-                                             mpi_op(type, op), m_comm, request->handle()));
+  std::vector<std::size_t> displ(counts.size() + 1, 0);
+  for (std::size_t q = 0; q < counts.size(); ++q) {
+    block_count(counts[q], what);
+    displ[q + 1] = displ[q] + counts[q];
   }
+  model(Collective::ReduceScatter, wire_pairwise_reduce_scatter(m_size, m_rank, counts, esize));
+  const auto* in = static_cast<const char*>(send);
+  const std::size_t own_bytes = counts[m_rank] * esize;
+  request->own = in + displ[m_rank] * esize;
+  request->recv = recv;
+  request->own_count = static_cast<int>(counts[m_rank]);
+  request->mpi_type = to_mpi(type);
+  request->mpi_op = mpi_op(type, op);
+  request->tmp.resize(static_cast<std::size_t>(m_size - 1) * own_bytes);
+  request->requests.reserve(2 * static_cast<std::size_t>(m_size - 1));
+  // Peers in the order their contributions are combined: rank - 1, rank - 2, ... (mod N).
+  for (int s = 1; s < m_size; ++s) {
+    const int from = (m_rank - s + m_size) % m_size;
+    const int slot = s - 1;
+    request->order.push_back(slot);
+    if (own_bytes > 0) {
+      request->requests.emplace_back();
+      SHARDTRAIN_MPI_CHECK(MPI_Irecv(request->tmp.data() + static_cast<std::size_t>(slot) * own_bytes,
+                                     static_cast<int>(counts[m_rank]), request->mpi_type, from,
+                                     kTagReduceScatter, m_comm, &request->requests.back()));
+    }
+  }
+  for (int s = 1; s < m_size; ++s) {
+    const int to = (m_rank + s) % m_size;
+    if (counts[to] == 0) continue;
+    request->requests.emplace_back();
+    SHARDTRAIN_MPI_CHECK(MPI_Isend(in + displ[to] * esize, static_cast<int>(counts[to]), request->mpi_type, to,
+                                   kTagReduceScatter, m_comm, &request->requests.back()));
+  }
+  request->start();
   return request;
 }
 

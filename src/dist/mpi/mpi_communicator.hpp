@@ -3,6 +3,10 @@
 // Every MPI call is checked; a failure throws shardtrain::Error naming the call.
 // Blocking calls split buffers above INT_MAX elements into chunks; reduce-scatter
 // and all-gather blocks must fit in an int (2^31 - 1 elements per rank).
+// Reduce-scatter (blocking and non-blocking) is our own pairwise exchange of
+// point-to-point messages (tag kTagReduceScatter on the wrapped communicator), not
+// MPI's collective: each rank sends (N-1)/N of the input once, where Open MPI's
+// libnbc reduces the whole input to rank 0 first (mpi_communicator.cpp).
 // With a CollectiveWatchdog set, every blocking call (and every wait on a
 // request) is watched: a stall is reported by name and ends the job.
 // Wire model: every call adds to tally().model the bytes this rank sends under
@@ -72,6 +76,13 @@ class MpiCommunicator final : public Communicator {
 
   // Adds one call's modelled bytes and names its algorithm.
   void model(Collective kind, const WireEstimate& w);
+
+  // Every reduce-scatter form: the pairwise exchange of mpi_communicator.cpp
+  // (PairwiseReduceScatter), started; `counts` one per rank, `recv` may be the
+  // rank's own block of `send` (in place).
+  RequestPtr start_reduce_scatter(const char* what, const void* send, void* recv,
+                                  std::span<const std::size_t> counts, DType type, ReduceOp op);
+  static constexpr int kTagReduceScatter = 0x5253;  // point-to-point tag of that exchange
 
   MPI_Comm m_comm;
   std::array<std::string, kCollectives> m_algorithms;  // per kind, "; "-separated

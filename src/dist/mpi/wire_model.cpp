@@ -1,8 +1,9 @@
-// Wire model: per-rank bytes of Open MPI 4.1.x collectives (wire_model.hpp).
+// Wire model: per-rank bytes of Open MPI 4.1.x collectives and of our pairwise
+// reduce-scatter (wire_model.hpp).
 // Read from Open MPI 4.1's sources: coll/tuned/coll_tuned_decision_fixed.c
-// (the decision rules), coll/base/coll_base_{allreduce,bcast,reduce_scatter_block,
-// allgather}.c (the algorithms), coll/libnbc/nbc_i{allreduce,reduce_scatter,
-// reduce_scatter_block,allgather,allgatherv}.c; checked against the pml
+// (the decision rules), coll/base/coll_base_{allreduce,bcast,
+// allgather}.c (the algorithms), coll/libnbc/nbc_i{allreduce,
+// allgather,allgatherv}.c; checked against the pml
 // monitoring dump at 1-4 ranks (tests/mpi/dist/wire_check.py).
 #include "dist/mpi/wire_model.hpp"
 
@@ -140,39 +141,6 @@ WireEstimate wire_broadcast(int n, int rank, int root, std::size_t count, std::s
   }
 }
 
-WireEstimate wire_reduce_scatter_block(int n, int rank, std::size_t recv_count, std::size_t esize) {
-  if (n <= 1) return {0, "coll/self: no messages"};
-  const u64 block = static_cast<u64>(recv_count) * esize;  // the rules look at the block
-  // 1 linear (reduce to 0 + scatter), 2 recursive doubling, 3 recursive halving, 4 butterfly.
-  int alg;
-  if (n < 4) {
-    alg = block < 4 ? 2 : block < 8 ? 4 : block < 16 ? 3 : block < 128 ? 4 : block < 256 ? 3 : block < 4096 ? 4
-        : block < 8192 ? 3 : block < 131072 ? 4 : 1;
-  } else if (n < 8) {
-    alg = block < 8 ? 3 : block < 32 ? 2 : block < 256 ? 4 : block < 8192 ? 3 : block < 16384 ? 4
-        : block < 1048576 ? 3 : 1;
-  } else {
-    return unmodelled("coll/tuned reduce_scatter_block: decision past 7 ranks not modelled");
-  }
-  const bool pof2 = (n & (n - 1)) == 0;
-  if (alg == 1)
-    return {rank == 0 ? (n - 1) * block : n * block,
-            "coll/tuned reduce_scatter_block: linear (reduce of the whole input to rank 0, then scatter)"};
-  if (alg == 2) {
-    // powers of two: step k sends every block outside the 2^k blocks its
-    // subtree keeps: sum over steps of (N - 2^k) blocks (N = 4: 5 blocks)
-    if (!pof2) return unmodelled("coll/tuned reduce_scatter_block: recursive doubling off powers of two not modelled");
-    u64 blocks = 0;
-    for (int m = 1; m < n; m <<= 1) blocks += static_cast<u64>(n - m);
-    return {blocks * block, "coll/tuned reduce_scatter_block: recursive doubling"};
-  }
-  const char* name = alg == 3 ? "coll/tuned reduce_scatter_block: recursive halving"
-                              : "coll/tuned reduce_scatter_block: butterfly";
-  if (pof2) return {(n - 1) * block, name};
-  if (n == 3) return {rank == 0 ? 3 * block : 2 * block, name};  // rank 1 folds into rank 0 first
-  return unmodelled("coll/tuned reduce_scatter_block: halving/butterfly on 5-7 ranks not modelled");
-}
-
 WireEstimate wire_all_gather(int n, int rank, std::size_t send_count, std::size_t esize) {
   (void)rank;
   if (n <= 1) return {0, "coll/self: no messages"};
@@ -198,14 +166,13 @@ WireEstimate wire_iall_reduce(int n, int rank, std::size_t count, std::size_t es
           "libnbc iallreduce: binomial reduce to rank 0 + binomial broadcast"};
 }
 
-WireEstimate wire_ireduce_scatter(int n, int rank, std::span<const std::size_t> counts, std::size_t esize) {
-  if (n <= 1) return {0, "coll/self: no messages"};
+WireEstimate wire_pairwise_reduce_scatter(int n, int rank, std::span<const std::size_t> counts,
+                                          std::size_t esize) {
+  if (n <= 1) return {0, "pairwise exchange: no messages at one rank"};
   u64 total = 0;
   for (std::size_t c : counts) total += c;
-  // libnbc ireduce_scatter(_block): binomial reduce of the whole input to
-  // rank 0 (every other rank sends it once), then rank 0 sends each rank its block.
-  return {(rank == 0 ? total - counts[0] : total) * esize,
-          "libnbc ireduce_scatter: binomial reduce of the whole input to rank 0 + linear scatter"};
+  // MpiCommunicator's own reduce-scatter: each other rank's block is sent to it once.
+  return {(total - counts[rank]) * esize, "pairwise exchange (ours): each other rank's block sent to it once"};
 }
 
 WireEstimate wire_iall_gather(int n, int rank, std::span<const std::size_t> counts, std::size_t esize) {

@@ -1,11 +1,13 @@
 // MpiCommunicator at any rank count: all-reduce (sum/max/min, float/double/int64),
 // broadcast from every root, buffers whose length does not divide by the rank
-// count, determinism of repeated reductions, and the byte accounting.
+// count, determinism of repeated reductions, the reduce-scatter's fixed summation
+// order, and the byte accounting.
 #include <cstdio>
 #include <cstdlib>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <bit>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -58,12 +60,11 @@ std::uint64_t async_of(const Communicator& c, Collective k) { return c.tally().a
 std::uint64_t model_of(const Communicator& c, Collective k) { return c.tally().model[static_cast<int>(k)]; }
 
 // Payload (communicator.hpp) of every kind, exactly, on every rank; and the
-// wire model of the non-blocking collectives coll/libnbc runs with fixed
-// algorithms (Open MPI 4.1, ompi/mca/coll/libnbc): ireduce_scatter is a
-// binomial reduce of the whole input to rank 0, then rank 0 sends each rank
-// its block; iallgatherv is linear, the own block to every other rank. (The
-// model against measured bytes: tests/mpi/dist/wire_check.py.)
-TEST(MpiCommunicator, CountsPayloadPerKindAndModelOfLibnbc) {
+// wire model of the non-blocking calls: ireduce_scatter_v is our pairwise
+// exchange (each other rank's block sent to it once); iallgatherv is libnbc's
+// fixed linear algorithm (Open MPI 4.1, ompi/mca/coll/libnbc), the own block to
+// every other rank. (The model against measured bytes: tests/mpi/dist/wire_check.py.)
+TEST(MpiCommunicator, CountsPayloadPerKindAndModelOfNonBlockingCalls) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   const int r = comm.rank(), n = comm.size();
   ASSERT_TRUE(comm.wire_modelled());
@@ -98,8 +99,8 @@ TEST(MpiCommunicator, CountsPayloadPerKindAndModelOfLibnbc) {
   EXPECT_EQ(async_of(comm, Collective::ReduceScatter), 1u);
   EXPECT_EQ(async_of(comm, Collective::AllGather), 1u);
   {
-    const std::uint64_t rs = n == 1 ? 0 : r == 0 ? (total - counts[0]) * 4 : total * 4;
-    EXPECT_EQ(model_of(comm, Collective::ReduceScatter) - rs_wire0, rs) << "libnbc ireduce_scatter";
+    const std::uint64_t rs = (total - counts[r]) * 4;
+    EXPECT_EQ(model_of(comm, Collective::ReduceScatter) - rs_wire0, rs) << "pairwise reduce-scatter";
     EXPECT_EQ(model_of(comm, Collective::AllGather) - ag_wire0, (n - 1) * counts[r] * 4) << "libnbc iallgatherv";
   }
   std::printf("rank %d: payload all_reduce %llu reduce_scatter %llu all_gather %llu broadcast %llu B; model %llu B\n", r,
@@ -131,6 +132,41 @@ TEST(MpiCommunicator, ReduceScatterBlockingAndNonBlocking) {
   RequestPtr req = comm.ireduce_scatter(send.data(), recv2.data(), block, DType::F32, ReduceOp::Sum);
   req->wait();
   expect(recv2);  // (blocking and non-blocking may use different algorithms: not bitwise)
+}
+
+// The reduce-scatter's summation order is fixed (mpi_communicator.cpp,
+// PairwiseReduceScatter): own block, then the contributions of rank - 1, rank - 2,
+// ... (mod N), each added as `theirs + sum so far`. Values of very different
+// magnitudes make any other order give other bits from 3 ranks on.
+TEST(MpiCommunicator, ReduceScatterSumsInAFixedOrder) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  const std::size_t block = 7;
+  auto value = [](int src, int dst, std::size_t i) {
+    const float big[4] = {1.0e8f, 3.25f, -1.0e8f, 0.0078125f};
+    return big[src % 4] + 0.37f * static_cast<float>(i + 1) * static_cast<float>(src + 1) +
+           0.011f * static_cast<float>(dst);
+  };
+  std::vector<float> send(n * block);
+  for (int q = 0; q < n; ++q)
+    for (std::size_t i = 0; i < block; ++i) send[q * block + i] = value(r, q, i);
+  std::vector<float> want(block);
+  for (std::size_t i = 0; i < block; ++i) {
+    float acc = value(r, r, i);
+    for (int s = 1; s < n; ++s) acc = value((r - s + n) % n, r, i) + acc;
+    want[i] = acc;
+  }
+  std::vector<float> got(block), got_nb(block);
+  comm.reduce_scatter(send.data(), got.data(), block, DType::F32, ReduceOp::Sum);
+  RequestPtr req = comm.ireduce_scatter(send.data(), got_nb.data(), block, DType::F32, ReduceOp::Sum);
+  while (!req->test()) {
+  }
+  for (std::size_t i = 0; i < block; ++i) {
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+        << "blocking, rank " << r << " element " << i << ": " << got[i] << " want " << want[i];
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(got_nb[i]), std::bit_cast<std::uint32_t>(want[i]))
+        << "non-blocking, rank " << r << " element " << i;
+  }
 }
 
 TEST(MpiCommunicator, ReduceScatterInPlaceLeavesResultAtOwnBlock) {
