@@ -422,7 +422,7 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
   echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before the runs: $load_before;"
   echo "PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') (Debian python3-torch, OpenBLAS, no MKL); ZeRO stage $ZERO_STAGE for ours."
   echo
-  echo "Command: \`tests/bench/torch_parity_speed.sh --check${doc:+ --doc $doc}${results:+ --results $results}${reproduce:+ --reproduce $reproduce} $trainer_src $sgemm_src $data $input $out\`"
+  echo "Command: \`tests/bench/torch_parity_speed.sh$( ((check)) && echo " --check")${doc:+ --doc $doc}${readme:+ --readme $readme}${results:+ --results $results}${reproduce:+ --reproduce $reproduce} $trainer_src $sgemm_src $data $input $out\`"
   echo "(knobs: QS_STEPS=$QS_STEPS QS_ROUNDS=$QS_ROUNDS WARMUP=$WARMUP BIG_STEPS=$BIG_STEPS BIG_ROUNDS=$BIG_ROUNDS BIG_WARMUP=$BIG_WARMUP)"
   echo
   echo "Variants: ours-2x1 = 2 ranks x 1 thread; ours-1x2 = 1 rank, 2 BLAS threads; torch-2i1b = PyTorch 2 intra-op"
