@@ -109,53 +109,58 @@ class MpiRequest final : public Request {
 //   recv = tmp[r-2] op recv, ..., (peer ranks mod N), with MPI_Reduce_local,
 // so the bits depend only on the rank count. Each rank sends (N-1)/N of the input
 // once: Open MPI 4.1's libnbc ireduce_scatter first reduces the WHOLE input to
-// rank 0 and then scatters it, and measured 2x slower at 2 ranks
-// (share/doc/benchmarks.md, "Pairwise reduce-scatter"). Two operands commute
-// bitwise, so at 2 ranks the result is the one MPI gave.
+// rank 0 and then scatters it, and measured 3x slower at 2 ranks (share/doc/
+// benchmarks.md, "Kept: reduce-scatter as our own pairwise exchange"). Two
+// operands commute bitwise, so at 2 ranks the result is the one MPI gave.
 class PairwiseReduceScatter final : public Request {
  public:
   PairwiseReduceScatter(CollectiveWatchdog* watchdog, const char* what, std::size_t count, DType type)
       : m_watchdog(watchdog), m_what(what), m_count(count), m_type(type) {}
-  ~PairwiseReduceScatter() override {
+  ~PairwiseReduceScatter() override {  // never throws: completes and combines, errors ignored
     if (m_pending) {
       MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-      combine();
+      combine(/*check=*/false);
     }
   }
   // Filled by MpiCommunicator::start_reduce_scatter before the first test/wait.
   std::vector<MPI_Request> requests;
-  std::vector<char> tmp;                   // one slot of own_count elements per peer, in `order`
-  std::vector<int> order;                  // slot index combined k-th
+  std::vector<char> tmp;                   // slot s-1: own_count elements from rank - s (mod N)
   const void* own = nullptr;               // this rank's block of the input
   void* recv = nullptr;
   int own_count = 0;
   MPI_Datatype mpi_type = MPI_DATATYPE_NULL;
   MPI_Op mpi_op = MPI_OP_NULL;
+  // Called before the first message is posted, so that whatever was posted is
+  // completed by wait() or the destructor even if a later post fails.
   void start() { m_pending = true; }
   void wait() override {
     if (!m_pending) return;
     CollectiveWatchdog::Scope watch(m_watchdog, m_what, m_count, dtype_name(m_type));
     SHARDTRAIN_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
-    combine();
+    combine(/*check=*/true);
   }
   bool test() override {
     if (!m_pending) return true;
     int done = 0;
     SHARDTRAIN_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
                                      MPI_STATUSES_IGNORE));
-    if (done) combine();
+    if (done) combine(/*check=*/true);
     return done != 0;
   }
 
  private:
-  void combine() {
+  void combine(bool check) {
     m_pending = false;
     const std::size_t bytes = static_cast<std::size_t>(own_count) * dtype_size(m_type);
     if (recv != own && bytes > 0) std::memcpy(recv, own, bytes);
     if (own_count == 0) return;
-    for (int slot : order)
-      SHARDTRAIN_MPI_CHECK(MPI_Reduce_local(tmp.data() + static_cast<std::size_t>(slot) * bytes, recv,
-                                            own_count, mpi_type, mpi_op));
+    for (std::size_t at = 0; at < tmp.size(); at += bytes) {  // rank - 1, rank - 2, ...
+      const void* in = tmp.data() + at;
+      if (check)
+        SHARDTRAIN_MPI_CHECK(MPI_Reduce_local(in, recv, own_count, mpi_type, mpi_op));
+      else
+        MPI_Reduce_local(in, recv, own_count, mpi_type, mpi_op);
+    }
   }
   CollectiveWatchdog* m_watchdog;
   const char* m_what;
@@ -334,13 +339,13 @@ RequestPtr MpiCommunicator::start_reduce_scatter(const char* what, const void* s
   request->mpi_op = mpi_op(type, op);
   request->tmp.resize(static_cast<std::size_t>(m_size - 1) * own_bytes);
   request->requests.reserve(2 * static_cast<std::size_t>(m_size - 1));
+  request->start();
   // Peers in the order their contributions are combined: rank - 1, rank - 2, ... (mod N).
   for (int s = 1; s < m_size; ++s) {
     const int from = (m_rank - s + m_size) % m_size;
     const int slot = s - 1;
-    request->order.push_back(slot);
     if (own_bytes > 0) {
-      request->requests.emplace_back();
+      request->requests.push_back(MPI_REQUEST_NULL);
       SHARDTRAIN_MPI_CHECK(MPI_Irecv(request->tmp.data() + static_cast<std::size_t>(slot) * own_bytes,
                                      static_cast<int>(counts[m_rank]), request->mpi_type, from,
                                      kTagReduceScatter, m_comm, &request->requests.back()));
@@ -349,11 +354,10 @@ RequestPtr MpiCommunicator::start_reduce_scatter(const char* what, const void* s
   for (int s = 1; s < m_size; ++s) {
     const int to = (m_rank + s) % m_size;
     if (counts[to] == 0) continue;
-    request->requests.emplace_back();
+    request->requests.push_back(MPI_REQUEST_NULL);
     SHARDTRAIN_MPI_CHECK(MPI_Isend(in + displ[to] * esize, static_cast<int>(counts[to]), request->mpi_type, to,
                                    kTagReduceScatter, m_comm, &request->requests.back()));
   }
-  request->start();
   return request;
 }
 
