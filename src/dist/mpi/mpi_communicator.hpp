@@ -10,7 +10,8 @@
 // With a CollectiveWatchdog set, every blocking call (and every wait on a
 // request) is watched: a stall is reported by name and ends the job.
 // Wire model: every call adds to tally().model the bytes this rank sends under
-// the algorithm Open MPI 4.1.x picks for it (wire_model.hpp); measure the real
+// the algorithm the call runs (Open MPI 4.1.x's pick, or our reduce-scatter;
+// wire_model.hpp); measure the real
 // figure with Open MPI's pml monitoring dump (wire_model_status()).
 #pragma once
 
@@ -61,7 +62,8 @@ class MpiCommunicator final : public Communicator {
   std::string wire_algorithms(Collective kind) const override { return m_algorithms[static_cast<int>(kind)]; }
   static constexpr const char* kWireModelStatus =
       "wire model: bytes each rank sends under Open MPI 4.1's default algorithms (coll/tuned fixed rules, "
-      "coll/libnbc); to measure them run with OMPI_MCA_pml_monitoring_enable=1 "
+      "coll/libnbc) and, for reduce-scatter, our pairwise exchange; to measure them run with "
+      "OMPI_MCA_pml_monitoring_enable=1 "
       "OMPI_MCA_pml_monitoring_enable_output=3 OMPI_MCA_pml_monitoring_filename=DIR/prof and read "
       "DIR/prof.<rank>.prof after the job: share/tools/wire_table.py compares two runs that differ only in "
       "train.steps with the model (share/doc/training.md, \"Bytes on the wire\")";
