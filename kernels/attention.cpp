@@ -116,6 +116,9 @@ CView1<std::int32_t> length_of(CView1<std::int32_t> lengths, std::int64_t b) {
   return lengths.extent(0) == 0 ? CView1<std::int32_t>() : CView1<std::int32_t>(lengths.data() + b, 1);
 }
 
+// attention_workspace_elems for sequence length t and head size hd: [ (T,T) | (hd,T) ].
+std::int64_t workspace_elems_for(std::int64_t t, std::int64_t hd) { return t * t + t * hd; }
+
 // Rows [r0, nt) of a (T, hd) head slice with row stride ld set to 0.
 template <class T>
 void zero_rows(T* m, std::int64_t ld, std::int64_t r0, std::int64_t nt, std::int64_t hd) {
@@ -163,7 +166,8 @@ void causal_softmax_grad_row(const T* __restrict p, T* __restrict dp, T scale, s
 struct HalfAttentionTiles {
   std::int64_t t, hd;
   std::int64_t saved_elems() const { return 3 * t * hd + t * t; }
-  std::int64_t workspace_elems() const { return t * t + t * hd; }
+  // The fp32 kernel's workspace for one head (attention_workspace_elems).
+  std::int64_t workspace_elems() const { return workspace_elems_for(t, hd); }
   std::int64_t elems() const { return 3 * t * hd + saved_elems() + t * hd + workspace_elems(); }
 };
 
@@ -250,7 +254,7 @@ std::int64_t attention_saved_elems(const AttentionShape& s) {
 
 std::int64_t attention_workspace_elems(const AttentionShape& s) {
   const Dims d = check_shape(s);
-  return d.t * d.t + d.t * d.hd;
+  return workspace_elems_for(d.t, d.hd);
 }
 
 template <class T>

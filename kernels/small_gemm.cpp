@@ -130,14 +130,12 @@ SmallGemmIsa small_gemm_isa() {
   return isa;
 }
 
+namespace {
+
+// The path `isa` (supported, sizes checked) on the operands.
 template <class T>
-void small_gemm_on(SmallGemmIsa isa, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                   const T* a, std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t ldb,
-                   T* c, std::int64_t ldc) {
-  SHARDTRAIN_CHECK(small_gemm_supported(isa), "small_gemm: instruction set " +
-                                                  std::to_string(static_cast<int>(isa)) +
-                                                  " is not supported on this CPU");
-  SHARDTRAIN_CHECK(m >= 0 && n >= 0 && k >= 0, "small_gemm: negative size");
+void dispatch(SmallGemmIsa isa, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+              std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
 #if SHARDTRAIN_SMALL_GEMM_X86
   constexpr bool is_float = std::is_same_v<T, float>;
@@ -155,11 +153,26 @@ void small_gemm_on(SmallGemmIsa isa, std::int64_t m, std::int64_t n, std::int64_
   portable(m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc);
 }
 
+}  // namespace
+
+template <class T>
+void small_gemm_on(SmallGemmIsa isa, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                   const T* a, std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t ldb,
+                   T* c, std::int64_t ldc) {
+  SHARDTRAIN_CHECK(small_gemm_supported(isa), "small_gemm: instruction set " +
+                                                  std::to_string(static_cast<int>(isa)) +
+                                                  " is not supported on this CPU");
+  SHARDTRAIN_CHECK(m >= 0 && n >= 0 && k >= 0, "small_gemm: negative size");
+  dispatch(isa, m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc);
+}
+
+// The hot entry (thousands of calls a step): the path was checked once, when picked.
 template <class T>
 void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                 std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t ldb, T* c,
                 std::int64_t ldc) {
-  small_gemm_on(small_gemm_isa(), m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc);
+  SHARDTRAIN_CHECK(m >= 0 && n >= 0 && k >= 0, "small_gemm: negative size");
+  dispatch(small_gemm_isa(), m, n, k, alpha, a, a_rs, a_cs, b, ldb, c, ldc);
 }
 
 template void small_gemm<float>(std::int64_t, std::int64_t, std::int64_t, float, const float*,
