@@ -1,31 +1,42 @@
 // shardtrain/kernels/gemm.cpp
-// Owns the only call into KokkosKernels (KokkosBlas::gemm); no other file includes
+// Owns the dense matrix multiply entry point and the only call into
+// KokkosKernels (KokkosBlas::gemm, for double); no other file includes
 // KokkosKernels headers, so their compile cost is paid once.
 // Invariants:
-//  - A, B, C are the LayoutRight, Unmanaged, host Views of types.hpp. That exact
-//    type triple is what KokkosKernels' TPL specialisation matches, so the call
-//    lands in OpenBLAS sgemm_/dgemm_ (checked at compile time below; a
-//    LayoutStride view would silently fall back to a ~2 GFLOP/s loop).
+//  - float: one oneDNN matmul (dnnl_matmul.hpp: a primitive per shape, cached;
+//    transposes and leading dimensions are strides, never copies).
+//  - bf16 on a CPU with native bf16 dot products (cpu_bf16_native()): one oneDNN
+//    matmul on the bf16 operands as stored, fp32 accumulation, beta * C added in
+//    fp32 and C rounded once. No conversion pass and no scratch.
+//  - double: KokkosBlas::gemm on the LayoutRight, Unmanaged, host Views of
+//    types.hpp. That exact type triple is what KokkosKernels' TPL specialisation
+//    matches, so the call lands in OpenBLAS dgemm_ (checked at compile time
+//    below; a LayoutStride view would silently fall back to a slow loop). oneDNN
+//    has no f64 matmul; double runs only in the gradient checks.
 //  - Row-strided LayoutRight views (stride(0) > extent(1), from subviews) are
-//    passed through with the stride as BLAS's leading dimension.
+//    passed through with the stride as the leading dimension.
 //  - Shapes are checked on every call (cheap) and a mismatch throws shardtrain::Error.
-//  - Degenerate shapes follow BLAS semantics: K == 0 gives C = beta * C (KokkosBlas
-//    itself would return without touching C), M == 0 or N == 0 does nothing.
-//  - T = f16 / bf16 (half_tiles.hpp): C is computed in blocks of kGemmRows x
-//    kGemmCols; per block pair the rows of op(A) and columns of op(B) are converted
-//    to fp32 in their stored orientation (A once per row block; B once per block
-//    pair, or once per call when one column block covers C), C is loaded only when
-//    beta != 0, gemm<float> runs on the block with alpha and beta as floats (so the
-//    same BLAS and degenerate-shape semantics apply), and the block of C is rounded
-//    back once. Scratch: gemm_half_scratch_elems.
+//  - Degenerate shapes follow BLAS semantics: K == 0 gives C = beta * C,
+//    M == 0 or N == 0 does nothing.
+//  - f16, and bf16 on CPUs without native bf16 (half_tiles.hpp): C is computed in
+//    blocks of kGemmRows x kGemmCols; per block pair the rows of op(A) and columns
+//    of op(B) are converted to fp32 in their stored orientation (A once per row
+//    block; B once per block pair, or once per call when one column block covers
+//    C), C is loaded only when beta != 0, gemm<float> runs on the block with alpha
+//    and beta as floats (so the same semantics apply), and the block of C is
+//    rounded back once. Scratch: gemm_half_scratch_elems.
 #include "kernels/gemm.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
+#include "kernels/cpu_compute.hpp"
+#include "kernels/dnnl_matmul.hpp"
+#include "kernels/dnnl_context.hpp"
 #include "kernels/half_tiles.hpp"
 
 namespace shardtrain {
@@ -40,8 +51,6 @@ using BlasC = Kokkos::View<T**, Kokkos::LayoutRight, typename View2<T>::device_t
                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS) && !defined(KOKKOS_ENABLE_CUDA)
-static_assert(KokkosBlas::Impl::gemm_tpl_spec_avail<BlasA<float>, BlasA<float>, BlasC<float>>::value,
-              "shardtrain::gemm<float> would not reach the BLAS TPL");
 static_assert(
     KokkosBlas::Impl::gemm_tpl_spec_avail<BlasA<double>, BlasA<double>, BlasC<double>>::value,
     "shardtrain::gemm<double> would not reach the BLAS TPL");
@@ -54,6 +63,24 @@ std::string shape_message(Trans ta, Trans tb, std::size_t a0, std::size_t a1, st
   return std::string("gemm ") + (ta == Trans::N ? "N" : "T") + (tb == Trans::N ? "N" : "T") +
          ": A(" + std::to_string(a0) + "," + std::to_string(a1) + ") B(" + std::to_string(b0) +
          "," + std::to_string(b1) + ") C(" + std::to_string(c0) + "," + std::to_string(c1) + ")";
+}
+
+// C = alpha op(A) op(B) + beta C on oneDNN (shapes checked, m, n, k > 0). T: float or bf16.
+template <class T>
+void gemm_dnnl(Trans ta, Trans tb, float alpha, CView2<T> a, CView2<T> b, float beta, View2<T> c) {
+  MatmulShape s;
+  s.m = static_cast<std::int64_t>(c.extent(0));
+  s.n = static_cast<std::int64_t>(c.extent(1));
+  s.k = static_cast<std::int64_t>(ta == Trans::N ? a.extent(1) : a.extent(0));
+  s.trans_a = ta == Trans::T;
+  s.trans_b = tb == Trans::T;
+  s.lda = static_cast<std::int64_t>(a.stride(0));
+  s.ldb = static_cast<std::int64_t>(b.stride(0));
+  s.ldc = static_cast<std::int64_t>(c.stride(0));
+  s.ab = s.c = dnnl_type<T>();
+  s.alpha = alpha;
+  s.beta = beta;
+  dnnl_matmul(s, a.data(), b.data(), nullptr, c.data(), "gemm");
 }
 
 // Block geometry of the 16-bit path: `rows` rows of C (of op(A)) by `cols` columns
@@ -132,6 +159,10 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, CView2<T> a, CView2<T> b, T bet
                        c.span() <= static_cast<std::size_t>(INT_MAX),
                    "gemm operand larger than INT_MAX elements");
   if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (k != 0 && cpu_bf16_native())
+      return gemm_dnnl<bf16>(trans_a, trans_b, to_float(alpha), a, b, to_float(beta), c);
+  }
   if constexpr (is_half_v<T>) {
     gemm_half(trans_a, trans_b, to_float(alpha), a, b, to_float(beta), c);
   } else {
@@ -148,8 +179,12 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, CView2<T> a, CView2<T> b, T bet
                            });
       return;
     }
-    KokkosBlas::gemm(trans_a == Trans::N ? "N" : "T", trans_b == Trans::N ? "N" : "T", alpha, a, b,
-                     beta, c);
+    if constexpr (std::is_same_v<T, float>) {
+      gemm_dnnl<float>(trans_a, trans_b, alpha, a, b, beta, c);
+    } else {
+      KokkosBlas::gemm(trans_a == Trans::N ? "N" : "T", trans_b == Trans::N ? "N" : "T", alpha, a, b,
+                       beta, c);
+    }
   }
 }
 

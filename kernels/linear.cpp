@@ -22,9 +22,13 @@
 #include "kernels/linear.hpp"
 
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/cpu_compute.hpp"
+#include "kernels/dnnl_context.hpp"
+#include "kernels/dnnl_matmul.hpp"
 #include "kernels/half_tiles.hpp"
 
 namespace shardtrain {
@@ -152,6 +156,86 @@ void linear_backward_half(CView2<H> x, CView2<H> w, CView2<H> dy, View2<H> dx, V
   }
 }
 
+
+// db(m) += column sums of dy(n, m): per block of kColBlock columns, fp32
+// accumulators over the rows in row order (deterministic, independent of the
+// thread count), added to db and rounded once.
+template <class T>
+void add_column_sums(const T* dyp, std::int64_t n, std::int64_t m, T* dbp) {
+  const std::int64_t blocks = (m + kColBlock - 1) / kColBlock;
+  Kokkos::parallel_for(kLabelBiasGrad, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
+    using C = compute_t<T>;
+    const std::int64_t j0 = blk * kColBlock;
+    const std::int64_t nj = (m - j0) < kColBlock ? (m - j0) : kColBlock;
+    C acc[kColBlock];
+    for (std::int64_t j = 0; j < nj; ++j) acc[j] = C(0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T* row = dyp + i * m + j0;
+      for (std::int64_t j = 0; j < nj; ++j) acc[j] += static_cast<C>(row[j]);
+    }
+    for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = T(static_cast<C>(dbp[j0 + j]) + acc[j]);
+  });
+}
+
+// The oneDNN paths (T = float, or bf16 on a CPU with native bf16). Shapes are
+// checked and n, k, m > 0. Every product is one matmul on the caller's buffers.
+template <class T>
+MatmulShape linear_matmul(std::int64_t m, std::int64_t n, std::int64_t k) {
+  MatmulShape s;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.ab = s.c = dnnl_type<T>();
+  return s;
+}
+
+template <class T>
+void linear_forward_dnnl(CView2<T> x, CView2<T> w, CView1<T> b, View2<T> y, bool accumulate) {
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t k = static_cast<std::int64_t>(x.extent(1));
+  const std::int64_t m = static_cast<std::int64_t>(w.extent(0));
+  // y (n x m) = x (n x k) w^T (w stored m x k) + b, + y when accumulating.
+  MatmulShape s = linear_matmul<T>(n, m, k);
+  s.trans_b = true;
+  s.lda = k;
+  s.ldb = k;
+  s.ldc = m;
+  s.bias = b.extent(0) != 0;
+  s.beta = accumulate ? 1.0f : 0.0f;
+  dnnl_matmul(s, x.data(), w.data(), s.bias ? b.data() : nullptr, y.data(), "linear_forward");
+}
+
+template <class T>
+void linear_backward_dnnl(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<T> dw, View1<T> db) {
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const std::int64_t k = static_cast<std::int64_t>(x.extent(1));
+  const std::int64_t m = static_cast<std::int64_t>(w.extent(0));
+  if (dx.size() != 0) {  // dx (n x k) = dy (n x m) w (m x k)
+    MatmulShape s = linear_matmul<T>(n, k, m);
+    s.lda = m;
+    s.ldb = k;
+    s.ldc = k;
+    dnnl_matmul(s, dy.data(), w.data(), nullptr, dx.data(), "linear_backward (dx)");
+  }
+  // dw (m x k) += dy^T (dy stored n x m) x (n x k)
+  MatmulShape s = linear_matmul<T>(m, k, n);
+  s.trans_a = true;
+  s.lda = m;
+  s.ldb = k;
+  s.ldc = k;
+  s.beta = 1.0f;
+  dnnl_matmul(s, dy.data(), x.data(), nullptr, dw.data(), "linear_backward (dw)");
+  if (db.extent(0) != 0) add_column_sums<T>(dy.data(), n, m, db.data());
+}
+
+template <class T>
+bool use_dnnl(std::int64_t n, std::int64_t k, std::int64_t m) {
+  if (n == 0 || k == 0 || m == 0) return false;  // degenerate: the plain paths below
+  if constexpr (std::is_same_v<T, float>) return true;
+  else if constexpr (std::is_same_v<T, bf16>) return cpu_bf16_native();
+  else return false;
+}
+
 }  // namespace
 
 std::int64_t linear_half_scratch_elems(std::int64_t n, std::int64_t k, std::int64_t m) {
@@ -173,7 +257,10 @@ void linear_forward(CView2<T> x, CView2<T> w, CView1<T> b, View2<T> y, bool accu
   SHARDTRAIN_CHECK(!has_bias || static_cast<std::int64_t>(b.extent(0)) == m,
                    "linear_forward: bias has " + std::to_string(b.extent(0)) +
                        " elements, expected " + std::to_string(m));
-  if constexpr (is_half_v<T>) {
+  if (use_dnnl<T>(n, static_cast<std::int64_t>(x.extent(1)), m)) {
+    half_tiles::check_host("linear_forward");
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) linear_forward_dnnl<T>(x, w, b, y, accumulate);
+  } else if constexpr (is_half_v<T>) {
     linear_forward_half(x, w, b, y, accumulate);
   } else {
     T beta = accumulate ? T(1) : T(0);
@@ -214,27 +301,15 @@ void linear_backward(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<
   SHARDTRAIN_CHECK(db.extent(0) == 0 || static_cast<std::int64_t>(db.extent(0)) == m,
                    "linear_backward: db has " + std::to_string(db.extent(0)) +
                        " elements, expected " + std::to_string(m));
-  if constexpr (is_half_v<T>) {
+  if (use_dnnl<T>(n, static_cast<std::int64_t>(x.extent(1)), m)) {
+    half_tiles::check_host("linear_backward");
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) linear_backward_dnnl<T>(x, w, dy, dx, dw, db);
+  } else if constexpr (is_half_v<T>) {
     linear_backward_half(x, w, dy, dx, dw, db);
   } else {
     if (dx.size() != 0) gemm<T>(Trans::N, Trans::N, T(1), dy, w, T(0), dx);  // dx = dy w
     gemm<T>(Trans::T, Trans::N, T(1), dy, x, T(1), dw);  // dw += dy^T x
-    if (db.extent(0) != 0) {
-      const T* dyp = dy.data();
-      T* dbp = db.data();
-      const std::int64_t blocks = (m + kColBlock - 1) / kColBlock;
-      Kokkos::parallel_for(kLabelBiasGrad, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
-        const std::int64_t j0 = blk * kColBlock;
-        const std::int64_t nj = (m - j0) < kColBlock ? (m - j0) : kColBlock;
-        T acc[kColBlock];
-        for (std::int64_t j = 0; j < nj; ++j) acc[j] = T(0);
-        for (std::int64_t i = 0; i < n; ++i) {
-          const T* row = dyp + i * m + j0;
-          for (std::int64_t j = 0; j < nj; ++j) acc[j] += row[j];
-        }
-        for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] += acc[j];
-      });
-    }
+    if (db.extent(0) != 0) add_column_sums<T>(dy.data(), n, m, db.data());
   }
 }
 

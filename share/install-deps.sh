@@ -12,6 +12,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev zlib1g-dev
+  libdnnl-dev    # kernels/dnnl_*.cpp: oneDNN runs the GEMMs and convolutions (fp32, and bf16 on AVX512-BF16 CPUs)
   libisal-dev    # io/crc32.hpp: the CRC-32 of checkpoints and weights (ISA-L's crc32_gzip_refl)
   libgtest-dev
   python3-h5py   # tests: tests/e2e/ckpt reads checkpoints with /usr/bin/python3 + h5py + numpy

@@ -13,7 +13,7 @@ function(shardtrain_unit_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
   add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS unit ENVIRONMENT "OPENBLAS_NUM_THREADS=1;HDF5_USE_FILE_LOCKING=FALSE")
+  set_tests_properties(${name} PROPERTIES LABELS unit ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1;HDF5_USE_FILE_LOCKING=FALSE")
 endfunction()
 
 # Registers an already-defined executable target as MPI tests at each rank count.

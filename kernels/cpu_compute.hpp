@@ -1,0 +1,36 @@
+// shardtrain/kernels/cpu_compute.hpp
+// Owns how the host kernels use the CPU: the threads of the heavy ops (oneDNN's
+// OpenMP pool, which runs the GEMMs and convolutions, and OpenBLAS's, which
+// runs the double-precision GEMMs of the gradient checks), and what the CPU's
+// vector units can do, as oneDNN sees them.
+// Invariants:
+//  - set_compute_threads(n) sets both pools to n threads for the calling
+//    process; nothing else in shardtrain changes them. One rank per core is the
+//    default (train: parallel.threads = 1), so that a job that forgets
+//    OMP_NUM_THREADS does not run N ranks x (all cores) threads.
+//  - cpu_bf16_native() is true when oneDNN's effective ISA executes bf16 dot
+//    products in hardware (AVX512-BF16 or AMX). It honours ONEDNN_MAX_CPU_ISA /
+//    DNNL_MAX_CPU_ISA, so DNNL_MAX_CPU_ISA=AVX512_CORE shows this machine as
+//    one without AVX512-BF16 (how the fallback path is tested here).
+//  - No oneDNN header here: only kernels/*.cpp that run oneDNN primitives
+//    include kernels/dnnl_context.hpp.
+#pragma once
+
+#include <string>
+
+namespace shardtrain {
+
+// Threads of the heavy-op pools (n >= 1).
+void set_compute_threads(int n);
+int compute_threads();
+
+// True when bf16 GEMMs and convolutions run on native bf16 instructions; the
+// bf16 kernels then take their fast path (bf16 operands straight into oneDNN,
+// fp32 accumulation). Without it they convert tiles to fp32 (half_tiles.hpp).
+bool cpu_bf16_native();
+
+// One line for the start-up report: the ISA oneDNN uses, the thread count, and
+// what bf16 and fp16 storage do on this CPU.
+std::string cpu_compute_describe();
+
+}  // namespace shardtrain

@@ -1,0 +1,91 @@
+// shardtrain/kernels/dnnl_context.cpp
+// Owns the process's oneDNN engine and stream (dnnl_context.hpp) and the CPU
+// compute settings of cpu_compute.hpp: the thread count of oneDNN's OpenMP pool
+// and OpenBLAS's, and the ISA report.
+// Invariants: the engine and stream are function-local statics (created on first
+// use, thread-safe initialisation, alive until exit); the thread count is what
+// the last set_compute_threads call set (1 until then).
+#include "kernels/dnnl_context.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "kernels/cpu_compute.hpp"
+
+// oneDNN (Debian's libdnnl 2.6) threads with GNU OpenMP; its pool size is
+// OpenMP's. Declared here rather than through <omp.h> so that no shardtrain file
+// is compiled with -fopenmp (kernels/CMakeLists.txt links libgomp only).
+extern "C" void omp_set_num_threads(int);
+extern "C" int omp_get_max_threads(void);
+
+namespace shardtrain {
+namespace {
+
+int g_threads = 1;
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "SSE4.1";
+    case dnnl::cpu_isa::avx: return "AVX";
+    case dnnl::cpu_isa::avx2: return "AVX2";
+    case dnnl::cpu_isa::avx512_mic: return "AVX-512 (MIC)";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "AVX-512 (MIC 4ops)";
+    case dnnl::cpu_isa::avx512_core: return "AVX-512";
+    case dnnl::cpu_isa::avx512_core_vnni: return "AVX-512 VNNI";
+    case dnnl::cpu_isa::avx512_core_bf16: return "AVX-512 BF16";
+    case dnnl::cpu_isa::avx512_core_amx: return "AVX-512 AMX";
+    case dnnl::cpu_isa::avx2_vnni: return "AVX2 VNNI";
+    default: return "baseline";
+  }
+}
+
+}  // namespace
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& dnnl_stream() {
+  static dnnl::stream stream(dnnl_engine());
+  return stream;
+}
+
+void dnnl_fail(const std::string& what, const dnnl::error& e) {
+  SHARDTRAIN_FAIL(fmt::format("{}: oneDNN status {}: {}", what, static_cast<int>(e.status), e.what()));
+}
+
+void set_compute_threads(int n) {
+  SHARDTRAIN_CHECK(n >= 1, "compute threads must be at least 1, got " + std::to_string(n));
+  omp_set_num_threads(n);
+  // OpenBLAS (the double GEMMs) when the process has it; looked up at run time
+  // because KokkosKernels may reach it through the libblas.so.3 alternative.
+  using SetThreads = void (*)(int);
+  if (auto* f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+  g_threads = n;
+}
+
+int compute_threads() { return g_threads; }
+
+bool cpu_bf16_native() {
+  static const bool native = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & bf16) == bf16;  // the ISA values are feature bit sets (dnnl_types.h)
+  }();
+  return native;
+}
+
+std::string cpu_compute_describe() {
+  const dnnl::version_t* v = dnnl::version();
+  return fmt::format(
+      "oneDNN {}.{}.{} on {} ({} thread{} per rank, OpenMP max {}); bf16: {}; fp16: fp32 GEMMs on converted tiles "
+      "(no AVX512-FP16 path)",
+      v->major, v->minor, v->patch, isa_name(dnnl::get_effective_cpu_isa()), g_threads, g_threads == 1 ? "" : "s",
+      omp_get_max_threads(),
+      cpu_bf16_native() ? "native (AVX512-BF16): bf16 operands straight into oneDNN, fp32 accumulation"
+                        : "NO AVX512-BF16 on this CPU: bf16 GEMMs convert tiles to fp32 (slower than fp32)");
+}
+
+}  // namespace shardtrain
