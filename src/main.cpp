@@ -28,6 +28,7 @@
 #include "core/mpi_world.hpp"
 #include "dist/mpi/agreement.hpp"
 #include "plan/memory_plan.hpp"
+#include "train/flop_floor.hpp"
 #include "train/lifecycle.hpp"
 #include "train/task.hpp"
 #include "train/trainer.hpp"
@@ -213,8 +214,10 @@ int run_main(int argc, char** argv) {
     return agree([&] {
       // Opens the data set for the model's sizes (vocabulary, sample shape, classes).
       const MemoryPlan plan = plan_run(config, MPI_COMM_WORLD, plan_ranks > 0 ? plan_ranks : world_size());
+      const FlopFloor floor = plan_flop_floor(config, plan.step_flops / plan.world, MPI_COMM_WORLD);
       if (world_rank() == 0) {
         std::fputs(format_plan(plan).c_str(), stdout);
+        std::fputs(format_flop_floor(floor).c_str(), stdout);
         if (plan_ranks > 0 && plan_ranks != world_size())
           std::printf("note: the process terms were measured in this job of %d ranks, not %d, and the MPI "
                       "collective scratch was not probed; run `mpirun -n %d trainer --plan` for theirs\n",

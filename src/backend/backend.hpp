@@ -73,6 +73,20 @@ class Backend {
   virtual BackendKind kind() const = 0;
   // One line for the run's header: "host (Kokkos Serial)", "CUDA device 0 (NVIDIA H100 ...)".
   virtual std::string describe() const = 0;
+  // The arithmetic limit of one rank for models stored as `precision` ("fp32",
+  // "bf16", "fp16") with `threads` threads per rank, measured now on the calling
+  // thread (the host: this core's FMA or bf16 dot-product chains,
+  // kernels/core_peak.hpp): the denominator of the FLOP floor that --plan and
+  // --profile print. gflops = 0 when the backend has no probe.
+  struct ComputePeak {
+    double gflops = 0;
+    std::string what;  // e.g. "fp32 FMA (avx512) 265.0 GFLOP/s per core x 1 thread"
+  };
+  virtual ComputePeak compute_peak(const std::string& precision, int threads) {
+    (void)precision;
+    (void)threads;
+    return {0.0, "no peak probe for " + describe()};
+  }
   // Where model state and activations live; nullptr = host memory.
   virtual MemorySpace* memory() = 0;
   // Blocking copies between host memory and the backend's memory; they also
@@ -114,5 +128,9 @@ class Backend {
 
 // The host backend (stateless, one per process).
 Backend& host_backend();
+
+// Threads per rank of the heavy host kernels (oneDNN's and OpenBLAS's pools;
+// kernels/cpu_compute.hpp): parallel.threads, set once before a run's ops exist.
+void set_host_compute_threads(int threads);
 
 }  // namespace shardtrain

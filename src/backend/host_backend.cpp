@@ -10,11 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "backend/model_ops.hpp"
 #include "backend/profiled_model_ops.hpp"
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/conv2d.hpp"  // CNN ops
+#include "kernels/core_peak.hpp"
+#include "kernels/cpu_compute.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/pool.hpp"
 #include "kernels/adamw.hpp"
@@ -101,7 +105,16 @@ class HostVectorOps final : public VectorOps<P> {
 class HostBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::Host; }
-  std::string describe() const override { return "host (Kokkos Serial, OpenBLAS)"; }
+  std::string describe() const override { return "host (Kokkos Serial; " + cpu_compute_describe() + ")"; }
+  ComputePeak compute_peak(const std::string& precision, int threads) override {
+    const CorePeak p = measure_core_peak();
+    const bool bf16 = precision == "bf16" && cpu_bf16_native() && p.bf16_gflops > 0;
+    const double per_core = bf16 ? p.bf16_gflops : p.fp32_gflops;
+    return {per_core * threads,
+            fmt::format("{} {:.1f} GFLOP/s per core x {} thread{}", bf16 ? "bf16 dot-product (avx512_bf16)"
+                                                                       : "fp32 FMA (" + p.fp32_isa + ")",
+                        per_core, threads, threads == 1 ? "" : "s")};
+  }
   MemorySpace* memory() override { return nullptr; }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
     if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
@@ -325,6 +338,8 @@ std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
     need = std::max(need, n);
   return need;
 }
+
+void set_host_compute_threads(int threads) { set_compute_threads(threads); }
 
 Backend& host_backend() {
   static HostBackend backend;

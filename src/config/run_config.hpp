@@ -73,6 +73,7 @@ struct ParallelConfig {
   bool overlap = true;
   double bucket_mb = 4.0;
   double collective_timeout_s = 300.0;  // 0 = off
+  int threads = 1;  // oneDNN's (and OpenBLAS's) threads per rank (kernels/cpu_compute.hpp)
 };
 
 // Mixed precision. fp16 and bf16 store parameters, activations and gradients in

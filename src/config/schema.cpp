@@ -212,6 +212,12 @@ constexpr KeySpec k_schema[] = {
             "every group its own bucket. Larger buckets mean fewer, larger collectives; smaller buckets mean "
             "less memory: each rank holds three gradient buffers (stage 3: and three parameter-gather "
             "buffers) the size of the largest buckets, shown as `communication` by `trainer --plan`."},
+    {SHARDTRAIN_CONFIG_KEY(parallel, threads), .ints = {1, 1024},
+     .doc = "Threads per rank for the heavy host ops (the GEMMs and convolutions, run by oneDNN; the "
+            "trainer sets oneDNN's OpenMP pool and OpenBLAS's to this, whatever `OMP_NUM_THREADS` says). "
+            "The default, one rank per core with one thread each, is the fastest layout measured here "
+            "(share/doc/benchmarks.md); with fewer ranks than cores, set ranks x threads = cores. The other "
+            "host kernels run on one thread per rank (Kokkos Serial). Ignored on GPUs."},
     {SHARDTRAIN_CONFIG_KEY(parallel, collective_timeout_s), .numbers = {0, false},
      .doc = "Watchdog: when a blocking collective (all-reduce, reduce-scatter, all-gather, broadcast, "
             "barrier, or the wait for a non-blocking one) has not completed after this many seconds, each "

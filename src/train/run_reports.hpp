@@ -18,6 +18,7 @@
 #include "dist/mpi/mpi_communicator.hpp"
 #include "core/param_layout.hpp"
 #include "plan/memory_plan.hpp"
+#include "train/flop_floor.hpp"
 #include "train/run_directory.hpp"
 
 namespace shardtrain {
@@ -28,8 +29,9 @@ void report_memory(Communicator& comm, const MemoryTracker& memory, const Memory
                    std::int64_t activation_high_water, RunDirectory* dir);
 
 // The per-op times of `profiler` (the job's steps but its first), mean over
-// ranks and the slowest rank's.
-void report_profile(MpiCommunicator& comm, const Profiler& profiler, RunDirectory* dir);
+// ranks and the slowest rank's, and the step against `floor` (flop_floor.hpp,
+// measured by the caller on every rank).
+void report_profile(MpiCommunicator& comm, const Profiler& profiler, const FlopFloor& floor, RunDirectory* dir);
 
 // What the communication report says of the run.
 struct CommReportLayout {

@@ -283,7 +283,11 @@ void Run<P>::handle_overflow(std::int64_t step) {
 template <class P>
 void Run<P>::report(const CommTally& job, std::int64_t steps, RunDirectory* dir) {
   report_memory(m_comm, m_memory, m_plan, m_task->activation_high_water_bytes(), dir);
-  if (m_profiler.get()) report_profile(m_comm, *m_profiler.get(), dir);
+  if (m_profiler.get()) {
+    const FlopFloor floor = measure_flop_floor(m_comm.comm(), m_backend, m_cfg.precision.mode,
+                                               m_cfg.parallel.threads, m_plan.step_flops / m_plan.world);
+    report_profile(m_comm, *m_profiler.get(), floor, dir);
+  }
   if (steps > 0)
     report_communication(m_comm, job, comm_tally(), steps,
                          {*m_layout, m_cfg.parallel.zero_stage, sizeof(P), m_cfg.parallel.bucket_mb,
@@ -438,8 +442,17 @@ TrainResult Run<P>::run() {
 
 }  // namespace
 
+namespace {
+// The host compute threads first (parallel.threads; the host kernels run even
+// beside a device), then the device.
+std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world) {
+  set_host_compute_threads(config.parallel.threads);
+  return bring_up_device(config.train.device, config.source_name, world);
+}
+}  // namespace
+
 Trainer::Trainer(const RunConfig& config, MPI_Comm world, const TrainerHooks& hooks)
-    : m_device(bring_up_device(config.train.device, config.source_name, world)) {
+    : m_device(bring_up(config, world)) {
   const std::string& mode = config.precision.mode;
   if (mode == "fp16") m_run = std::make_unique<Run<f16>>(config, world, hooks, *m_device);
   else if (mode == "bf16") m_run = std::make_unique<Run<bf16>>(config, world, hooks, *m_device);

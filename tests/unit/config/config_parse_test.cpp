@@ -169,7 +169,7 @@ TEST_F(ConfigParse, UnknownKeySuggestsAKeyOfAnotherSection) {
 TEST_F(ConfigParse, UnknownKeyWithoutCloseMatchListsTheSectionsKeys) {
   EXPECT_EQ(error_of("[parallel]\ntensor_parallel = 2\n" + data_section()),
             "inputs/x.toml:2:1: unknown key parallel.tensor_parallel (keys of [parallel] are "
-            "zero_stage, overlap, bucket_mb, collective_timeout_s)");
+            "zero_stage, overlap, bucket_mb, threads, collective_timeout_s)");
 }
 
 TEST_F(ConfigParse, UnknownSection) {
