@@ -29,6 +29,13 @@ int compute_threads();
 // fp32 accumulation). Without it they convert tiles to fp32 (half_tiles.hpp).
 bool cpu_bf16_native();
 
+// Loads what the first heavy op would: oneDNN's code and global state and the
+// OpenMP pool, by running one tiny fp32 matmul (and a bf16 one with native bf16).
+// The trainer calls it before it measures the process's RSS "before the model",
+// so that the memory plan's fixed term includes the library, not just its
+// mapping. Idempotent.
+void warm_up_compute();
+
 // One line for the start-up report: the ISA oneDNN uses, the thread count, and
 // what bf16 and fp16 storage do on this CPU.
 std::string cpu_compute_describe();

@@ -8,8 +8,10 @@
 
 #include <functional>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.hpp"
+#include "kernels/cpu_compute.hpp"
 #include "kernels/dnnl_context.hpp"
 
 namespace shardtrain {
@@ -115,5 +117,28 @@ void dnnl_matmul(const MatmulShape& s, const void* a, const void* b, const void*
 }
 
 std::size_t dnnl_matmul_cache_size() { return cache().size(); }
+
+void warm_up_compute() {
+  static bool done = false;
+  if (done) return;
+  // Not cached: a plain primitive run once, so the cache holds only the model's shapes.
+  auto run = [](dt type) {
+    const dims d{8, 8};
+    dnnl::memory::desc md(d, type, dims{8, 1});
+    std::vector<float> buf(3 * 64, 0.0f);  // room for three 8x8 f32 (or bf16) matrices
+    dnnl::memory a(md, dnnl_engine(), buf.data()), b(md, dnnl_engine(), buf.data() + 64),
+        c(md, dnnl_engine(), buf.data() + 128);
+    dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), dnnl_engine()))
+        .execute(dnnl_stream(), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    dnnl_stream().wait();
+  };
+  try {
+    run(dt::f32);
+    if (cpu_bf16_native()) run(dt::bf16);
+  } catch (const dnnl::error& e) {
+    dnnl_fail("warm_up_compute", e);
+  }
+  done = true;
+}
 
 }  // namespace shardtrain

@@ -132,5 +132,8 @@ Backend& host_backend();
 // Threads per rank of the heavy host kernels (oneDNN's and OpenBLAS's pools;
 // kernels/cpu_compute.hpp): parallel.threads, set once before a run's ops exist.
 void set_host_compute_threads(int threads);
+// Loads the heavy host kernels' library and thread pool (kernels/cpu_compute.hpp
+// warm_up_compute) so that a process RSS measured after it includes them.
+void warm_up_host_compute();
 
 }  // namespace shardtrain

@@ -340,6 +340,7 @@ std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
 }
 
 void set_host_compute_threads(int threads) { set_compute_threads(threads); }
+void warm_up_host_compute() { warm_up_compute(); }
 
 Backend& host_backend() {
   static HostBackend backend;

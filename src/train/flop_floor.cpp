@@ -46,7 +46,7 @@ FlopFloor plan_flop_floor(const RunConfig& config, double flops_per_rank, MPI_Co
 std::string format_flop_floor(const FlopFloor& f) {
   if (f.gflops_per_rank <= 0) return fmt::format("FLOP floor: not known ({})\n", f.what);
   return fmt::format(
-      "FLOP floor: {:.1f} ms per step ({:.4g} GFLOP per rank at {}, the slowest rank's, measured now with every "
+      "FLOP floor: {:.4g} ms per step ({:.4g} GFLOP per rank at {}, the slowest rank's, measured now with every "
       "rank busy: this core's own limit, not a library's GEMM rate)\n",
       f.ms_per_step, f.flops_per_rank / 1e9, f.what);
 }

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "dist/zero_engine.hpp"
@@ -95,6 +96,9 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
   } else {
     plan.process.io_scratch.clear();
   }
+  // oneDNN's code and OpenMP pool are part of the fixed term, not of the model
+  // (the first GEMM would load them).
+  warm_up_host_compute();
   plan.process.before_model = gather(process_rss_bytes(), comm);
   plan.process.collective_scratch.clear();
 }

@@ -75,6 +75,22 @@ awk -F, -v b="$t_begin" -v e="$t_end" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i]
     pt = t; pel = el }
   END { exit bad }' "$profiled/metrics.csv" || die "metrics.csv step_end_unix disagrees with the run's clock, step_ms or elapsed_s"
 
+# The FLOP floor (issue 33): the step's FLOPs per rank (the run's own "compute
+# per step" line) at the measured core peak; the printed floor and the step's
+# ratio to it agree with that arithmetic and with the step time.
+per_rank=$(awk '/^compute per step:/ { for (i = 1; i <= NF; i++) if ($i == "per" && $(i + 1) == "rank") print $(i - 2) }' "$profiled.log" | tail -1)
+[[ -n $per_rank ]] || die "no 'compute per step' line with GFLOP per rank"
+awk -v pr="$per_rank" -v step="$prof_ms" '
+  /^  step time .* the FLOP floor$/ { for (i = 1; i <= NF; i++) if ($i ~ /x$/ && $(i + 1) == "the") { r = $i; sub(/x$/, "", r) } }
+  /^  FLOP floor: / { floor = $3; g = $7; sub(/^[(]/, "", g); for (i = 1; i <= NF; i++) if ($i == "GFLOP/s") rate = $(i - 1) }
+  END { if (!floor || !r || !rate) { print "no FLOP floor line or ratio in the profile"; exit 1 }
+        want = g / rate * 1000
+        printf "FLOP floor %.1f ms (%s GFLOP per rank at %s GFLOP/s: %.1f ms), step %.2f ms = %sx (%.3f)\n", floor, g, rate, want, step, r, step / floor
+        if (g - pr > 1e-3 * pr || pr - g > 1e-3 * pr) { print "GFLOP per rank " g " differs from the plan'"'"'s " pr; exit 1 }
+        if (floor < 0.99 * want || floor > 1.01 * want) exit 1
+        d = step / floor - r; if (d < -0.01 * r || d > 0.01 * r) exit 1 }' "$profiled/profile.txt" ||
+  die "the FLOP floor line disagrees with the step's FLOPs, the measured rate or the step time"
+
 # The class shares (and "other") add up to 100%.
 awk '/by class:/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) { sub(/%/, "", $i); s += $i }
   printf "class shares sum to %.1f%%\n", s; exit !(s > 99.5 && s < 100.5) }' "$profiled/profile.txt" ||
