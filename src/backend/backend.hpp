@@ -135,5 +135,7 @@ void set_host_compute_threads(int threads);
 // Loads the heavy host kernels' library and thread pool (kernels/cpu_compute.hpp
 // warm_up_compute) so that a process RSS measured after it includes them.
 void warm_up_host_compute();
+// Whether the host runs bf16 GEMMs natively (AVX512-BF16; kernels/cpu_compute.hpp).
+bool host_bf16_native();
 
 }  // namespace shardtrain

@@ -341,6 +341,7 @@ std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
 
 void set_host_compute_threads(int threads) { set_compute_threads(threads); }
 void warm_up_host_compute() { warm_up_compute(); }
+bool host_bf16_native() { return cpu_bf16_native(); }
 
 Backend& host_backend() {
   static HostBackend backend;

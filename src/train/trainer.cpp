@@ -312,6 +312,10 @@ TrainResult Run<P>::run() {
                text.data);
     fmt::print("{}", format_plan(m_plan));
     fmt::print("compute: {}\n", m_backend.describe());
+    if (m_cfg.precision.mode == "bf16" && m_backend.kind() == BackendKind::Host && !host_bf16_native())
+      fmt::print("warning: precision.mode = \"bf16\" on a CPU without AVX512-BF16: every GEMM converts its bf16 "
+                 "operands to fp32 tiles, so this run is slower than fp32 (precision.mode = \"fp32\"); bf16 "
+                 "still halves the memory of parameters, gradients and activations\n");
     fmt::print("run directory: {}\n", dir->path());
     if (!m_train->resume_note().empty()) fmt::print("{}\n", m_train->resume_note());
     const CheckpointManager& ckpt = m_train->checkpoints();
