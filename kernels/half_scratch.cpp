@@ -17,7 +17,7 @@ struct Binding {
   std::size_t elems = 0;
 };
 
-Binding g_binding;  // the one piece of global state in kernels/
+Binding g_binding;  // process-wide (half_scratch.hpp says why)
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // shardtrain/kernels/half_scratch.hpp
-// Owns the fp32 scratch arena of the 16-bit (f16 / bf16) kernel paths. This is the
-// ONE piece of global state in kernels/.
+// Owns the fp32 scratch arena of the 16-bit (f16 / bf16) kernel paths. This and the
+// oneDNN context (dnnl_context.hpp) are the process-wide state in kernels/
+// (share/doc/architecture.md, "Process-wide state in kernels/").
 //
 // Why global: a 16-bit kernel call converts tiles of its inputs to fp32, runs the
 // fp32 kernel on each tile and rounds the results back (see half_tiles.hpp), so it

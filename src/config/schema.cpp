@@ -169,7 +169,7 @@ constexpr KeySpec k_schema[] = {
             "the first, its bytes at 100 MB/s plus 0.5 s) plus one second, every rank writes a checkpoint and "
             "the trainer exits with code 75, so that the job can be requeued and resume."},
     {SHARDTRAIN_CONFIG_KEY(train, device), .choices = k_devices,
-     .doc = "Where the run computes. `\"cpu\"`: the host (Kokkos kernels, OpenBLAS, MPI). `\"cuda\"`: one "
+     .doc = "Where the run computes. `\"cpu\"`: the host (Kokkos kernels, oneDNN, MPI). `\"cuda\"`: one "
             "CUDA device per rank (kernels/cuda, cuBLAS, NCCL; trainer built with "
             "`-DSHARDTRAIN_ENABLE_CUDA=ON`, see gpu.md); no device, or fewer devices than ranks on a node, "
             "stops the job with exit code 1 before anything is allocated. `\"auto\"`: `\"cuda\"` in a CUDA "
@@ -229,7 +229,9 @@ constexpr KeySpec k_schema[] = {
     // [precision]
     {SHARDTRAIN_CONFIG_KEY(precision, mode), .choices = k_precisions,
      .doc = "Storage precision of parameters, activations and gradients. `\"fp16\"` and `\"bf16\"` store "
-            "them in 16 bits and compute in fp32 (kernels convert tiles to fp32 and call fp32 GEMM); the "
+            "them in 16 bits and compute in fp32: on a CPU with AVX512-BF16, bf16 GEMMs run natively on the bf16 "
+            "operands (fp32 accumulation) and bf16 is the fastest mode; fp16 GEMMs, and bf16 ones on other CPUs, "
+            "convert tiles to fp32 and call the fp32 GEMM (slower than fp32, memory only); the "
             "optimizer keeps fp32 master weights and moments for the range it owns; gradient reductions "
             "between ranks combine pairs in fp32 and round once per combine. Model-state bytes per "
             "parameter: 16 at stage 0, 4 + 12/N at stage 1, 2 + 14/N at stage 2, 16/N at stage 3. `\"fp16\"` "
