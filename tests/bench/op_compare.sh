@@ -17,7 +17,11 @@
 # time; the report has, per model and op, the median over the runs of each
 # binary, the change and after/before. The profile's step time is the mean
 # over ranks of the timed ops plus the untimed rest.
+# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the measured commands of
+# both binaries (a user would not force OpenBLAS's AVX2 kernels; this machine's
+# environment sets them for tests and CI); the report says what they were.
 # Environment knobs: ZERO_STAGE [3] ROUNDS [3] QS_STEPS [40] BIG_STEPS [8]
+#   PRECISION [fp32] (precision.mode of both runs: fp32, bf16 or fp16)
 #   MODELS ["quickstart big"] QS_DIMS ["4 4 128 64 16"] BIG_DIMS ["12 8 512 128 16"]
 #   MPIEXEC [mpirun]  WORK (keep the runs there)
 set -euo pipefail
@@ -31,7 +35,9 @@ for f in "$before" "$after"; do [[ -x $f ]] || die "$f: not an executable"; done
 [[ -f $data ]] || die "$data: no such data set"
 [[ -f $input ]] || die "$input: no such input"
 ZERO_STAGE=${ZERO_STAGE:-3} ROUNDS=${ROUNDS:-3} QS_STEPS=${QS_STEPS:-40} BIG_STEPS=${BIG_STEPS:-8}
-MODELS=${MODELS:-quickstart big} MPIEXEC=${MPIEXEC:-mpirun}
+MODELS=${MODELS:-quickstart big} MPIEXEC=${MPIEXEC:-mpirun} PRECISION=${PRECISION:-fp32}
+[[ $PRECISION =~ ^(fp32|bf16|fp16)$ ]] || die "PRECISION must be fp32, bf16 or fp16"
+openblas_env="OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-(unset)}"
 declare -A dims=([quickstart]="${QS_DIMS:-4 4 128 64 16}" [big]="${BIG_DIMS:-12 8 512 128 16}")
 bench_env
 bench_workdir op_compare
@@ -46,11 +52,12 @@ profile() {
   steps=$([[ $model == big ]] && echo "$BIG_STEPS" || echo "$QS_STEPS")
   dir=$work/runs/$model.$which.$round
   rm -rf "$dir"; mkdir -p "$work/runs"
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
   "$MPIEXEC" -n 2 "$work/$which" "$input" --profile --set data.path="$data" --set model.n_layer="$L" \
     --set model.n_head="$H" --set model.d_model="$C" --set model.seq_len="$T" --set train.batch_size="$B" \
     --set train.micro_batch=$((B / 2)) --set train.steps=100000 --set train.eval_every=0 \
     --set train.log_every=1000 --set train.run_dir="$dir" --set parallel.zero_stage="$ZERO_STAGE" \
-    --stop-after-step "$steps" > "$dir.log" 2>&1 || die "$model $which round $round failed: $(tail -3 "$dir.log")"
+    --set precision.mode="$PRECISION" --stop-after-step "$steps" > "$dir.log" 2>&1 || die "$model $which round $round failed: $(tail -3 "$dir.log")"
   [[ -f $dir/profile.txt ]] || die "$model $which: no $dir/profile.txt"
   awk '/^  step time / { print "step", $3; next }
        NF >= 6 && $3 ~ /^[0-9.]+$/ && $4 ~ /^[0-9.]+$/ { print $1, $4; next }
@@ -67,7 +74,7 @@ for model in $MODELS; do
 done
 
 report() {
-  echo "Measured by \`tests/bench/op_compare.sh\` ($(date -u '+%Y-%m-%d %H:%M') UTC, $(getconf _NPROCESSORS_ONLN) cores): 2 ranks x 1 thread, ZeRO stage $ZERO_STAGE, $ROUNDS rounds per binary, order alternating; \`trainer --profile\` ms per step (mean over ranks), median over runs."
+  echo "Measured by \`tests/bench/op_compare.sh\` ($(date -u '+%Y-%m-%d %H:%M') UTC, $(getconf _NPROCESSORS_ONLN) cores): 2 ranks x 1 thread, ZeRO stage $ZERO_STAGE, precision $PRECISION, $ROUNDS rounds per binary, order alternating; \`trainer --profile\` ms per step (mean over ranks), median over runs. CPU: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo). OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in both binaries' runs (the environment had $openblas_env)."
   echo
   echo "- before: \`$before\` (sha256 $(sha256sum "$work/before" | cut -c1-12))"
   echo "- after: \`$after\` (sha256 $(sha256sum "$work/after" | cut -c1-12))"
