@@ -19,7 +19,10 @@
 // scheduler: a normal-priority probe on a loaded machine waits for time
 // slices (hundreds of ns). Costs both CPUs about 1-4 ms per probe (the default
 // trips of --rt are fewer); needs root or CAP_SYS_NICE (exit 3 otherwise).
-// Each thread leaves its loop when the other has not answered for 200 ms.
+// Each thread leaves its loop when the other has not answered for 200 ms; a
+// repetition whose echo thread left that way is dropped (on a loaded machine a
+// normal-priority measuring thread can be descheduled that long), and when no
+// repetition completes the probe fails (exit 4) instead of spinning forever.
 //
 // Prints one line:
 //   core_latency cpu A cpu B one_way_ns X
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps && pinned; ++r) {
     line.value.store(0, std::memory_order_relaxed);
     std::atomic<int> ready{0};  // 1: echo pinned (and real-time with --rt); -1: not pinned; -2: not real-time
+    std::atomic<bool> echo_left{false};  // the echo thread has left its loop (stopped, or gave up after 200 ms)
     std::thread echo([&] {
       if (!pin(cpus[1])) {
         ready = -1;
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
           break;  // the measuring thread is gone or starved: never spin on
         }
       }
+      echo_left.store(true, std::memory_order_release);
     });
     while (ready.load() == 0) {
     }
@@ -135,19 +140,23 @@ int main(int argc, char** argv) {
       break;
     }
     long done = 0;
-    auto trip = [&] {
+    auto trip = [&] {  // false: the echo thread left without answering
       const long sent = 2 * done + 1;
       line.value.store(sent, std::memory_order_release);
       while (line.value.load(std::memory_order_acquire) != sent + 1) {
+        if (echo_left.load(std::memory_order_acquire) && line.value.load(std::memory_order_acquire) != sent + 1)
+          return false;
       }
       ++done;
+      return true;
     };
-    while (done < 64) trip();  // both threads running and pinned
+    bool answered = true;
+    while (done < 64 && answered) answered = trip();  // both threads running and pinned
     done = 0;
     const auto t0 = std::chrono::steady_clock::now();
     double elapsed = 0;
-    while (done < trips) {
-      trip();
+    while (done < trips && answered) {
+      answered = trip();
       if ((done & 255) == 0) {
         elapsed = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
         if (elapsed > kRepBudgetNs) break;
@@ -157,7 +166,7 @@ int main(int argc, char** argv) {
     line.value.store(-1, std::memory_order_release);
     if (rt) realtime(false);
     echo.join();
-    ns.push_back(elapsed / (2.0 * static_cast<double>(done)));
+    if (answered) ns.push_back(elapsed / (2.0 * static_cast<double>(done)));
   }
   if (rt && !rt_ok) {
     std::fprintf(stderr, "core_latency: --rt: cannot run SCHED_FIFO (needs root or CAP_SYS_NICE)\n");
@@ -166,6 +175,10 @@ int main(int argc, char** argv) {
   if (!pinned) {
     std::fprintf(stderr, "core_latency: could not pin the threads to CPUs %d and %d\n", cpus[0], cpus[1]);
     return 1;
+  }
+  if (ns.empty()) {
+    std::fprintf(stderr, "core_latency: no repetition completed (each time the echo thread heard nothing for 200 ms)\n");
+    return 4;
   }
   std::sort(ns.begin(), ns.end());
   std::printf("core_latency cpu %d cpu %d one_way_ns %.1f\n", cpus[0], cpus[1], ns[ns.size() / 2]);

@@ -1,48 +1,86 @@
 #!/usr/bin/env bash
 # Checks tests/bench/torch_parity_speed.sh itself on tiny shapes, so that the
-# hour-long benchmark does not fail on its own bugs (CTest
-# bench_script_smoke_torch_parity; runs in share/test.sh, about 2 minutes):
-#   1. every variant runs (ours 2x1 and 1x2, PyTorch 2i1b, 1i2b, 2i2b and DDP over
-#      gloo), and the report has, for both models, one row per variant with a
-#      step time, a CPU use per run and a peak and idle RSS sum; parallel_info of
-#      each PyTorch setup; the headline against PyTorch's best; --doc and
-#      --readme place the report and the headline between their markers;
-#      every run's core-placement probes (tests/bench/core_latency; before, during, after) and its
-#      placement; a near and a far column per variant;
+# half-hour benchmark does not fail on its own bugs (CTest
+# bench_script_smoke_torch_parity; runs in share/test.sh, about 2-3 minutes):
+#   1. every variant runs on all three models (ours fp32 and bf16 at 2x1 and 1x2;
+#      PyTorch fp32 1i2b (GPTs), fp32 and bf16 2t and DDP over gloo; the CNN on a
+#      small MNIST-shaped set made here through `trainer-data mnist`), with
+#      OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE set in the environment, and the report has:
+#      the OpenBLAS line (unset in the benchmark's commands, and what they were);
+#      for every model, one row per variant with a step time, a CPU use per run,
+#      a peak and idle RSS sum and a FLOP floor of the variant's precision and
+#      layout (the core_peak table's "used" rate) with the step's ratio to it;
+#      the headline (our best against PyTorch's best) and the same-precision
+#      ratios naming the right variants; the goal lines of issue 33 with
+#      numbers; parallel_info of each PyTorch setup; the --profile blocks of
+#      ours-fp32-2x1 and ours-bf16-2x1 with the trainer's FLOP floor line;
+#      every run's core-placement probes and its placement; --doc and --readme
+#      place the report and the headline between their markers. The per-run
+#      medians, the floors and the step placement are recounted here (Python,
+#      not the script's awk) from the runs' own logs and metrics.csv files;
 #   2. --reproduce against an earlier results file: a second run compared with
-#      a doctored copy of the first (one variant's step times doubled, all runs'
-#      and each placement's) must report FAIL for the reproduction, with a row
-#      per model and variant, and exit 1 under --check; a results file of the
-#      wrong shape is refused before anything runs (exit 2).
-# Usage: torch_parity_smoke.sh BUILD_DIR DATA WORK   (DATA: any tokens file, e.g. the e2e tests' tiny.h5)
+#      a doctored copy of the first (one variant's step times made 100x, all
+#      runs' and each placement's) must report FAIL for the reproduction, with a
+#      row per model and variant, and exit 1 under --check; a results file of
+#      the wrong shape or of before issue 33's variant names, the arguments of
+#      before issue 33 and a bad MIN_PLACED are refused before anything runs (exit 2).
+# Usage: torch_parity_smoke.sh BUILD_DIR DATA WORK   (DATA: any tokens file, e.g. the e2e tests' tiny.h5;
+#        BUILD_DIR holds trainer, trainer-data and tests/bench/{core_peak,core_latency,sgemm_peak})
 set -euo pipefail
 build=$1 data=$2 work=$3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 die() { echo "torch_parity_smoke: FAIL: $*" >&2; exit 1; }
 rm -rf "$work"; mkdir -p "$work"
-export QS_DIMS="2 2 64 32 8" BIG_DIMS="2 2 128 32 8" QS_STEPS=6 WARMUP=2 QS_ROUNDS=2 BIG_STEPS=5 BIG_ROUNDS=1 BIG_WARMUP=1
-export SGEMM_N=256 PROFILE=0 MIN_PLACED=1
+for x in trainer trainer-data tests/bench/core_peak tests/bench/core_latency tests/bench/sgemm_peak; do
+  [[ -x $build/$x ]] || die "no $build/$x (build it first)"
+done
+
+# A small MNIST-shaped image set: 28x28 random pixels, labels 0-9, 256 train and
+# 64 test images, as idx files through the real importer.
+/usr/bin/python3 - "$work/idx" <<'PY' || die "could not write the idx files"
+import os, struct, sys
+import numpy as np
+d = sys.argv[1]; os.makedirs(d)
+rng = np.random.default_rng(7)
+for split, n in (("train", 256), ("t10k", 64)):
+    with open(f"{d}/{split}-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + rng.integers(0, 256, n * 784, dtype=np.uint8).tobytes())
+    with open(f"{d}/{split}-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + rng.integers(0, 10, n, dtype=np.uint8).tobytes())
+PY
+"$build/trainer-data" mnist "$work/idx" "$work/mnist.h5" > "$work/mnist.log" 2>&1 || die "trainer-data mnist: $(tail -2 "$work/mnist.log")"
+
+export QS_DIMS="2 2 64 32 8" BIG_DIMS="2 2 128 32 8" CNN_DIMS="4,8 5 32 16"
+export QS_STEPS=6 WARMUP=2 QS_ROUNDS=2 BIG_STEPS=5 BIG_ROUNDS=1 BIG_WARMUP=1 CNN_STEPS=6 CNN_WARMUP=2 CNN_ROUNDS=1
+export SGEMM_N=256 CORE_PEAK_SECONDS=0.2 PROFILE=1 MIN_PLACED=1
 printf '# doc\n<!-- torch_parity_speed: begin -->\nold\n<!-- torch_parity_speed: end -->\ntail\n' > "$work/doc.md"
 printf '# readme\n<!-- torch_parity_speed headline: begin -->\nold\n<!-- torch_parity_speed headline: end -->\ntail\n' > "$work/readme.md"
-args=("$build/trainer" "$build/tests/bench/sgemm_peak" "$data" "$root/inputs/quickstart.toml")
+args=("$build/trainer" "$build/tests/bench/core_peak" "$data" "$work/mnist.h5" "$root/inputs/quickstart.toml")
+gpt_variants="ours-fp32-2x1 ours-fp32-1x2 ours-bf16-2x1 ours-bf16-1x2 torch-fp32-1i2b torch-fp32-2t torch-fp32-ddp torch-bf16-2t torch-bf16-ddp"
+cnn_variants="ours-fp32-2x1 ours-fp32-1x2 ours-bf16-2x1 ours-bf16-1x2 torch-fp32-2t torch-fp32-ddp torch-bf16-2t torch-bf16-ddp"
 
-WORK=$work/run1 "$root/tests/bench/torch_parity_speed.sh" --doc "$work/doc.md" --readme "$work/readme.md" \
-  --results "$work/r1.tsv" "${args[@]}" "$work/report1.md" > "$work/run1.log" 2>&1 ||
-  die "run 1 failed: $(tail -5 "$work/run1.log")"
+OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512 WORK=$work/run1 "$root/tests/bench/torch_parity_speed.sh" \
+  --doc "$work/doc.md" --readme "$work/readme.md" --results "$work/r1.tsv" "${args[@]}" "$work/report1.md" \
+  > "$work/run1.log" 2>&1 || die "run 1 failed: $(tail -5 "$work/run1.log")"
 r=$work/report1.md
-for model in quickstart big; do
-  for v in ours-2x1 ours-1x2 torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
-    # | variant | step | best run | near: ms (steps) | far: ms (steps) | tokens/s | GFLOP/s | floor |
-    #   CPU use per run | rss | idle |; the near and far steps add up to at most the timed steps
-    #   (4 per run in both models).
-    awk -F'|' -v m="$model" -v v="$v" '
+runs=0
+for model in quickstart big cnn; do
+  vs=$gpt_variants; [[ $model != cnn ]] || vs=$cnn_variants
+  rounds=1; [[ $model != quickstart ]] || rounds=2
+  for v in $vs; do
+    runs=$((runs + rounds))
+    # | variant | step | best run | near: ms (steps) | far: ms (steps) | items/s | GFLOP/s | floor ms (PREC peak) |
+    #   step / floor | CPU use per run | rss | idle |; the near and far steps add up to at most the timed
+    #   steps (4 per run in every model).
+    awk -F'|' -v m="$model" -v v="$v" -v rounds="$rounds" '
       function runs(cell) { if (cell ~ /^ - $/) return 0; if (cell !~ /^ [0-9.]+ \([0-9]+\) $/) return -99
                             sub(/.*\(/, "", cell); return cell + 0 }
       /^#### Model/ { cur = ($0 ~ "`" m "`") } cur && $2 == " " v " " {
-        n = split($10, c, " "); ok = n == (m == "big" ? 1 : 2)
-        for (i = 1; i <= n; i++) ok = ok && c[i] > 0.3 && c[i] < 2.5
+        n = split($11, c, " "); ok = n == rounds
+        for (i = 1; i <= n; i++) ok = ok && c[i] > 0.2 && c[i] < 2.5
         pl = runs($5) + runs($6); ok = ok && pl >= 0 && pl <= 4 * n
-        found = ok && $3 + 0 > 0 && $4 + 0 > 0 && $4 + 0 <= $3 + 0 && $11 + 0 > $12 + 0 && $12 + 0 > 0 }
+        ok = ok && $9 ~ /^ [0-9.e+-]+ \((fp32|bf16) [0-9.]+\) $/ && $10 + 0 > 0 && $7 + 0 > 0 && $8 + 0 > 0
+        found = ok && $3 + 0 > 0 && $4 + 0 > 0 && $4 + 0 <= $3 + 0 && $12 + 0 > $13 + 0 && $13 + 0 > 0 }
       END { exit !found }' "$r" || die "$model: no complete row for $v in $r"
     grep -q "^$model	$v	[0-9.]*	[0-9.]*	\([0-9.]*\|-\)	[0-9]*	\([0-9.]*\|-\)	[0-9]*$" "$work/r1.tsv" ||
       die "results file lacks $model $v"
@@ -56,25 +94,98 @@ for model in quickstart big; do
       awk 'NR == FNR { if (NR == 1) first = $1; last = $1; if (NF != 2 || $2 !~ /^[0-9.]+$/) bad = 1; next }
            { n++; if (NF != 2 || !($1 > 0) || $2 - $1 / 1000 < first || $2 > last) bad = 1 }
            END { exit bad || n != 4 }' "${f%.steps}.probes" "$f" ||
-        die "$f: not 4 timed steps inside the run's probes ($(cat "$f" | tr '\n' ' ') / probes $(cat "${f%.steps}.probes" | tr '\n' ' '))"
+        die "$f: not 4 timed steps inside the run's probes ($(tr '\n' ' ' < "$f") / probes $(tr '\n' ' ' < "${f%.steps}.probes"))"
     done
   done
 done
-for v in torch-2i1b torch-1i2b torch-2i2b torch-ddp; do
+for v in torch-fp32-1i2b torch-fp32-2t torch-fp32-ddp torch-bf16-2t torch-bf16-ddp; do
   grep -q "^\[$v\]" "$r" || die "no parallel_info block for $v"
 done
 grep -q "at::get_num_threads() : 2" "$r" || die "parallel_info shows no 2-thread setup"
-head -1 "$work/r1.tsv" | grep -q '^# torch_parity_speed results: ' || die "the results file has no header line"
-# The step placement, recomputed here from the runs' files (Python, not the script's awk).
+# OpenBLAS's variables: set for run 1, unset in the benchmark's commands, and the report says both.
+grep -q "^OpenBLAS: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in every command this benchmark ran .*; in the environment they were OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512\.$" "$r" ||
+  die "the report does not say that OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE were unset and what they were"
+[[ $(grep -c "(this variant's environment: .*OPENBLAS_CORETYPE=(unset) OPENBLAS_L2_SIZE=(unset))" "$r") == 5 ]] ||
+  die "the PyTorch setups' environment lines do not show OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
+# The core_peak table: before, after and used rows with numbers; the library GEMM rate labelled.
+grep -q '^| when | fp32 FMA, 2 ranks x 1 thread | bf16 dot product, 2 ranks x 1 thread | fp32 FMA, 1 rank (x 2) | bf16 dot product, 1 rank (x 2) | library GEMM rate (not a floor)' "$r" ||
+  die "no core_peak table with the library GEMM rate labelled"
+for w in before after; do
+  grep -q "^| $w | [0-9.]* | [0-9.]* | [0-9.]* x 2 = [0-9.]* | [0-9.]* x 2 = [0-9.]* | [0-9.]* | [0-9.]* |$" "$r" || die "no core_peak row '$w' with numbers"
+done
+grep -q '^| used (higher) | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* | | |$' "$r" || die "no 'used' core_peak row"
+head -1 "$work/r1.tsv" | grep -q '^# torch_parity_speed results v2 ' || die "the results file has no v2 header line"
+# The --profile blocks: fp32 and bf16 of every model, each with the trainer's FLOP floor line.
+[[ $(grep -c '^`trainer --profile` of ours-\(fp32\|bf16\)-2x1 ' "$r") == 6 ]] || die "not 6 --profile blocks (fp32 and bf16, 3 models)"
+[[ $(grep -c '^  FLOP floor: [0-9.]* ms per step' "$r") == 6 ]] || die "the --profile blocks lack the trainer's FLOP floor line"
+
+# Recounts from the runs' own files (Python, not the script's awk): each run's median
+# step, the floors, the headline and same-precision ratios, the goal lines, and the
+# step placement.
 far=$(sed -n 's/^a probe above [0-9.]*x that, \([0-9.]*\) ns, is far.*/\1/p' "$r")
 [[ -n $far ]] || die "the report names no far threshold"
-/usr/bin/python3 - "$work/run1" "$far" "$r" <<'PY' || die "the report's steps by placement differ from a recount"
-import glob, re, sys
+/usr/bin/python3 - "$work/run1" "$far" "$r" "$gpt_variants" "$cnn_variants" <<'PY' || die "a recount differs from the report (above)"
+import csv, glob, re, statistics, sys
 work, far, report = sys.argv[1], float(sys.argv[2]), open(sys.argv[3]).read()
-for model in ("quickstart", "big"):
-    line = re.search(r"^#### Model `%s`.*?^Timed steps by placement \(near/far/mixed\): ([^\n]*)$" % model, report, re.M | re.S).group(1)
+variants = {"quickstart": sys.argv[4].split(), "big": sys.argv[4].split(), "cnn": sys.argv[5].split()}
+warm = {"quickstart": 2, "big": 1, "cnn": 2}
+last = {"quickstart": 6, "big": 5, "cnn": 6}
+bad = []
+used = re.search(r"^\| used \(higher\) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| \| \|$", report, re.M)
+peak = {("fp32", True): used.group(1), ("bf16", True): used.group(2), ("fp32", False): used.group(3), ("bf16", False): used.group(4)}
+for model, vs in variants.items():
+    sec = re.search(r"^#### Model `%s`.*?(?=^#### |\Z)" % model, report, re.M | re.S).group(0)
+    gflop = float(re.search(r", ([0-9.e+-]+) GFLOP per step;", sec).group(1))
+    med = {}
+    for v in vs:
+        # Each run's median step, from its log (PyTorch's "step S loss L ms M end E" lines) or
+        # metrics.csv (ours: step_ms), steps after the warm-up.
+        recs = [float(l.split()[0]) for l in open(f"{work}/{model}.{v}")]
+        for r, rec in enumerate(recs, 1):
+            if v.startswith("torch-"):
+                ms = [float(l.split()[5]) for l in open(f"{work}/{model}.{v}.{r}.log")
+                      if l.startswith("step ") and int(l.split()[1]) > warm[model]]
+            else:
+                rows = csv.DictReader(open(f"{work}/runs/{model}.{v}.{r}/metrics.csv"))
+                ms = [float(x["step_ms"]) for x in rows if warm[model] < int(x["step"]) <= last[model]]
+            if len(ms) != last[model] - warm[model] or abs(statistics.median(ms) - rec) > 2e-5 * rec:  # the record: awk's 6 digits
+                bad.append(f"{model} {v} run {r}: the record says {rec}, its own steps' median is "
+                           f"{statistics.median(ms) if ms else None} over {len(ms)} steps")
+        med[v] = statistics.median(recs)
+        row = re.search(r"^\| %s \| (.*)$" % re.escape(v), sec, re.M).group(1).split(" | ")
+        cell, ratio = row[6], float(row[7])
+        prec, layout = v.split("-")[1], v.split("-")[2]
+        want = peak[(prec, layout in ("2x1", "ddp"))]
+        m = re.fullmatch(r"[0-9.e+-]+ \((fp32|bf16) ([0-9.]+)\)", cell)
+        if not m or m.group(1) != prec or m.group(2) != want:
+            bad.append(f"{model} {v}: floor cell '{cell}', expected the {prec} peak {want} "
+                       f"({'2 ranks' if layout in ('2x1', 'ddp') else '1 rank x 2'})")
+        elif abs(ratio - med[v] / (gflop / float(want) * 1000)) > 1e-3 * ratio + 1e-3:
+            bad.append(f"{model} {v}: step / floor {ratio}, recount {med[v] / (gflop / float(want) * 1000):.3f}")
+    ours = min((v for v in vs if v.startswith("ours-")), key=lambda v: med[v])
+    theirs = min((v for v in vs if v.startswith("torch-")), key=lambda v: med[v])
+    h = re.search(r"^\*\*Headline: (\S+) \(our best, any precision and layout\) is ([0-9.]+)x PyTorch's best "
+                  r"\((\S+), any precision and setup\) in (tokens|images)/s\*\* \(paired per round, median: [0-9.]+x\)\.$", sec, re.M)
+    if not h or h.group(1) != ours or h.group(3) != theirs or abs(float(h.group(2)) - med[theirs] / med[ours]) > 0.006:
+        bad.append(f"{model}: headline {h.groups() if h else None}, recount {ours} / {theirs} {med[theirs] / med[ours]:.2f}")
+    s = re.search(r"^Same precision: fp32 (\S+) / (\S+) ([0-9.]+)x; bf16 (\S+) / (\S+) ([0-9.]+)x ", sec, re.M)
+    for i, prec in ((1, "fp32"), (4, "bf16")):
+        o = min((v for v in vs if v.startswith(f"ours-{prec}-")), key=lambda v: med[v])
+        t = min((v for v in vs if v.startswith(f"torch-{prec}-")), key=lambda v: med[v])
+        if not s or (s.group(i), s.group(i + 1)) != (o, t) or abs(float(s.group(i + 2)) - med[t] / med[o]) > 0.006:
+            bad.append(f"{model}: same-precision {prec} {s.groups() if s else None}, recount {o} / {t} {med[t] / med[o]:.2f}")
+    goals = {"quickstart": [r"tokens/s of our best \(\S+\) >= 2\.5x PyTorch's best"],
+             "big": [r"tokens/s of our best \(\S+\) >= 1\.6x PyTorch's best", r"tokens/s of our best fp32 >= 1\.6x",
+                     r"ours-fp32-2x1 step <= 1\.4x the fp32 floor", r"ours-bf16-2x1 step <= 2\.0x the bf16 floor"],
+             "cnn": [r"our best step \(\S+\) >= 1\.5x faster than PyTorch's best"]}[model]
+    goals += [r"peak RSS summed over our best's ranks \(\S+\) <= 0\.7x", r"every run of ours: VmHWM within"]
+    for g in goals:
+        if not re.search(r"^- (PASS|FAIL \(below the goal\)): %s.*: [^:]*[0-9]" % g, sec, re.M):
+            bad.append(f"{model}: no goal line '{g}' with a number")
+    # The step placement.
+    line = re.search(r"^Timed steps by placement \(near/far/mixed\): ([^\n]*)$", sec, re.M).group(1)
     got = dict(re.findall(r"(\S+) (\d+/\d+/\d+);", line + ";"))
-    for v in ("ours-2x1", "ours-1x2", "torch-2i1b", "torch-1i2b", "torch-2i2b", "torch-ddp"):
+    for v in vs:
         n = {"near": 0, "far": 0, "mixed": 0}
         for steps in glob.glob(f"{work}/{model}.{v}.*.steps"):
             probes = [tuple(map(float, l.split())) for l in open(steps[:-6] + ".probes")]
@@ -87,59 +198,61 @@ for model in ("quickstart", "big"):
                 n["near" if max(span) <= far else "far" if min(span) > far else "mixed"] += 1
         want = f"{n['near']}/{n['far']}/{n['mixed']}"
         if got.get(v) != want:
-            sys.exit(f"{model} {v}: the report says {got.get(v)}, a recount {want}")
+            bad.append(f"{model} {v}: the report's placement says {got.get(v)}, a recount {want}")
+for b in bad:
+    print("torch_parity_smoke: " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
 PY
 grep -q '^[0-9]* near, [0-9]* far, [0-9]* mixed (placement changed during the run); [0-9]* probes, highest [0-9.]* ns\.$' "$r" ||
   die "no core placement summary in $r"
-[[ $(grep -o '[0-9.]* (\(near\|far\|mixed\) [0-9.]*-[0-9.]*, [0-9]* probes)' "$r" | wc -l) == 18 ]] ||
-  die "the per-run lists do not tag all 18 runs with a placement and its probes"
-[[ $(grep -c '^\*\*Headline: ours-[12]x[12] .* PyTorch.s best setup (torch-' "$r") == 2 ]] || die "no headline per model"
+[[ $(grep -o '[0-9.]* (\(near\|far\|mixed\) [0-9.]*-[0-9.]*, [0-9]* probes)' "$r" | wc -l) == "$runs" ]] ||
+  die "the per-run lists do not tag all $runs runs with a placement and its probes"
+[[ $(grep -c '^\*\*Headline: ours-\(fp32\|bf16\)-[12]x[12] (our best.* PyTorch.s best (torch-' "$r") == 3 ]] || die "no headline per model"
 grep -q '^old$' "$work/doc.md" && die "--doc left the old report"
 grep -q '^### Our trainer against PyTorch' "$work/doc.md" || die "--doc did not place the report"
-[[ $(grep -c '^- \(quickstart\|big\) GPT .* tokens/s against torch-' "$work/readme.md") == 2 ]] || die "--readme did not place the headline"
+[[ $(grep -c '^- \(quickstart GPT\|big GPT\|MNIST CNN\) .* \(tokens\|images\)/s against torch-.*same precision: fp32 [0-9.]*x, bf16 [0-9.]*x; ours-fp32-2x1 step [0-9.]*x the fp32 floor' "$work/readme.md") == 3 ]] ||
+  die "--readme did not place the headline (a line per model)"
 tail -1 "$work/readme.md" | grep -qx tail || die "--readme lost the text after the markers"
 
-# A results file of the wrong shape (the 4 columns of before the placement
-# columns) is refused before anything is measured.
+# Refused before anything is measured (exit 2, no runs directory): results files of the
+# wrong shape (4 columns; no header line; the header and variant names of before issue 33),
+# the arguments of before issue 33 (TRAINER SGEMM_PEAK DATA INPUT), and MIN_PLACED=0.
+refused() {  # refused NAME PATTERN CMD...: CMD exits 2 with PATTERN in its output, before measuring
+  local name=$1 pattern=$2 rc=0; shift 2
+  WORK=$work/$name "$@" > "$work/$name.log" 2>&1 || rc=$?
+  [[ $rc == 2 ]] && grep -q "$pattern" "$work/$name.log" && [[ ! -d $work/$name/runs ]] ||
+    die "$name: not refused before measuring (exit $rc): $(tail -2 "$work/$name.log")"
+}
 cut -f1-4 "$work/r1.tsv" > "$work/r4.tsv"
-rc=0
-WORK=$work/run_bad "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/r4.tsv" "${args[@]}" - \
-  > "$work/run_bad.log" 2>&1 || rc=$?
-[[ $rc == 2 ]] && grep -q "r4.tsv: not a --results file" "$work/run_bad.log" && [[ ! -d $work/run_bad/runs ]] ||
-  die "a 4-column --reproduce file was not refused before measuring (exit $rc): $(tail -2 "$work/run_bad.log")"
-
-# The previous shape (8 columns counting runs, no header line) and a bad
-# MIN_PLACED are refused the same way.
+refused run_bad "r4.tsv: not a --results file" "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/r4.tsv" "${args[@]}" -
 tail -n +2 "$work/r1.tsv" > "$work/r8.tsv"
-rc=0
-WORK=$work/run_bad8 "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/r8.tsv" "${args[@]}" - \
-  > "$work/run_bad8.log" 2>&1 || rc=$?
-[[ $rc == 2 ]] && grep -q "r8.tsv: not a --results file" "$work/run_bad8.log" && [[ ! -d $work/run_bad8/runs ]] ||
-  die "a --reproduce file without the header line was not refused before measuring (exit $rc): $(tail -2 "$work/run_bad8.log")"
-rc=0
-MIN_PLACED=0 WORK=$work/run_bad_mp "$root/tests/bench/torch_parity_speed.sh" "${args[@]}" - > "$work/run_bad_mp.log" 2>&1 || rc=$?
-[[ $rc == 2 ]] && grep -q "MIN_PLACED must be a whole number" "$work/run_bad_mp.log" && [[ ! -d $work/run_bad_mp/runs ]] ||
-  die "MIN_PLACED=0 was not refused before measuring (exit $rc): $(tail -2 "$work/run_bad_mp.log")"
+refused run_bad8 "r8.tsv: not a --results file" "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/r8.tsv" "${args[@]}" -
+{ echo "# torch_parity_speed results: model variant median_ms best_run_ms near_median_ms near_steps far_median_ms far_steps"
+  printf 'quickstart\tours-2x1\t34.2\t33.7\t34.2\t373\t34.5\t39\n'; } > "$work/r_old.tsv"
+refused run_bad_old "r_old.tsv: not a --results file .*before issue 33" "$root/tests/bench/torch_parity_speed.sh" --reproduce "$work/r_old.tsv" "${args[@]}" -
+refused run_bad_args "the arguments are TRAINER CORE_PEAK DATA MNIST INPUT" "$root/tests/bench/torch_parity_speed.sh" \
+  "$build/trainer" "$build/tests/bench/sgemm_peak" "$data" "$root/inputs/quickstart.toml" -
+MIN_PLACED=0 refused run_bad_mp "MIN_PLACED must be a whole number" "$root/tests/bench/torch_parity_speed.sh" "${args[@]}" -
 
-# A doctored earlier run: the first ours-2x1 step times (quickstart) made 100x
+# A doctored earlier run: the first ours-fp32-2x1 step times (quickstart) made 100x
 # (all runs, best run, and each placement's median where it has runs; 100x so
 # that tiny runs' noise on a loaded machine cannot hide it).
-awk -F'\t' 'BEGIN { OFS = "\t" } !d && $2 == "ours-2x1" { $3 *= 100; $4 *= 100; if ($6 > 0) $5 *= 100; if ($8 > 0) $7 *= 100; d = 1 } { print }' \
+awk -F'\t' 'BEGIN { OFS = "\t" } !d && $2 == "ours-fp32-2x1" { $3 *= 100; $4 *= 100; if ($6 > 0) $5 *= 100; if ($8 > 0) $7 *= 100; d = 1 } { print }' \
   "$work/r1.tsv" > "$work/r0.tsv"
 rc=0
-WORK=$work/run2 "$root/tests/bench/torch_parity_speed.sh" --check --reproduce "$work/r0.tsv" "${args[@]}" \
+PROFILE=0 QS_ROUNDS=1 WORK=$work/run2 "$root/tests/bench/torch_parity_speed.sh" --check --reproduce "$work/r0.tsv" "${args[@]}" \
   "$work/report2.md" > "$work/run2.log" 2>&1 || rc=$?
 [[ $rc == 1 ]] || die "--check with a doctored --reproduce file exited $rc, expected 1: $(tail -3 "$work/run2.log")"
 grep -q "^- FAIL (below the goal): every variant's step time within 10% of the earlier run's, within the same core placement" "$work/report2.md" ||
   die "the doctored reproduction did not FAIL in the report"
 # ... and for the doctored variant: each placement both runs have shows it
 # (about -99%), or the variant is named as having no placement in common.
-awk -F'|' '$2 == " quickstart " && $3 == " ours-2x1 " {
+awk -F'|' '$2 == " quickstart " && $3 == " ours-fp32-2x1 " {
     row = 1; for (i = 12; i <= 15; i += 3) if ($i !~ /^ - $/) { seen = 1; if ($i + 0 > -50) bad = 1 } }
-  /^- FAIL .*no placement in common for:.* quickstart\/ours-2x1( |$)/ { none = 1 }
+  /^- FAIL .*no placement in common for:.* quickstart\/ours-fp32-2x1( |$)/ { none = 1 }
   END { exit !(row && !bad && (seen || none)) }' "$work/report2.md" ||
-  die "the doctored variant's per-placement deviation is not in the reproduction table: $(grep '| quickstart | ours-2x1 |' "$work/report2.md")"
+  die "the doctored variant's per-placement deviation is not in the reproduction table: $(grep '| quickstart | ours-fp32-2x1 |' "$work/report2.md")"
 cell='[0-9.-]* ([0-9]*) | [0-9.-]* ([0-9]*) | \([-+][0-9.]*%\|-\)'
-[[ $(grep -c "^| \\(quickstart\\|big\\) | \\(ours\\|torch\\)-[a-z0-9-]* | [0-9.]* | [0-9.]* | [-+][0-9.]*% | [0-9.]* | [0-9.]* | [-+][0-9.]*% | $cell | $cell |\$" "$work/report2.md") == 12 ]] ||
-  die "the reproduction table lacks a row per model and variant"
+[[ $(grep -c "^| \\(quickstart\\|big\\|cnn\\) | \\(ours\\|torch\\)-\\(fp32\\|bf16\\)-[a-z0-9]* | [0-9.]* | [0-9.]* | [-+][0-9.]*% | [0-9.]* | [0-9.]* | [-+][0-9.]*% | $cell | $cell |\$" "$work/report2.md") == 26 ]] ||
+  die "the reproduction table lacks a row per model and variant (26)"
 echo "torch_parity_smoke: PASS (reports in $work)"
