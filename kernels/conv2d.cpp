@@ -3,21 +3,23 @@
 // for which storage type, the oneDNN path's workspace and gradient accumulation,
 // and the 16-bit tile path.
 // Paths:
-//  - oneDNN (float; bf16 when cpu_bf16_native()): one primitive call per pass on
-//    the whole batch, on the caller's NCHW / OIHW buffers, no copies
-//    (dnnl_conv.hpp). Forward has the bias fused; backward data OVERWRITES dx;
-//    backward weights writes fp32 dw / db into the workspace (oneDNN overwrites
-//    its outputs and has no sum post-op for backward weights), then one pass adds
-//    them to the caller's dw / db in fp32 (bf16: float(dw) + sum rounded once, to
-//    nearest even).
-//    Plain layouts, not oneDNN's blocked ones (format_tag::any): on the MNIST
-//    LeNet's convs (batch 64, one thread, AVX-512 BF16 EPYC) the blocked
-//    primitives plus the reorders of x, y, dy and dx took 7.1 ms against 7.5 ms
-//    per step in fp32 and 6.9 against 8.1 ms in bf16 (all of it the second conv;
-//    the first one's bf16 backward weights is a GEMM either way), while the
-//    blocked copies would need buffers that grow with the batch (or a loop over
-//    sample blocks and one more primitive per ragged block). The per-pass numbers
-//    are in the commit that made this choice.
+//  - oneDNN (float; bf16 when cpu_bf16_native()): dnnl_conv.hpp runs the
+//    primitives on channels-last (NHWC) copies of the activations and weights in
+//    oneDNN's preferred layout, block by block of samples, reordering through the
+//    workspace (tensors whose bytes are the same in both layouts, e.g. a
+//    1-channel input, are used in place). Forward has the bias fused; backward
+//    data OVERWRITES dx; backward weights gives the batch's fp32 dw / db (oneDNN
+//    overwrites its outputs and has no sum post-op for backward weights), which
+//    one pass here adds to the caller's dw / db in fp32 (bf16: float(dw) + sum
+//    rounded once, to nearest even).
+//    Why channels-last: oneDNN 2.6 runs plain NCHW / OIHW as im2col + its sgemm
+//    (no faster than our im2col path) and picks its direct / brgemm kernels only
+//    for other layouts. Measured on the MNIST LeNet's convs (1x28x28 -> 20 and
+//    20x12x12 -> 50 @ 5x5, batch 64, forward + backward, one thread, CPU time,
+//    AMD EPYC with AVX512-BF16): fp32 1.49 + 4.29 ms (NHWC, reorders included)
+//    against 1.69 + 6.21 (im2col, the path before) and 1.88 + 5.98 (oneDNN on
+//    NCHW); bf16 1.14 + 2.73 against 1.64 + 5.81 (the fp32 tile path before) and
+//    3.0 + 5.1 (oneDNN on NCHW); oneDNN's blocked nChw16c layout was in between.
 //  - im2col + GEMM (conv2d_im2col.hpp) for double (oneDNN has no f64
 //    convolution; double runs only in the gradient checks), and for f16 and bf16
 //    without native bf16 through the tile path below: oneDNN 2.6 has no f16
@@ -26,19 +28,19 @@
 //    the GEMMs already tested.
 // Invariants:
 //  - oneDNN workspace, carved from the caller's buffer at 64-byte aligned
-//    offsets: the fp32 dw (OC*K) and db (OC) staging, then oneDNN's scratchpad
-//    (scratchpad_mode::user: kernels never allocate, the model's plan counts it).
-//    Its size is bounded by the shape: oneDNN's scratchpad depends on the shape
-//    and its thread count, and on the batch only through how it splits the batch
-//    over threads (not at all with one thread), periodically in the batch with
-//    period = threads (measured), so conv2d_workspace_elems takes the largest
-//    over batches 1 .. min(N, 2 threads) and N.
+//    offsets: the fp32 dw (OC*K) and db (OC) staging, then dnnl_conv's part (the
+//    layout copies of one block of samples and oneDNN's scratchpad,
+//    scratchpad_mode::user: kernels never allocate, the model's plan counts it).
+//    Bounded by the shape: blocks of dnnl_conv_samples_per_block samples, and
+//    oneDNN's scratchpad depends on the batch only through how it splits a block
+//    over threads (not at all with one thread), so dnnl_conv_workspace_bytes
+//    takes the largest over the block and batches 1 .. min(block, 2 threads).
 //  - Determinism: every sum has a fixed order, so results are bitwise
-//    reproducible between calls (oneDNN: with the same thread count; its backward
-//    weights splits the batch over threads). Per-sample outputs (y, dx) do not
-//    depend on the other samples of the batch on either path (tested with one
-//    thread); dw and db do, through the summation order (oneDNN sums the batch
-//    inside one call; im2col adds sample after sample).
+//    reproducible between calls with the same thread count (tested with 1 and 2
+//    threads). Per-sample outputs (y, dx) do not depend on the other samples of
+//    the batch on either path (tested); dw and db do, through the summation order
+//    (oneDNN sums a block inside one call, blocks in order; im2col adds sample
+//    after sample).
 //  - Kernel label: "Conv::add_weight_grad" (the oneDNN path's fp32 addition);
 //    conv2d_im2col.cpp has the im2col path's.
 //  - Shapes, contiguity and the workspace size are checked before anything is
@@ -63,9 +65,6 @@
 #include "kernels/dnnl_context.hpp"
 #include "kernels/dnnl_conv.hpp"
 #include "kernels/half_tiles.hpp"
-
-// oneDNN's thread count is OpenMP's (dnnl_context.cpp declares these the same way).
-extern "C" int omp_get_max_threads(void);
 
 namespace shardtrain {
 namespace {
@@ -113,22 +112,17 @@ std::size_t staging_bytes(const Conv2dShape& s) {
   return align_up(sizeof(float) * static_cast<std::size_t>(s.out_channels * (s.col_rows() + 1)));
 }
 
-// Bytes of the oneDNN workspace for every batch 1 .. s.batch (s.batch >= 1).
+// Bytes of the oneDNN path's workspace for every batch 1 .. s.batch (s.batch >= 1).
 std::size_t dnnl_workspace_bytes(const Conv2dShape& s, dnnl::memory::data_type data) {
-  const std::int64_t threads = std::max(1, omp_get_max_threads());
-  std::size_t scratch = dnnl_conv_scratchpad_bytes(s, data);
-  Conv2dShape probe = s;
-  for (probe.batch = 1; probe.batch <= std::min(s.batch - 1, 2 * threads); ++probe.batch)
-    scratch = std::max(scratch, dnnl_conv_scratchpad_bytes(probe, data));
-  // kAlign - 1 bytes to align the caller's pointer, the staging, the scratchpad.
-  return kAlign - 1 + staging_bytes(s) + scratch;
+  // kAlign - 1 bytes to align the caller's pointer, the staging, dnnl_conv's part.
+  return kAlign - 1 + staging_bytes(s) + dnnl_conv_workspace_bytes(s, data);
 }
 
 // The pieces of the oneDNN workspace (see the invariants above).
 struct DnnlWorkspace {
   float* dw;
   float* db;
-  void* scratchpad;
+  void* rest;  // dnnl_conv's (layout copies, scratchpad)
 };
 
 DnnlWorkspace carve(const Conv2dShape& s, void* base) {
@@ -160,7 +154,7 @@ template <class T>
 void dnnl_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) {
   half_tiles::check_host("conv2d_forward");
   const DnnlWorkspace ws = carve(s, workspace);
-  dnnl_conv_forward(s, dnnl_type<T>(), x, w, b, y, ws.scratchpad);
+  dnnl_conv_forward(s, dnnl_type<T>(), x, w, b, y, ws.rest);
 }
 
 // dw[i] = T(float(dw[i]) + acc[i]): fp32 addition, one rounding for bf16.
@@ -177,8 +171,7 @@ void dnnl_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T*
                    T* db) {
   half_tiles::check_host("conv2d_backward");
   const DnnlWorkspace ws = carve(s, workspace);
-  if (dx) dnnl_conv_backward_data(s, dnnl_type<T>(), dy, w, dx, ws.scratchpad);
-  dnnl_conv_backward_weights(s, dnnl_type<T>(), x, dy, ws.dw, db ? ws.db : nullptr, ws.scratchpad);
+  dnnl_conv_backward(s, dnnl_type<T>(), x, w, dy, dx, ws.dw, db ? ws.db : nullptr, ws.rest);
   add_weight_grad(ws.dw, dw, s.out_channels * s.col_rows());
   if (db) add_weight_grad(ws.db, db, s.out_channels);
 }
@@ -346,7 +339,7 @@ void conv2d_warm_up(const Conv2dShape& s) {
   conv2d_check_shape(s);
   if (s.batch == 0 || !on_dnnl<T>()) return;
   Conv2dShape w2 = s;
-  w2.batch = std::min<std::int64_t>(s.batch, 2);
+  w2.batch = dnnl_conv_samples_per_block(s);  // the block the calls at s.batch run
   const std::int64_t oh = s.out_h(), ow = s.out_w();
   std::vector<T> x(static_cast<std::size_t>(w2.batch * s.in_channels * s.height * s.width), T(0.0f));
   std::vector<T> dx(x.size()), w(static_cast<std::size_t>(s.out_channels * s.col_rows()), T(0.0f)), dw(w.size(), T(0.0f));

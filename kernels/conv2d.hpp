@@ -6,8 +6,9 @@
 // (x is 0 outside the image), OH = (H + 2 pad - KH) / stride + 1 (floor), same for OW.
 // Implementation by storage type (conv2d.cpp says how each works):
 //  - float, and bf16 on a CPU with native bf16 (cpu_compute.hpp): oneDNN's
-//    convolution primitives on the caller's NCHW buffers, the whole batch in one
-//    call (kernels/dnnl_conv.hpp); bf16 accumulates in fp32 inside oneDNN;
+//    convolution primitives (kernels/dnnl_conv.hpp) on channels-last copies of
+//    blocks of samples made in the workspace; bf16 accumulates in fp32 inside
+//    oneDNN;
 //  - double (the gradient checks), f16, and bf16 without native bf16: im2col +
 //    GEMM; the 16-bit ones one sample at a time converted to fp32 (16-bit scratch
 //    arena, half_scratch.hpp), outputs rounded once per call, dw and db kept in
@@ -42,11 +43,10 @@ std::int64_t conv2d_samples_per_block(const Conv2dShape& s);
 // Elements of T the workspace of conv2d_forward / conv2d_backward needs for
 // every batch from 1 to s.batch (a model sizes it once at its max micro-batch):
 //  - double: one im2col block, samples_per_block * IC*KH*KW * OH*OW;
-//  - float, bf16 with native bf16: oneDNN's scratchpad (the largest of the three
-//    passes, over the batches 1 .. min(s.batch, 2 x oneDNN's threads) and
-//    s.batch; with one thread oneDNN's need does not depend on the batch) plus the
-//    fp32 dw and db that backward weights writes before they are added, plus
-//    alignment;
+//  - float, bf16 with native bf16: the fp32 dw and db that backward weights
+//    writes before they are added, the channels-last copies of x, y / dy and dx of
+//    one block of samples (dnnl_conv.hpp; about 4 MiB of fp32 at most), oneDNN's
+//    scratchpad (largest over the batches it can take), plus alignment;
 //  - f16, bf16 without native bf16: 0 (they use the 16-bit scratch arena).
 // Bounded for any batch. Not constexpr: the oneDNN part asks oneDNN (and caches
 // its primitive descriptors).
@@ -65,15 +65,16 @@ template <class T>
 void conv2d_backward(const Conv2dShape& s, CView4<T> x, CView4<T> w, CView4<T> dy,
                      View1<T> workspace, View4<T> dx, View4<T> dw, View1<T> db);
 
-// Runs forward, backward data and backward weights of shape s once, at batch
-// min(s.batch, 2), on zero-filled buffers of its own (freed on return), when T
-// takes the oneDNN path (otherwise it does nothing). oneDNN builds some code only
-// on a primitive's first execution (its GEMM's JIT kernels and their packing
-// buffers: about 6 MiB resident for fp32 the first time in a process, measured
-// with oneDNN 2.6), so a caller that measures the process's memory before its
-// model allocates (train/process_memory.cpp) calls this first and counts that
-// memory there. Batch 2 reaches the kernels of both the first sample (beta = 0)
-// and the ones after it (beta = 1).
+// Runs forward, backward data and backward weights of shape s once, on the
+// block of samples calls at s.batch run in (the whole batch unless it is large),
+// on zero-filled buffers of its own (freed on return), when T takes the oneDNN
+// path (otherwise it does nothing). oneDNN generates a primitive's code when the
+// primitive is made and some more on its first execution (several MiB resident
+// the first time in a process, measured with oneDNN 2.6), so a caller that
+// measures the process's memory before its model allocates
+// (train/process_memory.cpp) calls this first and counts that memory there. A
+// smaller ragged block (the last micro-batch of an epoch, an evaluation) still
+// makes its primitives when it first runs.
 template <class T>
 void conv2d_warm_up(const Conv2dShape& s);
 

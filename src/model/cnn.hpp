@@ -15,8 +15,9 @@
 // elements have zero gradient anyway), the logits (overwritten by their
 // gradient in backward) and the per-sample losses. Workspace: the largest
 // conv2d_workspace_elems<T> of the convs at max_batch (kernels/conv2d.hpp: for
-// float and native bf16 oneDNN's scratchpad and the fp32 dw / db staging, for
-// double an im2col block; bounded by the shapes, not by the batch) and two
+// float and native bf16 the channels-last copies of a block of samples, oneDNN's
+// scratchpad and the fp32 dw / db staging, for double an im2col block; bounded by
+// the shapes, not by the batch) and two
 // gradient buffers of the largest activation, plus the host 16-bit ModelOps'
 // fp32 scratch. cnn_costs() equals all of that.
 // Dropout masks: element e of sample s of hidden layer j uses counter
