@@ -1,49 +1,78 @@
 // shardtrain/kernels/conv2d.cpp
-// Owns 2-D convolution forward/backward (conv2d.hpp) as im2col + GEMM.
+// Owns 2-D convolution forward/backward (conv2d.hpp): the checks, which path runs
+// for which storage type, the oneDNN path's workspace and gradient accumulation,
+// and the 16-bit tile path.
+// Paths:
+//  - oneDNN (float; bf16 when cpu_bf16_native()): dnnl_conv.hpp runs the
+//    primitives on channels-last (NHWC) copies of the activations and weights in
+//    oneDNN's preferred layout, block by block of samples, reordering through the
+//    workspace (tensors whose bytes are the same in both layouts, e.g. a
+//    1-channel input, are used in place). Forward has the bias fused; backward
+//    data OVERWRITES dx; backward weights gives the batch's fp32 dw / db (oneDNN
+//    overwrites its outputs and has no sum post-op for backward weights), which
+//    one pass here adds to the caller's dw / db in fp32 (bf16: float(dw) + sum
+//    rounded once, to nearest even).
+//    Why channels-last: oneDNN 2.6 runs plain NCHW / OIHW as im2col + its sgemm
+//    (no faster than our im2col path) and picks its direct / brgemm kernels only
+//    for other layouts. Measured on the MNIST LeNet's convs (1x28x28 -> 20 and
+//    20x12x12 -> 50 @ 5x5, batch 64, forward + backward, one thread, CPU time,
+//    AMD EPYC with AVX512-BF16): fp32 1.49 + 4.29 ms (NHWC, reorders included)
+//    against 1.69 + 6.21 (im2col, the path before) and 1.88 + 5.98 (oneDNN on
+//    NCHW); bf16 1.14 + 2.73 against 1.64 + 5.81 (the fp32 tile path before) and
+//    3.0 + 5.1 (oneDNN on NCHW); oneDNN's blocked nChw16c layout was in between.
+//  - im2col + GEMM (conv2d_im2col.hpp) for double (oneDNN has no f64
+//    convolution; double runs only in the gradient checks), and for f16 and bf16
+//    without native bf16 through the tile path below: oneDNN 2.6 has no f16
+//    convolution on CPUs without AVX512-FP16 and, without AVX512-BF16, none for
+//    bf16 that does better than converting to fp32, which the tile path does with
+//    the GEMMs already tested.
 // Invariants:
-//  - The workspace holds the im2col ("unfold") matrices of one block of samples,
-//    laid out (nb, K, P) with K = IC*KH*KW rows and P = OH*OW columns per sample
-//    (row k = (c*KH + p)*KW + q, column i*OW + j), so every per-sample matrix is a
-//    contiguous LayoutRight (K, P) view and every GEMM lands in OpenBLAS.
-//    nb = conv2d_samples_per_block(s): the workspace never grows with the batch.
-//  - forward: per block, unfold (parallel over the nb*K rows), bias rows of y
-//    (parallel over nb*OC rows), then per sample y_n(OC, P) = w(OC, K) col_n(K, P)
-//    with beta = 1 onto the bias (beta = 0 without bias). y is OVERWRITTEN.
-//  - backward: db += per channel, summed over samples then pixels in index order
-//    (parallel over channels). Per block: unfold x; per sample in order
-//    dw(OC, K) += dy_n(OC, P) col_n(K, P)^T, then (dx requested) col_n is
-//    overwritten by dcol_n = w^T dy_n; after the block, "fold" (col2im) sums each
-//    dx plane serially in (p, q, i, j) order (parallel over the nb*IC planes, so
-//    no two work items touch the same element: no atomics). dx OVERWRITTEN, dw, db
-//    ACCUMULATED. Every sum has a fixed order: results are bitwise reproducible.
-//  - Kernel labels: "Conv::unfold", "Conv::fold", "Conv::forward_bias",
-//    "Conv::backward_bias" (the label convention allows no digits, hence "Conv";
-//    unfold / fold are PyTorch's names for im2col / col2im).
-//  - Shapes, contiguity and the workspace size are checked before anything is written.
-//  - T = f16 / bf16: one sample at a time (batch-1 shape): x_n (and dy_n) converted
-//    to fp32 in the scratch arena, conv2d_*<float> runs on it with fp32 copies of w
-//    and b, y_n / dx_n rounded once; dw and db are loaded into fp32 accumulators,
-//    collect every sample and are rounded once at the end. The caller's workspace
-//    is not used (its size is still checked). Scratch: conv2d_half_scratch_elems.
+//  - oneDNN workspace, carved from the caller's buffer at 64-byte aligned
+//    offsets: the fp32 dw (OC*K) and db (OC) staging, then dnnl_conv's part (the
+//    layout copies of one block of samples and oneDNN's scratchpad,
+//    scratchpad_mode::user: kernels never allocate, the model's plan counts it).
+//    Bounded by the shape: blocks of dnnl_conv_samples_per_block samples, and
+//    oneDNN's scratchpad depends on the batch only through how it splits a block
+//    over threads (not at all with one thread), so dnnl_conv_workspace_bytes
+//    takes the largest over the block and batches 1 .. min(block, 2 threads).
+//  - Determinism: every sum has a fixed order, so results are bitwise
+//    reproducible between calls with the same thread count (tested with 1 and 2
+//    threads). Per-sample outputs (y, dx) do not depend on the other samples of
+//    the batch on either path (tested); dw and db do, through the summation order
+//    (oneDNN sums a block inside one call, blocks in order; im2col adds sample
+//    after sample).
+//  - Kernel label: "Conv::add_weight_grad" (the oneDNN path's fp32 addition);
+//    conv2d_im2col.cpp has the im2col path's.
+//  - Shapes, contiguity and the workspace size are checked before anything is
+//    written.
+//  - T = f16 / bf16 without native bf16: one sample at a time (batch-1 shape):
+//    x_n (and dy_n) converted to fp32 in the scratch arena, the im2col path runs
+//    on it with fp32 copies of w and b, y_n / dx_n rounded once; dw and db are
+//    loaded into fp32 accumulators, collect every sample and are rounded once at
+//    the end. The caller's workspace is not used (conv2d_workspace_elems is 0).
+//    Scratch: conv2d_half_scratch_elems.
 #include "kernels/conv2d.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "core/error.hpp"
-#include "kernels/gemm.hpp"
+#include "kernels/conv2d_im2col.hpp"
+#include "kernels/cpu_compute.hpp"
+#include "kernels/dnnl_context.hpp"
+#include "kernels/dnnl_conv.hpp"
 #include "kernels/half_tiles.hpp"
 
 namespace shardtrain {
 namespace {
 
-const std::string kLabelUnfold = "Conv::unfold";
-const std::string kLabelFold = "Conv::fold";
-const std::string kLabelBias = "Conv::forward_bias";
-const std::string kLabelBiasGrad = "Conv::backward_bias";
+const std::string kLabelAddGrad = "Conv::add_weight_grad";
 
-// Elements of the im2col matrices of one block (1 MiB of floats): LeNet layer 1
-// (K = 25, P = 784) gets 13 samples per block, layer 2 (K = 150, P = 100) 17.
-constexpr std::int64_t kConvColBudget = std::int64_t{1} << 18;
+// Alignment of the pieces of the oneDNN workspace.
+constexpr std::size_t kAlign = 64;
 
 template <class... V>
 bool contiguous(const V&... v) {
@@ -68,6 +97,41 @@ std::string shape_text(const Conv2dShape& s) {
          " padding=" + std::to_string(s.padding);
 }
 
+// Whether storage type T runs on oneDNN's convolution primitives.
+template <class T>
+bool on_dnnl() {
+  if constexpr (std::is_same_v<T, float>) return true;
+  else if constexpr (std::is_same_v<T, bf16>) return cpu_bf16_native();
+  else return false;
+}
+
+std::size_t align_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Bytes of the fp32 dw and db staging of the oneDNN backward.
+std::size_t staging_bytes(const Conv2dShape& s) {
+  return align_up(sizeof(float) * static_cast<std::size_t>(s.out_channels * (s.col_rows() + 1)));
+}
+
+// Bytes of the oneDNN path's workspace for every batch 1 .. s.batch (s.batch >= 1).
+std::size_t dnnl_workspace_bytes(const Conv2dShape& s, dnnl::memory::data_type data) {
+  // kAlign - 1 bytes to align the caller's pointer, the staging, dnnl_conv's part.
+  return kAlign - 1 + staging_bytes(s) + dnnl_conv_workspace_bytes(s, data);
+}
+
+// The pieces of the oneDNN workspace (see the invariants above).
+struct DnnlWorkspace {
+  float* dw;
+  float* db;
+  void* rest;  // dnnl_conv's (layout copies, scratchpad)
+};
+
+DnnlWorkspace carve(const Conv2dShape& s, void* base) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(base);
+  char* p = static_cast<char*>(base) + (align_up(addr) - addr);
+  float* dw = reinterpret_cast<float*>(p);
+  return {dw, dw + s.out_channels * s.col_rows(), p + staging_bytes(s)};
+}
+
 // Shapes of x, w and the workspace (common to forward and backward).
 template <class T>
 void check_common(const char* op, const Conv2dShape& s, CView4<T> x, CView4<T> w,
@@ -77,74 +141,42 @@ void check_common(const char* op, const Conv2dShape& s, CView4<T> x, CView4<T> w
                        extents_are(w, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
                    std::string(op) + ": " + dims("x", x) + " " + dims("w", w) + " for " +
                        shape_text(s));
-  SHARDTRAIN_CHECK(static_cast<std::int64_t>(workspace.extent(0)) >= conv2d_workspace_elems(s),
+  const std::int64_t need = conv2d_workspace_elems<T>(s);
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(workspace.extent(0)) >= need,
                    std::string(op) + ": workspace has " + std::to_string(workspace.extent(0)) +
-                       " elements, needs " + std::to_string(conv2d_workspace_elems(s)) +
-                       " (conv2d_workspace_elems)");
+                       " elements, needs " + std::to_string(need) + " (conv2d_workspace_elems)");
 }
 
-// Plain copies of the shape for the kernels (no member calls inside lambdas).
-struct Geometry {
-  std::int64_t ic, h, w, oc, kh, kw, stride, pad, oh, ow, k, p;
-  explicit Geometry(const Conv2dShape& s)
-      : ic(s.in_channels), h(s.height), w(s.width), oc(s.out_channels), kh(s.kernel_h),
-        kw(s.kernel_w), stride(s.stride), pad(s.padding), oh(s.out_h()), ow(s.out_w()),
-        k(s.col_rows()), p(s.out_h() * s.out_w()) {}
-};
+// --- oneDNN path -------------------------------------------------------------------
 
-// col(nb, K, P) = unfold of samples [n0, n0 + nb) of x.
+// Shapes checked, s.batch >= 1. T: float or bf16.
 template <class T>
-void unfold(const Geometry& g, const T* x, std::int64_t n0, std::int64_t nb, T* col) {
-  const std::int64_t ic = g.ic, h = g.h, w = g.w, kh = g.kh, kw = g.kw, stride = g.stride,
-                     pad = g.pad, oh = g.oh, ow = g.ow, k = g.k, p = g.p;
-  Kokkos::parallel_for(kLabelUnfold, range(nb * k), KOKKOS_LAMBDA(const std::int64_t r) {
-    const std::int64_t n = r / k, row = r % k;
-    const std::int64_t c = row / (kh * kw), dp = (row / kw) % kh, dq = row % kw;
-    const T* src = x + ((n0 + n) * ic + c) * h * w;
-    T* dst = col + r * p;
-    for (std::int64_t i = 0; i < oh; ++i) {
-      const std::int64_t ih = i * stride - pad + dp;
-      T* out = dst + i * ow;
-      if (ih < 0 || ih >= h) {
-        for (std::int64_t j = 0; j < ow; ++j) out[j] = T(0.0f);
-        continue;
-      }
-      const T* in = src + ih * w;
-      for (std::int64_t j = 0; j < ow; ++j) {
-        const std::int64_t iw = j * stride - pad + dq;
-        out[j] = (iw >= 0 && iw < w) ? in[iw] : T(0.0f);
-      }
-    }
+void dnnl_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) {
+  half_tiles::check_host("conv2d_forward");
+  const DnnlWorkspace ws = carve(s, workspace);
+  dnnl_conv_forward(s, dnnl_type<T>(), x, w, b, y, ws.rest);
+}
+
+// dw[i] = T(float(dw[i]) + acc[i]): fp32 addition, one rounding for bf16.
+template <class T>
+void add_weight_grad(const float* acc, T* dw, std::int64_t n) {
+  Kokkos::parallel_for(kLabelAddGrad, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+    if constexpr (std::is_same_v<T, float>) dw[i] += acc[i];
+    else dw[i] = T(to_float(dw[i]) + acc[i]);
   });
 }
 
-// Planes of samples [n0, n0 + nb) of dx = fold of dcol(nb, K, P) (overwritten).
 template <class T>
-void fold(const Geometry& g, const T* dcol, std::int64_t n0, std::int64_t nb, T* dx) {
-  const std::int64_t ic = g.ic, h = g.h, w = g.w, kh = g.kh, kw = g.kw, stride = g.stride,
-                     pad = g.pad, oh = g.oh, ow = g.ow, k = g.k, p = g.p;
-  Kokkos::parallel_for(kLabelFold, range(nb * ic), KOKKOS_LAMBDA(const std::int64_t r) {
-    const std::int64_t n = r / ic, c = r % ic;
-    T* dst = dx + ((n0 + n) * ic + c) * h * w;
-    for (std::int64_t e = 0; e < h * w; ++e) dst[e] = T(0);
-    for (std::int64_t dp = 0; dp < kh; ++dp)
-      for (std::int64_t dq = 0; dq < kw; ++dq) {
-        const T* src = dcol + (n * k + (c * kh + dp) * kw + dq) * p;
-        for (std::int64_t i = 0; i < oh; ++i) {
-          const std::int64_t ih = i * stride - pad + dp;
-          if (ih < 0 || ih >= h) continue;
-          T* out = dst + ih * w;
-          const T* in = src + i * ow;
-          for (std::int64_t j = 0; j < ow; ++j) {
-            const std::int64_t iw = j * stride - pad + dq;
-            if (iw >= 0 && iw < w) out[iw] += in[j];
-          }
-        }
-      }
-  });
+void dnnl_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* workspace, T* dx, T* dw,
+                   T* db) {
+  half_tiles::check_host("conv2d_backward");
+  const DnnlWorkspace ws = carve(s, workspace);
+  dnnl_conv_backward(s, dnnl_type<T>(), x, w, dy, dx, ws.dw, db ? ws.db : nullptr, ws.rest);
+  add_weight_grad(ws.dw, dw, s.out_channels * s.col_rows());
+  if (db) add_weight_grad(ws.db, db, s.out_channels);
 }
 
-// --- 16-bit path ---------------------------------------------------------------
+// --- 16-bit path (f16; bf16 without native bf16) -----------------------------------
 
 // fp32 scratch pieces of the 16-bit path (one sample).
 struct HalfConvSizes {
@@ -183,11 +215,7 @@ void conv2d_forward_half(const Conv2dShape& s, CView4<H> x, CView4<H> w, CView1<
   const Conv2dShape s1 = one_sample(s);
   for (std::int64_t n = 0; n < s.batch; ++n) {
     to_f32(x.data() + n * z.x, xt, z.x);
-    conv2d_forward<float>(
-        s1, CView4<float>(xt, 1, s.in_channels, s.height, s.width),
-        CView4<float>(wt, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
-        has_bias ? CView1<float>(bt, z.b) : CView1<float>(), View1<float>(ct, z.col),
-        View4<float>(yt, 1, s.out_channels, s.out_h(), s.out_w()));
+    conv2d_im2col_forward<float>(s1, xt, wt, has_bias ? bt : nullptr, ct, yt);
     from_f32(yt, y.data() + n * z.y, z.y);
   }
 }
@@ -216,13 +244,7 @@ void conv2d_backward_half(const Conv2dShape& s, CView4<H> x, CView4<H> w, CView4
   for (std::int64_t n = 0; n < s.batch; ++n) {
     to_f32(x.data() + n * z.x, xt, z.x);
     to_f32(dy.data() + n * z.y, dyt, z.y);
-    conv2d_backward<float>(
-        s1, CView4<float>(xt, 1, s.in_channels, s.height, s.width),
-        CView4<float>(wt, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
-        CView4<float>(dyt, 1, s.out_channels, s.out_h(), s.out_w()), View1<float>(ct, z.col),
-        has_dx ? View4<float>(dxt, 1, s.in_channels, s.height, s.width) : View4<float>(),
-        View4<float>(dwt, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
-        has_db ? View1<float>(dbt, z.b) : View1<float>());
+    conv2d_im2col_backward<float>(s1, xt, wt, dyt, ct, has_dx ? dxt : nullptr, dwt, has_db ? dbt : nullptr);
     if (has_dx) from_f32(dxt, dx.data() + n * z.x, z.x);
   }
   from_f32(dwt, dw.data(), z.w);
@@ -240,16 +262,19 @@ void conv2d_check_shape(const Conv2dShape& s) {
                    "invalid " + shape_text(s));
 }
 
-std::int64_t conv2d_samples_per_block(const Conv2dShape& s) {
-  conv2d_check_shape(s);
-  const std::int64_t per_sample = s.col_rows() * s.out_h() * s.out_w();
-  std::int64_t nb = kConvColBudget / per_sample;
-  if (nb < 1) nb = 1;
-  return nb < s.batch ? nb : s.batch;
-}
-
+template <class T>
 std::int64_t conv2d_workspace_elems(const Conv2dShape& s) {
-  return conv2d_samples_per_block(s) * s.col_rows() * s.out_h() * s.out_w();
+  conv2d_check_shape(s);
+  if constexpr (std::is_same_v<T, double>) {
+    return conv2d_im2col_elems(s);
+  } else {
+    if (s.batch == 0 || !on_dnnl<T>()) return 0;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) {
+      const std::size_t bytes = dnnl_workspace_bytes(s, dnnl_type<T>());
+      return static_cast<std::int64_t>((bytes + sizeof(T) - 1) / sizeof(T));
+    }
+    return 0;
+  }
 }
 
 std::int64_t conv2d_half_scratch_elems(const Conv2dShape& s) {
@@ -268,31 +293,15 @@ void conv2d_forward(const Conv2dShape& s, CView4<T> x, CView4<T> w, CView1<T> b,
                    "conv2d_forward: bias has " + std::to_string(b.extent(0)) +
                        " elements, expected " + std::to_string(s.out_channels));
   SHARDTRAIN_CHECK(contiguous(x, w, b, workspace, y), "conv2d_forward: views must be contiguous");
-  if constexpr (is_half_v<T>) {
+  if (s.batch == 0) return;
+  const T* bp = has_bias ? b.data() : nullptr;
+  if (on_dnnl<T>()) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>)
+      dnnl_forward<T>(s, x.data(), w.data(), bp, workspace.data(), y.data());
+  } else if constexpr (is_half_v<T>) {
     conv2d_forward_half(s, x, w, b, y);
   } else {
-    const Geometry g(s);
-    const std::int64_t nb_max = conv2d_samples_per_block(s);
-    const CView2<T> w2(w.data(), g.oc, g.k);
-    const T* bp = b.data();
-    T* col = workspace.data();
-    T* yp = y.data();
-    const std::int64_t oc = g.oc, p = g.p;
-    for (std::int64_t n0 = 0; n0 < s.batch; n0 += nb_max) {
-      const std::int64_t nb = nb_max < s.batch - n0 ? nb_max : s.batch - n0;
-      unfold(g, x.data(), n0, nb, col);
-      if (has_bias) {
-        Kokkos::parallel_for(kLabelBias, range(nb * oc), KOKKOS_LAMBDA(const std::int64_t r) {
-          const T bias = bp[r % oc];
-          T* row = yp + (n0 * oc + r) * p;
-          for (std::int64_t e = 0; e < p; ++e) row[e] = bias;
-        });
-      }
-      for (std::int64_t n = 0; n < nb; ++n) {
-        gemm<T>(Trans::N, Trans::N, T(1), w2, CView2<T>(col + n * g.k * p, g.k, p),
-                has_bias ? T(1) : T(0), View2<T>(yp + (n0 + n) * oc * p, oc, p));
-      }
-    }
+    conv2d_im2col_forward<T>(s, x.data(), w.data(), bp, workspace.data(), y.data());
   }
 }
 
@@ -312,42 +321,44 @@ void conv2d_backward(const Conv2dShape& s, CView4<T> x, CView4<T> w, CView4<T> d
                        " elements, expected " + std::to_string(s.out_channels));
   SHARDTRAIN_CHECK(contiguous(x, w, dy, workspace, dx, dw, db),
                    "conv2d_backward: views must be contiguous");
-  if constexpr (is_half_v<T>) {
+  if (s.batch == 0) return;  // dw, db += 0; dx is empty
+  T* dxp = has_dx ? dx.data() : nullptr;
+  T* dbp = has_db ? db.data() : nullptr;
+  if (on_dnnl<T>()) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>)
+      dnnl_backward<T>(s, x.data(), w.data(), dy.data(), workspace.data(), dxp, dw.data(), dbp);
+  } else if constexpr (is_half_v<T>) {
     conv2d_backward_half(s, x, w, dy, dx, dw, db);
   } else {
-    const Geometry g(s);
-    const std::int64_t oc = g.oc, p = g.p, batch = s.batch;
-    const T* dyp = dy.data();
-    if (has_db) {
-      T* dbp = db.data();
-      Kokkos::parallel_for(kLabelBiasGrad, range(oc), KOKKOS_LAMBDA(const std::int64_t o) {
-        T acc = T(0);
-        for (std::int64_t n = 0; n < batch; ++n) {
-          const T* row = dyp + (n * oc + o) * p;
-          for (std::int64_t e = 0; e < p; ++e) acc += row[e];
-        }
-        dbp[o] += acc;
-      });
-    }
-    const std::int64_t nb_max = conv2d_samples_per_block(s);
-    const CView2<T> w2(w.data(), g.oc, g.k);
-    const View2<T> dw2(dw.data(), g.oc, g.k);
-    T* col = workspace.data();
-    for (std::int64_t n0 = 0; n0 < batch; n0 += nb_max) {
-      const std::int64_t nb = nb_max < batch - n0 ? nb_max : batch - n0;
-      unfold(g, x.data(), n0, nb, col);
-      for (std::int64_t n = 0; n < nb; ++n) {
-        const CView2<T> dy_n(dyp + (n0 + n) * oc * p, oc, p);
-        const View2<T> col_n(col + n * g.k * p, g.k, p);
-        gemm<T>(Trans::N, Trans::T, T(1), dy_n, CView2<T>(col_n), T(1), dw2);  // dw += dy_n col_n^T
-        if (has_dx) gemm<T>(Trans::T, Trans::N, T(1), w2, dy_n, T(0), col_n);  // dcol_n = w^T dy_n
-      }
-      if (has_dx) fold(g, col, n0, nb, dx.data());
-    }
+    conv2d_im2col_backward<T>(s, x.data(), w.data(), dy.data(), workspace.data(), dxp, dw.data(), dbp);
   }
 }
 
+template <class T>
+void conv2d_warm_up(const Conv2dShape& s) {
+  conv2d_check_shape(s);
+  if (s.batch == 0 || !on_dnnl<T>()) return;
+  Conv2dShape w2 = s;
+  w2.batch = dnnl_conv_samples_per_block(s);  // the block the calls at s.batch run
+  const std::int64_t oh = s.out_h(), ow = s.out_w();
+  std::vector<T> x(static_cast<std::size_t>(w2.batch * s.in_channels * s.height * s.width), T(0.0f));
+  std::vector<T> dx(x.size()), w(static_cast<std::size_t>(s.out_channels * s.col_rows()), T(0.0f)), dw(w.size(), T(0.0f));
+  std::vector<T> b(static_cast<std::size_t>(s.out_channels), T(0.0f)), db(b.size(), T(0.0f));
+  std::vector<T> y(static_cast<std::size_t>(w2.batch * s.out_channels * oh * ow), T(0.0f));
+  std::vector<T> ws(static_cast<std::size_t>(conv2d_workspace_elems<T>(w2)));
+  const CView4<T> xv(x.data(), w2.batch, s.in_channels, s.height, s.width);
+  const CView4<T> wv(w.data(), s.out_channels, s.in_channels, s.kernel_h, s.kernel_w);
+  conv2d_forward<T>(w2, xv, wv, CView1<T>(b.data(), b.size()), View1<T>(ws.data(), ws.size()),
+                    View4<T>(y.data(), w2.batch, s.out_channels, oh, ow));
+  conv2d_backward<T>(w2, xv, wv, CView4<T>(y.data(), w2.batch, s.out_channels, oh, ow),
+                     View1<T>(ws.data(), ws.size()), View4<T>(dx.data(), w2.batch, s.in_channels, s.height, s.width),
+                     View4<T>(dw.data(), s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                     View1<T>(db.data(), db.size()));
+}
+
 #define SHARDTRAIN_INSTANTIATE_CONV2D(T)                                                     \
+  template std::int64_t conv2d_workspace_elems<T>(const Conv2dShape&);                      \
+  template void conv2d_warm_up<T>(const Conv2dShape&);                                      \
   template void conv2d_forward<T>(const Conv2dShape&, CView4<T>, CView4<T>, CView1<T>,      \
                                   View1<T>, View4<T>);                                      \
   template void conv2d_backward<T>(const Conv2dShape&, CView4<T>, CView4<T>, CView4<T>,     \

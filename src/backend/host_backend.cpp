@@ -260,14 +260,14 @@ class HostModelOps {
   // --- CNN ops (conv2d, max-pool; dropout is pointwise) ---
   void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T* workspace, T* y) {
     shardtrain::conv2d_forward<T>(s, conv_x(s, x), conv_w(s, w), b ? CView1<T>(b, s.out_channels) : CView1<T>(),
-                                  View1<T>(workspace, conv2d_workspace_elems(s)),
+                                  View1<T>(workspace, conv2d_workspace_elems<T>(s)),
                                   View4<T>(y, s.batch, s.out_channels, s.out_h(), s.out_w()));
   }
   void conv2d_backward(const Conv2dShape& s, const T* x, const T* w, const T* dy, T* workspace, T* dx, T* dw,
                        T* db) {
     shardtrain::conv2d_backward<T>(
         s, conv_x(s, x), conv_w(s, w), CView4<T>(dy, s.batch, s.out_channels, s.out_h(), s.out_w()),
-        View1<T>(workspace, conv2d_workspace_elems(s)),
+        View1<T>(workspace, conv2d_workspace_elems<T>(s)),
         dx ? View4<T>(dx, s.batch, s.in_channels, s.height, s.width) : View4<T>(),
         View4<T>(dw, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
         db ? View1<T>(db, s.out_channels) : View1<T>());

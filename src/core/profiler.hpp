@@ -20,7 +20,7 @@ namespace shardtrain {
 enum class ProfileOp : int {
   Linear,        // linear layers: the GEMMs and their bias
   Attention,     // attention: QK^T and PV GEMMs, softmax, mask
-  Conv2d,        // im2col + GEMM (cuDNN on a device)
+  Conv2d,        // oneDNN convolutions (im2col + GEMM for double / f16; cuDNN on a device)
   Embedding,
   LayerNorm,
   Gelu,

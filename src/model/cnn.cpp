@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
-#include "kernels/conv2d.hpp"  // conv2d_workspace_elems, conv2d_half_scratch_elems
+#include "kernels/conv2d.hpp"  // conv2d_workspace_elems, conv2d_warm_up, conv2d_half_scratch_elems
 #include "core/half.hpp"
 #include "model/param_init.hpp"
 
@@ -67,7 +67,6 @@ CnnPlan cnn_plan(const CnnDims& d) {
     w = s.conv.out_w();
     s.conv_out = c * h * w;
     p.activations += n * s.conv_out;
-    p.conv_workspace = std::max(p.conv_workspace, conv2d_workspace_elems(s.conv));
     s.pooled = d.pool > 1;
     if (s.pooled) {
       s.pool = Pool2dShape{n, c, h, w, d.pool, d.pool};
@@ -98,6 +97,13 @@ CnnPlan cnn_plan(const CnnDims& d) {
   // fc.0's only when convs precede it), a conv output or a stage output.
   p.grad_buffer = n * widest;
   return p;
+}
+
+template <class T>
+std::int64_t cnn_conv_workspace(const CnnPlan& p) {
+  std::int64_t elems = 0;
+  for (const CnnStage& s : p.stages) elems = std::max(elems, conv2d_workspace_elems<T>(s.conv));
+  return elems;
 }
 
 ParamLayout cnn_layout(const CnnDims& d) {
@@ -140,12 +146,17 @@ ModelOpsLimits cnn_ops_limits(const CnnDims& d) {
 }
 
 template <class T>
+void cnn_warm_up_kernels(const CnnDims& d) {
+  for (const CnnStage& s : cnn_plan(d).stages) conv2d_warm_up<T>(s.conv);
+}
+
+template <class T>
 ClassifierCosts cnn_costs(const CnnDims& d) {
   const CnnPlan p = cnn_plan(d);
   ClassifierCosts c;
   c.activation_bytes = static_cast<std::int64_t>(sizeof(T)) * p.activations +
                        static_cast<std::int64_t>(sizeof(std::int32_t)) * p.argmax;
-  c.workspace_bytes = static_cast<std::int64_t>(sizeof(T)) * (p.conv_workspace + 2 * p.grad_buffer);
+  c.workspace_bytes = static_cast<std::int64_t>(sizeof(T)) * (cnn_conv_workspace<T>(p) + 2 * p.grad_buffer);
   if constexpr (is_half_v<T>)
     c.workspace_bytes += static_cast<std::int64_t>(sizeof(float)) * host_half_scratch_elems(cnn_ops_limits(d));
   for (const CnnStage& s : p.stages)
@@ -157,7 +168,8 @@ ClassifierCosts cnn_costs(const CnnDims& d) {
 
 template <class T>
 Cnn<T>::Cnn(const CnnDims& dims, const ParamLayout& layout, MemoryTracker& memory, Backend* backend)
-    : m_dims(dims), m_plan(cnn_plan(dims)), m_layout(layout), m_backend(backend ? *backend : host_backend()) {
+    : m_dims(dims), m_plan(cnn_plan(dims)), m_layout(layout), m_backend(backend ? *backend : host_backend()),
+      m_conv_workspace(cnn_conv_workspace<T>(m_plan)) {
   SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
   const std::size_t layers = m_plan.stages.size() + static_cast<std::size_t>(m_plan.fc_layers());
   SHARDTRAIN_CHECK(layout.entries().size() == 2 * layers, "layout is not a cnn_layout() of these dims");
@@ -165,7 +177,7 @@ Cnn<T>::Cnn(const CnnDims& dims, const ParamLayout& layout, MemoryTracker& memor
   MemorySpace* space = m_ops->memory();
   m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, m_plan.activations, space);
   m_argmax = TrackedBuffer<std::int32_t>(memory, MemCategory::Activations, m_plan.argmax, space);
-  m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, m_plan.conv_workspace + 2 * m_plan.grad_buffer, space);
+  m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, m_conv_workspace + 2 * m_plan.grad_buffer, space);
   const std::int64_t n = dims.max_batch;
   T* p = m_acts.data();
   std::int32_t* a = m_argmax.data();
@@ -195,6 +207,20 @@ template <class T>
 std::int64_t Cnn<T>::rel(int group, int which) const {
   const auto& e = m_layout.entries()[2 * group + which];
   return e.offset - m_layout.group_range(group).first;
+}
+
+template <class T>
+Conv2dShape Cnn<T>::conv_at(const CnnStage& s, std::int64_t batch) const {
+  Conv2dShape conv = s.conv;
+  conv.batch = batch;
+  // The workspace was sized at max_batch; oneDNN's scratchpad could in principle
+  // need more at a smaller batch (kernels/conv2d.hpp sizes for that): fail loudly
+  // rather than let a kernel run past the buffer.
+  SHARDTRAIN_CHECK(conv2d_workspace_elems<T>(conv) <= m_conv_workspace,
+                   "cnn: conv workspace of " + std::to_string(m_conv_workspace) + " elements sized at micro-batch " +
+                       std::to_string(m_dims.max_batch) + " is too small at micro-batch " + std::to_string(batch) +
+                       " (needs " + std::to_string(conv2d_workspace_elems<T>(conv)) + ")");
+  return conv;
 }
 
 template <class T>
@@ -240,8 +266,7 @@ double Cnn<T>::forward(const SampleBatch& b) {
     T* base = m_provider->acquire_params(i);
     m_provider->prefetch(i + 1);  // an fc group always follows
     if (work) {
-      Conv2dShape conv = s.conv;
-      conv.batch = batch;
+      const Conv2dShape conv = conv_at(s, batch);
       m_ops->conv2d_forward(conv, x, base + rel(i, 0), base + rel(i, 1), ws, m_conv_out[i]);
       m_ops->relu_forward(m_conv_out[i], m_conv_out[i], batch * s.conv_out);
       if (s.pooled) {
@@ -291,7 +316,7 @@ void Cnn<T>::backward(T dloss) {
   // gradient is written into the gradient buffer the previous one is not in.
   if (work) m_ops->cross_entropy_backward(m_logits, m_labels, dloss, m_logits, batch, m_dims.classes);
   T* ws = m_work.data();
-  T* bufs[2] = {ws + m_plan.conv_workspace, ws + m_plan.conv_workspace + m_plan.grad_buffer};
+  T* bufs[2] = {ws + m_conv_workspace, ws + m_conv_workspace + m_plan.grad_buffer};
   int next = 0;  // the buffer the next gradient goes to
   auto take = [&] {
     T* b = bufs[next];
@@ -335,8 +360,7 @@ void Cnn<T>::backward(T dloss) {
         m_ops->max_pool2d_backward(pool, dy, m_stage_argmax[i], dconv);
       }
       m_ops->relu_backward(m_conv_out[i], dconv, dconv, batch * s.conv_out);
-      Conv2dShape conv = s.conv;
-      conv.batch = batch;
+      const Conv2dShape conv = conv_at(s, batch);
       m_ops->conv2d_backward(conv, i > 0 ? m_stage_out[i - 1] : m_inputs, base + rel(i, 0), dconv, ws, dx,
                              gbase + rel(i, 0), gbase + rel(i, 1));
     }
@@ -352,6 +376,8 @@ template class Cnn<double>;
 template class Cnn<f16>;
 template class Cnn<bf16>;
 #define SHARDTRAIN_INSTANTIATE_CNN(T)                                                                      \
+  template std::int64_t cnn_conv_workspace<T>(const CnnPlan&);                                            \
+  template void cnn_warm_up_kernels<T>(const CnnDims&);                                                  \
   template void cnn_init_params<T>(const ParamLayout&, std::uint64_t, T*, std::int64_t, std::int64_t); \
   template ClassifierCosts cnn_costs<T>(const CnnDims&);
 SHARDTRAIN_INSTANTIATE_CNN(float)

@@ -14,8 +14,12 @@
 // place: the ReLU mask is recovered from the dropped output, since dropped
 // elements have zero gradient anyway), the logits (overwritten by their
 // gradient in backward) and the per-sample losses. Workspace: the largest
-// conv's im2col block and two gradient buffers of the largest activation,
-// plus the host 16-bit ModelOps' fp32 scratch. cnn_costs() equals all of that.
+// conv2d_workspace_elems<T> of the convs at max_batch (kernels/conv2d.hpp: for
+// float and native bf16 the channels-last copies of a block of samples, oneDNN's
+// scratchpad and the fp32 dw / db staging, for double an im2col block; bounded by
+// the shapes, not by the batch) and two
+// gradient buffers of the largest activation, plus the host 16-bit ModelOps'
+// fp32 scratch. cnn_costs() equals all of that.
 // Dropout masks: element e of sample s of hidden layer j uses counter
 // s * hidden[j] + e of stream (kDropoutStream + j) under dims.dropout_seed, s the
 // global sample index (SampleBatch::first_sample + row): independent of the
@@ -70,12 +74,16 @@ struct CnnPlan {
   std::int64_t features = 0;         // flattened input of fc.0 per sample
   std::int64_t activations = 0;      // elements of T in Activations
   std::int64_t argmax = 0;           // int32 elements in Activations
-  std::int64_t conv_workspace = 0;   // elements of T: the largest conv2d_workspace_elems
   std::int64_t grad_buffer = 0;      // elements of T of each of the two gradient buffers
   std::int64_t fc_layers() const { return static_cast<std::int64_t>(fc_in.size()); }
   std::vector<std::int64_t> fc_in, fc_out;  // widths of fc.j
 };
 CnnPlan cnn_plan(const CnnDims& d);
+
+// Elements of T of the conv workspace: the largest conv2d_workspace_elems<T> of
+// the plan's convs (at max_batch, so enough for every smaller micro-batch).
+template <class T>
+std::int64_t cnn_conv_workspace(const CnnPlan& p);
 
 // Parameter table (not finalized): one group per layer, in forward order.
 ParamLayout cnn_layout(const CnnDims& d);
@@ -89,6 +97,14 @@ void cnn_init_params(const ParamLayout& layout, std::uint64_t seed, T* params, s
 // The ModelOps limits the model creates its ops with (incl. half_scratch_elems =
 // the largest conv2d_half_scratch_elems).
 ModelOpsLimits cnn_ops_limits(const CnnDims& d);
+
+// Runs every conv of the model once on a small zero batch through the host
+// kernels (kernels/conv2d.hpp conv2d_warm_up), so that oneDNN's lazily built
+// code and buffers exist before the trainer measures the process before the
+// model (train/process_memory.cpp): they are then part of "RSS before the
+// model" in the predicted process peak, as the rest of the libraries' code is.
+template <class T>
+void cnn_warm_up_kernels(const CnnDims& d);
 
 // Bytes the model and its host ModelOps allocate (Activations, Workspace) and
 // the forward FLOPs of one sample (2 per multiply-add of the convs and Linears;
@@ -125,6 +141,8 @@ class Cnn final : public Classifier<T> {
  private:
   std::int64_t rel(int group, int which) const;  // offset of weight (0) / bias (1) in its group
   DropoutParams dropout_params(std::int64_t j) const;
+  // Stage s's conv at this micro-batch; checks that the workspace holds its need.
+  Conv2dShape conv_at(const CnnStage& s, std::int64_t batch) const;
   CnnDims m_dims;
   CnnPlan m_plan;
   const ParamLayout& m_layout;
@@ -134,7 +152,8 @@ class Cnn final : public Classifier<T> {
   Backend& m_backend;
   TrackedBuffer<T> m_acts;                // conv outs | pool outs (per stage) | hidden outs | logits | losses
   TrackedBuffer<std::int32_t> m_argmax;   // per pooled stage
-  TrackedBuffer<T> m_work;                // conv im2col | two gradient buffers
+  std::int64_t m_conv_workspace = 0;      // cnn_conv_workspace<T>(m_plan)
+  TrackedBuffer<T> m_work;                // conv workspace | two gradient buffers
   std::vector<T*> m_conv_out, m_stage_out, m_hidden_out;
   std::vector<std::int32_t*> m_stage_argmax;
   T* m_logits = nullptr;

@@ -99,6 +99,10 @@ class ClassifierTask final : public Task<P> {
     // Input buffers: one micro-batch of rows as the file stores them, labels (and lengths).
     const std::int64_t row_bytes = images ? m_row * static_cast<std::int64_t>(sizeof(float))
                                           : m_row * static_cast<std::int64_t>(sizeof(TokenIndex)) + 4;
+    // The CNN's oneDNN convolutions build code on first execution (several MiB):
+    // run them once now, before the trainer measures the process before the
+    // model, so that the predicted process peak holds that memory.
+    if (type == "cnn") cnn_warm_up_kernels<P>(m_cnn);
     this->m_plan = plan_classifier_memory(cfg, make_layout(), costs(), mb * (row_bytes + 4), mb, plan_world);
   }
 

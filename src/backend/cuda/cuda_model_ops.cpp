@@ -207,7 +207,8 @@ class CudaModelOps {
     cuda::cross_entropy_backward(dev(logits), targets, as_float(scale), dev(dlogits), n, v, m_stream);
   }
   // --- CNN ops: conv through cuDNN (kernels/cuda/cudnn_conv.cuh; the model's
-  // workspace argument is the host's im2col block, unused here), max-pool
+  // workspace argument is sized for the host kernels (conv2d_workspace_elems:
+  // oneDNN's layout copies, scratchpad and dw / db staging), unused here), max-pool
   // kernels bitwise as the host's (kernels/cuda/pool.cuh; dropout is pointwise) ---
   void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* b, T*, T* y) {
     if (s.batch <= 0) return;

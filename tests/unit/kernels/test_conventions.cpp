@@ -82,7 +82,7 @@ void run_every_kernel() {
   // CNN layers: conv (bias, dx), max pool, relu, dropout (mask and identity).
   const Conv2dShape cs{2, 2, 6, 5, 3, 3, 2, 1, 1};
   std::vector<T> cx(2 * 2 * 6 * 5, T(0.5)), cw(3 * 2 * 3 * 2, T(0.25)), cb(3, T(0.1)),
-      cws(conv2d_workspace_elems(cs)), cy(2 * 3 * cs.out_h() * cs.out_w(), T(0)),
+      cws(conv2d_workspace_elems<T>(cs)), cy(2 * 3 * cs.out_h() * cs.out_w(), T(0)),
       cdx(cx.size()), cdw(cw.size(), T(0)), cdb(3, T(0));
   conv2d_forward<T>(cs, cview4(cx, 2, 2, 6, 5), cview4(cw, 3, 2, 3, 2), cview1(cb), view1(cws),
                     view4(cy, 2, 3, cs.out_h(), cs.out_w()));

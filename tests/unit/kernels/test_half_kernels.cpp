@@ -38,6 +38,7 @@
 #include "core/error.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/conv2d.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -56,9 +57,11 @@ namespace {
 using test::cview1;
 using test::cview2;
 using test::cview3;
+using test::cview4;
 using test::view1;
 using test::view2;
 using test::view3;
+using test::view4;
 namespace tiles = half_tiles;
 
 // --- Shapes: several tiles each, the last one ragged -----------------------------
@@ -70,6 +73,8 @@ constexpr std::int64_t kGemmM = 300, kGemmN = 290, kGemmK = 70;
 constexpr std::int64_t kGeluN = 2 * tiles::kFlatChunk + 1234;
 constexpr std::int64_t kEmbB = 3, kEmbT = 50, kEmbC = 40, kEmbV = tiles::kVocabBlock + 300;
 const AttentionShape kAtt{3, 70, 48, 4};  // T = 70 > the fp32 kernel's 64-row causal blocks
+//                   N  IC  H   W  OC KH KW stride pad: odd sizes, stride 2, padding
+const Conv2dShape kConv{5, 6, 13, 11, 10, 3, 3, 2, 1};  // -> 7 x 6
 
 static_assert(kRows > 2 * tiles::kTileRows && kRows % tiles::kTileRows != 0);
 static_assert(tiles::tile_rows(kChannels) == tiles::kTileRows);  // 3 tiles of up to 64 rows
@@ -212,8 +217,8 @@ void expect_runs_without_scratch(const std::string& what, const std::function<vo
   EXPECT_NE(output_bits(), before) << what << ": ran without scratch but wrote nothing";
 }
 
-// Whether gemm / linear with storage H convert tiles to fp32 (f16 always; bf16 on
-// CPUs without native bf16, or under DNNL_MAX_CPU_ISA=AVX512_CORE).
+// Whether gemm / linear / conv2d with storage H convert tiles to fp32 (f16 always;
+// bf16 on CPUs without native bf16, or under DNNL_MAX_CPU_ISA=AVX512_CORE).
 template <class H>
 bool gemm_on_tiles() {
   return !(std::is_same_v<H, bf16> && cpu_bf16_native());
@@ -601,6 +606,114 @@ TYPED_TEST(HalfKernels, Elementwise) {
   EXPECT_EQ(elementwise_half_scratch_elems(), 0);
 }
 
+// --- conv2d ------------------------------------------------------------------------
+// f16, and bf16 without native bf16: im2col on fp32 copies of one sample at a time;
+// bf16 with native bf16: oneDNN on the bf16 buffers (fp32 accumulation, dw / db
+// accumulated in fp32 and rounded once). The fp32 reference is conv2d<float>
+// (oneDNN fp32) on the same rounded values.
+
+template <class H>
+struct ConvData {
+  Conv2dShape s = kConv;
+  std::int64_t xn = kConv.batch * kConv.in_channels * kConv.height * kConv.width;
+  std::int64_t yn = kConv.batch * kConv.out_channels * kConv.out_h() * kConv.out_w();
+  std::int64_t wn = kConv.out_channels * kConv.col_rows();
+  std::vector<H> x = random_half<H>(xn, 1001), w = random_half<H>(wn, 1002, -0.3, 0.3);
+  std::vector<H> b = random_half<H>(kConv.out_channels, 1003), dy = random_half<H>(yn, 1004);
+  CView4<H> x4() const { return cview4(x, s.batch, s.in_channels, s.height, s.width); }
+  CView4<H> w4() const { return cview4(w, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w); }
+};
+
+template <class T>
+View4<T> y_view(std::vector<T>& y, const Conv2dShape& s) {
+  return view4(y, s.batch, s.out_channels, s.out_h(), s.out_w());
+}
+
+TYPED_TEST(HalfKernels, Conv2dForward) {
+  using H = TypeParam;
+  const ConvData<H> d;
+  const Conv2dShape s = d.s;
+  const auto x32 = widen(d.x), w32 = widen(d.w), b32 = widen(d.b);
+  for (bool bias : {true, false}) {
+    auto y = nan_filled<H>(d.yn);
+    std::vector<H> ws = nan_filled<H>(conv2d_workspace_elems<H>(s));
+    {
+      BoundScratch scratch(conv2d_half_scratch_elems(s));
+      conv2d_forward<H>(s, d.x4(), d.w4(), bias ? cview1(d.b) : CView1<H>(), view1(ws), y_view(y, s));
+    }
+    std::vector<float> y32(d.yn, NAN), ws32(conv2d_workspace_elems<float>(s));
+    conv2d_forward<float>(s, cview4(x32, s.batch, s.in_channels, s.height, s.width),
+                          cview4(w32, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                          bias ? cview1(b32) : CView1<float>(), view1(ws32), y_view(y32, s));
+    expect_close(std::string("conv2d_forward") + (bias ? " y" : " no-bias y"), y, y32);
+  }
+}
+
+TYPED_TEST(HalfKernels, Conv2dBackward) {
+  using H = TypeParam;
+  const ConvData<H> d;
+  const Conv2dShape s = d.s;
+  // Pre-filled parameter gradients of the size of one call's contribution.
+  const auto dw0 = random_half<H>(d.wn, 1005, -8.0, 8.0), db0 = random_half<H>(s.out_channels, 1006, -8.0, 8.0);
+  const auto x32 = widen(d.x), w32 = widen(d.w), dy32 = widen(d.dy);
+  const auto x4 = cview4(x32, s.batch, s.in_channels, s.height, s.width);
+  const auto w4 = cview4(w32, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w);
+  const auto dy4 = cview4(dy32, s.batch, s.out_channels, s.out_h(), s.out_w());
+  std::vector<float> ws32(conv2d_workspace_elems<float>(s));
+  for (bool bias : {true, false})
+    for (bool with_dx : {true, false}) {
+      std::vector<H> dx = nan_filled<H>(d.xn), dw = dw0, db = db0;
+      std::vector<H> ws = nan_filled<H>(conv2d_workspace_elems<H>(s));
+      {
+        BoundScratch scratch(conv2d_half_scratch_elems(s));
+        conv2d_backward<H>(s, d.x4(), d.w4(), cview4(d.dy, s.batch, s.out_channels, s.out_h(), s.out_w()),
+                           view1(ws), with_dx ? view4(dx, s.batch, s.in_channels, s.height, s.width) : View4<H>(),
+                           view4(dw, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                           bias ? view1(db) : View1<H>());
+      }
+      std::vector<float> dx32(d.xn, NAN), dw32 = widen(dw0), db32 = widen(db0);
+      std::vector<float> dw32_zero(d.wn, 0.0f), db32_zero(s.out_channels, 0.0f);
+      conv2d_backward<float>(s, x4, w4, dy4, view1(ws32),
+                             with_dx ? view4(dx32, s.batch, s.in_channels, s.height, s.width) : View4<float>(),
+                             view4(dw32, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                             bias ? view1(db32) : View1<float>());
+      conv2d_backward<float>(s, x4, w4, dy4, view1(ws32), View4<float>(),
+                             view4(dw32_zero, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w),
+                             bias ? view1(db32_zero) : View1<float>());
+      const std::string label =
+          std::string("conv2d_backward") + (bias ? "" : " empty-db") + (with_dx ? "" : " empty-dx");
+      if (with_dx)
+        expect_close(label + " dx", dx, dx32);
+      else
+        EXPECT_TRUE(same_bits(dx, nan_filled<H>(d.xn))) << "empty dx: buffer written";
+      expect_accumulated(label + " dw", dw, dw32, dw32_zero);
+      if (bias)
+        expect_accumulated(label + " db", db, db32, db32_zero);
+      else
+        EXPECT_TRUE(same_bits(db, db0)) << "empty db: buffer written";
+    }
+}
+
+// dw and db gather the whole batch in fp32 and are rounded once: a batch of
+// identical samples whose per-sample contributions are each below half an ulp of
+// the pre-filled dw / db still moves them, as it would in fp32 (per-sample
+// rounding would leave them unchanged).
+TYPED_TEST(HalfKernels, Conv2dWeightGradsRoundedOnce) {
+  using H = TypeParam;
+  const Conv2dShape s{64, 1, 3, 3, 1, 3, 3, 1, 0};  // one output pixel per sample
+  const std::vector<H> x(9 * 64, H(1.0f)), w(9, H(1.0f));
+  const std::vector<H> dy(64, H(1.0f / 512));  // each sample adds 2^-9 to every dw / db
+  std::vector<H> dw(9, H(1.0f)), db(1, H(1.0f));  // bf16 ulp at 1 is 2^-7, f16 2^-10
+  std::vector<H> ws = nan_filled<H>(conv2d_workspace_elems<H>(s));
+  {
+    BoundScratch scratch(conv2d_half_scratch_elems(s));
+    conv2d_backward<H>(s, cview4(x, 64, 1, 3, 3), cview4(w, 1, 1, 3, 3), cview4(dy, 64, 1, 1, 1), view1(ws),
+                       View4<H>(), view4(dw, 1, 1, 3, 3), view1(db));
+  }
+  for (const H& v : dw) EXPECT_EQ(to_float(v), 1.125f) << type_name<H>();  // 1 + 64 * 2^-9, exact in both
+  EXPECT_EQ(to_float(db[0]), 1.125f) << type_name<H>();
+}
+
 // --- scratch arena ------------------------------------------------------------------
 
 TEST(HalfScratch, BindSizeAndErrors) {
@@ -751,6 +864,37 @@ TYPED_TEST(HalfKernels, ScratchSizesAreExactAndMissingScratchThrows) {
                                     view2(dlogits, n, v));
         },
         [&] { return bits_of(dlogits); });
+  }
+  {
+    const ConvData<H> d;
+    const Conv2dShape s = d.s;
+    auto y = random_half<H>(d.yn, 971), dx = random_half<H>(d.xn, 972);
+    auto dw = random_half<H>(d.wn, 973), db = random_half<H>(s.out_channels, 974);
+    std::vector<H> ws(conv2d_workspace_elems<H>(s));
+    const auto forward = [&] {
+      conv2d_forward<H>(s, d.x4(), d.w4(), cview1(d.b), view1(ws), y_view(y, s));
+    };
+    const auto backward = [&] {
+      conv2d_backward<H>(s, d.x4(), d.w4(), cview4(d.dy, s.batch, s.out_channels, s.out_h(), s.out_w()),
+                         view1(ws), view4(dx, s.batch, s.in_channels, s.height, s.width),
+                         view4(dw, s.out_channels, s.in_channels, s.kernel_h, s.kernel_w), view1(db));
+    };
+    const auto backward_bits = [&] {
+      auto all = bits_of(dx), more = bits_of(dw), last = bits_of(db);
+      all.insert(all.end(), more.begin(), more.end());
+      all.insert(all.end(), last.begin(), last.end());
+      return all;
+    };
+    const std::int64_t elems = conv2d_half_scratch_elems(s);
+    if (gemm_on_tiles<H>()) {
+      EXPECT_EQ(conv2d_workspace_elems<H>(s), 0);
+      expect_scratch_exact("conv2d_forward", elems, forward, [&] { return bits_of(y); });
+      expect_scratch_exact("conv2d_backward", elems, backward, backward_bits);
+    } else {
+      EXPECT_GT(conv2d_workspace_elems<H>(s), 0);  // oneDNN's scratchpad and the fp32 dw / db
+      expect_runs_without_scratch("conv2d_forward", forward, [&] { return bits_of(y); });
+      expect_runs_without_scratch("conv2d_backward", backward, backward_bits);
+    }
   }
 }
 
