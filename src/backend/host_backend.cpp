@@ -161,9 +161,10 @@ void host_pointwise(Kernel kernel, const Args& args, std::index_sequence<I...>) 
 }
 
 // The methods behind the table's SHARDTRAIN_MODEL_OP entries: the Kokkos
-// kernels over unmanaged views of the caller's pointers. A 16-bit model's
-// kernels convert tiles into fp32 scratch (kernels/half_scratch.hpp), owned here
-// and bound while this object lives.
+// kernels over unmanaged views of the caller's pointers. A 16-bit model's tiled
+// kernels (GEMMs without native bf16, attention, embedding dwte) convert tiles into
+// fp32 scratch (kernels/half_scratch.hpp), owned here and bound while this object
+// lives; the row kernels run directly on 16-bit memory.
 template <class T>
 class HostModelOps {
  public:
