@@ -11,13 +11,15 @@
 //    results are deterministic.
 //  - one row function per pass for every storage type S: logits are widened to
 //    compute_t<S> in registers (vec_math.hpp) and each output is rounded once on
-//    store, so T = f16 / bf16 runs directly on 16-bit memory (no scratch:
-//    cross_entropy_half_scratch_elems is 0) and gives the fp32 kernel's losses and
-//    dlogits on the same 16-bit logits rounded once, bit for bit. The fp32 backward
-//    keeps exp(x - max) in dlogits between its passes; 16 bits cannot hold that
-//    intermediate unrounded, so the 16-bit backward computes each exp twice (once
-//    for the sum, once for the output: exp_fast is the same operations, so the same
-//    bits) and reads the target's logit before the row is overwritten (in place).
+//    store, so T = f16 / bf16 reads and writes 16-bit memory directly and gives the
+//    fp32 kernel's losses and dlogits on the same 16-bit logits rounded once, bit
+//    for bit. The forward needs no scratch. The backward keeps exp(x - max) of a
+//    row unrounded between its passes: the fp32 kernel in dlogits itself, the
+//    16-bit one (dlogits cannot hold fp32 values) in ONE fp32 row of the scratch
+//    arena (cross_entropy_half_scratch_elems = V), so its rows run one after
+//    another on the host. (Recomputing the exps instead needs no scratch but cost
+//    +50% at V = 50257.) The target's gradient is formed before the row is written,
+//    so in-place dlogits == logits still works.
 #include "kernels/cross_entropy.hpp"
 
 #include <cmath>
@@ -54,8 +56,15 @@ template <class S, class T = compute_t<S>>
 SHARDTRAIN_ALWAYS_INLINE T sum_exp(const S* __restrict x, T m, std::int64_t v) {
   T acc[vec::kLanes] = {};
   std::int64_t j = 0;
-  for (; j + vec::kLanes <= v; j += vec::kLanes)
-    for (int l = 0; l < vec::kLanes; ++l) acc[l] += vec::exp_fast<T>(vec::widen(x[j + l]) - m);
+  for (; j + vec::kLanes <= v; j += vec::kLanes) {
+    if constexpr (!vec::widen_first<S>) {
+      for (int l = 0; l < vec::kLanes; ++l) acc[l] += vec::exp_fast<T>(vec::widen(x[j + l]) - m);
+    } else {
+      T w[vec::kLanes];  // see vec::widen_lanes
+      vec::widen_lanes(x + j, w);
+      for (int l = 0; l < vec::kLanes; ++l) acc[l] += vec::exp_fast<T>(w[l] - m);
+    }
+  }
   T tail = T(0);
   for (; j < v; ++j) tail += vec::exp_fast<T>(vec::widen(x[j]) - m);
   return vec::combine_lanes(acc) + tail;
@@ -69,36 +78,30 @@ T row_loss(const S* __restrict x, TokenIndex target, std::int64_t v) {
   return std::log(sum_exp(x, m, v)) - (vec::widen(x[target]) - m);
 }
 
-// dl = scale * (softmax(x) - onehot(target)); dl may equal x.
+// dl = scale * (softmax(x) - onehot(target)); dl may equal x. e: v values of the
+// compute type that hold exp(x - m) unrounded between the passes: dl itself for
+// float / double, a one-row fp32 buffer for a 16-bit dl (which cannot hold them).
+// No restrict: e may be dl, and dl may be x (same-index read-then-write only).
 template <class S, class T = compute_t<S>>
 SHARDTRAIN_TARGET_CLONES
-void row_grad(const S* x, TokenIndex target, T scale, S* dl, std::int64_t v) {
+void row_grad(const S* x, TokenIndex target, T scale, S* dl, T* e, std::int64_t v) {
   if (target < 0) {
     for (std::int64_t j = 0; j < v; ++j) dl[j] = vec::narrow<S>(T(0));
     return;
   }
   const T m = vec::max(x, v);
-  if constexpr (std::is_same_v<S, T>) {
-    // dl holds exp(x - m) unrounded between the passes.
-    SHARDTRAIN_IVDEP
-    for (std::int64_t j = 0; j < v; ++j) dl[j] = vec::exp_fast<T>(x[j] - m);
-    const T factor = scale / vec::sum(dl, v);
-    for (std::int64_t j = 0; j < v; ++j) dl[j] *= factor;
-    dl[target] -= scale;
-  } else {
-    // The same values: exp(x - m) summed as above, then recomputed and scaled.
-    const T factor = scale / sum_exp(x, m, v);
-    const T x_target = vec::widen(x[target]);  // before dl (maybe x) is written
-    SHARDTRAIN_IVDEP
-    for (std::int64_t j = 0; j < v; ++j)
-      dl[j] = vec::narrow<S>(vec::exp_fast<T>(vec::widen(x[j]) - m) * factor);
-    dl[target] = vec::narrow<S>(vec::exp_fast<T>(x_target - m) * factor - scale);
-  }
+  SHARDTRAIN_IVDEP
+  for (std::int64_t j = 0; j < v; ++j) e[j] = vec::exp_fast<T>(vec::widen(x[j]) - m);
+  const T factor = scale / vec::sum(e, v);
+  const T g_target = e[target] * factor - scale;  // before dl (maybe e) is written
+  SHARDTRAIN_IVDEP
+  for (std::int64_t j = 0; j < v; ++j) dl[j] = vec::narrow<S>(e[j] * factor);
+  dl[target] = vec::narrow<S>(g_target);
 }
 
 }  // namespace
 
-std::int64_t cross_entropy_half_scratch_elems(std::int64_t) { return 0; }
+std::int64_t cross_entropy_half_scratch_elems(std::int64_t v) { return v > 0 ? v : 0; }
 
 template <class T>
 void cross_entropy_forward(CView2<T> logits, CView1<TokenIndex> targets, View1<T> losses) {
@@ -142,13 +145,21 @@ void cross_entropy_backward(CView2<T> logits, CView1<TokenIndex> targets, T scal
   const std::int64_t bad = count_bad_targets(tgt, n, v);
   SHARDTRAIN_CHECK(bad == 0, std::to_string(bad) + " targets >= number of classes " +
                                  std::to_string(v));
-  if constexpr (is_half_v<T>) half_tiles::check_host("cross_entropy_backward");
-  const compute_t<T> s = vec::widen(scale);
   const T* xp = logits.data();
   T* dp = dlogits.data();
-  Kokkos::parallel_for(kLabelBackward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
-    row_grad(xp + i * v, tgt[i], s, dp + i * v, v);
-  });
+  if constexpr (is_half_v<T>) {
+    if (n == 0) return;
+    half_tiles::check_host("cross_entropy_backward");
+    // One fp32 row of exp values, taken before anything is written; so the rows run
+    // one after another on the host.
+    float* e = half_tiles::Scratch(v, "cross_entropy_backward").take(v);
+    const float s = to_float(scale);
+    for (std::int64_t i = 0; i < n; ++i) row_grad(xp + i * v, tgt[i], s, dp + i * v, e, v);
+  } else {
+    Kokkos::parallel_for(kLabelBackward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+      row_grad(xp + i * v, tgt[i], scale, dp + i * v, dp + i * v, v);
+    });
+  }
 }
 
 #define SHARDTRAIN_INSTANTIATE_CROSS_ENTROPY(T)                                        \

@@ -3,7 +3,8 @@
 // row max subtracted). Rows whose target is negative are ignored: loss 0, grad 0.
 // T = f16 / bf16: logits, losses and dlogits are stored in T; each row is computed in
 // fp32 in registers on the 16-bit logits and every output rounded once (bit for bit
-// the fp32 kernel's result on the same logits, rounded); no scratch. `scale` is a T like the rest of the
+// the fp32 kernel's result on the same logits, rounded); the backward keeps one row
+// of fp32 exp values in the scratch arena. `scale` is a T like the rest of the
 // signature (same signature for every T), converted to float: a loss scale that is
 // not representable in T (bf16 keeps 8 significant bits) is rounded by the caller.
 #pragma once
@@ -32,9 +33,9 @@ SHARDTRAIN_DECLARE_CROSS_ENTROPY(f16)
 SHARDTRAIN_DECLARE_CROSS_ENTROPY(bf16)
 #undef SHARDTRAIN_DECLARE_CROSS_ENTROPY
 
-// Floats of 16-bit scratch (half_scratch.hpp) that cross_entropy_forward and
-// cross_entropy_backward need for v classes: 0 for every T (the 16-bit path runs
-// directly on 16-bit memory). Declared so a model sizes the arena uniformly.
+// Floats of 16-bit scratch (half_scratch.hpp) that cross_entropy_backward with T =
+// f16 / bf16 needs for v classes, any number of rows: v (one fp32 row of exp
+// values). cross_entropy_forward and float / double calls need none.
 std::int64_t cross_entropy_half_scratch_elems(std::int64_t v);
 
 }  // namespace shardtrain

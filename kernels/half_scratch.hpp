@@ -4,8 +4,9 @@
 //
 // Why global: a tiled 16-bit kernel call (GEMMs without native bf16, attention,
 // embedding's dwte, conv2d; the row kernels run directly on 16-bit memory and need
-// none, see half_tiles.hpp) converts tiles of its inputs to fp32, runs the fp32 math
-// on each tile and rounds the results back, so it needs fp32 tile buffers. Passing them as an argument would give the f16/bf16
+// none, but for the cross entropy backward's one fp32 row, see half_tiles.hpp)
+// converts tiles of its inputs to fp32, runs the fp32 math on each tile and rounds
+// the results back, so it needs fp32 tile buffers. Passing them as an argument would give the f16/bf16
 // kernels other signatures than the fp32 ones, and Gpt<T> calls every kernel with
 // the same code for every T. Instead the owner (the model) binds one buffer once,
 // before the first step: a TrackedBuffer<float> tagged Workspace (so the bytes are
@@ -20,7 +21,8 @@
 //  - a 16-bit kernel asks for its scratch before it writes any output, so a call
 //    that throws for lack of scratch leaves its outputs untouched;
 //  - fp32 and double kernels never use the arena, nor do the direct 16-bit row
-//    kernels (their *_half_scratch_elems are 0);
+//    kernels other than the cross entropy backward (their *_half_scratch_elems
+//    are 0);
 //  - NOT thread-safe and not re-entrant: every 16-bit kernel call uses the buffer
 //    from its start, so two calls must never overlap in time. That holds with the
 //    Serial backend (kernels run one after another on the host thread) and one

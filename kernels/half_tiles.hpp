@@ -14,8 +14,9 @@
 //     kernel accumulates into (+=: layernorm's dx, dw, db, accumulate's y, dwpe)
 //     are widened, added to in fp32 registers and rounded once per call; a
 //     parameter gradient summed over rows (dw, db, dwpe) keeps its fp32 sum in
-//     registers across ALL rows of the call. No scratch: their *_half_scratch_elems
-//     are 0;
+//     registers across ALL rows of the call. No scratch (their *_half_scratch_elems
+//     are 0), except where an unrounded fp32 intermediate must outlive a pass: the
+//     cross entropy backward keeps one row of exp values (V floats) in the arena;
 //  3. the other kernels take fp32 tile buffers from the scratch arena
 //     (half_scratch.hpp) before they write anything, so a missing arena throws with
 //     outputs untouched, and per tile convert the inputs to fp32 (exact), run the

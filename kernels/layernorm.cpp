@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/half_tiles.hpp"  // check_host
@@ -64,9 +65,18 @@ SHARDTRAIN_ALWAYS_INLINE T dot_centered(const S* __restrict dy, const S* __restr
                                         const S* __restrict x, T mu, std::int64_t c) {
   T acc[vec::kLanes] = {};
   std::int64_t j = 0;
-  for (; j + vec::kLanes <= c; j += vec::kLanes)
-    for (int l = 0; l < vec::kLanes; ++l)
-      acc[l] += vec::widen(dy[j + l]) * vec::widen(w[j + l]) * (vec::widen(x[j + l]) - mu);
+  for (; j + vec::kLanes <= c; j += vec::kLanes) {
+    if constexpr (!vec::widen_first<S>) {
+      for (int l = 0; l < vec::kLanes; ++l)
+        acc[l] += vec::widen(dy[j + l]) * vec::widen(w[j + l]) * (vec::widen(x[j + l]) - mu);
+    } else {
+      T wdy[vec::kLanes], ww[vec::kLanes], wx[vec::kLanes];  // see vec::widen_lanes
+      vec::widen_lanes(dy + j, wdy);
+      vec::widen_lanes(w + j, ww);
+      vec::widen_lanes(x + j, wx);
+      for (int l = 0; l < vec::kLanes; ++l) acc[l] += wdy[l] * ww[l] * (wx[l] - mu);
+    }
+  }
   T tail = T(0);
   for (; j < c; ++j) tail += vec::widen(dy[j]) * vec::widen(w[j]) * (vec::widen(x[j]) - mu);
   return vec::combine_lanes(acc) + tail;

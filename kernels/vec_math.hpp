@@ -61,6 +61,22 @@ SHARDTRAIN_ALWAYS_INLINE S narrow(compute_t<S> c) {
   return static_cast<S>(c);
 }
 
+// w[l] = widen(p[l]), l < kLanes: the bf16 lane loops below (widen_first<S>) widen
+// a block into such an array first and then do the arithmetic on it. Written as one
+// loop (acc[l] += widen(p[j + l])), GCC 12 builds the bf16 SLP group from the 16-bit
+// loads (256 bits) and does all the fp32 arithmetic in 256-bit halves; this way it
+// stays in 512-bit registers (cross entropy's forward: 1.7x faster). float keeps its
+// plain loops (the same code as before), and so does f16, whose longer widening
+// GCC then leaves scalar (2x slower). The same operations in the same order either
+// way, so the same bits.
+template <class S>
+inline constexpr bool widen_first = std::is_same_v<std::remove_cv_t<S>, bf16>;
+
+template <class S, class T = compute_t<S>>
+SHARDTRAIN_ALWAYS_INLINE void widen_lanes(const S* __restrict p, T (&w)[kLanes]) {
+  for (int l = 0; l < kLanes; ++l) w[l] = widen(p[l]);
+}
+
 // Fixed halving tree: lane l + w is added to lane l for w = 8, 4, 2, 1.
 template <class T>
 SHARDTRAIN_ALWAYS_INLINE T combine_lanes(const T (&acc)[kLanes]) {
@@ -76,8 +92,15 @@ template <class S, class T = compute_t<S>>
 SHARDTRAIN_ALWAYS_INLINE T sum(const S* __restrict p, std::int64_t n) {
   T acc[kLanes] = {};
   std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += widen(p[j + l]);
+  for (; j + kLanes <= n; j += kLanes) {
+    if constexpr (!widen_first<S>) {
+      for (int l = 0; l < kLanes; ++l) acc[l] += widen(p[j + l]);
+    } else {
+      T w[kLanes];
+      widen_lanes(p + j, w);
+      for (int l = 0; l < kLanes; ++l) acc[l] += w[l];
+    }
+  }
   T tail = T(0);
   for (; j < n; ++j) tail += widen(p[j]);
   return combine_lanes(acc) + tail;
@@ -88,11 +111,21 @@ template <class S, class T = compute_t<S>>
 SHARDTRAIN_ALWAYS_INLINE T sum_sq_dev(const S* __restrict p, T c, std::int64_t n) {
   T acc[kLanes] = {};
   std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const T d = widen(p[j + l]) - c;
-      acc[l] += d * d;
+  for (; j + kLanes <= n; j += kLanes) {
+    if constexpr (!widen_first<S>) {
+      for (int l = 0; l < kLanes; ++l) {
+        const T d = widen(p[j + l]) - c;
+        acc[l] += d * d;
+      }
+    } else {
+      T w[kLanes];
+      widen_lanes(p + j, w);
+      for (int l = 0; l < kLanes; ++l) {
+        const T d = w[l] - c;
+        acc[l] += d * d;
+      }
     }
+  }
   T tail = T(0);
   for (; j < n; ++j) tail += (widen(p[j]) - c) * (widen(p[j]) - c);
   return combine_lanes(acc) + tail;
@@ -103,8 +136,16 @@ template <class S, class T = compute_t<S>>
 SHARDTRAIN_ALWAYS_INLINE T dot(const S* __restrict a, const S* __restrict b, std::int64_t n) {
   T acc[kLanes] = {};
   std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += widen(a[j + l]) * widen(b[j + l]);
+  for (; j + kLanes <= n; j += kLanes) {
+    if constexpr (!widen_first<S>) {
+      for (int l = 0; l < kLanes; ++l) acc[l] += widen(a[j + l]) * widen(b[j + l]);
+    } else {
+      T wa[kLanes], wb[kLanes];
+      widen_lanes(a + j, wa);
+      widen_lanes(b + j, wb);
+      for (int l = 0; l < kLanes; ++l) acc[l] += wa[l] * wb[l];
+    }
+  }
   T tail = T(0);
   for (; j < n; ++j) tail += widen(a[j]) * widen(b[j]);
   return combine_lanes(acc) + tail;

@@ -27,8 +27,8 @@
 // Shapes span several tiles / work chunks with a ragged last one.
 // Scratch: each call runs with exactly its *_half_scratch_elems bound; one float
 // less, or nothing bound, throws shardtrain::Error and leaves the outputs untouched.
-// Kernels whose size is 0 (gelu, layernorm, cross entropy, elementwise) run and
-// write their outputs with nothing bound.
+// Kernels whose size is 0 (gelu, layernorm, elementwise, cross entropy forward)
+// run and write their outputs with nothing bound.
 // The fp32 / double paths are covered, unchanged, by the other kernels_* tests.
 #include <gtest/gtest.h>
 
@@ -224,8 +224,9 @@ void expect_scratch_exact(const std::string& what, std::int64_t elems,
 }
 
 // A 16-bit call that takes no scratch (the bf16 GEMMs of a CPU with native bf16 dot
-// products, which run straight on oneDNN; gelu, layernorm, cross entropy, which run
-// directly on 16-bit memory): with nothing bound the call runs and writes its output.
+// products, which run straight on oneDNN; gelu, layernorm, the cross entropy
+// forward, which run directly on 16-bit memory): with nothing bound the call runs and
+// writes its output.
 void expect_runs_without_scratch(const std::string& what, const std::function<void()>& run,
                                  const std::function<std::vector<std::uint16_t>()>& output_bits) {
   const auto before = output_bits();
@@ -633,7 +634,7 @@ TYPED_TEST(HalfKernels, Elementwise) {
 // the same 16-bit inputs, rounded once, bit for bit.
 TYPED_TEST(HalfKernels, DirectKernelsAllTailLengths) {
   using H = TypeParam;
-  half_scratch_bind(nullptr, 0);  // none of these uses scratch
+  half_scratch_bind(nullptr, 0);  // only the cross entropy backward uses scratch
   for (std::int64_t n = 0; n <= 80; ++n) {
     const std::string at = " n=" + std::to_string(n);
     const auto x = random_half<H>(n, 1001 + n, -6.0, 6.0), dy = random_half<H>(n, 1101 + n);
@@ -690,6 +691,7 @@ TYPED_TEST(HalfKernels, DirectKernelsAllTailLengths) {
                                          static_cast<TokenIndex>(v / 2)};
     const H scale(0.25f);
     auto losses = nan_filled<H>(n), dl = nan_filled<H>(n * v);
+    BoundScratch scratch(cross_entropy_half_scratch_elems(v));
     cross_entropy_forward<H>(cview2(logits, n, v), cview1(tgt), view1(losses));
     cross_entropy_backward<H>(cview2(logits, n, v), cview1(tgt), scale, view2(dl, n, v));
     const auto l32 = widen(logits);
@@ -828,6 +830,7 @@ TYPED_TEST(HalfKernels, DirectKernelsNonFinite) {
     const std::vector<TokenIndex> tgt = {3, 17, 40, 5};
     const H scale(2.0f);
     auto losses = nan_filled<H>(n), dl = nan_filled<H>(n * v);
+    BoundScratch scratch(cross_entropy_half_scratch_elems(v));
     cross_entropy_forward<H>(cview2(logits, n, v), cview1(tgt), view1(losses));
     cross_entropy_backward<H>(cview2(logits, n, v), cview1(tgt), scale, view2(dl, n, v));
     const auto l32 = widen(logits);
@@ -983,13 +986,13 @@ TYPED_TEST(HalfKernels, ScratchSizesAreExactAndMissingScratchThrows) {
     const auto logits = random_half<H>(n * v, 961);
     const std::vector<TokenIndex> tgt(n, 1);
     auto losses = random_half<H>(n, 962), dlogits = random_half<H>(n * v, 963);
-    EXPECT_EQ(cross_entropy_half_scratch_elems(v), 0);
     expect_runs_without_scratch(
         "cross_entropy_forward",
         [&] { cross_entropy_forward<H>(cview2(logits, n, v), cview1(tgt), view1(losses)); },
         [&] { return bits_of(losses); });
-    expect_runs_without_scratch(
-        "cross_entropy_backward",
+    EXPECT_EQ(cross_entropy_half_scratch_elems(v), v);
+    expect_scratch_exact(
+        "cross_entropy_backward", cross_entropy_half_scratch_elems(v),
         [&] {
           cross_entropy_backward<H>(cview2(logits, n, v), cview1(tgt), H(1.0f),
                                     view2(dlogits, n, v));
