@@ -31,23 +31,31 @@
 // Invariants: out and dqkv are OVERWRITTEN (every element is written once);
 // deterministic (fixed order everywhere, no atomics); no allocation.
 //
-// T = f16 / bf16 (half_tiles.hpp): one (sequence b, head h) pair at a time, the fp32
-// kernel runs with AttentionShape{1, T, hd, 1} on fp32 tiles in the scratch arena:
-//   forward:  qkv tile (T, 3hd) = [q_h | k_h | v_h] columns of qkv[b] -> fp32;
-//             attention_forward<float> -> saved tile [q | k | v | probs] and out
-//             tile (T, hd); the saved tile is rounded into q/k/v/probs(b, h) of the
-//             16-bit saved (same layout and element count as for float; q, k, v
-//             round-trip exactly), the out tile into out[b, :, h*hd:(h+1)*hd];
-//   backward: saved(b, h) and dout[b, :, h] -> fp32; attention_backward<float> ->
-//             dqkv tile (T, 3hd), rounded into the q/k/v columns of dqkv[b, :, h].
-// A single head is the same math as the multi-head kernel (heads are independent
-// and the scale is 1/sqrt(hd) in both); tiling per head instead of per sequence
-// makes the scratch 8*T*hd + 2*T^2 floats rather than 8*T*C + (H+1)*T^2 (GPT-2
-// small, T = 1024: 10 MB instead of 76 MB). The 16-bit `workspace` is not used.
-// (The tile sizes below include the fp32 kernel's workspace, T*T + T*hd.)
+// Each (b, h) pair runs forward_head / backward_head (scores, softmax, products)
+// on contiguous operands in the compute type; the callers differ only in where the
+// operands come from and the results go.
+//
+// T = f16 / bf16 (half_tiles.hpp): `saved` has the fp32 layout with T elements.
+//   forward:  the split into q/k/v(b, h) is the same 16-bit copy as for float (the
+//             saved q, k, v are the inputs' bits); per (b, h) q, v are widened and
+//             K^T widened while transposing (one pass each, exact) into fp32 tiles,
+//             forward_head<float> writes fp32 probs and an out tile, and those are
+//             rounded once into probs(b, h) and out[b, :, h];
+//   backward: per (b, h) q, k, probs and dout[b, :, h] are widened, V^T widened while
+//             transposing, backward_head<float> writes a dqkv tile (T, 3hd) that is
+//             rounded once into the q/k/v columns of dqkv[b, :, h].
+// So the 16-bit results are the fp32 kernel's per-head math on the 16-bit inputs
+// (the backward on the 16-bit saved probs), each output rounded once. Per head, not
+// per sequence: the scratch is 7*T*hd + 2*T^2 floats (forward uses 4*T*hd + T^2 of
+// it) instead of growing with H (GPT-2 small, T = 1024: 10 MB). Where the 16-bit
+// time goes at the 12-layer GPT's shape (B 8, T 128, C 512, H 8; perf, forward and
+// backward): small_gemm about 40%, the softmax rows about 14%, the widening and
+// rounding passes (convert) about 17%, split heads and the widening transposes
+// about 14%. The 16-bit `workspace` is not used.
 #include "kernels/attention.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -73,11 +81,13 @@ std::int64_t key_cols(bool causal, std::int64_t r1, std::int64_t len) {
   return causal && r1 < len ? r1 : len;
 }
 
-// dst (cols x rows) = src (rows x cols)^T, both contiguous row-major.
-template <class T>
-void transpose(const T* __restrict src, std::int64_t rows, std::int64_t cols, T* __restrict dst) {
+// dst (cols x rows) = src (rows x cols)^T, both contiguous row-major, in the
+// compute type (a 16-bit src is widened on the way, exactly).
+template <class S>
+void transpose(const S* __restrict src, std::int64_t rows, std::int64_t cols,
+               compute_t<S>* __restrict dst) {
   for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+    for (std::int64_t j = 0; j < cols; ++j) dst[j * rows + i] = vec::widen(src[i * cols + j]);
 }
 
 struct Dims {
@@ -109,11 +119,6 @@ void check_lengths(const char* op, const Dims& d, CView1<std::int32_t> lengths) 
 // Valid keys of sequence b.
 std::int64_t valid_len(CView1<std::int32_t> lengths, std::int64_t b, std::int64_t nt) {
   return lengths.extent(0) == 0 ? nt : static_cast<std::int64_t>(lengths(b));
-}
-
-// The single length of sequence b as a view (for one-sequence sub-calls).
-CView1<std::int32_t> length_of(CView1<std::int32_t> lengths, std::int64_t b) {
-  return lengths.extent(0) == 0 ? CView1<std::int32_t>() : CView1<std::int32_t>(lengths.data() + b, 1);
 }
 
 // attention_workspace_elems for sequence length t and head size hd: [ (T,T) | (hd,T) ].
@@ -160,15 +165,103 @@ void causal_softmax_grad_row(const T* __restrict p, T* __restrict dp, T scale, s
   for (std::int64_t j = len; j < n; ++j) dp[j] = T(0);
 }
 
-// fp32 tiles of one (sequence, head) pair for the 16-bit path. Forward: qkv tile
-// (T, 3hd) | saved tile (3 T hd + T^2) | out tile (T, hd) | workspace (T^2 + T hd).
-// Backward: the same sizes as dqkv tile | saved tile | dout tile | workspace.
+// qkv(b, t, [q|k|v], h, :) -> q/k/v(b, h, t, :) of `saved`: a copy (exact for
+// every T, so the 16-bit saved q, k, v are the inputs' bits).
+template <class T>
+void split_heads(const Dims& d, const T* src, T* saved) {
+  const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
+  const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v: (B,H,T,hd)
+  T* q = saved;
+  T* k = q + qkv_elems;
+  T* v = k + qkv_elems;
+  Kokkos::parallel_for(kLabelSplitHeads, range(d.b * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
+    const std::int64_t b = bt / nt, t = bt % nt;
+    const T* row = src + bt * 3 * nc;
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const std::int64_t dst = ((b * nh + h) * nt + t) * hd;
+      // memcpy: GCC copies 16-bit structs one by one in a plain loop.
+      std::memcpy(q + dst, row + h * hd, static_cast<std::size_t>(hd) * sizeof(T));
+      std::memcpy(k + dst, row + nc + h * hd, static_cast<std::size_t>(hd) * sizeof(T));
+      std::memcpy(v + dst, row + 2 * nc + h * hd, static_cast<std::size_t>(hd) * sizeof(T));
+    }
+  });
+}
+
+// Forward of one (sequence, head) pair in compute type T (float or double):
+// q (T, hd) and v (T, hd) contiguous, kt = K^T (hd, T); writes the probabilities
+// pp (T, T) and y (T, hd) with row stride ldy. len: the valid keys.
+template <class T>
+void forward_head(const T* qh, const T* kt, const T* vh, T* pp, T* yh, std::int64_t ldy,
+                  std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale) {
+  const std::int64_t rb = causal ? kRowBlock : nt;  // rows per block
+  // S[r0:r1, 0:kc] = scale Q[r0:r1] K[0:kc]^T with kc = min(r1, len) (causal) or len:
+  // masked blocks are neither computed nor read.
+  for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
+    const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+    small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, scale, qh + r0 * hd, hd, 1, kt, nt,
+                  pp + r0 * nt, nt);
+  }
+  Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+    causal_softmax_row(pp + t * nt, causal && t + 1 < len ? t + 1 : len, nt);
+  });
+  // Y[r0:r1] = P[r0:r1, 0:kc] V[0:kc]
+  for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
+    const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+    small_gemm<T>(r1 - r0, hd, key_cols(causal, r1, len), T(1), pp + r0 * nt, nt, 1, vh, hd,
+                  yh + r0 * ldy, ldy);
+  }
+}
+
+// Backward of one (sequence, head) pair in compute type T: q, k (T, hd) contiguous,
+// vt = V^T (hd, T), pp = the probabilities (T, T), dy (T, hd) with row stride ldy;
+// writes dq, dk, dv (T, hd) with row stride ld (rows >= len of dk and dv are 0);
+// dpp: (T, T) workspace (dP, then dS).
+template <class T>
+void backward_head(const T* qh, const T* kh, const T* vt, const T* pp, const T* dyh,
+                   std::int64_t ldy, T* dqh, T* dkh, T* dvh, std::int64_t ld, T* dpp,
+                   std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale) {
+  const std::int64_t rb = causal ? kRowBlock : nt;  // rows (key rows) per block
+  // Key-row blocks [c0, c1) (c1 <= len) take the query rows [c0, T) when causal
+  // (P, dS are 0 above the diagonal), all rows otherwise; A = P^T or dS^T is read
+  // with swapped strides. Key rows >= len of dK and dV are 0.
+  for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dV = P^T dY
+    const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
+    const std::int64_t r_lo = causal ? c0 : 0;
+    small_gemm<T>(c1 - c0, hd, nt - r_lo, T(1), pp + r_lo * nt + c0, 1, nt, dyh + r_lo * ldy, ldy,
+                  dvh + c0 * ld, ld);
+  }
+  zero_rows(dvh, ld, len, nt, hd);
+  for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dP = dY V^T
+    const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+    small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, T(1), dyh + r0 * ldy, ldy, 1, vt, nt,
+                  dpp + r0 * nt, nt);
+  }
+  Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+    causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, causal && t + 1 < len ? t + 1 : len, nt);
+  });
+  for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dQ = dS K
+    const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
+    small_gemm<T>(r1 - r0, hd, key_cols(causal, r1, len), T(1), dpp + r0 * nt, nt, 1, kh, hd,
+                  dqh + r0 * ld, ld);
+  }
+  for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dK = dS^T Q
+    const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
+    const std::int64_t r_lo = causal ? c0 : 0;
+    small_gemm<T>(c1 - c0, hd, nt - r_lo, T(1), dpp + r_lo * nt + c0, 1, nt, qh + r_lo * hd, hd,
+                  dkh + c0 * ld, ld);
+  }
+  zero_rows(dkh, ld, len, nt, hd);
+}
+
+// fp32 tiles of one (sequence, head) pair for the 16-bit path.
+//   forward:  q | K^T | v | y (each T hd) | probs (T^2);
+//   backward: q | k | V^T | dy (each T hd) | dqkv (T, 3hd) | probs | dP/dS (each T^2).
+// Both calls take elems() (the larger, backward's), so one size serves both.
 struct HalfAttentionTiles {
   std::int64_t t, hd;
-  std::int64_t saved_elems() const { return 3 * t * hd + t * t; }
-  // The fp32 kernel's workspace for one head (attention_workspace_elems).
-  std::int64_t workspace_elems() const { return workspace_elems_for(t, hd); }
-  std::int64_t elems() const { return 3 * t * hd + saved_elems() + t * hd + workspace_elems(); }
+  std::int64_t forward_elems() const { return 4 * t * hd + t * t; }
+  std::int64_t backward_elems() const { return 7 * t * hd + 2 * t * t; }
+  std::int64_t elems() const { return backward_elems(); }
 };
 
 // Shapes checked by attention_forward; B, T, C > 0.
@@ -179,28 +272,30 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
   check_host("attention_forward");
   const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
   const HalfAttentionTiles tiles{nt, hd};
-  Scratch scratch(tiles.elems(), "attention_forward");
-  float* qkvt = scratch.take(3 * nt * hd);
-  float* st = scratch.take(tiles.saved_elems());
-  float* ot = scratch.take(nt * hd);
-  float* wt = scratch.take(tiles.workspace_elems());
-  const AttentionShape head{1, nt, hd, 1, d.causal};
+  Scratch scratch(tiles.elems(), "attention_forward");  // before any output is written
+  float* qt = scratch.take(nt * hd);
+  float* ktt = scratch.take(hd * nt);
+  float* vt = scratch.take(nt * hd);
+  float* yt = scratch.take(nt * hd);
+  float* pt = scratch.take(nt * nt);
+  split_heads(d, qkv.data(), saved.data());
+  const std::int64_t head_elems = nt * hd;
   const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v in saved
+  const H* q = saved.data();
+  const H* k = q + qkv_elems;
+  const H* v = k + qkv_elems;
+  H* probs = saved.data() + 3 * qkv_elems;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::int64_t b = 0; b < d.b; ++b) {
+    const std::int64_t len = valid_len(lengths, b, nt);
     for (std::int64_t h = 0; h < nh; ++h) {
-      for (std::int64_t t = 0; t < nt; ++t) {
-        const H* row = qkv.data() + (b * nt + t) * 3 * nc + h * hd;
-        for (std::int64_t part = 0; part < 3; ++part)  // q, k, v
-          to_f32(row + part * nc, qkvt + (3 * t + part) * hd, hd);
-      }
-      attention_forward<float>(head, CView3<float>(qkvt, 1, nt, 3 * hd),
-                               View1<float>(st, tiles.saved_elems()), View1<float>(wt, tiles.workspace_elems()),
-                               View3<float>(ot, 1, nt, hd), length_of(lengths, b));
       const std::int64_t bh = b * nh + h;
-      for (std::int64_t part = 0; part < 3; ++part)
-        from_f32(st + part * nt * hd, saved.data() + part * qkv_elems + bh * nt * hd, nt * hd);
-      from_f32(st + 3 * nt * hd, saved.data() + 3 * qkv_elems + bh * nt * nt, nt * nt);
-      store_block(ot, nt, hd, out.data() + b * nt * nc + h * hd, nc);
+      to_f32(q + bh * head_elems, qt, head_elems);
+      transpose(k + bh * head_elems, nt, hd, ktt);
+      to_f32(v + bh * head_elems, vt, head_elems);
+      forward_head<float>(qt, ktt, vt, pt, yt, hd, nt, hd, len, d.causal, scale);
+      from_f32(pt, probs + bh * nt * nt, nt * nt);
+      store_block(yt, nt, hd, out.data() + b * nt * nc + h * hd, nc);
     }
   }
 }
@@ -214,22 +309,31 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
   const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
   const HalfAttentionTiles tiles{nt, hd};
   Scratch scratch(tiles.elems(), "attention_backward");
+  float* qt = scratch.take(nt * hd);
+  float* kt = scratch.take(nt * hd);
+  float* vtt = scratch.take(hd * nt);
+  float* dyt = scratch.take(nt * hd);
   float* dqkvt = scratch.take(3 * nt * hd);
-  float* st = scratch.take(tiles.saved_elems());
-  float* dot = scratch.take(nt * hd);
-  float* wt = scratch.take(tiles.workspace_elems());
-  const AttentionShape head{1, nt, hd, 1, d.causal};
+  float* pt = scratch.take(nt * nt);
+  float* dpp = scratch.take(nt * nt);
+  const std::int64_t head_elems = nt * hd;
   const std::int64_t qkv_elems = d.b * nt * nc;
+  const H* q = saved.data();
+  const H* k = q + qkv_elems;
+  const H* v = k + qkv_elems;
+  const H* probs = v + qkv_elems;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::int64_t b = 0; b < d.b; ++b) {
+    const std::int64_t len = valid_len(lengths, b, nt);
     for (std::int64_t h = 0; h < nh; ++h) {
       const std::int64_t bh = b * nh + h;
-      for (std::int64_t part = 0; part < 3; ++part)
-        to_f32(saved.data() + part * qkv_elems + bh * nt * hd, st + part * nt * hd, nt * hd);
-      to_f32(saved.data() + 3 * qkv_elems + bh * nt * nt, st + 3 * nt * hd, nt * nt);
-      load_block(dout.data() + b * nt * nc + h * hd, nc, nt, hd, dot);
-      attention_backward<float>(head, CView3<float>(dot, 1, nt, hd),
-                                CView1<float>(st, tiles.saved_elems()), View1<float>(wt, tiles.workspace_elems()),
-                                View3<float>(dqkvt, 1, nt, 3 * hd), length_of(lengths, b));
+      to_f32(q + bh * head_elems, qt, head_elems);
+      to_f32(k + bh * head_elems, kt, head_elems);
+      transpose(v + bh * head_elems, nt, hd, vtt);
+      to_f32(probs + bh * nt * nt, pt, nt * nt);
+      load_block(dout.data() + b * nt * nc + h * hd, nc, nt, hd, dyt);
+      backward_head<float>(qt, kt, vtt, pt, dyt, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, dpp,
+                           nt, hd, len, d.causal, scale);
       for (std::int64_t t = 0; t < nt; ++t) {
         H* row = dqkv.data() + (b * nt + t) * 3 * nc + h * hd;
         for (std::int64_t part = 0; part < 3; ++part)  // dq, dk, dv
@@ -277,53 +381,20 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
     const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
     const std::int64_t head_elems = nt * hd;       // one (T, hd) slice
     const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v: (B,H,T,hd)
-    const T* src = qkv.data();
-    T* q = saved.data();
-    T* k = q + qkv_elems;
-    T* v = k + qkv_elems;
-    T* probs = v + qkv_elems;
-
-    // qkv(b, t, [q|k|v], h, :) -> q/k/v(b, h, t, :)
-    Kokkos::parallel_for(kLabelSplitHeads, range(d.b * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
-      const std::int64_t b = bt / nt, t = bt % nt;
-      const T* row = src + bt * 3 * nc;
-      for (std::int64_t h = 0; h < nh; ++h) {
-        const std::int64_t dst = ((b * nh + h) * nt + t) * hd;
-        for (std::int64_t i = 0; i < hd; ++i) q[dst + i] = row[h * hd + i];
-        for (std::int64_t i = 0; i < hd; ++i) k[dst + i] = row[nc + h * hd + i];
-        for (std::int64_t i = 0; i < hd; ++i) v[dst + i] = row[2 * nc + h * hd + i];
-      }
-    });
-
+    split_heads(d, qkv.data(), saved.data());
+    const T* q = saved.data();
+    const T* k = q + qkv_elems;
+    const T* v = k + qkv_elems;
+    T* probs = saved.data() + 3 * qkv_elems;
     const T scale = T(1) / std::sqrt(T(hd));
-    const bool causal = d.causal;
-    const std::int64_t rb = causal ? kRowBlock : nt;  // rows per block
-    T* kt = workspace.data();                          // (hd, T): K^T of the pair
+    T* kt = workspace.data();  // (hd, T): K^T of the pair
     for (std::int64_t b = 0; b < d.b; ++b) {
       const std::int64_t len = valid_len(lengths, b, nt);
       for (std::int64_t h = 0; h < nh; ++h) {
         const std::int64_t bh = b * nh + h;
-        const T* qh = q + bh * head_elems;
-        const T* vh = v + bh * head_elems;
-        T* pp = probs + bh * nt * nt;
-        T* yh = out.data() + b * nt * nc + h * hd;  // (T, hd), row stride C
         transpose(k + bh * head_elems, nt, hd, kt);
-        // S[r0:r1, 0:kc] = scale Q[r0:r1] K[0:kc]^T with kc = min(r1, len) (causal)
-        // or len: masked blocks are neither computed nor read.
-        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
-          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, scale, qh + r0 * hd, hd, 1, kt, nt,
-                        pp + r0 * nt, nt);
-        }
-        Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-          causal_softmax_row(pp + t * nt, causal && t + 1 < len ? t + 1 : len, nt);
-        });
-        // Y[r0:r1] = P[r0:r1, 0:kc] V[0:kc]
-        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
-          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          small_gemm<T>(r1 - r0, hd, key_cols(causal, r1, len), T(1), pp + r0 * nt, nt, 1, vh, hd,
-                        yh + r0 * nc, nc);
-        }
+        forward_head<T>(q + bh * head_elems, kt, v + bh * head_elems, probs + bh * nt * nt,
+                        out.data() + b * nt * nc + h * hd, nc, nt, hd, len, d.causal, scale);
       }
     }
   }
@@ -358,51 +429,16 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
     T* dpp = workspace.data();  // (T, T): dP, then dS, of the pair
     T* vt = dpp + nt * nt;       // (hd, T): V^T of the pair
     const T scale = T(1) / std::sqrt(T(hd));
-    const bool causal = d.causal;
-    const std::int64_t rb = causal ? kRowBlock : nt;  // rows (key rows) per block
-    const std::int64_t ld = 3 * nc;                   // row stride of dqkv
+    const std::int64_t ld = 3 * nc;  // row stride of dqkv
     for (std::int64_t b = 0; b < d.b; ++b) {
       const std::int64_t len = valid_len(lengths, b, nt);
       for (std::int64_t h = 0; h < nh; ++h) {
         const std::int64_t bh = b * nh + h;
-        const T* qh = q + bh * head_elems;
-        const T* kh = k + bh * head_elems;
-        const T* pp = probs + bh * nt * nt;
-        const T* dyh = dout.data() + b * nt * nc + h * hd;  // row stride C
         T* dqh = dqkv.data() + b * nt * ld + h * hd;
-        T* dkh = dqh + nc;
-        T* dvh = dqh + 2 * nc;
-        // Key-row blocks [c0, c1) (c1 <= len) take the query rows [c0, T) when causal
-        // (P, dS are 0 above the diagonal), all rows otherwise; A = P^T or dS^T is read
-        // with swapped strides. Key rows >= len of dK and dV are 0.
-        for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dV = P^T dY
-          const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
-          const std::int64_t r_lo = causal ? c0 : 0;
-          small_gemm<T>(c1 - c0, hd, nt - r_lo, T(1), pp + r_lo * nt + c0, 1, nt, dyh + r_lo * nc, nc,
-                        dvh + c0 * ld, ld);
-        }
-        zero_rows(dvh, ld, len, nt, hd);
         transpose(v + bh * head_elems, nt, hd, vt);
-        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dP = dY V^T
-          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, T(1), dyh + r0 * nc, nc, 1, vt, nt,
-                        dpp + r0 * nt, nt);
-        }
-        Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-          causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, causal && t + 1 < len ? t + 1 : len, nt);
-        });
-        for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dQ = dS K
-          const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-          small_gemm<T>(r1 - r0, hd, key_cols(causal, r1, len), T(1), dpp + r0 * nt, nt, 1, kh, hd,
-                        dqh + r0 * ld, ld);
-        }
-        for (std::int64_t c0 = 0; c0 < len; c0 += rb) {  // dK = dS^T Q
-          const std::int64_t c1 = c0 + rb < len ? c0 + rb : len;
-          const std::int64_t r_lo = causal ? c0 : 0;
-          small_gemm<T>(c1 - c0, hd, nt - r_lo, T(1), dpp + r_lo * nt + c0, 1, nt, qh + r_lo * hd, hd,
-                        dkh + c0 * ld, ld);
-        }
-        zero_rows(dkh, ld, len, nt, hd);
+        backward_head<T>(q + bh * head_elems, k + bh * head_elems, vt, probs + bh * nt * nt,
+                         dout.data() + b * nt * nc + h * hd, nc, dqh, dqh + nc, dqh + 2 * nc, ld,
+                         dpp, nt, hd, len, d.causal, scale);
       }
     }
   }

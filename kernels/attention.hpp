@@ -14,9 +14,10 @@
 // Per (b, h) the products are GEMMs on contiguous (T, hd) / (T, T) slices.
 // backward OVERWRITES dqkv. Deterministic.
 // T = f16 / bf16: `saved` has the same layout and number of elements of T as for
-// float (q, k, v, probs stored in T); the math runs in fp32 one (sequence, head)
-// pair at a time on converted tiles (attention.cpp); `workspace` is not used (its
-// size is still checked) — the fp32 tiles live in the 16-bit scratch arena.
+// float (q, k, v, probs stored in T; q, k, v are the inputs' bits); the math runs in
+// fp32, one (sequence, head) pair at a time, on tiles widened from 16 bits, and
+// each output is rounded once (attention.cpp); `workspace` is not used (its size is
+// still checked) — the fp32 tiles live in the 16-bit scratch arena.
 #pragma once
 
 #include "core/half.hpp"
@@ -57,7 +58,7 @@ SHARDTRAIN_DECLARE_ATTENTION(bf16)
 #undef SHARDTRAIN_DECLARE_ATTENTION
 
 // Floats of 16-bit scratch (half_scratch.hpp) that attention_forward and
-// attention_backward with T = f16 / bf16 need: 8*T*hd + 2*T*T (one (sequence,
+// attention_backward with T = f16 / bf16 need: 7*T*hd + 2*T*T (one (sequence,
 // head) pair), independent of B and H. float and double calls need none.
 std::int64_t attention_half_scratch_elems(const AttentionShape& s);
 

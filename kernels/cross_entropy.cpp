@@ -9,20 +9,25 @@
 //    written (exp), and later passes only touch dlogits;
 //  - rows are independent (rows in parallel); sums use vec_math's fixed lanes, so
 //    results are deterministic.
-//  - T = f16 / bf16 (half_tiles.hpp): tiles of tile_rows(V) rows (one row per tile
-//    for a 50k vocabulary) are converted to fp32 and run through
-//    cross_entropy_forward<float> / cross_entropy_backward<float> (in place on the
-//    tile), then rounded back: bit for bit the fp32 result on the 16-bit logits,
-//    rounded once. A tile is read completely before it is written, so in-place
-//    dlogits == logits still works. Targets are validated for the whole call before
-//    any tile is written. Scratch: cross_entropy_half_scratch_elems.
+//  - one row function per pass for every storage type S: logits are widened to
+//    compute_t<S> in registers (vec_math.hpp) and each output is rounded once on
+//    store, so T = f16 / bf16 reads and writes 16-bit memory directly and gives the
+//    fp32 kernel's losses and dlogits on the same 16-bit logits rounded once, bit
+//    for bit. The forward needs no scratch. The backward keeps exp(x - max) of a
+//    row unrounded between its passes: the fp32 kernel in dlogits itself, the
+//    16-bit one (dlogits cannot hold fp32 values) in ONE fp32 row of the scratch
+//    arena (cross_entropy_half_scratch_elems = V), so its rows run one after
+//    another on the host. (Recomputing the exps instead needs no scratch but cost
+//    +50% at V = 50257.) The target's gradient is formed before the row is written,
+//    so in-place dlogits == logits still works.
 #include "kernels/cross_entropy.hpp"
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
-#include "kernels/half_tiles.hpp"
+#include "kernels/half_tiles.hpp"  // check_host
 #include "kernels/vec_math.hpp"
 
 namespace shardtrain {
@@ -46,99 +51,57 @@ std::int64_t count_bad_targets(const TokenIndex* tgt, std::int64_t n, std::int64
   return bad;
 }
 
-// sum_j exp(x[j] - m)
-template <class T>
-SHARDTRAIN_ALWAYS_INLINE T sum_exp(const T* __restrict x, T m, std::int64_t v) {
+// sum_j exp(x[j] - m): the lanes and order of vec::sum over the exp values.
+template <class S, class T = compute_t<S>>
+SHARDTRAIN_ALWAYS_INLINE T sum_exp(const S* __restrict x, T m, std::int64_t v) {
   T acc[vec::kLanes] = {};
   std::int64_t j = 0;
-  for (; j + vec::kLanes <= v; j += vec::kLanes)
-    for (int l = 0; l < vec::kLanes; ++l) acc[l] += vec::exp_fast<T>(x[j + l] - m);
+  for (; j + vec::kLanes <= v; j += vec::kLanes) {
+    if constexpr (!vec::widen_first<S>) {
+      for (int l = 0; l < vec::kLanes; ++l) acc[l] += vec::exp_fast<T>(vec::widen(x[j + l]) - m);
+    } else {
+      T w[vec::kLanes];  // see vec::widen_lanes
+      vec::widen_lanes(x + j, w);
+      for (int l = 0; l < vec::kLanes; ++l) acc[l] += vec::exp_fast<T>(w[l] - m);
+    }
+  }
   T tail = T(0);
-  for (; j < v; ++j) tail += vec::exp_fast<T>(x[j] - m);
+  for (; j < v; ++j) tail += vec::exp_fast<T>(vec::widen(x[j]) - m);
   return vec::combine_lanes(acc) + tail;
 }
 
-template <class T>
+template <class S, class T = compute_t<S>>
 SHARDTRAIN_TARGET_CLONES
-T row_loss(const T* __restrict x, TokenIndex target, std::int64_t v) {
+T row_loss(const S* __restrict x, TokenIndex target, std::int64_t v) {
   if (target < 0) return T(0);
   const T m = vec::max(x, v);
-  return std::log(sum_exp(x, m, v)) - (x[target] - m);
+  return std::log(sum_exp(x, m, v)) - (vec::widen(x[target]) - m);
 }
 
-// dl = scale * (softmax(x) - onehot(target)); dl may equal x.
-template <class T>
+// dl = scale * (softmax(x) - onehot(target)); dl may equal x. e: v values of the
+// compute type that hold exp(x - m) unrounded between the passes: dl itself for
+// float / double, a one-row fp32 buffer for a 16-bit dl (which cannot hold them).
+// No restrict: e may be dl, and dl may be x (same-index read-then-write only).
+template <class S, class T = compute_t<S>>
 SHARDTRAIN_TARGET_CLONES
-void row_grad(const T* x, TokenIndex target, T scale, T* dl, std::int64_t v) {
+void row_grad(const S* x, TokenIndex target, T scale, S* dl, T* e, std::int64_t v) {
   if (target < 0) {
-    for (std::int64_t j = 0; j < v; ++j) dl[j] = T(0);
+    for (std::int64_t j = 0; j < v; ++j) dl[j] = vec::narrow<S>(T(0));
     return;
   }
   const T m = vec::max(x, v);
   SHARDTRAIN_IVDEP
-  for (std::int64_t j = 0; j < v; ++j) dl[j] = vec::exp_fast<T>(x[j] - m);
-  const T factor = scale / vec::sum(dl, v);
-  for (std::int64_t j = 0; j < v; ++j) dl[j] *= factor;
-  dl[target] -= scale;
-}
-
-// Rows per tile and floats of scratch of the 16-bit path: one logits tile and one
-// losses tile.
-struct HalfCrossEntropyTiles {
-  std::int64_t rows, v;
-  std::int64_t elems() const { return rows * v + rows; }
-};
-
-HalfCrossEntropyTiles half_cross_entropy_tiles(std::int64_t n, std::int64_t v) {
-  return {half_tiles::min(n, half_tiles::tile_rows(v)), v};
-}
-
-// Shapes and targets checked by cross_entropy_forward; n > 0.
-template <class H>
-void cross_entropy_forward_half(CView2<H> logits, CView1<TokenIndex> targets, View1<H> losses) {
-  using namespace half_tiles;
-  const std::int64_t n = static_cast<std::int64_t>(logits.extent(0));
-  const std::int64_t v = static_cast<std::int64_t>(logits.extent(1));
-  check_host("cross_entropy_forward");
-  const HalfCrossEntropyTiles tiles = half_cross_entropy_tiles(n, v);
-  Scratch scratch(tiles.elems(), "cross_entropy_forward");
-  float* lt = scratch.take(tiles.rows * v);
-  float* st = scratch.take(tiles.rows);
-  for (std::int64_t i0 = 0; i0 < n; i0 += tiles.rows) {
-    const std::int64_t nr = min(tiles.rows, n - i0);
-    to_f32(logits.data() + i0 * v, lt, nr * v);
-    cross_entropy_forward<float>(CView2<float>(lt, nr, v),
-                                 CView1<TokenIndex>(targets.data() + i0, nr), View1<float>(st, nr));
-    from_f32(st, losses.data() + i0, nr);
-  }
-}
-
-// Shapes and targets checked by cross_entropy_backward; n > 0.
-template <class H>
-void cross_entropy_backward_half(CView2<H> logits, CView1<TokenIndex> targets, float scale,
-                                 View2<H> dlogits) {
-  using namespace half_tiles;
-  const std::int64_t n = static_cast<std::int64_t>(logits.extent(0));
-  const std::int64_t v = static_cast<std::int64_t>(logits.extent(1));
-  check_host("cross_entropy_backward");
-  const HalfCrossEntropyTiles tiles = half_cross_entropy_tiles(n, v);
-  float* lt = Scratch(tiles.elems(), "cross_entropy_backward").take(tiles.rows * v);
-  for (std::int64_t i0 = 0; i0 < n; i0 += tiles.rows) {
-    const std::int64_t nr = min(tiles.rows, n - i0);
-    to_f32(logits.data() + i0 * v, lt, nr * v);
-    cross_entropy_backward<float>(CView2<float>(lt, nr, v),
-                                  CView1<TokenIndex>(targets.data() + i0, nr), scale,
-                                  View2<float>(lt, nr, v));
-    from_f32(lt, dlogits.data() + i0 * v, nr * v);
-  }
+  for (std::int64_t j = 0; j < v; ++j) e[j] = vec::exp_fast<T>(vec::widen(x[j]) - m);
+  const T factor = scale / vec::sum(e, v);
+  const T g_target = e[target] * factor - scale;  // before dl (maybe e) is written
+  SHARDTRAIN_IVDEP
+  for (std::int64_t j = 0; j < v; ++j) dl[j] = vec::narrow<S>(e[j] * factor);
+  dl[target] = vec::narrow<S>(g_target);
 }
 
 }  // namespace
 
-std::int64_t cross_entropy_half_scratch_elems(std::int64_t v) {
-  if (v <= 0) return 0;
-  return half_cross_entropy_tiles(half_tiles::tile_rows(v), v).elems();
-}
+std::int64_t cross_entropy_half_scratch_elems(std::int64_t v) { return v > 0 ? v : 0; }
 
 template <class T>
 void cross_entropy_forward(CView2<T> logits, CView1<TokenIndex> targets, View1<T> losses) {
@@ -155,15 +118,12 @@ void cross_entropy_forward(CView2<T> logits, CView1<TokenIndex> targets, View1<T
   const std::int64_t bad = count_bad_targets(tgt, n, v);
   SHARDTRAIN_CHECK(bad == 0, std::to_string(bad) + " targets >= number of classes " +
                                  std::to_string(v));
-  if constexpr (is_half_v<T>) {
-    if (n > 0) cross_entropy_forward_half(logits, targets, losses);
-  } else {
-    const T* xp = logits.data();
-    T* lp = losses.data();
-    Kokkos::parallel_for(kLabelForward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
-      lp[i] = row_loss(xp + i * v, tgt[i], v);
-    });
-  }
+  if constexpr (is_half_v<T>) half_tiles::check_host("cross_entropy_forward");
+  const T* xp = logits.data();
+  T* lp = losses.data();
+  Kokkos::parallel_for(kLabelForward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+    lp[i] = vec::narrow<T>(row_loss(xp + i * v, tgt[i], v));
+  });
 }
 
 template <class T>
@@ -185,13 +145,19 @@ void cross_entropy_backward(CView2<T> logits, CView1<TokenIndex> targets, T scal
   const std::int64_t bad = count_bad_targets(tgt, n, v);
   SHARDTRAIN_CHECK(bad == 0, std::to_string(bad) + " targets >= number of classes " +
                                  std::to_string(v));
+  const T* xp = logits.data();
+  T* dp = dlogits.data();
   if constexpr (is_half_v<T>) {
-    if (n > 0) cross_entropy_backward_half(logits, targets, to_float(scale), dlogits);
+    if (n == 0) return;
+    half_tiles::check_host("cross_entropy_backward");
+    // One fp32 row of exp values, taken before anything is written; so the rows run
+    // one after another on the host.
+    float* e = half_tiles::Scratch(v, "cross_entropy_backward").take(v);
+    const float s = to_float(scale);
+    for (std::int64_t i = 0; i < n; ++i) row_grad(xp + i * v, tgt[i], s, dp + i * v, e, v);
   } else {
-    const T* xp = logits.data();
-    T* dp = dlogits.data();
     Kokkos::parallel_for(kLabelBackward, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
-      row_grad(xp + i * v, tgt[i], scale, dp + i * v, v);
+      row_grad(xp + i * v, tgt[i], scale, dp + i * v, dp + i * v, v);
     });
   }
 }

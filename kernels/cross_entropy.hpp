@@ -2,7 +2,9 @@
 // Softmax cross-entropy over rows of logits (N, V), fused (log-sum-exp with the
 // row max subtracted). Rows whose target is negative are ignored: loss 0, grad 0.
 // T = f16 / bf16: logits, losses and dlogits are stored in T; each row is computed in
-// fp32 (half_tiles.hpp) and rounded once. `scale` is a T like the rest of the
+// fp32 in registers on the 16-bit logits and every output rounded once (bit for bit
+// the fp32 kernel's result on the same logits, rounded); the backward keeps one row
+// of fp32 exp values in the scratch arena. `scale` is a T like the rest of the
 // signature (same signature for every T), converted to float: a loss scale that is
 // not representable in T (bf16 keeps 8 significant bits) is rounded by the caller.
 #pragma once
@@ -31,9 +33,9 @@ SHARDTRAIN_DECLARE_CROSS_ENTROPY(f16)
 SHARDTRAIN_DECLARE_CROSS_ENTROPY(bf16)
 #undef SHARDTRAIN_DECLARE_CROSS_ENTROPY
 
-// Floats of 16-bit scratch (half_scratch.hpp) that cross_entropy_forward and
-// cross_entropy_backward with T = f16 / bf16 need for v classes, any number of
-// rows. float and double calls need none.
+// Floats of 16-bit scratch (half_scratch.hpp) that cross_entropy_backward with T =
+// f16 / bf16 needs for v classes, any number of rows: v (one fp32 row of exp
+// values). cross_entropy_forward and float / double calls need none.
 std::int64_t cross_entropy_half_scratch_elems(std::int64_t v);
 
 }  // namespace shardtrain

@@ -4,8 +4,11 @@
 // memory as x (partial overlap is not supported); work is split into fixed chunks
 // of the index range, each a simple loop the compiler vectorises.
 // T = f16 / bf16: copy and fill are the same code (16-bit values are moved, never
-// converted, so they are exact); accumulate computes y = round(float(y) + float(x))
-// per element: the fp32 sum of the 16-bit inputs, rounded once, without scratch.
+// converted, so they are exact); accumulate is one loop for every storage type
+// (vec_math.hpp): y = narrow(widen(y) + widen(x)), the fp32 sum of the 16-bit inputs
+// rounded once, without scratch. The accumulate loop is SHARDTRAIN_TARGET_CLONES
+// (AVX-512 / AVX2 / baseline: the widening and the rounding vectorise); the host
+// backend's VectorOps::accumulate (ZeRO's gradient buckets) calls it too.
 #include "kernels/elementwise.hpp"
 
 #include <string>
@@ -23,6 +26,14 @@ const std::string kLabelFill = "Elementwise::fill";
 constexpr std::int64_t kChunk = 8192;  // elements per work item
 
 inline std::int64_t chunks(std::int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+// y[i] = narrow(widen(y[i]) + widen(x[i])); y may be x (same index read-then-write).
+template <class S>
+SHARDTRAIN_TARGET_CLONES
+void accumulate_span(const S* x, S* y, std::int64_t n) {
+  SHARDTRAIN_IVDEP
+  for (std::int64_t i = 0; i < n; ++i) y[i] = vec::narrow<S>(vec::widen(y[i]) + vec::widen(x[i]));
+}
 
 void check_sizes(const char* op, std::size_t nx, std::size_t ny) {
   SHARDTRAIN_CHECK(nx == ny, std::string(op) + ": x has " + std::to_string(nx) +
@@ -54,14 +65,8 @@ void accumulate(CView1<T> x, View1<T> y) {
   T* yp = y.data();
   Kokkos::parallel_for(kLabelAccumulate, range(chunks(n)), KOKKOS_LAMBDA(const std::int64_t c) {
     const std::int64_t i0 = c * kChunk;
-    const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
-    if constexpr (is_half_v<T>) {
-      SHARDTRAIN_IVDEP
-      for (std::int64_t i = i0; i < i1; ++i) yp[i] = T(to_float(yp[i]) + to_float(xp[i]));
-    } else {
-      SHARDTRAIN_IVDEP
-      for (std::int64_t i = i0; i < i1; ++i) yp[i] += xp[i];
-    }
+    const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+    accumulate_span(xp + i0, yp + i0, len);
   });
 }
 

@@ -9,18 +9,22 @@
 //  - token ids are checked to lie in [0, V) with one cheap pass before they are
 //    used as indices (a bad id throws instead of reading out of bounds);
 //  - wpe may have more rows than T (the model's block size); rows >= T are unused.
-//  - T = f16 / bf16 (half_tiles.hpp). The math here is a gather and a scatter-add,
-//    so the 16-bit path does it directly on converted values instead of calling
-//    the fp32 kernel on tiles (that would need the whole of wte in fp32), with the
-//    same visiting order, so results equal the fp32 kernel's on the 16-bit inputs
-//    rounded once, bit for bit:
-//      forward:  out = round(float(wte row) + float(wpe row)), no scratch;
-//      backward: per block of kVocabBlock vocabulary rows, the rows that occur in
-//                tokens are loaded into fp32 accumulators, every (b, t) adds its
+//  - one row function per pass for every storage type S (vec_math.hpp): values
+//    are widened to compute_t<S> in registers, summed in the fp32 kernel's order and
+//    rounded once on store, so T = f16 / bf16 gives the fp32 kernel's results on the
+//    same 16-bit inputs rounded once, bit for bit:
+//      forward:  out = narrow(widen(wte row) + widen(wpe row)), no scratch;
+//      dwpe:     per position t and block of kColBlock columns, the dwpe values are
+//                widened into register accumulators, every b adds its dout row in
+//                order, and they are rounded back once (for fp32 the same loop,
+//                with the accumulators written back unrounded), no scratch;
+//      dwte (16-bit only): a token's rows are scattered anywhere in (b, t), so its
+//                fp32 accumulators live in the scratch arena (half_tiles.hpp): per
+//                block of kVocabBlock vocabulary rows, the rows that occur in
+//                tokens are widened into fp32 accumulators, every (b, t) adds its
 //                dout row in row-major order, and the rows are rounded back once
-//                (rows that do not occur are not touched); dwpe likewise per tile
-//                of tile_rows(C) positions, visiting b in order.
-//    Scratch: embedding_half_scratch_elems.
+//                (rows that do not occur are not touched).
+//    Scratch: embedding_half_scratch_elems (the dwte accumulators and their flags).
 #include "kernels/embedding.hpp"
 
 #include <algorithm>
@@ -28,6 +32,7 @@
 
 #include "core/error.hpp"
 #include "kernels/half_tiles.hpp"
+#include "kernels/vec_math.hpp"
 
 namespace shardtrain {
 namespace {
@@ -37,7 +42,7 @@ const std::string kLabelForward = "Embedding::forward";
 const std::string kLabelBackwardWte = "Embedding::backward_wte";
 const std::string kLabelBackwardWpe = "Embedding::backward_wpe";
 
-constexpr std::int64_t kColBlock = 64;  // columns per work item of the dwte reduction
+constexpr std::int64_t kColBlock = 64;  // columns per block of the dwte / dwpe reductions
 
 template <class... V>
 bool contiguous(const V&... v) {
@@ -56,63 +61,56 @@ std::int64_t count_bad_tokens(const TokenIndex* tok, std::int64_t n, std::int64_
   return bad;
 }
 
-template <class T>
-void add_rows(const T* __restrict a, const T* __restrict b, T* __restrict out, std::int64_t c) {
-  for (std::int64_t j = 0; j < c; ++j) out[j] = a[j] + b[j];
+// out = a + b, one rounding per element.
+template <class S>
+SHARDTRAIN_TARGET_CLONES
+void add_rows(const S* __restrict a, const S* __restrict b, S* __restrict out, std::int64_t c) {
+  for (std::int64_t j = 0; j < c; ++j) out[j] = vec::narrow<S>(vec::widen(a[j]) + vec::widen(b[j]));
 }
 
-template <class T>
-void accumulate_row(const T* __restrict src, T* __restrict dst, std::int64_t c) {
-  for (std::int64_t j = 0; j < c; ++j) dst[j] += src[j];
+// dst += src (dst in compute_t<S>: the fp32 dwte of a float call, or a 16-bit call's
+// fp32 accumulators).
+template <class S>
+void accumulate_row(const S* __restrict src, compute_t<S>* __restrict dst, std::int64_t c) {
+  for (std::int64_t j = 0; j < c; ++j) dst[j] += vec::widen(src[j]);
 }
 
-// --- 16-bit path --------------------------------------------------------------
-
-template <class H>
-void add_rows_half(const H* __restrict a, const H* __restrict b, H* __restrict out,
-                   std::int64_t c) {
-  for (std::int64_t j = 0; j < c; ++j) out[j] = H(to_float(a[j]) + to_float(b[j]));
-}
-
-template <class H>
-void accumulate_row_half(const H* __restrict src, float* __restrict dst, std::int64_t c) {
-  for (std::int64_t j = 0; j < c; ++j) dst[j] += to_float(src[j]);
-}
-
-// Scratch of the 16-bit backward: the dwte phase holds vocab_rows accumulator rows
-// and one "occurs" flag per row; the dwpe phase reuses the start for pos_rows rows.
-struct HalfEmbeddingTiles {
-  std::int64_t vocab_rows, pos_rows, c;
-  std::int64_t elems() const {
-    return std::max(vocab_rows * c + vocab_rows, pos_rows * c);
+// dst[j] += sum over b of src[b * stride + j] (b = 0, 1, .., nb - 1 in order), for
+// j < c: per block of kColBlock columns in register accumulators, rounded once.
+template <class S>
+SHARDTRAIN_TARGET_CLONES
+void accumulate_strided_rows(const S* __restrict src, std::int64_t stride, std::int64_t nb,
+                             S* __restrict dst, std::int64_t c) {
+  using T = compute_t<S>;
+  for (std::int64_t j0 = 0; j0 < c; j0 += kColBlock) {
+    const std::int64_t nj = (c - j0) < kColBlock ? (c - j0) : kColBlock;
+    T acc[kColBlock];
+    for (std::int64_t j = 0; j < nj; ++j) acc[j] = vec::widen(dst[j0 + j]);
+    for (std::int64_t b = 0; b < nb; ++b)
+      for (std::int64_t j = 0; j < nj; ++j) acc[j] += vec::widen(src[b * stride + j0 + j]);
+    for (std::int64_t j = 0; j < nj; ++j) dst[j0 + j] = vec::narrow<S>(acc[j]);
   }
+}
+
+// --- 16-bit dwte ------------------------------------------------------------------
+
+// Scratch of the 16-bit dwte: vocab_rows accumulator rows and one "occurs" flag per row.
+struct HalfEmbeddingTiles {
+  std::int64_t vocab_rows, c;
+  std::int64_t elems() const { return vocab_rows * c + vocab_rows; }
 };
 
-HalfEmbeddingTiles half_embedding_tiles(std::int64_t vocab, std::int64_t c, std::int64_t nt) {
-  return {half_tiles::min(vocab, half_tiles::kVocabBlock),
-          half_tiles::min(nt, half_tiles::tile_rows(c)), c};
+HalfEmbeddingTiles half_embedding_tiles(std::int64_t vocab, std::int64_t c) {
+  return {half_tiles::min(vocab, half_tiles::kVocabBlock), c};
 }
 
-// Shapes and token ids checked by embedding_forward.
+// dwte of a 16-bit call. Shapes and token ids checked by embedding_backward;
+// n = nb * nt > 0, c > 0.
 template <class H>
-void embedding_forward_half(const TokenIndex* tok, const H* wte, const H* wpe, H* out,
-                            std::int64_t n, std::int64_t nt, std::int64_t c) {
-  half_tiles::check_host("embedding_forward");
-  Kokkos::parallel_for(kLabelForward, range(n), KOKKOS_LAMBDA(const std::int64_t bt) {
-    const std::int64_t t = bt % nt;
-    add_rows_half(wte + static_cast<std::int64_t>(tok[bt]) * c, wpe + t * c, out + bt * c, c);
-  });
-}
-
-// Shapes and token ids checked by embedding_backward; n = nb * nt > 0, c > 0.
-template <class H>
-void embedding_backward_half(const TokenIndex* tok, const H* dout, H* dwte, H* dwpe,
-                             std::int64_t nb, std::int64_t nt, std::int64_t c,
-                             std::int64_t vocab) {
+void embedding_backward_wte_half(const TokenIndex* tok, const H* dout, H* dwte, std::int64_t n,
+                                 std::int64_t c, std::int64_t vocab) {
   using namespace half_tiles;
-  check_host("embedding_backward");
-  const std::int64_t n = nb * nt;
-  const HalfEmbeddingTiles tiles = half_embedding_tiles(vocab, c, nt);
+  const HalfEmbeddingTiles tiles = half_embedding_tiles(vocab, c);
   float* const acc = Scratch(tiles.elems(), "embedding_backward").take(tiles.elems());
   float* const occurs = acc + tiles.vocab_rows * c;
   const std::int64_t col_blocks = (c + kColBlock - 1) / kColBlock;
@@ -136,20 +134,11 @@ void embedding_backward_half(const TokenIndex* tok, const H* dout, H* dwte, H* d
           const std::int64_t nj = (c - j0) < kColBlock ? (c - j0) : kColBlock;
           for (std::int64_t bt = 0; bt < n; ++bt) {
             const std::int64_t r = static_cast<std::int64_t>(tok[bt]) - v0;
-            if (r >= 0 && r < nv) accumulate_row_half(dout + bt * c + j0, acc + r * c + j0, nj);
+            if (r >= 0 && r < nv) accumulate_row(dout + bt * c + j0, acc + r * c + j0, nj);
           }
         });
     for (std::int64_t r = 0; r < nv; ++r)
       if (occurs[r] != 0.0f) from_f32(acc + r * c, dwte + (v0 + r) * c, c);
-  }
-  for (std::int64_t t0 = 0; t0 < nt; t0 += tiles.pos_rows) {
-    const std::int64_t np = min(tiles.pos_rows, nt - t0);
-    to_f32(dwpe + t0 * c, acc, np * c);
-    Kokkos::parallel_for(kLabelBackwardWpe, range(np), KOKKOS_LAMBDA(const std::int64_t i) {
-      for (std::int64_t b = 0; b < nb; ++b)
-        accumulate_row_half(dout + (b * nt + t0 + i) * c, acc + i * c, c);
-    });
-    from_f32(acc, dwpe + t0 * c, np * c);
   }
 }
 
@@ -157,7 +146,7 @@ void embedding_backward_half(const TokenIndex* tok, const H* dout, H* dwte, H* d
 
 std::int64_t embedding_half_scratch_elems(std::int64_t vocab, std::int64_t c) {
   if (vocab <= 0 || c <= 0) return 0;
-  return half_embedding_tiles(vocab, c, half_tiles::tile_rows(c)).elems();
+  return half_embedding_tiles(vocab, c).elems();
 }
 
 template <class T>
@@ -182,14 +171,11 @@ void embedding_forward(CView2<TokenIndex> tokens, CView2<T> wte, CView2<T> wpe, 
   const T* wtep = wte.data();
   const T* wpep = wpe.data();
   T* outp = out.data();
-  if constexpr (is_half_v<T>) {
-    if (nb * nt > 0) embedding_forward_half(tok, wtep, wpep, outp, nb * nt, nt, c);
-  } else {
-    Kokkos::parallel_for(kLabelForward, range(nb * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
-      const std::int64_t t = bt % nt;
-      add_rows(wtep + static_cast<std::int64_t>(tok[bt]) * c, wpep + t * c, outp + bt * c, c);
-    });
-  }
+  if constexpr (is_half_v<T>) half_tiles::check_host("embedding_forward");
+  Kokkos::parallel_for(kLabelForward, range(nb * nt), KOKKOS_LAMBDA(const std::int64_t bt) {
+    const std::int64_t t = bt % nt;
+    add_rows(wtep + static_cast<std::int64_t>(tok[bt]) * c, wpep + t * c, outp + bt * c, c);
+  });
 }
 
 template <class T>
@@ -216,10 +202,13 @@ void embedding_backward(CView2<TokenIndex> tokens, CView3<T> dout, View2<T> dwte
   const T* doutp = dout.data();
   T* dwtep = dwte.data();
   T* dwpep = dwpe.data();
+  const std::int64_t n = nb * nt;
+  if (n == 0 || c == 0) return;
   if constexpr (is_half_v<T>) {
-    if (nb * nt > 0 && c > 0) embedding_backward_half(tok, doutp, dwtep, dwpep, nb, nt, c, vocab);
+    half_tiles::check_host("embedding_backward");
+    // Takes its scratch before anything is written (dwpe included).
+    embedding_backward_wte_half(tok, doutp, dwtep, n, c, vocab);
   } else {
-    const std::int64_t n = nb * nt;
     const std::int64_t blocks = (c + kColBlock - 1) / kColBlock;
     Kokkos::parallel_for(kLabelBackwardWte, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
       const std::int64_t j0 = blk * kColBlock;
@@ -228,11 +217,10 @@ void embedding_backward(CView2<TokenIndex> tokens, CView3<T> dout, View2<T> dwte
         accumulate_row(doutp + bt * c + j0, dwtep + static_cast<std::int64_t>(tok[bt]) * c + j0,
                        nj);
     });
-    Kokkos::parallel_for(kLabelBackwardWpe, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
-      for (std::int64_t b = 0; b < nb; ++b)
-        accumulate_row(doutp + (b * nt + t) * c, dwpep + t * c, c);
-    });
   }
+  Kokkos::parallel_for(kLabelBackwardWpe, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+    accumulate_strided_rows(doutp + t * c, nt * c, nb, dwpep + t * c, c);
+  });
 }
 
 #define SHARDTRAIN_INSTANTIATE_EMBEDDING(T)                                                    \

@@ -3,8 +3,10 @@
 // backward ACCUMULATES into dwte and dwpe (+=). Deterministic: each output
 // element is summed over (b,t) in a fixed order, no atomics.
 // Token ids must lie in [0, V); the caller validates data before it gets here.
-// T = f16 / bf16: sums in fp32, each output element rounded once per call (dwte and
-// dwpe rows are loaded into fp32 accumulators, see embedding.cpp).
+// T = f16 / bf16: sums in fp32, each output element rounded once per call (bit for
+// bit the fp32 kernel's results on the same 16-bit inputs, rounded): out and dwpe
+// directly in registers, dwte through fp32 accumulator rows in the scratch arena
+// (see embedding.cpp).
 #pragma once
 
 #include "core/half.hpp"
@@ -28,8 +30,8 @@ SHARDTRAIN_DECLARE_EMBEDDING(bf16)
 #undef SHARDTRAIN_DECLARE_EMBEDDING
 
 // Floats of 16-bit scratch (half_scratch.hpp) that embedding_backward with T = f16 /
-// bf16 needs for wte(vocab, c), any batch and sequence length. embedding_forward
-// and float / double calls need none.
+// bf16 needs for wte(vocab, c), any batch and sequence length: the fp32 accumulators
+// of dwte. embedding_forward and float / double calls need none.
 std::int64_t embedding_half_scratch_elems(std::int64_t vocab, std::int64_t c);
 
 }  // namespace shardtrain

@@ -7,17 +7,18 @@
 // both passes, and with vec::exp_fast<float> the float loops vectorise.
 // Invariants: forward OVERWRITES y and y may alias x; backward OVERWRITES dx (dx
 // may alias dy). Work is split into fixed chunks of the flat index range.
-// T = f16 / bf16 (half_tiles.hpp): chunks of kFlatChunk elements are converted to
-// fp32, run through gelu_forward<float> (in place) / gelu_backward<float> (dx in
-// place of dy) and rounded back, so each result is the fp32 result on the 16-bit
-// input rounded once, bit for bit. A chunk is read completely before it is
-// written, so the aliasing rules above hold for 16 bits too. Scratch: 2 chunks.
+// One loop body per pass for every storage type S (vec_math.hpp): each element is
+// widened to compute_t<S> in registers, run through the same operations in the
+// same order, and rounded once on store. So T = f16 / bf16 gives the fp32 result on
+// the 16-bit input rounded once, bit for bit, reading and writing 16-bit memory
+// directly: no scratch (gelu_half_scratch_elems() == 0). Each element is read before
+// its own index is written, so the aliasing rules above hold for 16 bits too.
 #include "kernels/gelu.hpp"
 
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/half_tiles.hpp"
+#include "kernels/half_tiles.hpp"  // check_host
 #include "kernels/vec_math.hpp"
 
 namespace shardtrain {
@@ -34,14 +35,15 @@ template <class T>
 constexpr T kCubic = T(0.044715);
 
 // No restrict: y may be x (same index read-then-write, no loop-carried dependence).
-template <class T>
+template <class S>
 SHARDTRAIN_TARGET_CLONES
-void forward_span(const T* x, T* y, std::int64_t n) {
+void forward_span(const S* x, S* y, std::int64_t n) {
+  using C = compute_t<S>;
   SHARDTRAIN_IVDEP
   for (std::int64_t i = 0; i < n; ++i) {
-    const T xi = x[i];
-    const T u = kSqrt2OverPi<T> * (xi + kCubic<T> * xi * xi * xi);
-    y[i] = xi / (T(1) + vec::exp_fast<T>(T(-2) * u));
+    const C xi = vec::widen(x[i]);
+    const C u = kSqrt2OverPi<C> * (xi + kCubic<C> * xi * xi * xi);
+    y[i] = vec::narrow<S>(xi / (C(1) + vec::exp_fast<C>(C(-2) * u)));
   }
 }
 
@@ -52,78 +54,42 @@ constexpr T kDerivClip = T(30);
 template <>
 constexpr float kDerivClip<float> = 12.0f;
 
-template <class T>
+template <class S>
 SHARDTRAIN_TARGET_CLONES
-void backward_span(const T* x, const T* dy, T* dx, std::int64_t n) {
+void backward_span(const S* x, const S* dy, S* dx, std::int64_t n) {
+  using C = compute_t<S>;
   SHARDTRAIN_IVDEP
   for (std::int64_t i = 0; i < n; ++i) {
-    T xi = x[i] < -kDerivClip<T> ? -kDerivClip<T> : x[i];
-    xi = xi > kDerivClip<T> ? kDerivClip<T> : xi;
-    const T x2 = xi * xi;
-    const T u = kSqrt2OverPi<T> * (xi + kCubic<T> * x2 * xi);
-    const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kCubic<T> * x2);
-    const T s = T(1) / (T(1) + vec::exp_fast<T>(T(-2) * u));
-    dx[i] = dy[i] * (s + T(2) * xi * s * (T(1) - s) * du);
-  }
-}
-
-template <class H>
-void gelu_forward_half(CView1<H> x, View1<H> y) {
-  using namespace half_tiles;
-  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
-  if (n == 0) return;
-  check_host("gelu_forward");
-  const std::int64_t chunk = min(n, kFlatChunk);
-  float* t = Scratch(chunk, "gelu_forward").take(chunk);
-  for (std::int64_t i0 = 0; i0 < n; i0 += chunk) {
-    const std::int64_t len = min(chunk, n - i0);
-    to_f32(x.data() + i0, t, len);
-    gelu_forward<float>(CView1<float>(t, len), View1<float>(t, len));
-    from_f32(t, y.data() + i0, len);
-  }
-}
-
-template <class H>
-void gelu_backward_half(CView1<H> x, CView1<H> dy, View1<H> dx) {
-  using namespace half_tiles;
-  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
-  if (n == 0) return;
-  check_host("gelu_backward");
-  const std::int64_t chunk = min(n, kFlatChunk);
-  Scratch scratch(2 * chunk, "gelu_backward");
-  float* xt = scratch.take(chunk);
-  float* dt = scratch.take(chunk);  // dy, then dx
-  for (std::int64_t i0 = 0; i0 < n; i0 += chunk) {
-    const std::int64_t len = min(chunk, n - i0);
-    to_f32(x.data() + i0, xt, len);
-    to_f32(dy.data() + i0, dt, len);
-    gelu_backward<float>(CView1<float>(xt, len), CView1<float>(dt, len), View1<float>(dt, len));
-    from_f32(dt, dx.data() + i0, len);
+    const C x_in = vec::widen(x[i]);
+    C xi = x_in < -kDerivClip<C> ? -kDerivClip<C> : x_in;
+    xi = xi > kDerivClip<C> ? kDerivClip<C> : xi;
+    const C x2 = xi * xi;
+    const C u = kSqrt2OverPi<C> * (xi + kCubic<C> * x2 * xi);
+    const C du = kSqrt2OverPi<C> * (C(1) + C(3) * kCubic<C> * x2);
+    const C s = C(1) / (C(1) + vec::exp_fast<C>(C(-2) * u));
+    dx[i] = vec::narrow<S>(vec::widen(dy[i]) * (s + C(2) * xi * s * (C(1) - s) * du));
   }
 }
 
 }  // namespace
 
-std::int64_t gelu_half_scratch_elems() { return 2 * half_tiles::kFlatChunk; }
+std::int64_t gelu_half_scratch_elems() { return 0; }
 
 template <class T>
 void gelu_forward(CView1<T> x, View1<T> y) {
   SHARDTRAIN_CHECK(x.extent(0) == y.extent(0), "gelu_forward: x has " +
                                                    std::to_string(x.extent(0)) + " elements, y " +
                                                    std::to_string(y.extent(0)));
-  if constexpr (is_half_v<T>) {
-    gelu_forward_half(x, y);
-  } else {
-    const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
-    const T* xp = x.data();
-    T* yp = y.data();
-    Kokkos::parallel_for(kLabelForward, range((n + kChunk - 1) / kChunk),
-                         KOKKOS_LAMBDA(const std::int64_t chunk) {
-                           const std::int64_t i0 = chunk * kChunk;
-                           const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
-                           forward_span(xp + i0, yp + i0, len);
-                         });
-  }
+  if constexpr (is_half_v<T>) half_tiles::check_host("gelu_forward");
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  T* yp = y.data();
+  Kokkos::parallel_for(kLabelForward, range((n + kChunk - 1) / kChunk),
+                       KOKKOS_LAMBDA(const std::int64_t chunk) {
+                         const std::int64_t i0 = chunk * kChunk;
+                         const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                         forward_span(xp + i0, yp + i0, len);
+                       });
 }
 
 template <class T>
@@ -132,20 +98,17 @@ void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
                    "gelu_backward: x, dy, dx have " + std::to_string(x.extent(0)) + ", " +
                        std::to_string(dy.extent(0)) + ", " + std::to_string(dx.extent(0)) +
                        " elements");
-  if constexpr (is_half_v<T>) {
-    gelu_backward_half(x, dy, dx);
-  } else {
-    const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
-    const T* xp = x.data();
-    const T* dyp = dy.data();
-    T* dxp = dx.data();
-    Kokkos::parallel_for(kLabelBackward, range((n + kChunk - 1) / kChunk),
-                         KOKKOS_LAMBDA(const std::int64_t chunk) {
-                           const std::int64_t i0 = chunk * kChunk;
-                           const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
-                           backward_span(xp + i0, dyp + i0, dxp + i0, len);
-                         });
-  }
+  if constexpr (is_half_v<T>) half_tiles::check_host("gelu_backward");
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  const T* dyp = dy.data();
+  T* dxp = dx.data();
+  Kokkos::parallel_for(kLabelBackward, range((n + kChunk - 1) / kChunk),
+                       KOKKOS_LAMBDA(const std::int64_t chunk) {
+                         const std::int64_t i0 = chunk * kChunk;
+                         const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                         backward_span(xp + i0, dyp + i0, dxp + i0, len);
+                       });
 }
 
 template void gelu_forward<float>(CView1<float>, View1<float>);

@@ -2,7 +2,8 @@
 // GELU, tanh approximation (GPT-2; PyTorch nn.GELU(approximate="tanh")):
 //   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // Elementwise over flat views. backward OVERWRITES dx. y may alias x in forward.
-// T = f16 / bf16: evaluated in fp32 on chunks (half_tiles.hpp) and rounded once.
+// T = f16 / bf16: evaluated in fp32 in registers on the 16-bit values and rounded
+// once (bit for bit the fp32 result on the same inputs, rounded); no scratch.
 #pragma once
 
 #include "core/half.hpp"
@@ -26,8 +27,8 @@ SHARDTRAIN_DECLARE_GELU(bf16)
 #undef SHARDTRAIN_DECLARE_GELU
 
 // Floats of 16-bit scratch (half_scratch.hpp) that gelu_forward and gelu_backward
-// with T = f16 / bf16 need, for any number of elements. float and double calls
-// need none.
+// need: 0 for every T (the 16-bit path runs directly on 16-bit memory). Declared
+// so a model can size the arena uniformly over every kernel it calls.
 std::int64_t gelu_half_scratch_elems();
 
 }  // namespace shardtrain

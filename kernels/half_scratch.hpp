@@ -1,11 +1,13 @@
 // shardtrain/kernels/half_scratch.hpp
-// Owns the fp32 scratch arena of the 16-bit (f16 / bf16) kernel paths. This and the
-// oneDNN context (dnnl_context.hpp) are the process-wide state in kernels/
+// Owns the fp32 scratch arena of the tiled 16-bit (f16 / bf16) kernel paths. This
+// and the oneDNN context (dnnl_context.hpp) are the process-wide state in kernels/
 // (share/doc/architecture.md, "Process-wide state in kernels/").
 //
-// Why global: a 16-bit kernel call converts tiles of its inputs to fp32, runs the
-// fp32 kernel on each tile and rounds the results back (see half_tiles.hpp), so it
-// needs fp32 tile buffers. Passing them as an argument would give the f16/bf16
+// Why global: a tiled 16-bit kernel call (GEMMs without native bf16, attention,
+// embedding's dwte, conv2d; the row kernels run directly on 16-bit memory and need
+// none, but for the cross entropy backward's one fp32 row, see half_tiles.hpp)
+// converts tiles of its inputs to fp32, runs the fp32 math on each tile and rounds
+// the results back, so it needs fp32 tile buffers. Passing them as an argument would give the f16/bf16
 // kernels other signatures than the fp32 ones, and Gpt<T> calls every kernel with
 // the same code for every T. Instead the owner (the model) binds one buffer once,
 // before the first step: a TrackedBuffer<float> tagged Workspace (so the bytes are
@@ -19,7 +21,9 @@
 //    shardtrain::Error saying how many floats the call needs and how many are bound;
 //  - a 16-bit kernel asks for its scratch before it writes any output, so a call
 //    that throws for lack of scratch leaves its outputs untouched;
-//  - fp32 and double kernels never use the arena;
+//  - fp32 and double kernels never use the arena, nor do the direct 16-bit row
+//    kernels other than the cross entropy backward (their *_half_scratch_elems
+//    are 0);
 //  - NOT thread-safe and not re-entrant: every 16-bit kernel call uses the buffer
 //    from its start, so two calls must never overlap in time. That holds with the
 //    Serial backend (kernels run one after another on the host thread) and one

@@ -5,32 +5,44 @@
 // How a 16-bit kernel call works (every kernel instantiated for T = f16 / bf16):
 //  1. it checks shapes and indices with the same code as the fp32 kernel (the
 //     16-bit path is dispatched after those checks);
-//  2. it takes its fp32 tile buffers from the scratch arena (half_scratch.hpp)
-//     before it writes anything, so a missing arena throws with outputs untouched;
-//  3. per tile it converts the tile's inputs to fp32 (exact), runs the fp32 kernel
-//     on the tile (the one implementation of the math), and rounds the outputs back
-//     to 16 bits, round to nearest even (convert() of half.hpp).
-//  Outputs that the fp32 kernel accumulates into (+=) are loaded into fp32,
-//  accumulated in fp32 and rounded back once per call: a row output (dx, y of a
-//  fused residual add) lies in exactly one tile; a parameter gradient (dw, db,
-//  dwte, dwpe) keeps one fp32 accumulator per block of its rows across ALL row
-//  tiles of the call, and that block is rounded once at the end.
+//  2. row-wise and elementwise kernels (gelu, layernorm, cross entropy, embedding
+//     forward and dwpe, accumulate) are DIRECT: one loop body per pass, written over
+//     the storage type S with vec::widen / vec::narrow (vec_math.hpp), serves float
+//     and the 16-bit types. It loads 16-bit values, widens them to fp32 in registers
+//     (exact), does the fp32 kernel's operations in the same order, and rounds each
+//     output once on store (round to nearest even, half.hpp). Outputs that the
+//     kernel accumulates into (+=: layernorm's dx, dw, db, accumulate's y, dwpe)
+//     are widened, added to in fp32 registers and rounded once per call; a
+//     parameter gradient summed over rows (dw, db, dwpe) keeps its fp32 sum in
+//     registers across ALL rows of the call. No scratch (their *_half_scratch_elems
+//     are 0), except where an unrounded fp32 intermediate must outlive a pass: the
+//     cross entropy backward keeps one row of exp values (V floats) in the arena;
+//  3. the other kernels take fp32 tile buffers from the scratch arena
+//     (half_scratch.hpp) before they write anything, so a missing arena throws with
+//     outputs untouched, and per tile convert the inputs to fp32 (exact), run the
+//     fp32 math on the tile (the fp32 kernel, or its per-head core for attention),
+//     and round the outputs back to 16 bits once (convert() of half.hpp):
+//     GEMMs (linear, gemm) of f16, and of bf16 without native bf16 dot products
+//     (bf16 on AVX512-BF16 CPUs goes straight to oneDNN, no scratch); attention (its
+//     per-head products run on fp32 tiles for small_gemm); embedding dwte (a token's
+//     rows are scattered over the batch, so its fp32 accumulators live in scratch,
+//     kVocabBlock vocabulary rows at a time, rounded once per call). A GEMM tile's
+//     accumulated output (dw, db, y of a fused residual add) is loaded into fp32,
+//     accumulated in fp32 and rounded back once per call.
 //  Consequence: a row-wise kernel's 16-bit output is bit for bit the fp32 kernel's
-//  output on the same (16-bit) inputs, rounded once; GEMM-based outputs and
-//  parameter gradients differ from that only by fp32 summation order.
+//  output on the same (16-bit) inputs, rounded once (the direct kernels' parameter
+//  gradients included); GEMM-based outputs and GEMM parameter gradients differ from
+//  that only by fp32 summation order. test_half_kernels.cpp checks both.
 //
-// Tile geometry (what the *_half_scratch_elems functions size; none depends on the
-// number of rows N beyond one tile):
-//  - row kernels (layernorm, cross entropy, embedding dwpe): tile_rows(width) rows,
-//    kTileRows = 64, or fewer so that one (rows, width) tile holds at most
-//    kTileElems floats (cross entropy over a 50k vocabulary: 1 row per tile);
-//  - flat kernels (gelu): kFlatChunk elements;
+// Tile geometry of the tiled kernels (what the *_half_scratch_elems functions size;
+// none depends on the number of rows N beyond one tile):
 //  - GEMMs (linear, gemm): blocks of kGemmRows rows of x (A side) and kGemmCols rows
 //    of w (B side), each with the whole inner dimension K, one fp32 GEMM (BLAS) per
 //    block pair. Every operand is converted once per block pair at most (x once per
 //    row block), which costs about 1/(2 * block) conversions per GEMM flop;
 //  - embedding dwte: kVocabBlock vocabulary rows per fp32 accumulator;
-//  - attention: one (sequence, head) pair at a time.
+//  - attention: one (sequence, head) pair at a time;
+//  - conv2d (the CNN): one image at a time (conv2d.cpp).
 //
 // Host memory only: conversions are host loops. With a device memory space the
 // 16-bit paths throw (check_host) instead of reading device pointers.
@@ -47,20 +59,11 @@
 
 namespace shardtrain::half_tiles {
 
-inline constexpr std::int64_t kTileRows = 64;
-inline constexpr std::int64_t kTileElems = std::int64_t{1} << 16;  // 256 KiB of floats
-inline constexpr std::int64_t kFlatChunk = std::int64_t{1} << 14;
 inline constexpr std::int64_t kGemmRows = 256;
 inline constexpr std::int64_t kGemmCols = 256;
 inline constexpr std::int64_t kVocabBlock = 1024;
 
 constexpr std::int64_t min(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-
-// Rows per tile of a row kernel whose rows are `width` floats wide.
-constexpr std::int64_t tile_rows(std::int64_t width) {
-  const std::int64_t r = width > 0 ? kTileElems / width : kTileRows;
-  return r < 1 ? 1 : min(r, kTileRows);
-}
 
 inline void check_host(const char* op) {
   SHARDTRAIN_CHECK((Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible),

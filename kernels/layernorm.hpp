@@ -4,8 +4,9 @@
 // PyTorch). backward ACCUMULATES into dx, dw and db (+=): dx += lets the caller
 // fold the residual branch's gradient in without an extra pass.
 // Deterministic: no atomics; dw/db are reduced over rows in a fixed order.
-// T = f16 / bf16: eps, mean and rstd are stored in T too; the math runs in fp32 on
-// tiles of rows (half_tiles.hpp). dx, dw, db are added to in fp32 and rounded once.
+// T = f16 / bf16: eps, mean and rstd are stored in T too; the math runs in fp32 in
+// registers on the 16-bit values, each output rounded once (y, mean, rstd, dx, dw,
+// db are the fp32 kernel's results on the same 16-bit inputs, rounded); no scratch.
 #pragma once
 
 #include "core/half.hpp"
@@ -33,8 +34,8 @@ SHARDTRAIN_DECLARE_LAYERNORM(bf16)
 #undef SHARDTRAIN_DECLARE_LAYERNORM
 
 // Floats of 16-bit scratch (half_scratch.hpp) that layernorm_forward and
-// layernorm_backward with T = f16 / bf16 need for rows of c channels, any number
-// of rows. float and double calls need none.
+// layernorm_backward need for rows of c channels: 0 for every T (the 16-bit path
+// runs directly on 16-bit memory). Declared so a model sizes the arena uniformly.
 std::int64_t layernorm_half_scratch_elems(std::int64_t c);
 
 }  // namespace shardtrain

@@ -45,9 +45,10 @@ template <class P>
 class HostVectorOps final : public VectorOps<P> {
  public:
   void fill_zero(P* x, std::int64_t n) override { std::fill(x, x + n, P(0.0f)); }
+  // dst = P(compute(dst) + compute(src)), rounded once: the vectorised kernel.
   void accumulate(const P* src, P* dst, std::int64_t n) override {
-    for (std::int64_t i = 0; i < n; ++i)
-      dst[i] = P(static_cast<compute_t<P>>(dst[i]) + static_cast<compute_t<P>>(src[i]));
+    const std::size_t len = static_cast<std::size_t>(n);
+    shardtrain::accumulate<P>(CView1<P>(src, len), View1<P>(dst, len));
   }
   void set_inf(P* x) override { x[0] = P(std::numeric_limits<float>::infinity()); }
   double sum_of_squares(const ParamLayout& layout, const P* g, std::int64_t lo, std::int64_t hi) override {
@@ -68,11 +69,20 @@ class HostVectorOps final : public VectorOps<P> {
       return shardtrain::first_non_finite(x, static_cast<std::size_t>(n));
     }
   }
+  // 16 bits <-> fp32 through the vectorised bulk conversions of core/half.hpp.
   void widen(const P* x, float* y, std::int64_t n) override {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
+    if constexpr (is_half_v<P>) {
+      shardtrain::convert(x, y, static_cast<std::size_t>(n));
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
+    }
   }
   void narrow(const float* x, P* y, std::int64_t n) override {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = P(x[i]);
+    if constexpr (is_half_v<P>) {
+      shardtrain::convert(x, y, static_cast<std::size_t>(n));
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) y[i] = P(x[i]);
+    }
   }
   void adamw(const ParamLayout& layout, const AdamWUpdate& u, P* params, const P* grads, float* master,
              float* m, float* v) override {
@@ -164,9 +174,10 @@ void host_pointwise(Kernel kernel, const Args& args, std::index_sequence<I...>) 
 }
 
 // The methods behind the table's SHARDTRAIN_MODEL_OP entries: the Kokkos
-// kernels over unmanaged views of the caller's pointers. A 16-bit model's
-// kernels convert tiles into fp32 scratch (kernels/half_scratch.hpp), owned here
-// and bound while this object lives.
+// kernels over unmanaged views of the caller's pointers. A 16-bit model's tiled
+// kernels (GEMMs without native bf16, attention, embedding dwte) convert tiles into
+// fp32 scratch (kernels/half_scratch.hpp), owned here and bound while this object
+// lives; the row kernels run directly on 16-bit memory.
 template <class T>
 class HostModelOps {
  public:
