@@ -4,10 +4,19 @@
 // (first maximum in row-major window order) and NaN propagation; float64 central-
 // difference check of dx (inputs spaced far apart, so no near-ties); dx
 // OVERWRITTEN; overlapping windows sum their gradients; determinism; 16-bit types
-// (exact); shape and argmax errors.
+// (exact); shape and argmax errors. Every implementation (pool_paths.hpp: the
+// scalar scan, the GCC-vectorised 2x2 rows, the AVX-512 2x2 rows) on the same
+// inputs, bit for bit: odd and short shapes (vector tails, the row and column no
+// window covers), many ties, +-0, infinities, NaNs with payloads (signalling ones
+// included) in x and dy, an argmax that points outside its window; the 2x2
+// backward's 0 + dy on the bits against fp32 addition for every f16 / bf16 pattern.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <iostream>
+#include <string>
+#include <type_traits>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -16,7 +25,9 @@
 
 #include "core/error.hpp"
 #include "kernel_test_util.hpp"
+#include "kernels/float_bits.hpp"
 #include "kernels/pool.hpp"
+#include "kernels/pool_paths.hpp"
 
 namespace shardtrain {
 namespace {
@@ -236,6 +247,177 @@ TEST(MaxPool2d, ErrorsThrow) {
   EXPECT_THROW(run_backward<double>(s, y, am, 4.0), Error);
   am[5] = 62;
   EXPECT_NO_THROW(run_backward<double>(s, y, am, 4.0));
+}
+
+// --- every path, bit for bit -----------------------------------------------------------
+
+template <class T>
+std::uint32_t bits_of(T v) {
+  if constexpr (std::is_same_v<T, float>) return std::bit_cast<std::uint32_t>(v);
+  else return v.bits;
+}
+
+template <class T>
+T from_bits(std::uint32_t b) {
+  if constexpr (std::is_same_v<T, float>) return std::bit_cast<float>(b);
+  else return T::from_bits(static_cast<std::uint16_t>(b));
+}
+
+// Values drawn from a small set (many ties, +-0, +-inf, NaNs of both signs with
+// payloads, a signalling one among them) and, with probability 1/2, a random number.
+template <class T>
+std::vector<T> nasty_values(std::size_t n, std::uint64_t seed) {
+  const bool wide = std::is_same_v<T, float>;
+  const bool bf = std::is_same_v<T, bf16>;
+  const std::uint32_t inf = wide ? 0x7F800000u : bf ? 0x7F80u : 0x7C00u;
+  const std::uint32_t sign = wide ? 0x80000000u : 0x8000u;
+  const std::uint32_t quiet = wide ? 0x00400000u : bf ? 0x40u : 0x200u;
+  const std::vector<std::uint32_t> special = {0u, sign, inf, sign | inf, inf | quiet | 3u, sign | inf | quiet | 5u,
+                                              inf | 1u /* signalling */, bits_of(T(1.0f)), bits_of(T(1.0f)),
+                                              bits_of(T(-1.0f)), bits_of(T(0.5f)), bits_of(T(-0.5f))};
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<T> v(n);
+  for (auto& e : v) e = rng() % 2 ? T(u(rng)) : from_bits<T>(special[rng() % special.size()]);
+  return v;
+}
+
+template <class T>
+std::vector<std::uint32_t> all_bits(const std::vector<T>& v) {
+  std::vector<std::uint32_t> b;
+  for (const T& e : v) b.push_back(bits_of(e));
+  return b;
+}
+
+struct PathRun {
+  std::vector<std::uint32_t> y, dx, dx_elsewhere;
+  std::vector<std::int32_t> argmax;
+};
+
+template <class T>
+PathRun run_path(PoolPath path, const Pool2dShape& s, const std::vector<T>& x, const std::vector<T>& dy) {
+  PathRun r;
+  std::vector<T> y(out_elems(s), T(7.0f)), dx(in_elems(s), T(9.0f));
+  r.argmax.assign(out_elems(s), -5);
+  const auto n = s.batch, c = s.channels, oh = s.out_h(), ow = s.out_w();
+  max_pool2d_forward_path<T>(path, s, cview4(x, n, c, s.height, s.width), view4(y, n, c, oh, ow),
+                             view4(r.argmax, n, c, oh, ow));
+  max_pool2d_backward_path<T>(path, s, cview4(dy, n, c, oh, ow), cview4(r.argmax, n, c, oh, ow),
+                              view4(dx, n, c, s.height, s.width));
+  r.y = all_bits(y);
+  r.dx = all_bits(dx);
+  // An argmax in range but outside its window (the last plane's first output
+  // points at the plane's last element): still routed there, on every path.
+  std::vector<std::int32_t> moved = r.argmax;
+  moved[moved.size() - static_cast<std::size_t>(oh * ow)] = static_cast<std::int32_t>(s.height * s.width - 1);
+  std::fill(dx.begin(), dx.end(), T(9.0f));
+  max_pool2d_backward_path<T>(path, s, cview4(dy, n, c, oh, ow), cview4(moved, n, c, oh, ow),
+                              view4(dx, n, c, s.height, s.width));
+  r.dx_elsewhere = all_bits(dx);
+  return r;
+}
+
+template <class T>
+void check_paths_agree() {
+  //                         N  C   H   W  k  s
+  const Pool2dShape shapes[] = {{3, 5, 24, 24, 2, 2},   // MNIST conv 1: 12 outputs per row
+                                {2, 7, 8, 8, 2, 2},     // MNIST conv 2: 4 per row
+                                {2, 3, 9, 11, 2, 2},    // odd H and W: a row and a column in no window
+                                {1, 2, 6, 71, 2, 2},    // 35 per row: two full vector steps and a tail
+                                {1, 1, 2, 2, 2, 2},     // one output
+                                {2, 2, 7, 9, 3, 2}};    // overlapping windows: every path is the scalar one
+  for (const Pool2dShape& s : shapes) {
+    const auto x = nasty_values<T>(static_cast<std::size_t>(in_elems(s)), 61);
+    const auto dy = nasty_values<T>(static_cast<std::size_t>(out_elems(s)), 62);
+    const PathRun ref = run_path<T>(PoolPath::Scalar, s, x, dy);
+    // The scalar path against a naive float scan (first maximum / first NaN).
+    for (std::int64_t plane = 0; plane < s.batch * s.channels; ++plane)
+      for (std::int64_t i = 0; i < s.out_h(); ++i)
+        for (std::int64_t j = 0; j < s.out_w(); ++j) {
+          std::int64_t best = (i * s.stride) * s.width + j * s.stride;
+          for (std::int64_t p = 0; p < s.kernel; ++p)
+            for (std::int64_t q = 0; q < s.kernel; ++q) {
+              const std::int64_t idx = (i * s.stride + p) * s.width + j * s.stride + q;
+              const float v = to_float(x[plane * s.height * s.width + idx]);
+              const float b = to_float(x[plane * s.height * s.width + best]);
+              if (v > b || (std::isnan(v) && !std::isnan(b))) best = idx;
+            }
+          const std::size_t o = static_cast<std::size_t>((plane * s.out_h() + i) * s.out_w() + j);
+          ASSERT_EQ(ref.argmax[o], best) << type_name<T>() << " plane " << plane << " output " << i << "," << j;
+          ASSERT_EQ(ref.y[o], bits_of(x[plane * s.height * s.width + best])) << type_name<T>();
+        }
+    for (PoolPath path : {PoolPath::Vector, PoolPath::Avx512, PoolPath::Auto}) {
+      const PathRun got = run_path<T>(path, s, x, dy);
+      const char* name = path == PoolPath::Vector ? "vector" : path == PoolPath::Avx512 ? "avx512" : "auto";
+      const std::string what = std::string(type_name<T>()) + " path " + name + " against scalar," +
+                               " shape H=" + std::to_string(s.height) + " W=" + std::to_string(s.width);
+      EXPECT_EQ(got.argmax, ref.argmax) << what;
+      EXPECT_EQ(got.y, ref.y) << what;
+      EXPECT_EQ(got.dx, ref.dx) << what;
+      EXPECT_EQ(got.dx_elsewhere, ref.dx_elsewhere) << what;
+    }
+  }
+}
+
+TEST(MaxPool2dPaths, AgreeBitForBit) {
+  // Says which paths really ran (Avx512 falls back to Vector without AVX-512F/BW).
+  std::cout << "pool paths: scalar, vector (GCC target clones), avx512 "
+            << (pool_avx512_available() ? "(available)" : "(NOT available: runs as vector)") << "\n";
+  check_paths_agree<float>();
+  check_paths_agree<bf16>();
+  check_paths_agree<f16>();
+}
+
+TEST(MaxPool2dPaths, TiesAndNaNOnEveryPath) {
+  // TiesPickFirstInRowMajorOrderAndNaNPropagates on the 2x2 paths of the 16/32-bit types.
+  const Pool2dShape s{1, 1, 4, 4, 2, 2};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> xf = {1, 1, 2, 3, 1, 1, 3, 0, 0, 0, 9, 1, 5, 5, 2, nan};
+  auto run = [&](auto tag, PoolPath path, const std::vector<float>& src) {
+    using T = decltype(tag);
+    std::vector<T> x(src.size()), y(4);
+    for (std::size_t i = 0; i < src.size(); ++i) x[i] = T(src[i]);
+    std::vector<std::int32_t> am(4, -1);
+    max_pool2d_forward_path<T>(path, s, cview4(x, 1, 1, 4, 4), view4(y, 1, 1, 2, 2), view4(am, 1, 1, 2, 2));
+    EXPECT_TRUE(std::isnan(to_float(y[3])));
+    return am;
+  };
+  for (PoolPath path : {PoolPath::Scalar, PoolPath::Vector, PoolPath::Avx512}) {
+    EXPECT_EQ(run(float{}, path, xf), (std::vector<std::int32_t>{0, 3, 12, 15}));
+    EXPECT_EQ(run(bf16{}, path, xf), (std::vector<std::int32_t>{0, 3, 12, 15}));
+    EXPECT_EQ(run(f16{}, path, xf), (std::vector<std::int32_t>{0, 3, 12, 15}));
+    std::vector<float> x2 = xf;
+    x2[10] = nan;  // the first NaN wins against a larger value after it
+    x2[15] = 100.0f;
+    EXPECT_EQ(run(bf16{}, path, x2)[3], 10);
+    EXPECT_EQ(run(float{}, path, x2)[3], 10);
+  }
+}
+
+// float_bits::zero_plus (the 2x2 backward's 0 + dy on the bits) against the fp32
+// addition and rounding the scalar backward does, for every 16-bit pattern.
+template <class T>
+void check_zero_plus_exhaustive() {
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const T x = T::from_bits(static_cast<std::uint16_t>(b));
+    const T want = T(0.0f + to_float(x));
+    const auto got = static_cast<std::uint16_t>(float_bits::zero_plus<T>(static_cast<std::int16_t>(b)));
+    ASSERT_EQ(got, want.bits) << type_name<T>() << " bits 0x" << std::hex << b;
+  }
+}
+
+TEST(MaxPool2dPaths, ZeroPlusMatchesFp32Addition) {
+  check_zero_plus_exhaustive<bf16>();
+  check_zero_plus_exhaustive<f16>();
+  std::mt19937 rng(5);
+  std::vector<std::uint32_t> patterns = {0u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFC00001u,
+                                         0x00000001u, 0x80000001u, 0x7F7FFFFFu};
+  for (int i = 0; i < 100000; ++i) patterns.push_back(rng());
+  for (const std::uint32_t b : patterns) {
+    const std::uint32_t want = std::bit_cast<std::uint32_t>(0.0f + std::bit_cast<float>(b));
+    ASSERT_EQ(static_cast<std::uint32_t>(float_bits::zero_plus<float>(static_cast<std::int32_t>(b))), want)
+        << std::hex << b;
+  }
 }
 
 }  // namespace

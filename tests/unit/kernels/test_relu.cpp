@@ -2,10 +2,18 @@
 // values (negative, -0, +0, positive, NaN, inf) across several chunks; backward from
 // the saved input and from the saved output give the same dx; float64 central-
 // difference check of dx (inputs kept away from the kink at 0); in-place use;
-// 16-bit types exact; size errors.
+// 16-bit types exact; size errors. The bit-level float / bf16 / f16 loops (every
+// f16 and bf16 pattern, and float specials and random patterns) against the fp32
+// comparison, at lengths around the vector widths and the chunk size (tails), in
+// place and out of place: y and dx bit for bit what the widened fp32 ReLU gives
+// (rounding a result back is exact; NaN keeps its bits).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <random>
+#include <type_traits>
 #include <limits>
 #include <vector>
 
@@ -108,6 +116,77 @@ TEST(Relu, SizeMismatchThrows) {
   std::vector<double> x(4), y(5);
   EXPECT_THROW(relu_forward<double>(cview1(x), view1(y)), Error);
   EXPECT_THROW(relu_backward<double>(cview1(x), cview1(x), view1(y)), Error);
+}
+
+template <class T>
+std::uint32_t bits_of(T v) {
+  if constexpr (std::is_same_v<T, float>) return std::bit_cast<std::uint32_t>(v);
+  else return v.bits;
+}
+
+// x and dy bit patterns -> relu_forward / relu_backward (saved = x) against the
+// fp32 reference on the widened values, bit for bit, out of place and in place.
+template <class T>
+void check_bits_against_fp32(const std::vector<T>& x, const std::vector<T>& dy) {
+  const std::size_t n = x.size();
+  std::vector<T> y(n, T(5.0f)), dx(n, T(5.0f));
+  relu_forward<T>(cview1(x), view1(y));
+  relu_backward<T>(cview1(x), cview1(dy), view1(dx));
+  for (std::size_t i = 0; i < n; ++i) {
+    const float xi = to_float(x[i]);
+    // NaN passes with its bits; otherwise x <= 0 -> +0, x -> x (T(fp32 result) is exact).
+    const std::uint32_t want_y = std::isnan(xi) ? bits_of(x[i]) : bits_of(xi <= 0.0f ? T(0.0f) : T(xi));
+    const std::uint32_t want_dx = xi > 0.0f ? bits_of(dy[i]) : bits_of(T(0.0f));
+    ASSERT_EQ(bits_of(y[i]), want_y) << type_name<T>() << " n=" << n << " i=" << i << " x bits " << bits_of(x[i]);
+    ASSERT_EQ(bits_of(dx[i]), want_dx) << type_name<T>() << " n=" << n << " i=" << i << " x bits " << bits_of(x[i]);
+  }
+  // In place: y aliasing x, dx aliasing dy.
+  std::vector<T> xi = x, dyi = dy;
+  relu_backward<T>(cview1(x), cview1(dyi), view1(dyi));
+  relu_forward<T>(cview1(xi), view1(xi));
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(bits_of(xi[i]), bits_of(y[i])) << type_name<T>() << " in place, i=" << i;
+    ASSERT_EQ(bits_of(dyi[i]), bits_of(dx[i])) << type_name<T>() << " in place, i=" << i;
+  }
+}
+
+template <class H>
+void check_every_pattern() {
+  std::vector<H> x(0x10000), dy(0x10000);
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    x[b] = H::from_bits(static_cast<std::uint16_t>(b));
+    dy[b] = H::from_bits(static_cast<std::uint16_t>(b * 7919u + 13u));
+  }
+  check_bits_against_fp32(x, dy);
+}
+
+TEST(Relu, EverySixteenBitPatternMatchesFp32) {
+  check_every_pattern<bf16>();
+  check_every_pattern<f16>();
+}
+
+TEST(Relu, TailsAndSpecialsMatchFp32) {
+  std::mt19937 rng(77);
+  const std::vector<std::uint32_t> special = {0u, 0x80000000u, 1u, 0x80000001u, 0x7F800000u, 0xFF800000u,
+                                              0x7F800001u, 0xFFC00000u, 0x7FC00123u, 0x3F800000u, 0xBF800000u};
+  for (std::size_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 65, 8191, 8192, 8193, 2 * 8192 + 5}) {
+    std::vector<float> x(n), dy(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(rng() % 3 ? rng() : special[rng() % special.size()]));
+      dy[i] = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+    }
+    check_bits_against_fp32(x, dy);
+    std::vector<bf16> xb(n), dyb(n);
+    std::vector<f16> xh(n), dyh(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      xb[i] = bf16::from_bits(static_cast<std::uint16_t>(rng()));
+      dyb[i] = bf16::from_bits(static_cast<std::uint16_t>(rng()));
+      xh[i] = f16::from_bits(static_cast<std::uint16_t>(rng()));
+      dyh[i] = f16::from_bits(static_cast<std::uint16_t>(rng()));
+    }
+    check_bits_against_fp32(xb, dyb);
+    check_bits_against_fp32(xh, dyh);
+  }
 }
 
 }  // namespace
