@@ -4,7 +4,9 @@
 // before the allocation happens, and no arithmetic on file-supplied sizes can
 // overflow (rows <= 2^32, sample elements <= 2^24).
 // The attribute, dataset and string helpers it shares with io/token_dataset.cpp
-// live in io/h5_read.hpp.
+// live in io/h5_read.hpp. Both ways of serving rows (read from the file, or from
+// the copy hold_in_memory made) share the value checks' messages and the pixel
+// table, so they report and return the same things.
 #include "io/sample_dataset.hpp"
 
 #include <algorithm>
@@ -85,6 +87,33 @@ void select_rows(hid_t space, const std::vector<std::pair<std::int64_t, std::int
   }
 }
 
+// pixel / 255.0f exactly (correctly rounded; 255 -> 1.0f), by table.
+const std::array<float, 256>& unit_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int v = 0; v < 256; ++v) t[static_cast<std::size_t>(v)] = static_cast<float>(v) / 255.0f;
+    return t;
+  }();
+  return table;
+}
+
+// The InputErrors of a bad value, as "PATH: /train/labels[ROW]: label 12 out of range [0, 10)".
+[[noreturn]] void bad_label(const std::string& path, SampleSplit split, std::int64_t row, std::int64_t value,
+                            std::int64_t classes) {
+  throw InputError(path + ": /" + to_string(split) + "/labels[" + std::to_string(row) + "]: label " +
+                   std::to_string(value) + " out of range [0, " + std::to_string(classes) + ")");
+}
+[[noreturn]] void bad_length(const std::string& path, SampleSplit split, std::int64_t row, std::int64_t value,
+                             std::int64_t elems) {
+  throw InputError(path + ": /" + to_string(split) + "/lengths[" + std::to_string(row) + "]: length " +
+                   std::to_string(value) + " out of range [1, " + std::to_string(elems) + "]");
+}
+[[noreturn]] void bad_token(const std::string& path, SampleSplit split, std::int64_t row, std::int64_t pos,
+                            std::int64_t value, std::int64_t vocab) {
+  throw InputError(path + ": /" + to_string(split) + "/inputs[" + std::to_string(row) + "][" + std::to_string(pos) +
+                   "]: token id " + std::to_string(value) + " out of range [0, " + std::to_string(vocab) + ")");
+}
+
 }  // namespace
 
 struct SampleDataset::Impl {
@@ -99,6 +128,14 @@ struct SampleDataset::Impl {
   SampleKind kind = SampleKind::Image;
   std::vector<std::int64_t> sample_shape;
   std::int64_t sample_elems = 0;
+  // hold_in_memory(): both splits' rows, as read() hands them out before conversion.
+  struct HeldSplit {
+    TrackedBuffer<std::uint8_t> pixels;  // images: (rows, sample_elems) as stored
+    TrackedBuffer<TokenIndex> tokens;    // tokens: (rows, sample_elems)
+    TrackedBuffer<std::int32_t> labels, lengths;
+  };
+  std::array<HeldSplit, 2> held;
+  bool in_memory = false;
   std::int64_t num_classes = 0;
   std::vector<std::string> class_names;
   std::int64_t vocab_size = 0, pad_id = -1, cls_id = -1;
@@ -108,6 +145,7 @@ struct SampleDataset::Impl {
   void check_metadata();
   void open_split(SampleSplit split);
   void read_classes();
+  void hold_split(SampleSplit split, MemoryTracker& tracker, MemCategory category);
 };
 
 void SampleDataset::Impl::open(MPI_Comm comm) {
@@ -259,7 +297,6 @@ std::int64_t SampleDataset::size(SampleSplit split) const {
 
 void SampleDataset::read(SampleSplit split, std::span<const std::int64_t> indices, float* inputs, TokenIndex* tokens,
                          std::int32_t* labels, std::int32_t* lengths) const {
-  const auto hdf5 = lock_hdf5();  // a background checkpoint writer may be in HDF5 (io/h5_lock.hpp)
   const Impl& im = *m_impl;
   const Impl::SplitData& s = im.splits[static_cast<std::size_t>(split)];
   const bool image = im.kind == SampleKind::Image;
@@ -272,6 +309,26 @@ void SampleDataset::read(SampleSplit split, std::span<const std::int64_t> indice
                          : "a token data set fills `tokens` (and `lengths`); `inputs` must be null");
   SHARDTRAIN_CHECK(indices.empty() || (labels != nullptr && (image ? inputs != nullptr : tokens != nullptr)),
                    "null output buffer");
+  const auto elem_count = static_cast<std::size_t>(im.sample_elems);
+  const std::array<float, 256>& to_unit = unit_table();
+
+  if (im.in_memory) {  // every value was checked when it was loaded
+    const Impl::HeldSplit& h = im.held[static_cast<std::size_t>(split)];
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      const auto r = static_cast<std::size_t>(indices[i]);
+      labels[i] = h.labels[r];
+      if (image) {
+        const std::uint8_t* src = h.pixels.data() + r * elem_count;
+        float* dst = inputs + i * elem_count;
+        for (std::size_t e = 0; e < elem_count; ++e) dst[e] = to_unit[src[e]];
+      } else {
+        std::memcpy(tokens + i * elem_count, h.tokens.data() + r * elem_count, elem_count * sizeof(TokenIndex));
+        if (lengths) lengths[i] = h.lengths[r];
+      }
+    }
+    return;
+  }
+  const auto hdf5 = lock_hdf5();  // a background checkpoint writer may be in HDF5 (io/h5_lock.hpp)
 
   // The union of the rows as sorted unique rows, merged into runs [lo, hi).
   // HDF5 hands the elements of a hyperslab union back in file order, so row
@@ -300,35 +357,23 @@ void SampleDataset::read(SampleSplit split, std::span<const std::int64_t> indice
   auto position = [&](std::int64_t r) {
     return static_cast<std::size_t>(std::lower_bound(rows.begin(), rows.end(), r) - rows.begin());
   };
-  auto fail_value = [&](const char* what, std::int64_t row, std::int64_t value, const std::string& range) {
-    throw InputError(im.path + ": /" + sname + "/" + what + "[" + std::to_string(row) + "]: " +
-                     (std::string(what) == "labels" ? "label " : std::string(what) == "lengths" ? "length " : "") +
-                     std::to_string(value) + " out of range " + range);
-  };
 
   // Labels first (small), every one checked.
   std::vector<std::int32_t> label_buf(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
   read_rows(s.labels, H5T_NATIVE_INT32, {}, label_buf.data());
   for (std::int64_t p = 0; p < n; ++p) {
     const std::int32_t v = label_buf[static_cast<std::size_t>(p)];
-    if (v < 0 || v >= im.num_classes)
-      fail_value("labels", rows[static_cast<std::size_t>(p)], v, "[0, " + std::to_string(im.num_classes) + ")");
+    if (v < 0 || v >= im.num_classes) bad_label(im.path, split, rows[static_cast<std::size_t>(p)], v, im.num_classes);
   }
 
   if (image) {
     std::vector<std::uint8_t> pix(static_cast<std::size_t>(std::max<std::int64_t>(n * elems, 1)));
     read_rows(s.inputs, H5T_NATIVE_UINT8, im.sample_shape, pix.data());
-    // pixel / 255.0f exactly (correctly rounded; 255 -> 1.0f), by table.
-    static const std::array<float, 256> kToUnit = [] {
-      std::array<float, 256> t{};
-      for (int v = 0; v < 256; ++v) t[static_cast<std::size_t>(v)] = static_cast<float>(v) / 255.0f;
-      return t;
-    }();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       const std::size_t p = position(indices[i]);
       const std::uint8_t* src = pix.data() + p * static_cast<std::size_t>(elems);
       float* dst = inputs + i * static_cast<std::size_t>(elems);
-      for (std::int64_t e = 0; e < elems; ++e) dst[e] = kToUnit[src[e]];
+      for (std::int64_t e = 0; e < elems; ++e) dst[e] = to_unit[src[e]];
       labels[i] = label_buf[p];
     }
     return;
@@ -340,17 +385,13 @@ void SampleDataset::read(SampleSplit split, std::span<const std::int64_t> indice
   for (std::int64_t p = 0; p < n; ++p)
     for (std::int64_t e = 0; e < elems; ++e) {
       const TokenIndex t = ids[static_cast<std::size_t>(p * elems + e)];
-      if (t < 0 || t >= im.vocab_size)
-        throw InputError(im.path + ": /" + sname + "/inputs[" + std::to_string(rows[static_cast<std::size_t>(p)]) +
-                         "][" + std::to_string(e) + "]: token id " + std::to_string(t) + " out of range [0, " +
-                         std::to_string(im.vocab_size) + ")");
+      if (t < 0 || t >= im.vocab_size) bad_token(im.path, split, rows[static_cast<std::size_t>(p)], e, t, im.vocab_size);
     }
   std::vector<std::int32_t> len_buf(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
   read_rows(s.lengths, H5T_NATIVE_INT32, {}, len_buf.data());
   for (std::int64_t p = 0; p < n; ++p) {
     const std::int32_t v = len_buf[static_cast<std::size_t>(p)];
-    if (v < 1 || v > elems)
-      fail_value("lengths", rows[static_cast<std::size_t>(p)], v, "[1, " + std::to_string(elems) + "]");
+    if (v < 1 || v > elems) bad_length(im.path, split, rows[static_cast<std::size_t>(p)], v, elems);
   }
   for (std::size_t i = 0; i < indices.size(); ++i) {
     const std::size_t p = position(indices[i]);
@@ -359,6 +400,68 @@ void SampleDataset::read(SampleSplit split, std::span<const std::int64_t> indice
     labels[i] = label_buf[p];
     if (lengths) lengths[i] = len_buf[p];
   }
+}
+
+std::int64_t SampleDataset::in_memory_bytes() const {
+  const Impl& im = *m_impl;
+  const bool image = im.kind == SampleKind::Image;
+  const std::int64_t per_row = im.sample_elems * (image ? 1 : static_cast<std::int64_t>(sizeof(TokenIndex))) +
+                               static_cast<std::int64_t>(sizeof(std::int32_t)) * (image ? 1 : 2);
+  return per_row * (im.splits[0].rows + im.splits[1].rows);
+}
+
+bool SampleDataset::in_memory() const { return m_impl->in_memory; }
+
+void SampleDataset::hold_in_memory(MemoryTracker& tracker, MemCategory category) {
+  if (m_impl->in_memory) return;
+  const auto hdf5 = lock_hdf5();  // a background checkpoint writer may be in HDF5 (io/h5_lock.hpp)
+  try {
+    m_impl->hold_split(SampleSplit::Train, tracker, category);
+    m_impl->hold_split(SampleSplit::Val, tracker, category);
+  } catch (...) {
+    m_impl->held = {};  // a bad value: nothing stays held
+    throw;
+  }
+  m_impl->in_memory = true;
+}
+
+void SampleDataset::Impl::hold_split(SampleSplit split, MemoryTracker& tracker, MemCategory category) {
+  const SplitData& s = splits[static_cast<std::size_t>(split)];
+  HeldSplit& h = held[static_cast<std::size_t>(split)];
+  const bool image = kind == SampleKind::Image;
+  const auto rows = static_cast<std::size_t>(s.rows), elems = static_cast<std::size_t>(sample_elems);
+  h.labels = TrackedBuffer<std::int32_t>(tracker, category, rows);
+  if (image) {
+    h.pixels = TrackedBuffer<std::uint8_t>(tracker, category, rows * elems);
+  } else {
+    h.tokens = TrackedBuffer<TokenIndex>(tracker, category, rows * elems);
+    h.lengths = TrackedBuffer<std::int32_t>(tracker, category, rows);
+  }
+  if (rows == 0) return;
+  // The whole dataset into the buffer, converted to the memory type (as read() does).
+  auto read_all = [&](hid_t ds, hid_t mem_type, void* buf) {
+    SHARDTRAIN_H5_CHECK(H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, independent_xfer, buf));
+  };
+  read_all(s.labels, H5T_NATIVE_INT32, h.labels.data());
+  for (std::size_t r = 0; r < rows; ++r)
+    if (h.labels[r] < 0 || h.labels[r] >= num_classes)
+      bad_label(path, split, static_cast<std::int64_t>(r), h.labels[r], num_classes);
+  if (image) {
+    read_all(s.inputs, H5T_NATIVE_UINT8, h.pixels.data());
+    return;
+  }
+  static_assert(sizeof(TokenIndex) == 4, "memory type below is int32");
+  read_all(s.inputs, H5T_NATIVE_INT32, h.tokens.data());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t e = 0; e < elems; ++e) {
+      const TokenIndex t = h.tokens[r * elems + e];
+      if (t < 0 || t >= vocab_size)
+        bad_token(path, split, static_cast<std::int64_t>(r), static_cast<std::int64_t>(e), t, vocab_size);
+    }
+  read_all(s.lengths, H5T_NATIVE_INT32, h.lengths.data());
+  for (std::size_t r = 0; r < rows; ++r)
+    if (h.lengths[r] < 1 || h.lengths[r] > sample_elems)
+      bad_length(path, split, static_cast<std::int64_t>(r), h.lengths[r], sample_elems);
 }
 
 }  // namespace shardtrain

@@ -13,6 +13,12 @@
 //  - Every label handed out is in [0, num_classes()), every token id in
 //    [0, vocab_size()), every length in [1, seq_len]; a value outside is an
 //    InputError naming the file, the split and the row.
+//  - hold_in_memory() (optional, per rank, not collective) reads both splits
+//    into tracked buffers once, one H5Dread per dataset and split, and checks
+//    every value then (the same InputError, naming the first bad row); read()
+//    then serves rows from memory, bit for bit what it reads from the file
+//    (pixels are held as the file's uint8 and converted per read by the same
+//    table), without HDF5 or its lock.
 // Not thread-safe (HDF5 is not): use from one thread per rank.
 #pragma once
 
@@ -24,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.hpp"
 #include "core/types.hpp"
 #include "io/sample_dataset_writer.hpp"  // SampleKind, SampleSplit, the format's limits
 
@@ -62,8 +69,23 @@ class SampleDataset {
   //   labels[i]; lengths[i] (tokens only, may be null; must be null for images).
   // Throws Error for an index outside [0, size(split)) or a wrong combination of
   // buffers (caller bugs), InputError for a bad value in the file.
+  // Once held in memory, from memory (the same values, no HDF5 call).
   void read(SampleSplit split, std::span<const std::int64_t> indices, float* inputs, TokenIndex* tokens,
             std::int32_t* labels, std::int32_t* lengths) const;
+
+  // Bytes hold_in_memory() allocates for both splits: the inputs as held
+  // (images 1 byte per pixel, as stored; token ids 4 bytes), 4 per label and,
+  // for tokens, 4 per length.
+  std::int64_t in_memory_bytes() const;
+
+  // Reads both splits into buffers tracked under `category` in `tracker`, which
+  // must outlive this object: one H5Dread per dataset and split (the whole
+  // dataset, independent transfer), then every label, token id and length is
+  // checked (InputError "PATH: /train/labels[ROW]: label 12 out of range [0, 10)",
+  // the first bad row of the split). Independent (not collective). A second
+  // call does nothing.
+  void hold_in_memory(MemoryTracker& tracker, MemCategory category);
+  bool in_memory() const;
 
  private:
   struct Impl;

@@ -252,10 +252,16 @@ void Resolver::read_int_list(std::string_view key, std::vector<std::int64_t>& ou
   out = std::move(values);
 }
 
-// A non-empty string; one of the row's choices when it has some.
+// A non-empty string; one of the row's choices when it has some. A key whose
+// choices include "on" and "off" also takes true and false for them.
 void Resolver::read_string(std::string_view key, std::string& out, const KeySpec& k) {
   const Origin o = origin(key);
   if (!o.given()) return;
+  auto has = [&k](std::string_view c) { return std::find(k.choices.begin(), k.choices.end(), c) != k.choices.end(); };
+  if (const auto* b = o.node->as_boolean(); b && has("on") && has("off")) {
+    out = b->get() ? "on" : "off";
+    return;
+  }
   const auto* s = o.node->as_string();
   if (!s) return report(o, key, fmt::format("expected a string, got {}", type_name(o.node->type())));
   const std::string& v = s->get();

@@ -39,6 +39,11 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string path;  // required
+  // Classifiers (sample data sets): hold both splits in memory, read once at
+  // start-up ("on"), read each micro-batch from the file ("off"), or hold them
+  // when they take at most in_memory_limit_mb per rank ("auto").
+  std::string in_memory = "auto";
+  double in_memory_limit_mb = 1024.0;
 };
 
 struct TrainConfig {

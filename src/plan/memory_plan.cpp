@@ -155,6 +155,10 @@ std::string format_plan(const MemoryPlan& p) {
     out += fmt::format("  {:<16} {:>12.3f} MiB\n", to_string(static_cast<MemCategory>(c)),
                        static_cast<double>(p.bytes[c]) / kMiB);
   out += fmt::format("  {:<16} {:>12.3f} MiB\n", "total", static_cast<double>(p.total()) / kMiB);
+  if (p.data_in_memory > 0)
+    out += fmt::format("  data holds the data set in memory: {:.3f} MiB (data.in_memory; \"off\" reads each micro-batch "
+                       "from the file instead)\n",
+                       static_cast<double>(p.data_in_memory) / kMiB);
   if (p.process.measured()) {
     auto per_rank = [](const std::vector<std::int64_t>& v) {
       std::string t;
@@ -203,13 +207,16 @@ void check_memory_limit(const MemoryPlan& p, const RunConfig& c) {
       "short: process before the model {:.2f}, scratch (MPI collective or checkpoint I/O) {:.2f}, and the plan's {:.2f}: "
       "parameters {:.2f}, gradients {:.2f}, optimizer state {:.2f}, activations {:.2f}, "
       "workspace {:.2f}, communication {:.2f}, data {:.2f}, checkpoint staging {:.2f}); use a higher "
-      "parallel.zero_stage, more ranks, a smaller train.micro_batch, checkpoint.async = false, or raise the limit",
+      "parallel.zero_stage, more ranks, a smaller train.micro_batch, checkpoint.async = false{}, or raise the limit",
       c.source_name, limit, need, need - limit, p.process.fixed() / kMiB, p.process.scratch() / kMiB,
       p.total() / kMiB, p.of(MemCategory::Parameters) / kMiB,
       p.of(MemCategory::Gradients) / kMiB, p.of(MemCategory::OptimizerState) / kMiB,
       p.of(MemCategory::Activations) / kMiB, p.of(MemCategory::Workspace) / kMiB,
       p.of(MemCategory::Communication) / kMiB, p.of(MemCategory::Data) / kMiB,
-      p.of(MemCategory::CheckpointStaging) / kMiB));
+      p.of(MemCategory::CheckpointStaging) / kMiB,
+      p.data_in_memory > 0 ? fmt::format(", data.in_memory = \"off\" ({:.2f} MiB of data is the data set held in memory)",
+                                         p.data_in_memory / kMiB)
+                           : std::string()));
 }
 
 }  // namespace shardtrain

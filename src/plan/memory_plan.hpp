@@ -12,7 +12,8 @@
 //   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,
 //   2 Psi + 14 Psi/N, 16 Psi/N; Psi = padded parameter count), communication: ZeroEngine's buckets,
 //   activations and workspace: gpt_activation_plan (classifiers: their
-//   ClassifierCosts, model/classifier.hpp), data: the input buffers,
+//   ClassifierCosts, model/classifier.hpp), data: the input buffers (classifiers
+//   with data.in_memory: plus the data set held in memory),
 //   ckpt_staging: with checkpoint.async and a schedule, the staged copy of the
 //   checkpoint's state shard (12 or 14 bytes per shard element).
 #pragma once
@@ -65,6 +66,10 @@ struct MemoryPlan {
   double forward_flops_per_sequence = 0;
   double step_flops = 0;
   std::int64_t batch_size = 0;
+  // Classifiers: bytes of the data category that are the data set held in
+  // memory (data.in_memory; io/sample_dataset.hpp hold_in_memory), 0 when read
+  // from the file per micro-batch.
+  std::int64_t data_in_memory = 0;
 
   ProcessMemory process;  // measured; empty in a plan nobody measured
 

@@ -1,6 +1,10 @@
 // ClassifierTask: model.type mlp, cnn or encoder_classifier on a labelled-sample
-// data set (train/task.hpp, io/sample_dataset.hpp).
+// data set (train/task.hpp, io/sample_dataset.hpp). data.in_memory is decided in
+// the constructor (so the plan, and `trainer --plan`, count the held bytes) and
+// the data set is read into memory in build(), after the process was measured
+// before the model, so its bytes are tracked (data category), not in that term.
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +23,8 @@
 namespace shardtrain {
 
 namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
 
 std::string join(const std::vector<std::int64_t>& v, const char* sep) {
   std::string out;
@@ -103,7 +109,25 @@ class ClassifierTask final : public Task<P> {
     // run them once now, before the trainer measures the process before the
     // model, so that the predicted process peak holds that memory.
     if (type == "cnn") cnn_warm_up_kernels<P>(m_cnn);
-    this->m_plan = plan_classifier_memory(cfg, make_layout(), costs(), mb * (row_bytes + 4), mb, plan_world);
+    // data.in_memory: both splits held in memory from build() on, planned here
+    // as part of the data category.
+    const std::int64_t held = m_data.in_memory_bytes();
+    const double limit = cfg.data.in_memory_limit_mb * kMiB;
+    m_in_memory = cfg.data.in_memory == "on" || (cfg.data.in_memory == "auto" && static_cast<double>(held) <= limit);
+    m_data_source = m_in_memory ? fmt::format("held in memory: {:.3g} MiB per rank ({})", held / kMiB,
+                                              cfg.data.in_memory == "on"
+                                                  ? std::string("data.in_memory = \"on\"")
+                                                  : fmt::format("data.in_memory = \"auto\", at most "
+                                                                "data.in_memory_limit_mb = {:g}",
+                                                                cfg.data.in_memory_limit_mb))
+                                : cfg.data.in_memory == "off"
+                                    ? std::string("read from the file per micro-batch (data.in_memory = \"off\")")
+                                    : fmt::format("read from the file per micro-batch (data.in_memory = \"auto\": "
+                                                  "{:.3g} MiB per rank is above data.in_memory_limit_mb = {:g})",
+                                                  held / kMiB, cfg.data.in_memory_limit_mb);
+    this->m_plan = plan_classifier_memory(cfg, make_layout(), costs(), mb * (row_bytes + 4) + (m_in_memory ? held : 0),
+                                          mb, plan_world);
+    this->m_plan.data_in_memory = m_in_memory ? held : 0;
   }
 
   TaskText describe() const override {
@@ -124,9 +148,9 @@ class ClassifierTask final : public Task<P> {
                           m_enc.dropout > 0 ? fmt::format(" dropout {:g}", m_enc.dropout) : "", m_classes);
     }
     return {model, fmt::format("batch {} samples, micro-batch {}", m_cfg.train.batch_size, this->max_batch()),
-            fmt::format("data {} ({} train / {} val samples of shape ({}), {} classes)", m_cfg.data.path,
+            fmt::format("data {} ({} train / {} val samples of shape ({}), {} classes; {})", m_cfg.data.path,
                         m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val),
-                        join(m_data.sample_shape(), ", "), m_classes)};
+                        join(m_data.sample_shape(), ", "), m_classes, m_data_source)};
   }
   std::int64_t targets_per_sample() const override { return 1; }
   std::int64_t tokens_per_sample() const override { return m_seq_len; }
@@ -161,6 +185,12 @@ class ClassifierTask final : public Task<P> {
       m_lengths = TrackedBuffer<std::int32_t>(memory, MemCategory::Data, mb);
     }
     m_labels = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, mb);
+    if (m_in_memory) {
+      const auto t0 = std::chrono::steady_clock::now();
+      m_data.hold_in_memory(memory, MemCategory::Data);
+      m_data_source += fmt::format(", read in {:.2f} s",
+                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
     m_sampler = std::make_unique<SampleSampler>(m_data.size(SampleSplit::Train), m_cfg.train.seed);
   }
 
@@ -237,6 +267,8 @@ class ClassifierTask final : public Task<P> {
   const RunConfig& m_cfg;
   MpiCommunicator& m_comm;
   SampleDataset m_data;
+  bool m_in_memory = false;   // data.in_memory decided: m_data holds both splits from build() on
+  std::string m_data_source;  // how the samples are read, for the start-up line
   std::int64_t m_classes = 0;
   std::int64_t m_row = 0;      // elements of one sample as stored
   std::int64_t m_seq_len = 0;  // tokens per sample the model reads (<= m_row); 0: images

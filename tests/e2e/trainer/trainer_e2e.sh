@@ -74,6 +74,25 @@ case "${1:-}" in
              NR > 1 && $13 != "" { n++ } END { if (n < 2) { print "fewer than 2 evaluations"; bad = 1 }; exit bad }' \
       "$dir/metrics.csv" || die "metrics.csv val_accuracy column"
     ;;
+  in-memory)  # NP TAG [--set ...]: data.in_memory "on" and "off", bitwise the same run; "auto" over its limit
+    np=$2; tag=$3; shift 3
+    on="mem_on_$tag"; off="mem_off_$tag"; auto="mem_auto_$tag"
+    run_trainer "$np" "$on" --set data.in_memory=on --set train.log_every=1 "$@"
+    run_trainer "$np" "$off" --set data.in_memory=false --set train.log_every=1 "$@"
+    grep -Eq '; held in memory: [0-9.e+-]+ MiB per rank \(data\.in_memory = "on"\), read in [0-9.]+ s\)$' "$WORK/$on.log" ||
+      die "the start-up line does not say the data set is held in memory"
+    grep -q '^  data holds the data set in memory: [0-9.]* MiB' "$WORK/$on.log" || die "the plan does not count it"
+    grep -q '; read from the file per micro-batch (data.in_memory = "off"))$' "$WORK/$off.log" ||
+      die "the start-up line of the \"off\" run does not say it reads the file"
+    ! grep -q '^  data holds the data set in memory' "$WORK/$off.log" || die "the \"off\" plan holds the data set"
+    compare "$WORK/$on/metrics.csv" "$WORK/$off/metrics.csv" 0
+    diff <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$on/metrics.csv") \
+         <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$off/metrics.csv") || die "weight CRCs differ"
+    echo "in memory and from the file: bitwise identical losses, evaluations and weight CRCs"
+    run_trainer "$np" "$auto" --set data.in_memory_limit_mb=0.001 --set train.steps=2 --set train.eval_every=0 "$@"
+    grep -Eq '; read from the file per micro-batch \(data\.in_memory = "auto": [0-9.e+-]+ MiB per rank is above data\.in_memory_limit_mb = 0\.001\)\)$' \
+      "$WORK/$auto.log" || die "\"auto\" over its limit does not say it reads the file"
+    ;;
   determinism)
     np=$2; tag=${3:-}; shift $(( $# >= 3 ? 3 : 2 ))
     run_trainer "$np" "det_a${tag}_np$np" "$@"
@@ -281,6 +300,7 @@ case "${1:-}" in
       recompute_budget) printf '\n[recompute]\npolicy = "budget"\nbudget_mb = 0.01\n' >> "$input" ;;
       mlp_on_text) sed -i "s|^path = .*|path = \"${DATA%/*}/text.h5\"|" "$input" ;;
       cnn_kernel)  sed -i 's/^conv_kernel = .*/conv_kernel = 7/' "$input" ;;
+      cnn_bad_label) sed -i "s|^path = .*|path = \"${DATA%/*}/images_bad_label.h5\"|" "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)

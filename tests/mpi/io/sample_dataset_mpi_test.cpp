@@ -4,12 +4,15 @@
 // differ when the rank count does not divide the list), checking every value
 // against the formula it was written from. Also: only rank 0 has rows (the others
 // read zero rows), and a hostile file fails on every rank with the same
-// InputError. Every rank takes part in every collective whatever its checks say.
+// InputError. The same shares read from a copy every rank holds in memory
+// (hold_in_memory, independent) give the same bytes as the file reads. Every
+// rank takes part in every collective whatever its checks say.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -151,6 +154,37 @@ TEST_F(SampleDatasetMpi, TokensDisjointShares) {
       EXPECT_TRUE(ok) << "rank " << rank_of() << " row " << rows[i];
     }
     ASSERT_TRUE(all_ranks(ok)) << "count " << count;
+  }
+}
+
+// Every rank holds both splits (its own copy) and serves its share of the rows
+// from memory: the same bytes as the file reads, for images and tokens.
+TEST_F(SampleDatasetMpi, InMemorySharesMatchFileReads) {
+  for (const char* name : {"/images.h5", "/tokens.h5"}) {
+    SampleDataset file(s_path + name, MPI_COMM_WORLD), held(s_path + name, MPI_COMM_WORLD);
+    MemoryTracker tracker;
+    held.hold_in_memory(tracker, MemCategory::Data);
+    bool ok = static_cast<std::int64_t>(tracker.current(MemCategory::Data)) == held.in_memory_bytes();
+    const bool image = file.kind() == SampleKind::Image;
+    const auto elems = static_cast<std::size_t>(file.sample_elems());
+    for (const std::int64_t count : {std::int64_t{1}, std::int64_t{2}, std::int64_t{101}, kTrain})
+      for (int s = 0; s < 2; ++s) {
+        const SampleSplit split = s ? SampleSplit::Val : SampleSplit::Train;
+        const auto rows = my_rows(file.size(split), std::min(count, file.size(split)));
+        const std::size_t n = rows.size();
+        std::vector<float> in_a(image ? n * elems : 0, -1.0f), in_b(in_a.size(), -2.0f);
+        std::vector<TokenIndex> tok_a(image ? 0 : n * elems, -1), tok_b(tok_a.size(), -2);
+        std::vector<std::int32_t> lab_a(n, -1), lab_b(n, -2), len_a(image ? 0 : n, -1), len_b(len_a.size(), -2);
+        file.read(split, rows, image ? in_a.data() : nullptr, image ? nullptr : tok_a.data(), lab_a.data(),
+                  image ? nullptr : len_a.data());
+        held.read(split, rows, image ? in_b.data() : nullptr, image ? nullptr : tok_b.data(), lab_b.data(),
+                  image ? nullptr : len_b.data());
+        const bool same = lab_a == lab_b && len_a == len_b && tok_a == tok_b &&
+                          std::memcmp(in_a.data(), in_b.data(), in_a.size() * sizeof(float)) == 0;
+        EXPECT_TRUE(same) << "rank " << rank_of() << " " << name << " split " << s << " count " << count;
+        ok = ok && same;
+      }
+    ASSERT_TRUE(all_ranks(ok)) << name;
   }
 }
 

@@ -509,6 +509,39 @@ TEST_F(ConfigParse, ClassifierModels) {
             (std::vector<std::int64_t>{32, 16, 8}));
 }
 
+// data.in_memory: a string choice that also takes a TOML boolean ("on" / "off"),
+// classifiers only; its limit.
+TEST_F(ConfigParse, DataInMemory) {
+  const std::string cnn = "[model]\ntype = \"cnn\"\n" + data_section();
+  const RunConfig d = parse_run_config(cnn, "x.toml");
+  EXPECT_EQ(d.data.in_memory, "auto");
+  EXPECT_EQ(d.data.in_memory_limit_mb, 1024.0);
+  EXPECT_EQ(parse_run_config(cnn + "in_memory = true\n", "x.toml").data.in_memory, "on");
+  EXPECT_EQ(parse_run_config(cnn + "in_memory = false\n", "x.toml").data.in_memory, "off");
+  EXPECT_EQ(parse_run_config(cnn + "in_memory = \"off\"\nin_memory_limit_mb = 8\n", "x.toml").data.in_memory_limit_mb,
+            8.0);
+  const std::vector<std::string> set{"data.in_memory=false"};
+  const RunConfig off = parse_run_config(cnn, "x.toml", set);
+  EXPECT_EQ(off.data.in_memory, "off");
+  const RunConfig again = parse_run_config(to_toml(off), "config.toml");
+  EXPECT_EQ(again.data.in_memory, "off");
+  EXPECT_EQ(to_toml(again), to_toml(off));
+  EXPECT_NE(error_of(cnn + "in_memory = \"yes\"\n")
+                .find("data.in_memory: must be \"auto\" or \"on\" or \"off\" (or true / false, read as \"on\" / "
+                      "\"off\"), got \"yes\""),
+            std::string::npos)
+      << error_of(cnn + "in_memory = \"yes\"\n");
+  EXPECT_NE(error_of(cnn + "in_memory = 1\n").find("data.in_memory: expected a string, got integer"), std::string::npos);
+  EXPECT_NE(error_of(cnn + "in_memory_limit_mb = -1\n").find("data.in_memory_limit_mb: must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(data_section() + "in_memory = true\n")
+                .find("data.in_memory: is not used by model.type = \"gpt\" (only by encoder_classifier/mlp/cnn)"),
+            std::string::npos);
+  // Other string keys still refuse booleans (BooleansNeverCoerce).
+  EXPECT_NE(error_of(cnn + "[train]\ndevice = true\n").find("train.device: expected a string, got boolean"),
+            std::string::npos);
+}
+
 TEST_F(ConfigParse, ClassifierModelErrors) {
   const std::string data = data_section();
   EXPECT_EQ(error_of("[model]\nhidden = [300]\n" + data),

@@ -3,15 +3,21 @@
 // (several chunks, repeated and unordered rows), the writer's per-sample
 // validation and atomic commit, and hostile files built by mutating a valid file
 // with the HDF5 C API: every bad file must give an InputError whose message
-// starts with its path. Runs under the shared MPI main (singleton MPI process).
+// starts with its path. A data set held in memory (hold_in_memory) serves the
+// same bytes as file reads (images, uint16 and int32 tokens; both splits; rows
+// repeated, unordered, at chunk edges), tracks exactly in_memory_bytes(), and
+// reports a bad label, token id or length at load time as a read would.
+// Runs under the shared MPI main (singleton MPI process).
 #include "io/sample_dataset.hpp"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -223,6 +229,80 @@ TEST(SampleDataset, TokenRoundTripInt32) {
   const std::string p = tmp_file("tokens32.h5");
   write_tokens(p, 70000, 10000, 3);  // vocab > 65536: stored as int32
   check_tokens(p, 70000);
+}
+
+// ------------------------------------------------------------------ held in memory
+
+// Rows of a split of n: chunk edges, repeats, unordered, and random ones.
+std::vector<std::int64_t> probe_rows(std::int64_t n, std::uint64_t seed) {
+  std::vector<std::int64_t> rows = {n - 1, 0, n / 2, 0, n - 1};
+  for (std::int64_t r : {511, 512, 513, 4095, 4096, 4097, 8191, 8192})
+    if (r < n) rows.push_back(r);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 200; ++i) rows.push_back(static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n)));
+  return rows;
+}
+
+// Reads `rows` of every split from `file` (file reads) and `held` (in memory)
+// and compares the outputs byte for byte.
+void expect_same_reads(const SampleDataset& file, const SampleDataset& held) {
+  ASSERT_FALSE(file.in_memory());
+  ASSERT_TRUE(held.in_memory());
+  const bool image = file.kind() == SampleKind::Image;
+  const auto elems = static_cast<std::size_t>(file.sample_elems());
+  for (SampleSplit split : {SampleSplit::Train, SampleSplit::Val}) {
+    const auto rows = probe_rows(file.size(split), split == SampleSplit::Train ? 1 : 2);
+    const std::size_t n = rows.size();
+    std::vector<float> in_a(image ? n * elems : 0, -1.0f), in_b(in_a.size(), -2.0f);
+    std::vector<TokenIndex> tok_a(image ? 0 : n * elems, -1), tok_b(tok_a.size(), -2);
+    std::vector<std::int32_t> lab_a(n, -1), lab_b(n, -2), len_a(image ? 0 : n, -1), len_b(len_a.size(), -2);
+    file.read(split, rows, image ? in_a.data() : nullptr, image ? nullptr : tok_a.data(), lab_a.data(),
+              image ? nullptr : len_a.data());
+    held.read(split, rows, image ? in_b.data() : nullptr, image ? nullptr : tok_b.data(), lab_b.data(),
+              image ? nullptr : len_b.data());
+    EXPECT_EQ(lab_a, lab_b) << to_string(split);
+    EXPECT_EQ(len_a, len_b) << to_string(split);
+    EXPECT_EQ(tok_a, tok_b) << to_string(split);
+    ASSERT_EQ(in_a.size(), in_b.size());
+    EXPECT_EQ(std::memcmp(in_a.data(), in_b.data(), in_a.size() * sizeof(float)), 0) << to_string(split);
+    // An empty row list is fine on both.
+    held.read(split, {}, nullptr, nullptr, nullptr, nullptr);
+  }
+}
+
+void check_held(const std::string& path, std::int64_t bytes_per_row) {
+  SampleDataset file(path, MPI_COMM_SELF), held(path, MPI_COMM_SELF);
+  const std::int64_t rows = held.size(SampleSplit::Train) + held.size(SampleSplit::Val);
+  EXPECT_EQ(held.in_memory_bytes(), rows * bytes_per_row);
+  MemoryTracker tracker;
+  held.hold_in_memory(tracker, MemCategory::Data);
+  EXPECT_EQ(static_cast<std::int64_t>(tracker.current(MemCategory::Data)), held.in_memory_bytes());
+  EXPECT_EQ(tracker.current_total(), tracker.current(MemCategory::Data));
+  held.hold_in_memory(tracker, MemCategory::Data);  // a second call does nothing
+  EXPECT_EQ(static_cast<std::int64_t>(tracker.current(MemCategory::Data)), held.in_memory_bytes());
+  expect_same_reads(file, held);
+}
+
+TEST(SampleDatasetInMemory, ImagesServeTheFileBytes) {
+  check_held(image_file(), kElems + 4);  // uint8 pixels and an int32 label per row
+}
+
+TEST(SampleDatasetInMemory, TokensServeTheFileBytes) {
+  const std::string p16 = tmp_file("held_tokens16.h5"), p32 = tmp_file("held_tokens32.h5");
+  write_tokens(p16, 300, 9000, 5);    // uint16 ids in the file
+  write_tokens(p32, 70000, 9000, 5);  // int32 ids
+  check_held(p16, 4 * kSeq + 8);      // int32 ids, label and length per row
+  check_held(p32, 4 * kSeq + 8);
+}
+
+TEST(SampleDatasetInMemory, ReadsStillCheckRows) {
+  SampleDataset held(image_file(), MPI_COMM_SELF);
+  MemoryTracker tracker;
+  held.hold_in_memory(tracker, MemCategory::Data);
+  std::vector<float> in(kElems);
+  std::int32_t label = 0;
+  const std::int64_t bad = 77;  // the val split has 77 rows
+  EXPECT_THROW(held.read(SampleSplit::Val, std::span(&bad, 1), in.data(), nullptr, &label, nullptr), Error);
 }
 
 // ------------------------------------------------------------------ writer validation
@@ -460,6 +540,56 @@ TEST(SampleDatasetHostile, TokenOutOfRangeAndBadLengthAtReadTime) {
   }
   SampleDataset ds2(p, MPI_COMM_SELF);
   expect_input_error([&] { ds2.read(SampleSplit::Val, std::span(&vrow, 1), nullptr, tok, &label, &length); }, p,
+                     "/val/lengths[1]: length 17 out of range [1, 16]");
+}
+// The same bad values, now found when the data set is loaded into memory: the
+// first bad row of the split, named as a read names it.
+TEST(SampleDatasetHostile, BadValuesAtLoadTime) {
+  const std::string p = hostile("label12_held", [](hid_t f) {
+    const hid_t d = H5Dopen2(f, "/train/labels", H5P_DEFAULT);
+    const hid_t fs_ = H5Dget_space(d);
+    const hsize_t start = 3, count = 1;
+    H5Sselect_hyperslab(fs_, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+    const hid_t ms = H5Screate_simple(1, &count, nullptr);
+    const std::int32_t v = 12;
+    EXPECT_GE(H5Dwrite(d, H5T_NATIVE_INT32, ms, fs_, H5P_DEFAULT, &v), 0);
+    H5Sclose(ms), H5Sclose(fs_), H5Dclose(d);
+  });
+  SampleDataset ds(p, MPI_COMM_SELF);
+  MemoryTracker tracker;
+  expect_input_error([&] { ds.hold_in_memory(tracker, MemCategory::Data); }, p,
+                     "/train/labels[3]: label 12 out of range [0, 7)");
+  EXPECT_FALSE(ds.in_memory());
+
+  const std::string t = tmp_file("tok_hostile_held.h5");
+  write_tokens(t, 300, 20, 3);
+  auto set_vocab = [&](std::int64_t v) {
+    const hid_t f = H5Fopen(t.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    set_int_attr(f, "vocab_size", v);
+    H5Fclose(f);
+  };
+  set_vocab(100);  // ids up to 299 were written
+  {
+    SampleDataset tds(t, MPI_COMM_SELF);
+    std::int64_t row = -1, pos = -1;  // the first id >= 100 of the train split, row-major
+    for (std::int64_t i = 0; i < 20 && row < 0; ++i)
+      for (std::int64_t j = 0; j < kSeq && row < 0; ++j)
+        if (token(0, i, j, 300) >= 100) row = i, pos = j;
+    ASSERT_GE(row, 0);
+    expect_input_error([&] { tds.hold_in_memory(tracker, MemCategory::Data); }, t,
+                       "/train/inputs[" + std::to_string(row) + "][" + std::to_string(pos) + "]: token id " +
+                           std::to_string(token(0, row, pos, 300)) + " out of range [0, 100)");
+  }
+  set_vocab(300);
+  {
+    const hid_t f = H5Fopen(t.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, "/val/lengths", H5P_DEFAULT);
+    const std::int32_t v[3] = {1, 17, 2};
+    EXPECT_GE(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+    H5Dclose(d), H5Fclose(f);
+  }
+  SampleDataset lds(t, MPI_COMM_SELF);
+  expect_input_error([&] { lds.hold_in_memory(tracker, MemCategory::Data); }, t,
                      "/val/lengths[1]: length 17 out of range [1, 16]");
 }
 TEST(SampleDatasetHostile, TokenAttributes) {
