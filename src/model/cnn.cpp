@@ -1,6 +1,18 @@
 // Cnn: dims check, layout, plan, costs and the forward/backward of the
 // convolutional classifier. Every op is a ModelOps kernel; this file only wires
 // buffers and groups.
+// A pooled stage runs conv -> max-pool -> ReLU, not conv -> ReLU -> max-pool:
+// ReLU is monotone, so max(relu(window)) and relu(max(window)) are the same bits
+// (NaN: the first NaN either way; a window with nothing above 0 gives +0 either
+// way), and ReLU runs on 1/pool^2 of the elements. Backward applies ReLU's mask
+// to the pooled gradient (the stage output > 0) before the pool routes it: the
+// argmax of a window with a positive maximum is the same element either way and
+// its input is that maximum, so every dx element gets the same sum, in the same
+// order, of the same kept gradients; where the maximum is not positive both
+// give +0. Only the stored argmax of such windows and the conv output (kept
+// without ReLU) differ from the textbook order, and nothing reads them but this
+// backward. Tested bit for bit against the textbook order (test_pool.cpp) and
+// against the run before the change (losses, gradient norms, weight CRCs).
 #include "model/cnn.hpp"
 
 #include <algorithm>
@@ -268,11 +280,13 @@ double Cnn<T>::forward(const SampleBatch& b) {
     if (work) {
       const Conv2dShape conv = conv_at(s, batch);
       m_ops->conv2d_forward(conv, x, base + rel(i, 0), base + rel(i, 1), ws, m_conv_out[i]);
-      m_ops->relu_forward(m_conv_out[i], m_conv_out[i], batch * s.conv_out);
-      if (s.pooled) {
+      if (s.pooled) {  // ReLU after the pool, on 1/pool^2 of the elements (see the file's comment)
         Pool2dShape pool = s.pool;
         pool.batch = batch;
         m_ops->max_pool2d_forward(pool, m_conv_out[i], m_stage_out[i], m_stage_argmax[i]);
+        m_ops->relu_forward(m_stage_out[i], m_stage_out[i], batch * s.stage_out);
+      } else {
+        m_ops->relu_forward(m_conv_out[i], m_conv_out[i], batch * s.conv_out);
       }
     }
     m_provider->release_params(i);
@@ -354,12 +368,14 @@ void Cnn<T>::backward(T dloss) {
     T* dconv = s.pooled ? take() : dy;  // gradient of the conv's (ReLU) output
     T* dx = i > 0 ? take() : nullptr;
     if (work) {
-      if (s.pooled) {
+      if (s.pooled) {  // ReLU's backward on the pooled gradient, then the pool's
         Pool2dShape pool = s.pool;
         pool.batch = batch;
+        m_ops->relu_backward(m_stage_out[i], dy, dy, batch * s.stage_out);
         m_ops->max_pool2d_backward(pool, dy, m_stage_argmax[i], dconv);
+      } else {
+        m_ops->relu_backward(m_conv_out[i], dconv, dconv, batch * s.conv_out);
       }
-      m_ops->relu_backward(m_conv_out[i], dconv, dconv, batch * s.conv_out);
       const Conv2dShape conv = conv_at(s, batch);
       m_ops->conv2d_backward(conv, i > 0 ? m_stage_out[i - 1] : m_inputs, base + rel(i, 0), dconv, ws, dx,
                              gbase + rel(i, 0), gbase + rel(i, 1));

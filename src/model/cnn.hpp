@@ -9,8 +9,9 @@
 // with weight decay, "fc.j.bias"), acquired right before use and released right
 // after; gradients ACCUMULATE over micro-batches. Kernels: the backend's
 // ModelOps (backend/model_ops.hpp), host or CUDA.
-// Activations (category Activations): each conv's ReLU output, each pool's
-// output and int32 argmax, each hidden layer's ReLU output (dropout applied in
+// Activations (category Activations): each conv's output (ReLU applied when
+// no pool follows; a pooled stage applies ReLU to the pool's output instead,
+// the same values: cnn.cpp), each pool's output and int32 argmax, each hidden layer's ReLU output (dropout applied in
 // place: the ReLU mask is recovered from the dropped output, since dropped
 // elements have zero gradient anyway), the logits (overwritten by their
 // gradient in backward) and the per-sample losses. Workspace: the largest

@@ -28,6 +28,7 @@
 #include "kernels/float_bits.hpp"
 #include "kernels/pool.hpp"
 #include "kernels/pool_paths.hpp"
+#include "kernels/relu.hpp"
 
 namespace shardtrain {
 namespace {
@@ -391,6 +392,48 @@ TEST(MaxPool2dPaths, TiesAndNaNOnEveryPath) {
     x2[15] = 100.0f;
     EXPECT_EQ(run(bf16{}, path, x2)[3], 10);
     EXPECT_EQ(run(float{}, path, x2)[3], 10);
+  }
+}
+
+// model/cnn.cpp's stage order: pool -> relu, backward relu mask on the pooled
+// gradient -> pool, against the textbook relu -> pool, bit for bit.
+template <class T>
+void check_relu_pool_commute(PoolPath path) {
+  const Pool2dShape shapes[] = {{3, 4, 24, 24, 2, 2}, {2, 3, 9, 11, 2, 2}, {2, 2, 7, 9, 3, 2}, {1, 2, 6, 6, 3, 1}};
+  int differ = 0;
+  for (const Pool2dShape& s : shapes) {
+    const auto n = s.batch, c = s.channels, h = s.height, w = s.width, oh = s.out_h(), ow = s.out_w();
+    const auto x = nasty_values<T>(static_cast<std::size_t>(in_elems(s)), 71);
+    const auto dy = nasty_values<T>(static_cast<std::size_t>(out_elems(s)), 72);
+    // Textbook: r = relu(x); y = pool(r); dr = pool_backward(dy); dx = relu_backward(r, dr).
+    std::vector<T> r(x.size()), ya(dy.size()), dxa(x.size(), T(3.0f));
+    std::vector<std::int32_t> aa(dy.size());
+    relu_forward<T>(test::cview1(x), test::view1(r));
+    max_pool2d_forward_path<T>(path, s, cview4(r, n, c, h, w), view4(ya, n, c, oh, ow), view4(aa, n, c, oh, ow));
+    max_pool2d_backward_path<T>(path, s, cview4(dy, n, c, oh, ow), cview4(aa, n, c, oh, ow), view4(dxa, n, c, h, w));
+    relu_backward<T>(test::cview1(r), test::cview1(dxa), test::view1(dxa));
+    // cnn.cpp: y = relu(pool(x)); g = relu_backward(y, dy); dx = pool_backward(g).
+    std::vector<T> yb(dy.size()), g = dy, dxb(x.size(), T(4.0f));
+    std::vector<std::int32_t> ab(dy.size());
+    max_pool2d_forward_path<T>(path, s, cview4(x, n, c, h, w), view4(yb, n, c, oh, ow), view4(ab, n, c, oh, ow));
+    relu_forward<T>(test::cview1(yb), test::view1(yb));
+    relu_backward<T>(test::cview1(yb), test::cview1(g), test::view1(g));
+    max_pool2d_backward_path<T>(path, s, cview4(g, n, c, oh, ow), cview4(ab, n, c, oh, ow), view4(dxb, n, c, h, w));
+    const std::string what = std::string(type_name<T>()) + " kernel " + std::to_string(s.kernel) + " stride " +
+                             std::to_string(s.stride) + " H=" + std::to_string(h) + " W=" + std::to_string(w);
+    EXPECT_EQ(all_bits(ya), all_bits(yb)) << what;
+    EXPECT_EQ(all_bits(dxa), all_bits(dxb)) << what;
+    differ += aa != ab;
+  }
+  // The data must have windows with nothing above 0 (where the stored argmax differs).
+  EXPECT_GT(differ, 0) << type_name<T>();
+}
+
+TEST(MaxPool2dPaths, ReluAfterPoolGivesTheSameBits) {
+  for (PoolPath path : {PoolPath::Scalar, PoolPath::Vector, PoolPath::Avx512}) {
+    check_relu_pool_commute<float>(path);
+    check_relu_pool_commute<bf16>(path);
+    check_relu_pool_commute<f16>(path);
   }
 }
 
