@@ -10,6 +10,12 @@
 //  - p = 0 or eval mode: a bitwise copy ("Dropout::identity");
 //  - work is split into fixed chunks of the flat index range; each element is read
 //    before it is written, so out may alias in.
+//  - the chunk loop is one target-cloned function (AVX-512 / AVX2 / baseline,
+//    core/vectorize.hpp) with the counter hash's first two rounds, which depend
+//    only on (seed, stream), taken out of it: keep_i is mix64(key ^ (offset + i))
+//    with key = mix64(mix64(seed) ^ stream), hash64's own expression, so the mask
+//    is bit for bit dropout_keeps_bits' (tested element by element), and GCC
+//    vectorises the 64-bit multiplies (AVX-512DQ vpmullq in the AVX-512 clone).
 #include "kernels/dropout.hpp"
 
 #include <cmath>
@@ -17,9 +23,26 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "core/vectorize.hpp"
 
 namespace shardtrain {
 namespace {
+
+// out[i] = keep_i ? in[i] * scale : 0 for i in [0, n), keep_i from counter
+// first + i of the stream whose hash key is `key`. No restrict: out may be in.
+template <class T>
+SHARDTRAIN_TARGET_CLONES void apply_span(const T* in, T* out, std::int64_t n, std::uint64_t key, std::uint64_t first,
+                                         std::uint64_t threshold, compute_t<T> scale) {
+  using C = compute_t<T>;
+  const T zero = T(C(0));
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC ivdep
+#endif
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool keep = (mix64(key ^ (first + static_cast<std::uint64_t>(i))) >> 11) >= threshold;
+    out[i] = keep ? T(static_cast<C>(in[i]) * scale) : zero;
+  }
+}
 
 const std::string kLabelApply = "Dropout::apply_mask";
 const std::string kLabelIdentity = "Dropout::identity";
@@ -48,15 +71,12 @@ void apply(const char* op, const DropoutParams& prm, CView1<T> in, View1<T> out)
   }
   using C = compute_t<T>;
   const C scale = static_cast<C>(prm.p < 1.0 ? 1.0 / (1.0 - prm.p) : 0.0);
-  const std::uint64_t seed = prm.seed, stream = prm.stream, offset = prm.offset;
+  // hash64(seed, stream, index) = mix64(key ^ index) (core/rng.hpp).
+  const std::uint64_t key = mix64(mix64(prm.seed) ^ prm.stream), offset = prm.offset;
   Kokkos::parallel_for(kLabelApply, range(chunks), KOKKOS_LAMBDA(const std::int64_t c) {
     const std::int64_t i0 = c * kChunk;
     const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
-    const T zero = T(C(0));
-    for (std::int64_t i = i0; i < i1; ++i) {
-      const bool keep = dropout_keeps_bits(seed, stream, offset + static_cast<std::uint64_t>(i), threshold);
-      outp[i] = keep ? T(static_cast<C>(ip[i]) * scale) : zero;
-    }
+    apply_span<T>(ip + i0, outp + i0, i1 - i0, key, offset + static_cast<std::uint64_t>(i0), threshold, scale);
   });
 }
 
