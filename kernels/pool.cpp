@@ -16,8 +16,8 @@
 //    in compute_t<T> and a backward that zeroes the plane and scatters dy. Every
 //    shape, and the only path of double (the gradient checks); overlapping
 //    windows (stride < kernel) sum here.
-//  - 2x2 windows with stride 2 for float, bf16, f16 ("MaxPool::forward_2x2",
-//    "MaxPool::backward_2x2", one call per plane): the comparisons on the storage
+//  - 2x2 windows with stride 2 for float, bf16, f16 ("MaxPool::forward_two_by_two",
+//    "MaxPool::backward_two_by_two", one call per plane): the comparisons on the storage
 //    bits (kernels/float_bits.hpp: a key above the best's is exactly "greater,
 //    or NaN over a number"), the winner's bits and offset selected without
 //    branches; backward writes each input of a window once (0 + dy at the
@@ -41,10 +41,10 @@ namespace shardtrain {
 namespace {
 
 const std::string kLabelForward = "MaxPool::forward";
-const std::string kLabelForward2x2 = "MaxPool::forward_2x2";
+const std::string kLabelForward2x2 = "MaxPool::forward_two_by_two";
 const std::string kLabelCheck = "MaxPool::check_argmax";
 const std::string kLabelBackward = "MaxPool::backward";
-const std::string kLabelBackward2x2 = "MaxPool::backward_2x2";
+const std::string kLabelBackward2x2 = "MaxPool::backward_two_by_two";
 
 constexpr std::int64_t kCheckChunk = 16384;  // argmax entries per work item of the check
 

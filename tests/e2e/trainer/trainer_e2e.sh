@@ -11,7 +11,13 @@
 #                               matrix printed and in confusion.txt, val_accuracy in metrics.csv
 #   determinism NP [TAG --set ...]  two runs at NP ranks; losses (and weight CRCs) must be
 #                               bitwise identical
+#   in-memory NP TAG [--set ...]  a classifier with data.in_memory "on" and "off": bitwise the
+#                               same losses, evaluations and weight CRCs; each start-up line says
+#                               how the samples are read, the plan counts the held bytes only
+#                               when held; "auto" over data.in_memory_limit_mb reads the file
 #   bad-input NP CASE REGEX     a broken input must give exit 2, ONE message matching REGEX, no hang
+#                               (cnn_bad_label: a label out of range, found when the data set is
+#                               loaded into memory)
 #   zero-accounting NP STAGE [MODE]  measured peak bytes per rank == the plan, model state == the
 #                               ZeRO formula for precision MODE (fp32, fp16, bf16) within 2%; every
 #                               rank's payload per step and kind of collective == its exact

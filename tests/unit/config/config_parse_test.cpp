@@ -1,6 +1,7 @@
 // tests/unit/config/config_parse_test.cpp
 // parse_run_config on files: a full valid config, defaults, and every class of
-// input error with its exact one-line "FILE:LINE:COL: message".
+// input error with its exact one-line "FILE:LINE:COL: message"; data.in_memory's
+// booleans ("on" / "off") and its errors.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
