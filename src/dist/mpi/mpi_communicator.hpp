@@ -86,6 +86,16 @@ class MpiCommunicator final : public Communicator {
                                   std::span<const std::size_t> counts, DType type, ReduceOp op);
   static constexpr int kTagReduceScatter = 0x5253;  // point-to-point tag of that exchange
 
+ public:
+  // The receive buffers of those exchanges, kept for reuse: a buffer goes back
+  // to the pool when its request is destroyed, so a step's buckets reuse the
+  // previous step's memory instead of allocating (and page-faulting in) a fresh
+  // one per bucket. Shared with the requests, which may outlive the communicator.
+  class ScratchPool;
+
+ private:
+  std::shared_ptr<ScratchPool> m_scratch;
+
   MPI_Comm m_comm;
   std::array<std::string, kCollectives> m_algorithms;  // per kind, "; "-separated
   CollectiveWatchdog* m_watchdog = nullptr;
