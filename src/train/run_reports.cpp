@@ -127,7 +127,7 @@ void report_profile(MpiCommunicator& comm, const Profiler& profiler, const FlopF
     const double step_ms = 1e3 * sum[kOps] / ranks / steps;
     out += fmt::format("profile of {} training steps (--profile; the job's first step and evaluations excluded), "
                        "{} rank(s):\n", t.steps, comm.size());
-    out += fmt::format("  step time {:.2f} ms (mean over ranks)", step_ms);
+    out += fmt::format("  step time {:.3f} ms (mean over ranks)", step_ms);
     if (floor.ms_per_step > 0) out += fmt::format(" = {:.3f}x the FLOP floor", step_ms / floor.ms_per_step);
     out += "\n  " + format_flop_floor(floor);
     out += fmt::format("  {:<16} {:<14} {:>10} {:>12} {:>14} {:>7}\n", "op", "class", "calls/step", "ms/step",
