@@ -14,7 +14,8 @@
 #       the system error; step 10 is abandoned (absent), steps 20 and 30 commit
 #   required NP MODE CALL RANK NTH ERRNO WHY
 #       the fault hits a checkpoint the job cannot do without (WHY: signal: SIGUSR1 at
-#       step 15, end: the end of the run at step 30; max: every checkpoint every 5 steps
+#       step 15, end: the end of the run at step 30, walltime: the wall-time guard's
+#       (train.time_limit = 4.8 s, no schedule); max: every checkpoint every 5 steps
 #       fails, checkpoint.max_failures = 3): exit 1 (never 75) within 20 s (2 x
 #       collective_timeout_s) of the fault, the failing rank and the system error on stderr, and
 #       the step of the last good checkpoint
@@ -106,6 +107,8 @@ case_required() {  # NP MODE CALL RANK NTH ERRNO WHY
     end) step=30; last="the last good checkpoint is step 20 " ;;
     max) extra=(--set checkpoint.every_steps=5 --set checkpoint.max_failures=3); step=15
          last="this run has no good checkpoint" ;;
+    walltime) extra=(--set checkpoint.every_steps=0 --set train.steps=1000000 --set train.time_limit=0.08)
+              step='[0-9]+'; last="this run has no good checkpoint" ;;
     *) die "unknown reason $why" ;;
   esac
   # shellcheck disable=SC2046
@@ -129,8 +132,10 @@ case_required() {  # NP MODE CALL RANK NTH ERRNO WHY
   case $why in
     signal) [[ "$(cat "$WORK/$name/checkpoints/latest")" == step_00000010.h5 ]] || die "$name: latest moved" ;;
     end) [[ "$(cat "$WORK/$name/checkpoints/latest")" == step_00000020.h5 ]] || die "$name: latest moved" ;;
-    max) [[ ! -e "$WORK/$name/checkpoints/latest" ]] || die "$name: a latest without a good checkpoint" ;;
+    max|walltime) [[ ! -e "$WORK/$name/checkpoints/latest" ]] || die "$name: a latest without a good checkpoint" ;;
   esac
+  [[ $why != walltime ]] || grep -q "cannot do without it (the wall-time guard" "$WORK/$name.log" ||
+    die "$name: the wall-time guard is not named"
 }
 
 case_hang() {  # NP MODE CALL RANK NTH
