@@ -1,12 +1,16 @@
-// Checkpoint files (share/doc/checkpoint-format.md): collective MPI-IO writes
-// and reads of hyperslabs of the global state vectors, CRC-32 per dataset, and
-// validation of every file-supplied size before it sizes anything.
+// Checkpoint files (share/doc/checkpoint-format.md): writes in agreed phases
+// (rank 0 lays the file out with HDF5 in memory and copies it, every rank
+// pwrites its hyperslab of the global state vectors: io/checkpoint_phase.hpp),
+// collective MPI-IO reads,
+// CRC-32 per dataset, and validation of every file-supplied size before it
+// sizes anything.
 // Length (~820 lines, over the ~500 the project aims at): each dataset's writer and its
 // reader, with the reader's size validation, are kept side by side so a change to the
 // format is made to both halves in one place; split, they would drift apart.
 #include "io/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -16,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <optional>
@@ -23,6 +28,7 @@
 
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint_phase.hpp"
 #include "io/crc32.hpp"
 #include "io/h5_check.hpp"
 #include "io/h5_lock.hpp"
@@ -136,16 +142,6 @@ H5PropList mpio_fapl(MPI_Comm comm) {
   SHARDTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, true));
   SHARDTRAIN_H5_CHECK(H5Pset_coll_metadata_write(fapl, true));
   return fapl;
-}
-
-// Creates (or truncates) `path` for collective writes as every checkpoint is:
-// large datasets start on 1 MiB boundaries (file-system stripes and blocks).
-H5File create_parallel_file(const std::string& path, MPI_Comm comm, const char* what) {
-  H5PropList fapl = mpio_fapl(comm);
-  SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
-  H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot create " + what + ": " + error_stack_text());
-  return file;
 }
 
 H5PropList xfer(bool collective) {
@@ -299,7 +295,10 @@ void write_from_root(hid_t ds, hid_t mem_type, const void* data, bool root, bool
     SHARDTRAIN_H5_CHECK(H5Sselect_none(ms));
   }
   (void)scalar;
-  H5PropList dxpl = xfer(true);
+  // Collective through MPI-IO, or plain when rank 0 writes the file alone (POSIX driver).
+  H5File f(SHARDTRAIN_H5_CHECK(H5Iget_file_id(ds)));
+  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Fget_access_plist(f)));
+  H5PropList dxpl = H5Pget_driver(fapl) == H5FD_MPIO ? xfer(true) : H5PropList(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
   SHARDTRAIN_H5_CHECK(H5Dwrite(ds, mem_type, ms, fs, dxpl, data));
 }
 
@@ -344,39 +343,55 @@ void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointM
   std::vector<CheckpointVectorOut> out;
   for (const auto& [name, type] : vectors) out.push_back({name, type, zeros.data()});
   write_checkpoint(path, comm, meta, layout, out, per_rank * rank, per_rank * (rank + 1));
+  {  // and read back as a resume reads (collective MPI-IO: what it loads stays resident)
+    CheckpointReader reader(path, comm);
+    (void)reader.verify_all();
+  }
   MPI_Barrier(comm);  // every rank has closed the file
   if (rank == 0) std::remove(path.c_str());
 }
 
 namespace {
 
-H5File open_parallel_file_rw(const std::string& path, MPI_Comm comm, const char* what) {
-  H5PropList fapl = mpio_fapl(comm);
-  H5File file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
-  if (!file.valid()) SHARDTRAIN_FAIL(path + ": cannot reopen " + what + ": " + error_stack_text());
-  return file;
-}
-
 // Writes elements [lo, hi) of every vector at its dataset's byte offset in
-// `path` with pwrite, and their CRC pieces.
+// `path` with pwrite, and their CRC pieces. Throws SystemIoError (with errno).
 void write_at_offsets(const std::string& path, const std::vector<CheckpointVectorOut>& vectors,
                       const std::vector<std::int64_t>& offsets, std::int64_t lo, std::int64_t hi,
                       std::vector<CrcPiece>& pieces) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) SHARDTRAIN_FAIL(path + ": cannot open for the state data: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  for (std::size_t i = 0; i < vectors.size(); ++i) {
+  if (fd < 0) {
+    const int err = errno;
+    throw SystemIoError(path + ": cannot open for the state data: " + std::strerror(err), err);
+  }
+  int err = 0;
+  std::string what;
+  for (std::size_t i = 0; i < vectors.size() && err == 0; ++i) {
     const std::size_t eb = element_bytes(vectors[i].type);
     const auto* p = static_cast<const unsigned char*>(vectors[i].data);
     const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * eb;
     const std::uint64_t at = static_cast<std::uint64_t>(offsets[i] + lo * static_cast<std::int64_t>(eb));
-    if (const int err = pwrite_all(fd, p, static_cast<std::size_t>(bytes), at))
-      SHARDTRAIN_FAIL(path + ": writing /state/" + vectors[i].name + ": " + std::strerror(err));
-    pieces[i].add(p, bytes);
+    err = pwrite_all(fd, p, static_cast<std::size_t>(bytes), at);
+    if (err != 0) what = "writing /state/" + vectors[i].name;
+    else pieces[i].add(p, bytes);
   }
+  // close reports write errors some file systems (NFS) defer to it.
+  if (::close(fd) != 0 && err == 0) {
+    err = errno;
+    what = "closing it after the state data";
+  }
+  if (err != 0) throw SystemIoError(path + ": " + what + ": " + std::strerror(err), err);
+}
+
+// fsync of the checkpoint file on this rank. Throws SystemIoError (with errno).
+void fsync_checkpoint(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    throw SystemIoError(path + ": cannot open to fsync: " + std::strerror(err), err);
+  }
+  int err = ::fsync(fd) != 0 ? errno : 0;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) throw SystemIoError(path + ": fsync failed: " + std::strerror(err), err);
 }
 
 // The root attributes, /config and /layout: everything of a checkpoint but
@@ -465,119 +480,200 @@ void create_param_views(hid_t file, const std::vector<CheckpointTensor>& layout,
   SHARDTRAIN_H5_CLOSE(params);
 }
 
+// The file's layout, built by HDF5 in memory on rank 0: HDF5 never touches the
+// checkpoint's storage. A write failure inside HDF5 (its metadata flush in
+// H5Fcreate or H5Fclose) leaves the library with a half-destroyed file that
+// crashes its termination at exit (seen: SIGSEGV in H5F__close_cb after ENOSPC
+// on a flush), and HDF5 reports no errno; so HDF5 writes the layout into a
+// file in memory (tmpfs; the datasets' allocated space stays a hole and costs
+// nothing), and rank 0 copies the bytes HDF5 wrote (SEEK_DATA) into the
+// checkpoint file with its own pwrite. Each state dataset's `crc32` attribute is written
+// with a placeholder value found exactly once in the image, so the checksums
+// phase patches those 4 bytes in place (object headers of this format carry
+// no checksum of their own) instead of reopening the file with HDF5.
+struct LayoutImage {
+  std::vector<std::pair<std::int64_t, std::vector<unsigned char>>> extents;  // (offset, bytes HDF5 wrote)
+  std::int64_t size = 0;                      // the file's length (HDF5's end of file)
+  std::vector<std::int64_t> data_offsets;     // per state vector: its dataset's data
+  std::vector<std::int64_t> crc_offsets;      // per state vector: its crc32 attribute's value
+};
+
+// Reads the data extents of `fd` (SEEK_DATA/SEEK_HOLE: the holes are the datasets' unwritten space).
+std::vector<std::pair<std::int64_t, std::vector<unsigned char>>> data_extents(int fd, std::int64_t size) {
+  std::vector<std::pair<std::int64_t, std::vector<unsigned char>>> out;
+  off_t at = 0;
+  while (at < size) {
+    const off_t data = ::lseek(fd, at, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: no data beyond `at`
+    off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0 || hole > size) hole = size;
+    std::vector<unsigned char> bytes(static_cast<std::size_t>(hole - data));
+    SHARDTRAIN_CHECK(::pread(fd, bytes.data(), bytes.size(), data) == static_cast<ssize_t>(bytes.size()),
+                     "cannot read back the checkpoint layout from memory");
+    out.emplace_back(data, std::move(bytes));
+    at = hole;
+  }
+  return out;
+}
+
+LayoutImage build_layout_image(const CheckpointMeta& meta, const std::vector<CheckpointTensor>& layout,
+                               const std::vector<CheckpointVectorOut>& vectors) {
+  for (std::uint32_t attempt = 0; attempt < 16; ++attempt) {
+    std::vector<std::uint32_t> placeholder(vectors.size());
+    for (std::size_t i = 0; i < vectors.size(); ++i)
+      placeholder[i] = 0x5A17C0DEu ^ (0x9E3779B9u * (attempt * 8u + static_cast<std::uint32_t>(i) + 1u));
+    // A file in memory (tmpfs: /dev/shm, else TMPDIR or /tmp), by name: HDF5
+    // resolves symbolic links, so a memfd's /proc/self/fd path will not do.
+    std::error_code ec;
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string name = (std::filesystem::is_directory("/dev/shm", ec) ? std::string("/dev/shm")
+                        : tmpdir                                       ? std::string(tmpdir)
+                                                                       : std::string("/tmp")) +
+                       "/shardtrain-checkpoint-layout-XXXXXX";
+    const int mem = ::mkstemp(name.data());
+    if (mem < 0)
+      SHARDTRAIN_FAIL(name + ": cannot create the in-memory file for the checkpoint layout: " + std::strerror(errno));
+    struct Closer {
+      int fd;
+      std::string name;
+      ~Closer() {
+        ::unlink(name.c_str());
+        ::close(fd);
+      }
+    } closer{mem, name};
+    LayoutImage image;
+    {
+      const auto hdf5 = lock_hdf5();
+      quiet_errors();
+      H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+      SHARDTRAIN_H5_CHECK(H5Pset_fapl_sec2(fapl));
+      // Large datasets start on 1 MiB boundaries (file-system stripes and blocks).
+      SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
+      SHARDTRAIN_H5_CHECK(H5Pset_file_locking(fapl, false, true));
+      H5File file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+      if (!file.valid()) SHARDTRAIN_FAIL("cannot lay out the checkpoint in memory: " + error_stack_text());
+      write_header(file, meta, layout, true);
+      H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      for (std::size_t i = 0; i < vectors.size(); ++i) {
+        H5Dataset ds = create_state_dataset(state, vectors[i].name, vectors[i].type, meta.padded_size);
+        const haddr_t off = H5Dget_offset(ds);
+        SHARDTRAIN_CHECK(off != HADDR_UNDEF, "/state/" + vectors[i].name + " has no file offset");
+        image.data_offsets.push_back(static_cast<std::int64_t>(off));
+        put_u32(ds, "crc32", placeholder[i]);
+      }
+      create_param_views(file, layout, meta.padded_size);
+      SHARDTRAIN_H5_CLOSE(state);
+      SHARDTRAIN_H5_CLOSE(file);
+    }
+    struct stat st {};
+    SHARDTRAIN_CHECK(::fstat(mem, &st) == 0, "cannot stat the checkpoint layout in memory");
+    image.size = static_cast<std::int64_t>(st.st_size);
+    image.extents = data_extents(mem, image.size);
+    // Each placeholder must occur exactly once in what HDF5 wrote.
+    bool unique = true;
+    for (std::size_t i = 0; i < vectors.size() && unique; ++i) {
+      unsigned char pat[4];
+      for (int b = 0; b < 4; ++b) pat[b] = static_cast<unsigned char>(placeholder[i] >> (8 * b));  // little-endian
+      int found = 0;
+      std::int64_t where = -1;
+      for (const auto& [off, bytes] : image.extents)
+        for (auto it = std::search(bytes.begin(), bytes.end(), pat, pat + 4); it != bytes.end();
+             it = std::search(it + 1, bytes.end(), pat, pat + 4)) {
+          ++found;
+          where = off + (it - bytes.begin());
+        }
+      unique = found == 1;
+      image.crc_offsets.push_back(where);
+    }
+    if (unique) return image;
+  }
+  SHARDTRAIN_FAIL("no unique placeholders for the checkpoint's crc32 attributes after 16 tries");
+}
+
+// Rank 0: creates (or truncates) `path` and writes the layout HDF5 made into it.
+// Throws SystemIoError (with errno).
+void write_layout(const std::string& path, const LayoutImage& image) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw SystemIoError(path + ": cannot create the checkpoint file: " + std::strerror(err), err);
+  }
+  int err = 0;
+  std::string what;
+  if (::ftruncate(fd, static_cast<off_t>(image.size)) != 0) {
+    err = errno;
+    what = "extending it to " + std::to_string(image.size) + " bytes";
+  }
+  for (std::size_t i = 0; i < image.extents.size() && err == 0; ++i) {
+    const auto& [off, bytes] = image.extents[i];
+    err = pwrite_all(fd, bytes.data(), bytes.size(), static_cast<std::uint64_t>(off));
+    if (err != 0) what = "writing its layout (HDF5 metadata)";
+  }
+  if (::close(fd) != 0 && err == 0) {
+    err = errno;
+    what = "closing it after its layout";
+  }
+  if (err != 0) throw SystemIoError(path + ": " + what + ": " + std::strerror(err), err);
+}
+
+// Rank 0: writes each state vector's CRC over its placeholder. Throws SystemIoError (with errno).
+void write_checksums(const std::string& path, const LayoutImage& image, const std::vector<std::uint32_t>& crcs) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    throw SystemIoError(path + ": cannot reopen for the checksums: " + std::strerror(err), err);
+  }
+  int err = 0;
+  for (std::size_t i = 0; i < crcs.size() && err == 0; ++i) {
+    unsigned char le[4];
+    for (int b = 0; b < 4; ++b) le[b] = static_cast<unsigned char>(crcs[i] >> (8 * b));
+    err = pwrite_all(fd, le, 4, static_cast<std::uint64_t>(image.crc_offsets[i]));
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) throw SystemIoError(path + ": writing the checksums: " + std::strerror(err), err);
+}
+
 }  // namespace
 
 CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
                                       const std::vector<CheckpointTensor>& layout,
                                       const std::vector<CheckpointVectorOut>& vectors, std::int64_t lo,
-                                      std::int64_t hi, const std::function<void()>& pause) {
-  quiet_errors();
+                                      std::int64_t hi, const std::function<void()>& pause, IoDeadline* deadline) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= meta.padded_size, "checkpoint shard out of range");
   CheckpointWriteStats stats;
+  for (const auto& v : vectors) stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * element_bytes(v.type);
   const auto t0 = Clock::now();
-  {
-    H5File file = create_parallel_file(path, comm, "checkpoint file");
-    write_header(file, meta, layout, rank == 0);
-
-    // /state/<vector>: the rank's hyperslab of each.
-    H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    const hsize_t n = static_cast<hsize_t>(meta.padded_size);
-    std::vector<CrcPiece> pieces(vectors.size());
-    std::vector<H5Dataset> datasets;
-    for (std::size_t i = 0; i < vectors.size(); ++i) {
-      const auto& v = vectors[i];
-      H5Dataset ds = create_state_dataset(state, v.name, v.type, meta.padded_size);
-      H5Datatype t = make_type(v.type);
-      H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-      select_range(fs, lo, hi);
-      H5Dataspace ms = memory_space(hi - lo);
-      H5PropList dxpl = xfer(true);
-      SHARDTRAIN_H5_CHECK(H5Dwrite(ds, t, ms, fs, dxpl, v.data));
-      const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * element_bytes(v.type);
-      pieces[i].add(v.data, bytes);
-      stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * element_bytes(v.type);
-      datasets.push_back(std::move(ds));
-    }
-    const std::vector<CrcPiece> whole = combine_pieces(comm, pieces);
-    for (std::size_t i = 0; i < vectors.size(); ++i) put_u32(datasets[i], "crc32", whole[i].crc);
-    datasets.clear();
-
-    create_param_views(file, layout, meta.padded_size);
-
-    if (pause) pause();
-    SHARDTRAIN_H5_CLOSE(state);
-    SHARDTRAIN_H5_CLOSE(file);
-  }
-  stats.write_s = seconds_since(t0);
-  const auto t1 = Clock::now();
-  fsync_file(path);  // every rank: on a parallel file system each client flushes its own writes
-  MPI_Barrier(comm);
-  stats.sync_s = seconds_since(t1);
-  return stats;
-}
-
-CheckpointWriteStats write_checkpoint_background(const std::string& path, MPI_Comm comm,
-                                                 const CheckpointMeta& meta,
-                                                 const std::vector<CheckpointTensor>& layout,
-                                                 const std::vector<CheckpointVectorOut>& vectors, std::int64_t lo,
-                                                 std::int64_t hi, const std::function<void()>& pause) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= meta.padded_size, "checkpoint shard out of range");
-  CheckpointWriteStats stats;
-  const auto t0 = Clock::now();
-  // 1. HDF5 lays the file out: the header, every state dataset allocated (its
-  //    offset is then fixed), the views; no state data. Under the HDF5 lock.
-  std::vector<std::int64_t> offsets(vectors.size(), -1);
-  {
-    const auto hdf5 = lock_hdf5();
-    quiet_errors();
-    H5File file = create_parallel_file(path, comm, "checkpoint file");
-    write_header(file, meta, layout, rank == 0);
-    H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    for (std::size_t i = 0; i < vectors.size(); ++i) {
-      H5Dataset ds = create_state_dataset(state, vectors[i].name, vectors[i].type, meta.padded_size);
-      const haddr_t at = H5Dget_offset(ds);
-      SHARDTRAIN_CHECK(at != HADDR_UNDEF, path + ": /state/" + vectors[i].name + " has no file offset");
-      offsets[i] = static_cast<std::int64_t>(at);
-      stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * element_bytes(vectors[i].type);
-    }
-    create_param_views(file, layout, meta.padded_size);
-    SHARDTRAIN_H5_CLOSE(state);
-    SHARDTRAIN_H5_CLOSE(file);  // the file now extends over every dataset's space
-  }
-  // 2. Each rank writes its hyperslab's bytes where HDF5 put the dataset (plain
-  //    pwrite: no HDF5, no MPI), with its CRC piece. A failure on any rank
-  //    fails every rank here, before the next collective.
+  // 1. create: rank 0 lays the file out with HDF5, in memory -- the header,
+  //    every state dataset allocated (its offset is then fixed), the views; no
+  //    state data -- and writes that layout into the file.
+  LayoutImage image;
+  checkpoint_phase(comm, deadline, "create", path, true, [&] {
+    image = build_layout_image(meta, layout, vectors);
+    write_layout(path, image);
+  });
+  std::vector<std::int64_t> offsets = image.data_offsets;
+  offsets.resize(vectors.size(), -1);
+  if (!offsets.empty())
+    MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_INT64_T, 0, comm);
+  // 2. write: each rank writes its hyperslab's bytes where HDF5 put the
+  //    dataset (plain pwrite: no HDF5, no MPI), with its CRC piece.
   std::vector<CrcPiece> pieces(vectors.size());
-  std::string error;
-  try {
-    write_at_offsets(path, vectors, offsets, lo, hi, pieces);
-    if (pause) pause();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  int failed = error.empty() ? 0 : 1;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, comm);
-  if (failed) SHARDTRAIN_FAIL(error.empty() ? path + ": another rank failed to write its part" : error);
-  // 3. The CRC attributes, from every rank's pieces. Under the HDF5 lock.
+  checkpoint_phase(comm, deadline, "write", path, false,
+                   [&] { write_at_offsets(path, vectors, offsets, lo, hi, pieces); });
+  if (pause) pause();  // the test hook: every rank's data is written, the checksums are not
+  // 3. checksums: rank 0 writes each vector's CRC, from every rank's pieces.
   const std::vector<CrcPiece> whole = combine_pieces(comm, pieces);
-  {
-    const auto hdf5 = lock_hdf5();
-    quiet_errors();
-    H5File file = open_parallel_file_rw(path, comm, "checkpoint file");
-    for (std::size_t i = 0; i < vectors.size(); ++i) {
-      H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dopen2(file, ("/state/" + vectors[i].name).c_str(), H5P_DEFAULT)));
-      put_u32(ds, "crc32", whole[i].crc);
-    }
-    SHARDTRAIN_H5_CLOSE(file);
-  }
+  checkpoint_phase(comm, deadline, "checksums", path, true, [&] {
+    std::vector<std::uint32_t> crcs;
+    for (const CrcPiece& c : whole) crcs.push_back(c.crc);
+    write_checksums(path, image, crcs);
+  });
   stats.write_s = seconds_since(t0);
+  // 4. fsync: every rank (on a parallel file system each client flushes its own writes).
   const auto t1 = Clock::now();
-  fsync_file(path);
-  MPI_Barrier(comm);
+  checkpoint_phase(comm, deadline, "fsync", path, false, [&] { fsync_checkpoint(path); });
   stats.sync_s = seconds_since(t1);
   return stats;
 }

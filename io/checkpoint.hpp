@@ -1,6 +1,7 @@
 // shardtrain/io/checkpoint.hpp
 // Owns the checkpoint FILE: one HDF5 file per checkpoint (share/doc/checkpoint-format.md),
-// written and read with collective MPI-IO. What goes in it and when is the
+// written in phases every rank agrees on (rank 0's HDF5 layout, every rank's
+// pwrite of its hyperslab) and read with collective MPI-IO. What goes in it and when is the
 // trainer's business (src/train/checkpointing.hpp); this file knows the format.
 //  - Each state vector (fp32 master parameters, Adam moments, the 16-bit copy)
 //    is ONE global 1-D dataset in the padded flat layout; each rank writes and
@@ -85,34 +86,37 @@ struct CheckpointWriteStats {
 inline constexpr std::string_view kCheckpointFormat = "shardtrain-checkpoint";
 inline constexpr std::int64_t kCheckpointSchema = 1;
 
-// Writes a complete checkpoint to `path` (created or truncated). Rank r writes
-// elements [lo, hi) of every vector (the shards tile [0, meta.padded_size) in
-// rank order), then the file is closed and fsynced on every rank. `pause`, when
-// set, is called on every rank after the data is written and before the file
-// is closed (a test hook). Collective; throws Error on I/O failure.
+class IoDeadline;  // io/checkpoint_phase.hpp
+
+// Writes a complete checkpoint to `path` (created or truncated) in four
+// phases, each ended by a status agreement of every rank (io/checkpoint_phase.hpp):
+//   create     rank 0 lays the file out with HDF5 in a file in memory (the
+//              header, every state dataset allocated so its offset is fixed,
+//              a placeholder crc32 attribute on each, the views) and copies
+//              the bytes HDF5 wrote into `path` with pwrite;
+//   write      rank r writes elements [lo, hi) of every vector at its
+//              dataset's offset with pwrite (the shards tile [0,
+//              meta.padded_size) in rank order), with its CRC piece;
+//   checksums  rank 0 writes each vector's CRC over its placeholder;
+//   fsync      every rank fsyncs the file.
+// HDF5 never touches the checkpoint's storage (a failed write inside HDF5
+// leaves the library broken; see checkpoint.cpp), no MPI call runs inside a
+// phase, so one rank's failure is known to every rank at the end of that
+// phase: every rank throws the same CheckpointIoError (failing rank, phase,
+// file, errno). HDF5 is called only under the HDF5 lock (io/h5_lock.hpp): a
+// background writer thread (train/background_checkpoint.hpp) calls this beside
+// a training loop that reads HDF5 data sets, on a communicator no other thread
+// uses (MPI must then provide MPI_THREAD_MULTIPLE). `deadline` (may be null)
+// watches each phase.
+// `pause`, when set, is called on every rank after the write phase (every
+// rank's data written, no checksums yet): a test hook. Collective.
 CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
                                       const CheckpointMeta& meta,
                                       const std::vector<CheckpointTensor>& layout,
                                       const std::vector<CheckpointVectorOut>& vectors,
                                       std::int64_t lo, std::int64_t hi,
-                                      const std::function<void()>& pause = {});
-
-// The same file as write_checkpoint, written from a thread beside a training
-// loop that reads HDF5 data sets (train/background_checkpoint.hpp): HDF5 is
-// called only under the HDF5 lock (io/h5_lock.hpp) and only for the file's
-// layout (header, datasets allocated, views) and, at the end, the state
-// vectors' CRC attributes; the state data goes to each dataset's file offset
-// with plain pwrite, outside the lock. The datasets are the same, byte for
-// byte, as write_checkpoint's. `comm` must be a communicator no other thread
-// uses (a duplicate of the run's), and MPI must provide MPI_THREAD_MULTIPLE.
-// `pause` runs after this rank's data is written, before the CRC attributes.
-// Collective over `comm`; a failure on any rank throws on every rank.
-CheckpointWriteStats write_checkpoint_background(const std::string& path, MPI_Comm comm,
-                                                 const CheckpointMeta& meta,
-                                                 const std::vector<CheckpointTensor>& layout,
-                                                 const std::vector<CheckpointVectorOut>& vectors,
-                                                 std::int64_t lo, std::int64_t hi,
-                                                 const std::function<void()>& pause = {});
+                                      const std::function<void()>& pause = {},
+                                      IoDeadline* deadline = nullptr);
 
 // Brings up the checkpoint write path once, without a checkpoint: writes
 // DIR/.shardtrain-io-probe-<job>.h5 with write_checkpoint itself -- the

@@ -5,12 +5,12 @@
 // writer (train/background_checkpoint.hpp) calls it beside the training
 // loop's data reads. Every HDF5 call that may run while a background write is
 // in flight holds this lock: the data set readers' read calls, and the
-// writer's metadata phases (io/checkpoint.hpp write_checkpoint_background).
-// Invariants: whoever holds the lock makes no MPI call that waits for another
-// rank's thread that might itself wait for this lock, except collective HDF5
-// calls of the writer, which wait only for other ranks' writers: the readers
-// under the lock are independent (no collective), so they always finish and
-// release it. Not recursive: take it once per call chain.
+// checkpoint writer's layout (io/checkpoint.hpp write_checkpoint: rank 0
+// alone, into a file in memory).
+// Invariants: whoever holds the lock makes no MPI call: the readers under the
+// lock are independent (no collective) and the writer's HDF5 work runs on
+// rank 0 alone and touches no storage, so every holder finishes and releases it.
+// Not recursive: take it once per call chain.
 #pragma once
 
 #include <mutex>

@@ -111,6 +111,8 @@ struct CheckpointConfig {
   std::int64_t keep_last = 3;
   std::string resume = "auto";  // "auto" | "never" | a file or directory
   bool async = false;           // write scheduled checkpoints in the background (train/background_checkpoint.hpp)
+  std::int64_t max_failures = 3;  // scheduled checkpoints that may fail in a row before the job ends
+  double io_timeout_s = 600.0;    // deadline of each checkpoint I/O phase on each rank (io/io_deadline.hpp)
 };
 
 struct RunConfig {

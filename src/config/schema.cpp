@@ -240,8 +240,9 @@ constexpr KeySpec k_schema[] = {
             "barrier, or the wait for a non-blocking one) has not completed after this many seconds, each "
             "waiting rank prints `error (rank R): watchdog: all_reduce (27600 x F32) at step 5 has not "
             "completed after 300.0 s ...` and ends; the launcher then ends the other ranks. A rank that "
-            "stalls or dies cannot hang the job for longer. `0` turns the watchdog off. Checkpoint I/O is not "
-            "watched."},
+            "stalls or dies cannot hang the job for longer. `0` turns the watchdog off. Checkpoint I/O is "
+            "watched by its own deadline (`checkpoint.io_timeout_s`), which the watchdog adds to its own while "
+            "a checkpoint is in flight."},
 
     // [precision]
     {SHARDTRAIN_CONFIG_KEY(precision, mode), .choices = k_precisions,
@@ -315,6 +316,23 @@ constexpr KeySpec k_schema[] = {
             "parameter / ranks, 14 with fp16/bf16), planned as the `ckpt_staging` category (host memory); hence "
             "`false` by default, which writes synchronously and needs no extra memory. A checkpoint a stop "
             "signal asks for without a schedule is always synchronous."},
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, max_failures), .ints = {1},
+     .doc = "A scheduled checkpoint that fails on any rank (an I/O error: EIO, ENOSPC, EDQUOT ...) is "
+            "abandoned on every rank (its `.partial` file removed, `latest` untouched), rank 0 prints a warning "
+            "naming the failing rank, the file, the phase and the system error, and training goes on; the next "
+            "scheduled checkpoint tries again. After `max_failures` failures in a row the job ends with exit "
+            "code 1. A checkpoint the job cannot do without (a stop signal, the wall-time guard, the end of the "
+            "run) that fails always ends the job with exit code 1 (never 75: a requeue would resume from older "
+            "state), naming the step of the last good checkpoint."},
+    {SHARDTRAIN_CONFIG_KEY(checkpoint, io_timeout_s), .numbers = {0, true},
+     .doc = "Deadline of checkpoint I/O: every phase of a checkpoint (create and lay out the file, write the "
+            "shards, the checksums, fsync, the commit) must end on every rank within this many seconds; when "
+            "storage stops answering, the rank that waits prints `error (rank R): checkpoint I/O: phase "
+            "'fsync' of FILE has not finished after 600.0 s ...` and ends, and the launcher ends the other "
+            "ranks (exit code 1). It must exceed the longest phase on the slowest storage expected (one rank's "
+            "shard written at its bandwidth). While a checkpoint is in flight the collective watchdog "
+            "(`parallel.collective_timeout_s`) allows this much longer, so slow storage trips this deadline, "
+            "not the watchdog."},
     {SHARDTRAIN_CONFIG_KEY(checkpoint, resume), .check = check_resume,
      .range_doc = "`\"auto\"`, `\"never\"` or an existing file or directory",
      .doc = "`\"auto\"`: continue from the newest complete checkpoint in `dir`, if there is one (none: start "

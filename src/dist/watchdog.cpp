@@ -41,7 +41,7 @@ void CollectiveWatchdog::run() {
     const std::int64_t since = m_since_ns.load(std::memory_order_acquire);
     if (since == 0) continue;
     const double waited = static_cast<double>(now_ns() - since) * 1e-9;
-    if (waited >= m_timeout_s) fire(waited);
+    if (waited >= m_timeout_s + m_grace_s.load(std::memory_order_relaxed)) fire(waited);
   }
 }
 
@@ -50,9 +50,10 @@ void CollectiveWatchdog::fire(double waited_s) {
   const char* type = m_type.load(std::memory_order_acquire);
   std::fprintf(stderr,
                "error (rank %d): watchdog: %s (%zu x %s) at step %lld has not completed after %.1f s "
-               "(parallel.collective_timeout_s = %g): another rank is stalled or has died; ending the job\n",
+               "(parallel.collective_timeout_s = %g%s): another rank is stalled or has died; ending the job\n",
                m_rank, what ? what : "collective", m_count.load(), type ? type : "?",
-               static_cast<long long>(m_step.load(std::memory_order_relaxed)), waited_s, m_timeout_s);
+               static_cast<long long>(m_step.load(std::memory_order_relaxed)), waited_s, m_timeout_s,
+               m_grace_s.load() > 0 ? ", plus checkpoint.io_timeout_s while a checkpoint is in flight" : "");
   std::fflush(stderr);
   std::fflush(stdout);
   std::_Exit(1);

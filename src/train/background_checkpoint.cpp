@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "dist/mpi/agreement.hpp"
+#include "io/checkpoint_phase.hpp"
 
 namespace shardtrain {
 
@@ -49,6 +50,16 @@ CheckpointManager::Committed BackgroundCheckpoint::finish(MPI_Comm comm) {
     if (error) std::rethrow_exception(error);
   });
   if (a.failed()) {
+    // A failed phase gave every rank's writer the same CheckpointIoError
+    // (io/checkpoint_phase.hpp): pass it on as it is, failing rank and errno included.
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const CheckpointIoError& e) {
+        if (a.first_failing >= 0 && a.message == e.what()) throw;
+      } catch (...) {
+      }
+    }
     if (a.worst == Outcome::BadInput) throw InputError(a.message);
     throw AgreedError(a.message);
   }

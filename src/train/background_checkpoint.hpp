@@ -3,8 +3,8 @@
 // state shard is copied into at a step boundary, the thread that then writes
 // and commits the file while training goes on, and the agreement that it is
 // done. What goes into the file is the train state's (train/train_state.cpp);
-// the file is io/checkpoint.hpp's write_checkpoint_background; the commit
-// (rename, `latest`, pruning) is CheckpointManager::commit_on.
+// the file is io/checkpoint.hpp's write_checkpoint; the commit (rename,
+// `latest`, pruning) is CheckpointManager::commit_on.
 //
 // Why a thread and not non-blocking MPI-IO (MPI_File_iwrite_at_all): a thread
 // makes progress while the training thread computes, whatever MPI
@@ -14,8 +14,16 @@
 // calls. The thread uses its own duplicate of the run's communicator (MPI
 // must provide MPI_THREAD_MULTIPLE: src/main.cpp asks for it), and HDF5, which
 // is not thread-safe here, only under the HDF5 lock (io/h5_lock.hpp), for
-// the file's layout and its CRC attributes; the bulk data goes out with
-// pwrite outside the lock.
+// the file's layout and its CRC attributes (rank 0 alone); the bulk data
+// goes out with pwrite outside the lock.
+//
+// Nothing waits unwatched: every phase of the write ends in an agreement of
+// every rank's writer (io/checkpoint_phase.hpp), so one rank's failure ends
+// every rank's writer with the same CheckpointIoError within that phase, and
+// finish() (the join) waits only for writers that are done or still in I/O,
+// which the checkpoint I/O deadline watches (as it watches the HDF5 lock the
+// training thread may wait on meanwhile). While a write is in flight the
+// collective watchdog allows checkpoint.io_timeout_s more (dist/watchdog.hpp).
 //
 // Invariants: at most one write is in flight. The staging buffer is
 // allocated once (tracked, MemCategory::CheckpointStaging, as the plan sizes
@@ -67,7 +75,8 @@ class BackgroundCheckpoint {
 
   // Waits for this rank's writer and agrees with every rank on the outcome
   // over `comm` (the run's communicator): returns the commit, or throws the
-  // lowest failing rank's error on every rank. Collective; requires in_flight().
+  // lowest failing rank's error on every rank (a failed checkpoint phase: its
+  // CheckpointIoError). Collective; requires in_flight().
   CheckpointManager::Committed finish(MPI_Comm comm);
 
  private:

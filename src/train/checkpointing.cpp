@@ -55,8 +55,10 @@ std::int64_t step_of(std::string_view name) {
 }
 
 void rename_or_fail(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0)
-    SHARDTRAIN_FAIL(fmt::format("cannot rename {} to {}: {}", from, to, std::strerror(errno)));
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    const int err = errno;
+    throw SystemIoError(fmt::format("cannot rename {} to {}: {}", from, to, std::strerror(err)), err);
+  }
 }
 
 // Removes leftovers of interrupted writes: step_*.h5.partial and their pause markers.
@@ -93,7 +95,11 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
 
 CheckpointManager::CheckpointManager(const CheckpointConfig& config, std::string source_name,
                                      const MpiCommunicator& comm)
-    : m_config(config), m_source(std::move(source_name)), m_comm(comm.comm()), m_rank(comm.rank()) {
+    : m_config(config),
+      m_source(std::move(source_name)),
+      m_deadline(std::make_unique<IoDeadline>(config.io_timeout_s, comm.rank())),
+      m_comm(comm.comm()),
+      m_rank(comm.rank()) {
   m_enabled = config.every_steps > 0 || config.every_minutes > 0;
   restart_clock();
 }
@@ -157,7 +163,13 @@ std::vector<std::string> CheckpointManager::resume_candidates() const {
 }
 
 std::string CheckpointManager::commit(std::int64_t step, const WriteFn& write) {
-  const Committed c = commit_on(m_comm, step, write);
+  Committed c;
+  try {
+    c = commit_on(m_comm, step, write);
+  } catch (const CheckpointIoError&) {
+    restart_clock();  // every_minutes: the next try is a whole period away
+    throw;
+  }
   record(c);
   restart_clock();
   return c.path;
@@ -167,12 +179,10 @@ CheckpointManager::Committed CheckpointManager::commit_on(MPI_Comm comm, std::in
                                                           const WriteFn& write) const {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = m_config.dir;
-  on_root(comm, [&] {
-    ensure_dir();  // also when checkpointing is off and a stop signal asks for one
-    remove_partials(dir);  // a crashed write's leftovers
-  });
   const std::string final_path = (fs::path(dir) / checkpoint_file_name(step)).string();
   const std::string partial = final_path + std::string(kPartial);
+  const std::string latest = (fs::path(dir) / "latest").string();
+  IoDeadline* const deadline = m_deadline.get();
 
   std::function<void()> pause;
   if (step == m_pause_step) {
@@ -188,16 +198,40 @@ CheckpointManager::Committed CheckpointManager::commit_on(MPI_Comm comm, std::in
     };
   }
   Committed c;
-  c.stats = write(partial, pause);
-
-  on_root(comm, [&] {
-    rename_or_fail(partial, final_path);
-    fsync_directory(dir);
-    const std::string latest = (fs::path(dir) / "latest").string();
-    write_file_durably(latest + ".tmp", checkpoint_file_name(step) + "\n");
-    rename_or_fail(latest + ".tmp", latest);
-    fsync_directory(dir);
-    // Only now that the new checkpoint is complete and `latest` names it.
+  bool renamed = false, latest_named = false;  // rank 0's progress through the commit phase
+  try {
+    checkpoint_phase(comm, deadline, "prepare", dir, true, [&] {
+      ensure_dir();  // also when checkpointing is off and a stop signal asks for one
+      remove_partials(dir);  // a crashed write's leftovers
+    });
+    c.stats = write(partial, pause, deadline);
+    checkpoint_phase(comm, deadline, "commit", final_path, true, [&] {
+      rename_or_fail(partial, final_path);
+      renamed = true;
+      fsync_directory(dir);
+      write_file_durably(latest + ".tmp", checkpoint_file_name(step) + "\n");
+      rename_or_fail(latest + ".tmp", latest);
+      latest_named = true;
+      fsync_directory(dir);
+    });
+  } catch (const CheckpointIoError&) {
+    // Abandoned on every rank: nothing of this attempt stays that `latest`
+    // does not name. (Unless `latest` was renamed and only the directory's
+    // fsync failed: the file is complete, and `latest` names it.)
+    try {
+      checkpoint_phase(comm, deadline, "abandon", partial, true, [&] {
+        std::error_code ec;
+        fs::remove(partial, ec);
+        fs::remove(latest + ".tmp", ec);
+        if (renamed && !latest_named) fs::remove(final_path, ec);
+      });
+    } catch (const CheckpointIoError&) {
+      // The next commit's prepare phase removes what is left; the first error is the one to report.
+    }
+    throw;
+  }
+  // Only now that the new checkpoint is complete and `latest` names it.
+  checkpoint_phase(comm, deadline, "prune", dir, true, [&] {  // failures to remove are ignored
     const auto files = list_checkpoints(dir);
     for (std::size_t i = static_cast<std::size_t>(m_config.keep_last); i < files.size(); ++i) {
       if (files[i].step == step) continue;

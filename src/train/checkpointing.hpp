@@ -15,9 +15,15 @@
 //   3. rank 0 writes latest.tmp, fsyncs it, renames it to latest, fsyncs the directory;
 //   4. only then rank 0 removes the oldest complete checkpoints beyond keep_last.
 // A crash at any moment leaves the previous complete checkpoint loadable.
+// A commit that fails on any rank (CheckpointIoError, io/checkpoint_phase.hpp)
+// is abandoned on every rank: rank 0 removes the .partial (and a renamed file
+// that `latest` does not yet name), `latest` is left as it was, and every rank
+// throws the same CheckpointIoError; what that costs the run is the trainer's
+// decision (train/train_state.hpp). Every phase of a commit runs under the
+// checkpoint I/O deadline (checkpoint.io_timeout_s) this object owns.
 // Invariants: every public call is collective over the communicator; rank 0
-// does the file-system work and broadcasts its outcome (on_root,
-// dist/mpi/agreement.hpp), so every rank returns the same result or throws the
+// does the file-system work and broadcasts its outcome (on_root and
+// checkpoint_phase), so every rank returns the same result or throws the
 // same error. One run lineage per directory: a
 // fresh run (resume = "never") refuses a directory that already holds checkpoints.
 #pragma once
@@ -27,12 +33,14 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "config/run_config.hpp"
 #include "dist/mpi/mpi_communicator.hpp"
 #include "io/checkpoint.hpp"
+#include "io/checkpoint_phase.hpp"
 
 namespace shardtrain {
 
@@ -81,11 +89,13 @@ class CheckpointManager {
   std::vector<std::string> resume_candidates() const;
 
   // Writes the checkpoint of `step` and commits it atomically, then prunes.
-  // `write(partial_path, pause)` must write the whole file collectively (every
-  // rank calls it) and call `pause` mid-write when it is set (the test hook).
-  // Returns the final path (same on every rank). Collective.
+  // `write(partial_path, pause, deadline)` must write the whole file
+  // collectively (every rank calls it), call `pause` mid-write when it is set
+  // (the test hook), and run its I/O under `deadline`. Returns the final path
+  // (same on every rank). Collective; a failure on any rank throws the same
+  // CheckpointIoError on every rank after the attempt is abandoned.
   using WriteFn = std::function<CheckpointWriteStats(const std::string& partial_path,
-                                                     const std::function<void()>& pause)>;
+                                                     const std::function<void()>& pause, IoDeadline* deadline)>;
   std::string commit(std::int64_t step, const WriteFn& write);
 
   // What one commit did.
@@ -114,6 +124,9 @@ class CheckpointManager {
   // a rank mid-write, or signal the ranks while a background write is held.
   void set_pause_step(std::int64_t step) { m_pause_step = step; }
 
+  // The checkpoint I/O deadline (checkpoint.io_timeout_s).
+  double io_timeout_s() const { return m_config.io_timeout_s; }
+
   // Seconds of the last commit (write + fsync + rename), and its bandwidth.
   const CheckpointWriteStats& last_stats() const { return m_last_stats; }
   double last_commit_seconds() const { return m_last_commit_s; }
@@ -124,6 +137,7 @@ class CheckpointManager {
 
   CheckpointConfig m_config;
   std::string m_source;
+  std::unique_ptr<IoDeadline> m_deadline;  // checkpoint.io_timeout_s, over every commit's phases
   MPI_Comm m_comm;  // the communicator's, for the agreements (on_root)
   int m_rank = 0;
   bool m_enabled = false;

@@ -140,6 +140,7 @@ void TrainState<P>::resume() {
       load(reader);
       const CheckpointMeta& meta = reader.meta();
       m_start_step = meta.step;
+      m_last_good_step = meta.step;
       m_samples = meta.samples_seen;
       m_updates = meta.optimizer_updates;
       if (m_scaler.enabled() && meta.precision == "fp16") {
@@ -259,9 +260,45 @@ void print_commit(std::int64_t step, const std::string& path, const CheckpointWr
 }  // namespace
 
 template <class P>
-void TrainState<P>::save(std::int64_t done) {
+void TrainState<P>::checkpoint_committed(std::int64_t step) {
+  ++m_ckpt_count;
+  m_failures_in_row = 0;
+  m_last_good_step = step;
+}
+
+template <class P>
+void TrainState<P>::checkpoint_failed(const CheckpointIoError& e, std::int64_t step, const std::string& required_by) {
+  const std::string last_good =
+      m_last_good_step >= 0
+          ? fmt::format("the last good checkpoint is step {} ({}/{})", m_last_good_step, m_ckpt.dir(),
+                        checkpoint_file_name(m_last_good_step))
+          : std::string("this run has no good checkpoint");
+  if (!required_by.empty())
+    throw AgreedError(fmt::format(
+        "checkpoint step {} failed: {}. This job cannot do without it ({}): ending with exit code 1, not {} "
+        "(a requeue would resume from older state than this job reached); {}",
+        step, e.what(), required_by, kExitRequeue, last_good));
+  ++m_failures_in_row;
+  const std::int64_t max = m_cfg.checkpoint.max_failures;
+  if (m_failures_in_row >= max)
+    throw AgreedError(fmt::format(
+        "checkpoint step {} failed: {}. That is {} failed checkpoint(s) in a row (checkpoint.max_failures = {}): "
+        "ending the job with exit code 1; {}",
+        step, e.what(), m_failures_in_row, max, last_good));
+  if (m_comm.rank() == 0) {
+    fmt::print(stderr,
+               "warning: checkpoint step {} failed: {}. The attempt is abandoned on every rank (its .partial "
+               "removed, `latest` untouched; {}); training goes on and the next scheduled checkpoint tries again "
+               "({} failed in a row, checkpoint.max_failures = {})\n",
+               step, e.what(), last_good, m_failures_in_row, max);
+    std::fflush(stderr);
+  }
+}
+
+template <class P>
+void TrainState<P>::save(std::int64_t done, const std::string& required_by) {
   if (m_background) {
-    save_background(done);
+    save_background(done, required_by);
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -275,16 +312,24 @@ void TrainState<P>::save(std::int64_t done) {
     vectors.push_back({shard[i].name, shard[i].type,
                        to_host(m_state.backend(), static_cast<const unsigned char*>(shard[i].data), shard[i].bytes,
                                host[i])});
-  const std::string path = m_ckpt.commit(done, [&](const std::string& partial, const std::function<void()>& pause) {
-    return write_checkpoint(partial, m_comm.comm(), meta, layout, vectors, s.lo, s.hi, pause);
-  });
+  std::string path;
+  try {
+    path = m_ckpt.commit(done, [&](const std::string& partial, const std::function<void()>& pause,
+                                   IoDeadline* deadline) {
+      return write_checkpoint(partial, m_comm.comm(), meta, layout, vectors, s.lo, s.hi, pause, deadline);
+    });
+  } catch (const CheckpointIoError& e) {
+    m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    checkpoint_failed(e, done, required_by);
+    return;
+  }
   if (m_comm.rank() == 0) print_commit(done, path, m_ckpt.last_stats(), m_ckpt.last_commit_seconds(), "");
   m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ++m_ckpt_count;
+  checkpoint_committed(done);
 }
 
 template <class P>
-void TrainState<P>::save_background(std::int64_t done) {
+void TrainState<P>::save_background(std::int64_t done, const std::string& required_by) {
   if (m_background->in_flight()) complete_background();  // at most one write in flight
   const auto t_stage = std::chrono::steady_clock::now();
   const ShardView<P> s = m_state.shard_view();
@@ -306,10 +351,15 @@ void TrainState<P>::save_background(std::int64_t done) {
   m_ckpt.checkpoint_started();
   const CheckpointManager& ckpt = m_ckpt;
   m_background->start(done, [&ckpt, done, meta, layout, vectors, lo, hi](MPI_Comm comm) {
-    return ckpt.commit_on(comm, done, [&](const std::string& partial, const std::function<void()>& pause) {
-      return write_checkpoint_background(partial, comm, meta, layout, vectors, lo, hi, pause);
+    return ckpt.commit_on(comm, done, [&](const std::string& partial, const std::function<void()>& pause,
+                                          IoDeadline* deadline) {
+      return write_checkpoint(partial, comm, meta, layout, vectors, lo, hi, pause, deadline);
     });
   });
+  m_background_required_by = required_by;
+  // The training thread may now wait on the writer (the HDF5 lock), which the
+  // I/O deadline watches: the collective watchdog allows that much longer.
+  if (CollectiveWatchdog* w = m_comm.watchdog()) w->set_grace(m_cfg.checkpoint.io_timeout_s);
   m_staged_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_stage).count();
   m_ckpt_blocked_s += m_staged_s;
   if (m_comm.rank() == 0) {
@@ -323,10 +373,19 @@ template <class P>
 void TrainState<P>::complete_background() {
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t step = m_background->step();
-  const CheckpointManager::Committed c = m_background->finish(m_comm.comm());
+  CheckpointManager::Committed c;
+  try {
+    c = m_background->finish(m_comm.comm());
+  } catch (const CheckpointIoError& e) {
+    if (CollectiveWatchdog* w = m_comm.watchdog()) w->set_grace(0);
+    m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    checkpoint_failed(e, step, m_background_required_by);
+    return;
+  }
+  if (CollectiveWatchdog* w = m_comm.watchdog()) w->set_grace(0);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m_ckpt_blocked_s += waited;
-  ++m_ckpt_count;
+  checkpoint_committed(step);
   m_ckpt.record(c);
   if (m_comm.rank() == 0)
     print_commit(step, c.path, c.stats, c.seconds,

@@ -69,7 +69,14 @@ class TrainState {
   // With checkpoint.async and a schedule: waits for a write still in flight,
   // stages the state shard and returns while a background thread writes and
   // commits the file; finish_checkpoints() waits for it.
-  void save(std::int64_t done);
+  // `required_by`: empty for a scheduled checkpoint, else what the job cannot
+  // do without it for ("the end of the run", a stop signal ...).
+  // A failed checkpoint (CheckpointIoError on every rank; it is abandoned):
+  // scheduled, rank 0 warns and training goes on, until
+  // checkpoint.max_failures fail in a row; then, or when it was required,
+  // every rank throws the same AgreedError (exit code 1, never a requeue),
+  // naming the last good checkpoint.
+  void save(std::int64_t done, const std::string& required_by);
   // Waits for a background write in flight and completes it. Collective; a
   // no-op without one (the same on every rank).
   void finish_checkpoints();
@@ -84,8 +91,11 @@ class TrainState {
   void check_compatible(const CheckpointReader& reader) const;
   void load(CheckpointReader& reader);
   CheckpointMeta checkpoint_meta(std::int64_t done) const;
-  void save_background(std::int64_t done);
+  void save_background(std::int64_t done, const std::string& required_by);
   void complete_background();
+  // A failed checkpoint of `step`: warns, or throws AgreedError (see save).
+  void checkpoint_failed(const CheckpointIoError& e, std::int64_t step, const std::string& required_by);
+  void checkpoint_committed(std::int64_t step);
 
   const RunConfig& m_cfg;
   MpiCommunicator& m_comm;
@@ -101,8 +111,11 @@ class TrainState {
   std::string m_resume_note;
   std::unique_ptr<BackgroundCheckpoint> m_background;  // checkpoint.async with a schedule
   double m_staged_s = 0.0;        // the in-flight write's staging time (for its report line)
+  std::string m_background_required_by;  // the in-flight write's save(required_by)
   double m_ckpt_blocked_s = 0.0;
   std::int64_t m_ckpt_count = 0;
+  std::int64_t m_failures_in_row = 0;     // scheduled checkpoints that failed since the last commit
+  std::int64_t m_last_good_step = -1;     // the newest checkpoint this run committed or resumed from
 };
 
 extern template class TrainState<float>;

@@ -389,7 +389,11 @@ TrainResult Run<P>::run() {
     using Boundary = typename TrainState<P>::Boundary;
     const Boundary at = job_end ? Boundary{} : m_train->agree_at_boundary(longest_step);
     stop = at.stop;
-    if (m_train->checkpoints().due(done, job_end, at.checkpoint_time) || stop) m_train->save(done);
+    if (m_train->checkpoints().due(done, job_end, at.checkpoint_time) || stop)
+      m_train->save(done, stop ? m_train->describe_stop(stop)
+                          : job_end ? (done == tc.steps ? std::string("the end of the run")
+                                                        : std::string("the end of this job (--stop-after-step)"))
+                                    : std::string());
     if (stop) {
       end = done;
       break;

@@ -71,6 +71,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return m_comm; }
   // Watches blocking calls from now on (nullptr: none). Not owned.
   void set_watchdog(CollectiveWatchdog* watchdog) { m_watchdog = watchdog; }
+  CollectiveWatchdog* watchdog() const { return m_watchdog; }
 
  private:
   // The MPI reduction for (type, op): predefined, or ours for F16/BF16.

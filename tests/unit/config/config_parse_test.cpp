@@ -380,6 +380,16 @@ TEST_F(ConfigParse, CheckpointKeys) {
             "never");
   EXPECT_EQ(error_of("[checkpoint]\nkeep_last = 0\n" + data_section()),
             "inputs/x.toml:2:13: checkpoint.keep_last: must be >= 1, got 0");
+  // Checkpoint storage faults (issue 34): failures survived in a row, and the I/O deadline.
+  EXPECT_EQ(d.checkpoint.max_failures, 3);
+  EXPECT_EQ(d.checkpoint.io_timeout_s, 600.0);
+  const RunConfig f = parse_run_config("[checkpoint]\nmax_failures = 1\nio_timeout_s = 2.5\n" + data_section(), "x.toml");
+  EXPECT_EQ(f.checkpoint.max_failures, 1);
+  EXPECT_EQ(f.checkpoint.io_timeout_s, 2.5);
+  EXPECT_EQ(error_of("[checkpoint]\nmax_failures = 0\n" + data_section()),
+            "inputs/x.toml:2:16: checkpoint.max_failures: must be >= 1, got 0");
+  EXPECT_EQ(error_of("[checkpoint]\nio_timeout_s = 0.0\n" + data_section()),
+            "inputs/x.toml:2:16: checkpoint.io_timeout_s: must be > 0, got 0");
   EXPECT_EQ(error_of("[checkpoint]\nevery_steps = -5\n" + data_section()),
             "inputs/x.toml:2:15: checkpoint.every_steps: must be >= 0, got -5");
   EXPECT_EQ(error_of("[checkpoint]\nevery_minutes = -1.0\n" + data_section()),

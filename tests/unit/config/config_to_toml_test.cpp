@@ -55,6 +55,8 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.checkpoint.every_steps, b.checkpoint.every_steps);
   expect_same_double(a.checkpoint.every_minutes, b.checkpoint.every_minutes, "every_minutes");
   EXPECT_EQ(a.checkpoint.keep_last, b.checkpoint.keep_last);
+  EXPECT_EQ(a.checkpoint.max_failures, b.checkpoint.max_failures);
+  EXPECT_EQ(a.checkpoint.io_timeout_s, b.checkpoint.io_timeout_s);
   EXPECT_EQ(a.checkpoint.resume, b.checkpoint.resume);
 }
 
@@ -150,6 +152,8 @@ TEST_F(ConfigToToml, AwkwardValuesRoundTripExactly) {
   a.checkpoint.every_minutes = 0.1 + 0.2;
   a.checkpoint.keep_last = 1;
   a.checkpoint.resume = "never";
+  a.checkpoint.max_failures = 7;
+  a.checkpoint.io_timeout_s = 1.0 / 7.0;
   const RunConfig b = parse_run_config(to_toml(a), "x.toml");
   expect_same(a, b);
   EXPECT_EQ(to_toml(b), to_toml(a));
