@@ -75,11 +75,18 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
                             scheduled ? "checkpoint.dir" : "train.run_dir", dir, std::strerror(errno));
       }
     }
+    // Rank 0's strings in buffers of one fixed size, so that every job of a
+    // configuration hands MPI the same bytes here whatever its run directory is
+    // called (the wire-accounting tests compare two jobs in two directories).
+    constexpr std::size_t kBytes = 4096;
+    if (comm.rank() == 0 && dir.size() >= kBytes && error.empty())
+      error = fmt::format("{}: the path '{}' is longer than {} bytes", config.source_name, dir, kBytes - 1);
     auto share = [&comm](std::string& s) {
-      std::int64_t n = static_cast<std::int64_t>(s.size());
-      comm.broadcast(std::span<std::int64_t>(&n, 1));
-      s.resize(static_cast<std::size_t>(n));
-      if (n > 0) comm.broadcast(s.data(), s.size(), DType::U8, 0);
+      if (s.size() >= kBytes) s.resize(kBytes - 1);
+      std::string buf(kBytes, '\0');
+      std::copy(s.begin(), s.end(), buf.begin());
+      comm.broadcast(buf.data(), buf.size(), DType::U8, 0);
+      s.assign(buf.c_str());
     };
     share(dir);
     share(error);
