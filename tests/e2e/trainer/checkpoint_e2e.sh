@@ -45,7 +45,8 @@
 #                               SIGUSR1); a dead job's lock (this host, PID gone) and an earlier
 #                               run of the same Slurm job (SLURM_RESTART_COUNT lower) are taken
 #                               over, the dead job's .partial files removed; another Slurm job's
-#                               lock on another host is refused
+#                               lock on another host is refused; a checkpoint.dir outside the run
+#                               directory is locked too
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=e2e_lib.sh
@@ -352,6 +353,12 @@ case "${1:-}" in
     [[ $rc -eq 2 ]] || die "another Slurm job's lock: expected exit 2, got $rc"
     grep -q "is in use by another job (host other-node, PID 12345, Slurm job 4242 (restart 0)" "$WORK/$name.other.err" ||
       die "the refusal does not name the holder"
+    # A checkpoint.dir outside the run directory is locked too (checkpoints on).
+    outside="$WORK/${name}_outside_ckpt"; rm -rf "$outside"; mkdir -p "$outside"
+    printf 'host=other-node\npid=12345\npid_start=1\nslurm_job_id=\nslurm_restart_count=0\nstarted=2026-01-01T00:00:00Z\n' > "$outside/shardtrain.lock"
+    expect_fail "${name}_outside" 2 "checkpoint\.dir '$outside' is in use by another job \(host other-node, PID 12345, started 2026-01-01T00:00:00Z; lock file $outside/shardtrain\.lock\)" -- \
+      --set train.run_dir="$WORK/${name}_other_run" --set checkpoint.dir="$outside" --set checkpoint.every_steps=5 --set train.steps=5
+    [[ ! -e "$WORK/${name}_other_run/shardtrain.lock" ]] || die "the refused job kept its run directory's lock"
     echo "lock: a live job's directory refused; dead and requeued holders taken over; released at exit"
     ;;
   *)
