@@ -316,6 +316,38 @@ std::string_view to_string(CkptType t) {
 
 std::size_t element_bytes(CkptType t) { return t == CkptType::F32 ? 4 : 2; }
 
+std::uint32_t checkpoint_meta_crc(const CheckpointMeta& m) {
+  std::string text;
+  auto i64 = [&text](const char* name, std::int64_t v) { text += std::string(name) + "=" + std::to_string(v) + "\n"; };
+  auto str = [&text](const char* name, const std::string& v) { text += std::string(name) + "=" + v + "\n"; };
+  str("format", std::string(kCheckpointFormat));
+  i64("schema_version", kCheckpointSchema);
+  i64("step", m.step);
+  i64("samples_seen", m.samples_seen);
+  i64("tokens_seen", m.tokens_seen);
+  i64("optimizer_updates", m.optimizer_updates);
+  i64("sampler_seed", static_cast<std::int64_t>(m.sampler_seed));
+  i64("world_size", m.world_size);
+  i64("zero_stage", m.zero_stage);
+  str("precision", m.precision);
+  i64("alignment", m.alignment);
+  i64("padded_size", m.padded_size);
+  std::uint64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &m.loss_scale, sizeof scale_bits);
+  i64("loss_scale", static_cast<std::int64_t>(scale_bits));
+  i64("scaler_good_steps", m.scaler_good_steps);
+  i64("scaler_hysteresis_left", m.scaler_hysteresis_left);
+  i64("scaler_consecutive_skips", m.scaler_consecutive_skips);
+  str("data_path", m.data_path);
+  i64("data_train_tokens", m.data_train_tokens);
+  i64("data_vocab_size", m.data_vocab_size);
+  i64("seq_len", m.seq_len);
+  str("created_utc", m.created_utc);
+  str("shardtrain_version", m.version);
+  str("parent", m.parent);
+  return crc_of(text.data(), text.size());
+}
+
 // ---------------------------------------------------------------------- write
 
 void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointMeta& like,
@@ -419,6 +451,8 @@ void write_header(hid_t file, const CheckpointMeta& meta, const std::vector<Chec
   put_i64(file, "seq_len", meta.seq_len);
   put_str(file, "created_utc", meta.created_utc);
   put_str(file, "shardtrain_version", meta.version);
+  put_str(file, "parent", meta.parent);
+  put_u32(file, "meta_crc32", checkpoint_meta_crc(meta));
 
   // /config: the resolved config text.
   {
@@ -730,6 +764,18 @@ struct CheckpointReader::Impl {
     m.seq_len = get_i64(path, file, where, "seq_len", 0, std::int64_t{1} << 30);
     m.created_utc = get_str(path, file, where, "created_utc");
     m.version = get_str(path, file, where, "shardtrain_version");
+    // Both absent in files written before lineages and the root CRC were
+    // recorded: such a file reads as before (no parent, no root CRC).
+    if (H5Aexists(file, "parent") > 0) m.parent = get_str(path, file, where, "parent");
+    m.meta_crc_present = H5Aexists(file, "meta_crc32") > 0;
+    (void)error_stack_text();
+    if (m.meta_crc_present) {
+      const auto stored = static_cast<std::uint32_t>(get_i64(path, file, where, "meta_crc32", 0, 0xFFFFFFFFll));
+      const std::uint32_t computed = checkpoint_meta_crc(m);
+      if (stored != computed)
+        fail("root attributes: checksum mismatch (stored meta_crc32 " + std::to_string(stored) +
+             ", the attributes give " + std::to_string(computed) + "): the file is damaged");
+    }
   }
 
   H5Dataset open_dataset(const char* name, const std::string& what) const {

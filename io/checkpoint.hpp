@@ -6,6 +6,8 @@
 //  - Each state vector (fp32 master parameters, Adam moments, the 16-bit copy)
 //    is ONE global 1-D dataset in the padded flat layout; each rank writes and
 //    reads only its hyperslab [lo, hi).
+//  - The root attributes (step, data cursor, counters, ...) carry one CRC-32 of
+//    their values (`meta_crc32`), checked when the file is opened.
 //  - Every dataset carries a CRC-32 (zlib) of its bytes as stored. The CRC of a
 //    state vector is assembled from the ranks' pieces with crc32_combine, so it
 //    does not depend on how many ranks wrote or read it.
@@ -64,7 +66,19 @@ struct CheckpointMeta {
   std::string config_text;             // resolved config (config/parse.hpp to_toml)
   std::string created_utc;             // informational
   std::string version;                 // shardtrain version that wrote it
+  // The lineage (train/checkpointing.hpp): the file name of the checkpoint
+  // this one's training continued from ("" for a run started from scratch,
+  // and in files written before lineages were recorded).
+  std::string parent;
+  // Whether the file's root attributes carry their CRC (`meta_crc32`): files
+  // written before it was added do not; they are read without it.
+  bool meta_crc_present = false;
 };
+
+// CRC-32 of the root attributes' values (every CheckpointMeta field written as
+// an attribute, in a fixed order, as "name=value\n" text; doubles by their bit
+// pattern), stored as the root attribute `meta_crc32`.
+std::uint32_t checkpoint_meta_crc(const CheckpointMeta& meta);
 
 // Element type of a state vector in the file (and in memory: no conversion).
 enum class CkptType { F32, F16, BF16 };

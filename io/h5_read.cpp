@@ -245,6 +245,24 @@ std::string storage_problem(hid_t dcpl, std::size_t elem_bytes, std::uint64_t ma
     return "must be stored contiguous, compact or chunked (virtual storage is refused)";
   }
   if (H5Pget_external_count(dcpl) != 0) return "keeps its data in external files";
+  // shardtrain's writers (io/*_writer.cpp, io/h5_write.cpp, io/checkpoint.cpp)
+  // use no filter: a filter makes HDF5 inflate a whole chunk to read any part
+  // of it (and some run code from plugins), so none is read.
+  const int filters = H5Pget_nfilters(dcpl);
+  if (filters < 0) return "has storage properties HDF5 cannot read";
+  if (filters > 0) {
+    std::string names;
+    for (int i = 0; i < filters; ++i) {
+      unsigned flags = 0, config = 0;
+      std::size_t n_values = 0;
+      char name[64] = {};
+      const H5Z_filter_t id =
+          H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &n_values, nullptr, sizeof name, name, &config);
+      names += (i ? ", " : "") + std::string(name[0] ? name : "unnamed") + " (id " + std::to_string(id) + ")";
+    }
+    return "is stored with HDF5 filter(s) " + names +
+           "; shardtrain reads unfiltered data only (rewrite it with `h5repack -f NONE IN OUT`)";
+  }
   return {};
 }
 

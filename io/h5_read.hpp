@@ -73,7 +73,8 @@ H5Dataset open_dataset(hid_t file, const std::string& name, const std::string& p
 // of `elem_bytes`, as a phrase to follow the dataset's name ("is stored in chunks
 // of more than N bytes", ...), or "" if it may. Refused: chunks above
 // `max_chunk_bytes` (HDF5 allocates, and inflates, a whole chunk to read any
-// element of it), virtual storage and external files.
+// element of it), virtual storage, external files, and any filter (compression
+// and the like: shardtrain's writers use none).
 std::string storage_problem(hid_t dcpl, std::size_t elem_bytes, std::uint64_t max_chunk_bytes);
 
 // Bounds for read_strings.

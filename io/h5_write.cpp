@@ -4,7 +4,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
+#include "core/durable_file.hpp"
 #include "core/error.hpp"
 
 namespace shardtrain::h5 {
@@ -18,6 +21,15 @@ H5File create_file(const std::string& tmp, const std::string& final_path) {
   const hid_t id = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) throw InputError(final_path + ": cannot create '" + tmp + "': " + error_stack_text());
   return H5File(id);
+}
+
+void rename_durably(const std::string& tmp, const std::string& final_path) {
+  fsync_file(tmp);
+  std::error_code ec;
+  std::filesystem::rename(tmp, final_path, ec);
+  if (ec) throw InputError(final_path + ": cannot rename '" + tmp + "' into place: " + ec.message());
+  const std::string dir = std::filesystem::path(final_path).parent_path().string();
+  fsync_directory(dir.empty() ? "." : dir);
 }
 
 H5Datatype utf8_vlen_string() {

@@ -1,7 +1,8 @@
 // shardtrain/io/h5_write.hpp
 // Owns the write-side pieces io/'s serial data set writers (token_dataset_writer.cpp,
 // sample_dataset_writer.cpp) and the checkpoint writer share: creating the
-// temporary file a writer renames into place, and writing scalar root attributes.
+// temporary file a writer renames into place, renaming it durably, and writing
+// scalar root attributes.
 // Invariants: every H5* return is checked (SHARDTRAIN_H5_CHECK); a file that
 // cannot be created is the user's problem and throws InputError naming the final
 // path; string attributes the data set writers make are variable-length UTF-8.
@@ -19,6 +20,12 @@ namespace shardtrain::h5 {
 // throws InputError "<final_path>: cannot create '<tmp>': <reason>". A stdio
 // probe comes first: its errno is a clearer reason than HDF5's error stack.
 H5File create_file(const std::string& tmp, const std::string& final_path);
+
+// Moves the finished (closed) file `tmp` to `final_path` so that a crash at any
+// moment leaves either the old final_path or the whole new file: fsyncs tmp,
+// renames it, fsyncs the directory. Throws InputError "<final_path>: cannot
+// rename ..." when the rename fails, Error when an fsync does.
+void rename_durably(const std::string& tmp, const std::string& final_path);
 
 // A variable-length UTF-8 string type.
 H5Datatype utf8_vlen_string();

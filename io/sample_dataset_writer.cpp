@@ -293,9 +293,7 @@ void SampleDatasetWriter::commit() {
     SHARDTRAIN_H5_CLOSE(s.lengths);
   }
   SHARDTRAIN_H5_CLOSE(im.file);  // flushes: a failure here must not become PATH
-  std::error_code ec;
-  std::filesystem::rename(im.tmp, im.path, ec);
-  if (ec) im.bad("cannot rename '" + im.tmp + "' into place: " + ec.message());
+  rename_durably(im.tmp, im.path);  // a failure leaves tmp to the destructor, as before
   im.committed = true;
 }
 

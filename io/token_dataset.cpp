@@ -28,6 +28,11 @@ using namespace shardtrain::h5;
 constexpr std::int64_t kMaxTokens = std::int64_t{1} << 48;       // per split
 constexpr std::size_t kMaxVocabEntryBytes = 1024;                // fixed-length vocab strings
 constexpr std::size_t kMaxVocabTotalBytes = std::size_t{256} << 20;  // all vocab text
+// HDF5 reads a chunk through a buffer of the chunk's size when it cannot read
+// the selection in place, so a chunk the file declares sizes HDF5's own
+// buffers: bounded as the sample reader and the checkpoint reader bound it
+// (the writer stores tokens contiguous; h5py's automatic chunks are <= 1 MiB).
+constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{64} << 20;
 
 // Checks that `ds` is 1-D and returns its length (bounded by `max_len`).
 std::int64_t one_d_length(hid_t ds, const std::string& name, std::int64_t max_len,
@@ -100,6 +105,11 @@ void TokenDataset::Impl::open_tokens(Split split) {
   const H5T_class_t cls = H5Tget_class(ft);
   if (cls != H5T_INTEGER)
     bad_input(path, "dataset '" + name + "' must hold integer token ids, holds " + class_name(cls));
+  // Before any read: storage HDF5 would allocate from the file's claims (a huge
+  // or filtered chunk), or that reads another file (external, virtual), is refused.
+  H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Dget_create_plist(ds)));
+  const std::string problem = storage_problem(dcpl, H5Tget_size(ft), kMaxChunkBytes);
+  if (!problem.empty()) bad_input(path, "dataset '" + name + "' " + problem);
   const auto i = static_cast<std::size_t>(split);
   n_tokens[i] = one_d_length(ds, name, kMaxTokens, path);
   tokens[i] = std::move(ds);
@@ -120,6 +130,9 @@ void TokenDataset::Impl::read_vocab() {
   const H5T_class_t cls = H5Tget_class(ft);
   if (cls != H5T_STRING)
     bad_input(path, "dataset '/vocab' must hold strings, holds " + class_name(cls));
+  H5PropList dcpl(SHARDTRAIN_H5_CHECK(H5Dget_create_plist(ds)));
+  const std::string problem = storage_problem(dcpl, H5Tget_size(ft), kMaxChunkBytes);
+  if (!problem.empty()) bad_input(path, "dataset '/vocab' " + problem);
   if (stringless) return;
   vocab = read_strings(ds, ft, name, static_cast<std::size_t>(n), independent_xfer,
                        {kMaxVocabEntryBytes, kMaxVocabTotalBytes, SIZE_MAX}, path);

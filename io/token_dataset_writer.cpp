@@ -162,9 +162,7 @@ TokenSplitCounts TokenDatasetWriter::commit() {
   SHARDTRAIN_H5_CLOSE(im.train);
   SHARDTRAIN_H5_CLOSE(im.val);
   SHARDTRAIN_H5_CLOSE(im.file);
-  std::error_code ec;
-  std::filesystem::rename(im.tmp, im.path, ec);
-  if (ec) throw InputError(im.path + ": cannot rename '" + im.tmp + "' into place: " + ec.message());
+  rename_durably(im.tmp, im.path);
   im.committed = true;
   return {im.n_train, im.n_val};
 }

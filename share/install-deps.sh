@@ -16,6 +16,7 @@ packages=(
   libisal-dev    # io/crc32.hpp: the CRC-32 of checkpoints and weights (ISA-L's crc32_gzip_refl)
   libgtest-dev
   python3-h5py   # tests: tests/e2e/ckpt reads checkpoints with /usr/bin/python3 + h5py + numpy
+  strace         # tests/e2e/data/durable_output.sh: trainer-data fsyncs its output, renames it, fsyncs the directory
   slurmctld slurmd slurm-client munge   # tests/slurm: a private loopback Slurm cluster runs jobs/*.sbatch
 )
 if [[ "${1:-}" == "--quickstart" ]]; then

@@ -160,7 +160,9 @@ constexpr KeySpec k_schema[] = {
             "validation split. The pass after the last step always covers the whole split."},
     {SHARDTRAIN_CONFIG_KEY(train, log_every), .ints = {1}, .doc = "Steps between progress lines."},
     {SHARDTRAIN_CONFIG_KEY(train, run_dir), .derive = derive_run_dir, .default_doc = "`\"runs/<stem>\"`",
-     .doc = "Directory for checkpoints, logs and the resolved `config.toml`. See the note below the table."},
+     .doc = "Directory for checkpoints, logs and the resolved `config.toml`. One job at a time: a job holds "
+            "`shardtrain.lock` there (host, PID, Slurm job id) and a second job is refused while the first "
+            "lives. See the note below the table."},
     {SHARDTRAIN_CONFIG_KEY(train, memory_limit_mb), .numbers = {0, false},
      .doc = "Per-rank memory cap in MiB (1 MiB = 2^20 bytes); `0` means none. It applies to the **predicted "
             "process peak** per rank (what VmHWM should reach), not to the tracked buffers alone: the memory "
@@ -297,8 +299,10 @@ constexpr KeySpec k_schema[] = {
     {SHARDTRAIN_CONFIG_KEY(checkpoint, dir), .written_when_set = true,
      .derive = [](RunConfig& c) { c.checkpoint.dir = (std::filesystem::path(c.train.run_dir) / "checkpoints").string(); },
      .default_doc = "`\"<train.run_dir>/checkpoints\"`",
-     .doc = "Directory of the checkpoints: `step_NNNNNNNN.h5` files, `latest` (the newest one's name) and, "
-            "while one is being written, `step_NNNNNNNN.h5.partial`. One run per directory."},
+     .doc = "Directory of the checkpoints: `step_NNNNNNNN.h5` files, `latest` (the name of the one the run "
+            "continues from), `lineage` (each checkpoint's parent) and, while one is being written, "
+            "`step_NNNNNNNN.h5.partial`. One job per directory (locked like `train.run_dir` when outside it). "
+            "Must be writable when checkpoints are on (checked before training)."},
     {SHARDTRAIN_CONFIG_KEY(checkpoint, every_steps), .ints = {0},
      .doc = "Write a checkpoint after every `every_steps`-th optimizer step (counted from the start of "
             "training, so a resumed run keeps the same grid). `0`: not by step count."},
@@ -306,8 +310,9 @@ constexpr KeySpec k_schema[] = {
      .doc = "Write a checkpoint when this much wall time has passed since the last one (or the start of this "
             "job); rank 0's clock decides for all. `0`: not by time. Both keys may be set; either triggers."},
     {SHARDTRAIN_CONFIG_KEY(checkpoint, keep_last), .ints = {1},
-     .doc = "Complete checkpoints kept; older ones are deleted, but only after a new one is complete and "
-            "`latest` names it."},
+     .doc = "Complete checkpoints of the run's lineage kept; older ones of it are deleted, but only after a "
+            "new one is complete and `latest` names it. Checkpoints of an abandoned lineage (a run rolled back "
+            "to an older checkpoint) are left alone."},
     {SHARDTRAIN_CONFIG_KEY(checkpoint, async),
      .doc = "`true`: a scheduled checkpoint copies this rank's shard of the state into a staging buffer at the "
             "step boundary and training goes on while a background thread writes the same file (at most one "
@@ -335,8 +340,10 @@ constexpr KeySpec k_schema[] = {
             "not the watchdog."},
     {SHARDTRAIN_CONFIG_KEY(checkpoint, resume), .check = check_resume,
      .range_doc = "`\"auto\"`, `\"never\"` or an existing file or directory",
-     .doc = "`\"auto\"`: continue from the newest complete checkpoint in `dir`, if there is one (none: start "
-            "from step 0); a damaged one is reported and the one before it is tried. `\"never\"`: start from "
+     .doc = "`\"auto\"`: continue from the checkpoint `latest` in `dir` names, if there is one (none: start "
+            "from step 0); a damaged one is reported and its parent is tried, then the parent's, never a "
+            "checkpoint of another lineage (newer ones of a run rolled back are ignored; without `latest`, the "
+            "newest complete checkpoint first). `\"never\"`: start from "
             "step 0; refused when checkpointing is on and `dir` already holds checkpoints (two runs would "
             "mix: pick another `dir`). A path: that checkpoint file, or the newest complete one in that "
             "directory; any problem with it is an error."},

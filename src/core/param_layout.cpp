@@ -2,17 +2,31 @@
 #include "core/param_layout.hpp"
 
 #include <numeric>
+#include <string>
 
 #include "core/error.hpp"
 
 namespace shardtrain {
 
+namespace {
+std::string too_large(const std::string& name, const std::vector<std::int64_t>& shape) {
+  std::string dims;
+  for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  return "the model is too large: parameter '" + name + "' of shape (" + dims +
+         ") takes the parameter count past 2^48 (" + std::to_string(ParamLayout::kMaxElements) +
+         ") elements, the most a layout (and a checkpoint) holds; lower the model.* sizes";
+}
+}  // namespace
+
 int ParamLayout::add(std::string name, std::vector<std::int64_t> shape, bool weight_decay,
                      int group) {
   SHARDTRAIN_CHECK(m_padded == 0, "ParamLayout::add after finalize");
+  // Checked: a model's sizes come from the input file, and a product past the
+  // bound (or past int64) must be an input error, not a negative count.
   std::int64_t numel = 1;
   for (auto d : shape) {
     SHARDTRAIN_CHECK(d > 0, "parameter " + name + " has a non-positive dimension");
+    if (d > kMaxElements / numel) throw InputError(too_large(name, shape));
     numel *= d;
   }
   const int last = m_entries.empty() ? -1 : m_entries.back().group;
@@ -25,6 +39,7 @@ int ParamLayout::add(std::string name, std::vector<std::int64_t> shape, bool wei
   e.numel = numel;
   e.weight_decay = weight_decay;
   e.group = group;
+  if (e.offset > kMaxElements - numel) throw InputError(too_large(e.name, e.shape));
   m_end = e.offset + numel;
   m_entries.push_back(std::move(e));
   return static_cast<int>(m_entries.size()) - 1;

@@ -30,7 +30,10 @@ class ParamLayout {
  public:
   explicit ParamLayout(std::int64_t alignment = 16) : m_alignment(alignment) {}
 
-  // Appends a tensor; returns its index. Not allowed after finalize().
+  // Parameters a layout holds at most (a checkpoint's bound too).
+  static constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
+  // Appends a tensor; returns its index. Not allowed after finalize(). Throws
+  // InputError naming the tensor when its shape, or the layout, would pass kMaxElements.
   int add(std::string name, std::vector<std::int64_t> shape, bool weight_decay, int group);
   // Pads the total to a multiple of world_size * alignment. Call once.
   void finalize(int world_size);

@@ -142,6 +142,10 @@ int cmd_info(const std::string& path, bool config_only) {
   row("format", fmt::format("{}, schema version {}", kCheckpointFormat, kCheckpointSchema));
   row("written by", fmt::format("shardtrain {}, {}", m.version, m.created_utc));
   row("step", std::to_string(m.step));
+  row("parent", m.parent.empty() ? std::string("none (a run from scratch, or written before lineages were recorded)")
+                                 : m.parent);
+  row("root attributes", m.meta_crc_present ? fmt::format("crc32 {} (checked)", checkpoint_meta_crc(m))
+                                            : std::string("no CRC (written before shardtrain recorded one)"));
   row("optimizer updates", std::to_string(m.optimizer_updates));
   row("samples seen", std::to_string(m.samples_seen));
   row("tokens seen", std::to_string(m.tokens_seen));
@@ -217,6 +221,10 @@ void cmd_verify(const std::string& path) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (root) {
+    // Checked when the file was opened (a mismatch is refused there).
+    fmt::print("{}\n", ckpt.meta().meta_crc_present
+                            ? fmt::format("root attributes: crc32 {}, ok", checkpoint_meta_crc(ckpt.meta()))
+                            : std::string("root attributes: no CRC (written before shardtrain recorded one)"));
     for (const auto& l : lines) fmt::print("{}\n", l);
     std::uint64_t bytes = 0;
     for (const auto& [name, type] : ckpt.vectors())
@@ -292,6 +300,8 @@ class PartialFile {
     if (std::rename(m_tmp.c_str(), m_out.c_str()) != 0)
       SHARDTRAIN_FAIL(m_out + ": cannot rename " + m_tmp + " into place: " + std::strerror(errno));
     m_committed = true;
+    const std::string dir = std::filesystem::path(m_out).parent_path().string();
+    fsync_directory(dir.empty() ? "." : dir);  // the rename itself survives a crash
   }
 
  private:
@@ -299,10 +309,22 @@ class PartialFile {
   bool m_committed = false;
 };
 
-// Creates (truncates) path for writing, or throws InputError naming why not.
+// Creates path (OUT.partial) afresh for writing, or throws InputError naming
+// why not. Whatever is at path is removed first, not opened: a symbolic link
+// planted there (or left by anything) is never followed, and the open is
+// exclusive and refuses links (O_EXCL | O_NOFOLLOW), so the export writes only
+// a new file of its own.
 std::FILE* create_output(const std::string& path, const std::string& shown) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw InputError(shown + ": cannot create: " + std::strerror(errno));
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw InputError(shown + ": cannot remove the leftover '" + path + "': " + std::strerror(errno));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) throw InputError(shown + ": cannot create: " + std::strerror(errno));
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw InputError(shown + ": cannot create: " + std::strerror(err));
+  }
   return f;
 }
 
@@ -567,7 +589,7 @@ void write_safetensors(CheckpointReader& ckpt, const std::string& vector, const 
     ~Fd() {
       if (fd >= 0) ::close(fd);
     }
-  } f{::open(partial.tmp().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC)};
+  } f{::open(partial.tmp().c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC)};
   if (f.fd < 0) throw InputError(out + ": cannot create: " + std::strerror(errno));
   auto put = [&](const void* data, std::uint64_t bytes, std::uint64_t at) {
     if (const int err = pwrite_all(f.fd, data, static_cast<std::size_t>(bytes), at))

@@ -8,12 +8,26 @@
 //   step_NNNNNNNN.h5          complete checkpoints (8 or more digits: the step)
 //   step_NNNNNNNN.h5.partial  a write in progress, or one a crash interrupted;
 //                             never loaded, removed by the next commit
-//   latest                    one line: the file name of the newest complete checkpoint
+//   latest                    one line: the file name of the checkpoint the run continues
+//                             from (the head of its lineage)
+//   lineage                   one line per checkpoint: "NAME<TAB>PARENT" (PARENT empty
+//                             for a run started from scratch)
 // Commit order (each step durable before the next starts):
 //   1. every rank writes its shard into step_N.h5.partial and fsyncs it;
 //   2. rank 0 renames it to step_N.h5 and fsyncs the directory;
-//   3. rank 0 writes latest.tmp, fsyncs it, renames it to latest, fsyncs the directory;
-//   4. only then rank 0 removes the oldest complete checkpoints beyond keep_last.
+//   3. rank 0 rewrites `lineage` (tmp, fsync, rename) with the new file's parent, then
+//      writes latest.tmp, fsyncs it, renames it to latest, fsyncs the directory;
+//   4. only then rank 0 removes the oldest checkpoints of the lineage beyond keep_last.
+// Lineage: each checkpoint's parent is the checkpoint its training continued
+// from (the file it resumed from, or the previous commit of the same job); the
+// file records it too (root attribute `parent`). A run rolled back to an older
+// checkpoint starts a new branch, and `latest` names its head; resume = "auto"
+// loads what `latest` names and falls back only along the parents, never to a
+// newer file of an abandoned branch. Pruning removes only the lineage's own
+// older checkpoints; files of abandoned branches are left for the user.
+// One job per directory (train/run_lock.hpp): a `.partial` a commit removes is
+// only its own step's; prepare() removes the leftovers of dead jobs, which is
+// safe because the job holds the directory's lock by then.
 // A crash at any moment leaves the previous complete checkpoint loadable.
 // A commit that fails on any rank (CheckpointIoError, io/checkpoint_phase.hpp)
 // is abandoned on every rank: rank 0 removes the .partial (and a renamed file
@@ -22,10 +36,11 @@
 // decision (train/train_state.hpp). Every phase of a commit runs under the
 // checkpoint I/O deadline (checkpoint.io_timeout_s) this object owns.
 // Invariants: every public call is collective over the communicator; rank 0
-// does the file-system work and broadcasts its outcome (on_root and
-// checkpoint_phase), so every rank returns the same result or throws the
-// same error. One run lineage per directory: a
-// fresh run (resume = "never") refuses a directory that already holds checkpoints.
+// does the file-system work and broadcasts its outcome (on_root,
+// checkpoint_phase, dist/mpi/agreement.hpp), so every rank returns the same
+// result or throws the same error; the lineage (below) is the same on every
+// rank. A fresh run (resume = "never") refuses a directory that already holds
+// checkpoints.
 #pragma once
 
 #include <mpi.h>
@@ -56,6 +71,22 @@ std::string checkpoint_file_name(std::int64_t step);
 // Local: no MPI. A missing directory has none.
 std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 
+// The resume candidates of resume = "auto" in `dir`, in the order to try them,
+// and why (one line for the log). With `latest`: the file it names, then its
+// ancestors by the `lineage` file (files that file does not know -- written
+// before lineages were recorded -- count as one line of ancestors below the
+// last known one); newer files of other branches are named in `why` and never
+// tried. Without `latest`: every complete checkpoint, newest first. Local.
+struct AutoResume {
+  std::vector<std::string> paths;
+  std::string why;
+};
+AutoResume auto_resume_candidates(const std::string& dir);
+// The lineage of `name` (a file name in `dir`) by the `lineage` file: name,
+// its parent, ..., newest first (the same fallback as above for unknown files).
+// Local.
+std::vector<std::string> lineage_of(const std::string& dir, const std::string& name);
+
 class CheckpointManager {
  public:
   // `source_name`: the input file, for error messages. Collective.
@@ -67,7 +98,9 @@ class CheckpointManager {
   bool resume_auto() const { return m_config.resume == "auto"; }
 
   // Creates dir (rank 0) when checkpointing is on, so that a directory that
-  // cannot be made is refused before training. Collective; InputError on every rank.
+  // cannot be made or written is refused before training, and removes the
+  // `.partial` files of dead jobs there (the caller holds the directory's lock:
+  // train/run_lock.hpp). Collective; InputError on every rank.
   void prepare() const;
 
   // Whether every_minutes have passed since the last checkpoint (or the start),
@@ -85,8 +118,16 @@ class CheckpointManager {
   // a file gives that file; a directory its complete checkpoints, newest first
   // (InputError when it has none). With resume = "never" and checkpointing on,
   // throws InputError if dir already holds checkpoints (two runs would mix).
-  // Collective.
-  std::vector<std::string> resume_candidates() const;
+  // Collective. resume = "auto" follows the lineage (auto_resume_candidates);
+  // resume_reason() then says which file `latest` named and what was skipped.
+  std::vector<std::string> resume_candidates();
+  const std::string& resume_reason() const { return m_resume_reason; }
+  // The run continues from `path` (loaded): the lineage becomes path and its
+  // ancestors, so the next commit's parent is path. Collective.
+  void resumed_from(const std::string& path);
+  // The file name of the checkpoint the current state continues from (the
+  // next commit's parent; "" for a run from scratch); same on every rank.
+  std::string lineage_head() const { return m_lineage.empty() ? std::string() : m_lineage.front(); }
 
   // Writes the checkpoint of `step` and commits it atomically, then prunes.
   // `write(partial_path, pause, deadline)` must write the whole file
@@ -109,11 +150,9 @@ class CheckpointManager {
   // of the communicator. The caller records the outcome (record) on the
   // training thread. Collective over `comm`.
   Committed commit_on(MPI_Comm comm, std::int64_t step, const WriteFn& write) const;
-  // Records a background commit's outcome (last_stats, last_commit_seconds).
-  void record(const Committed& c) {
-    m_last_stats = c.stats;
-    m_last_commit_s = c.seconds;
-  }
+  // Records a background commit's outcome (last_stats, last_commit_seconds,
+  // the lineage's new head).
+  void record(const Committed& c);
   // Restarts the every_minutes clock: a checkpoint starts now.
   void checkpoint_started() { restart_clock(); }
 
@@ -145,6 +184,11 @@ class CheckpointManager {
   std::chrono::steady_clock::time_point m_last_time;
   CheckpointWriteStats m_last_stats;
   double m_last_commit_s = 0.0;
+  // The lineage, newest first: file names in dir (a path for a file elsewhere
+  // that the run resumed from). Changed only on the training thread, between
+  // commits; commit_on reads it (a background write runs while nothing changes it).
+  std::vector<std::string> m_lineage;
+  std::string m_resume_reason;  // rank 0's
 };
 
 }  // namespace shardtrain

@@ -2,14 +2,19 @@
 // the MPI library's scratch in the step's gradient collective.
 #include "train/process_memory.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <span>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/backend.hpp"
 #include "core/error.hpp"
@@ -44,22 +49,48 @@ std::size_t dtype_bytes(DType t) {
 
 void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const RunConfig& config,
                                   const ParamLayout& layout) {
-  const std::string& io_dir = config.checkpoint.dir;
+  // A run that writes checkpoints on a schedule probes where they go; one that
+  // does not (it writes one only when stopped by a signal) probes in its run
+  // directory, so a checkpoint.dir it never uses on schedule (read-only, say)
+  // does not matter to it.
+  const bool scheduled = config.checkpoint.every_steps > 0 || config.checkpoint.every_minutes > 0;
+  const std::string& io_dir = scheduled ? config.checkpoint.dir : config.train.run_dir;
   if (!io_dir.empty()) {
     namespace fs = std::filesystem;
-    // The nearest existing directory on the checkpoint's path (rank 0 decides:
-    // one file for the whole job).
-    std::string dir;
+    // The nearest existing directory on that path (rank 0 decides: one file
+    // for the whole job), and whether a file can be created there.
+    std::string dir, error;
     if (comm.rank() == 0) {
       std::error_code ec;
       fs::path p = fs::absolute(io_dir, ec);
       while (!p.empty() && !fs::is_directory(p, ec) && p != p.parent_path()) p = p.parent_path();
       dir = p.string();
+      const std::string probe = (p / fmt::format(".shardtrain-write-test-{}", ::getpid())).string();
+      const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd >= 0) {
+        ::close(fd);
+        ::unlink(probe.c_str());
+      } else {
+        error = fmt::format("{}: {}: cannot write to '{}': {}", config.source_name,
+                            scheduled ? "checkpoint.dir" : "train.run_dir", dir, std::strerror(errno));
+      }
     }
-    std::int64_t n = static_cast<std::int64_t>(dir.size());
-    comm.broadcast(std::span<std::int64_t>(&n, 1));
-    dir.resize(static_cast<std::size_t>(n));
-    if (n > 0) comm.broadcast(dir.data(), dir.size(), DType::U8, 0);
+    // Rank 0's strings in buffers of one fixed size, so that every job of a
+    // configuration hands MPI the same bytes here whatever its run directory is
+    // called (the wire-accounting tests compare two jobs in two directories).
+    constexpr std::size_t kBytes = 4096;
+    if (comm.rank() == 0 && dir.size() >= kBytes && error.empty())
+      error = fmt::format("{}: the path '{}' is longer than {} bytes", config.source_name, dir, kBytes - 1);
+    auto share = [&comm](std::string& s) {
+      if (s.size() >= kBytes) s.resize(kBytes - 1);
+      std::string buf(kBytes, '\0');
+      std::copy(s.begin(), s.end(), buf.begin());
+      comm.broadcast(buf.data(), buf.size(), DType::U8, 0);
+      s.assign(buf.c_str());
+    };
+    share(dir);
+    share(error);
+    if (!error.empty()) throw InputError(error);
     // HDF5 and MPI-IO take transient memory while a file is written (metadata
     // caches, collective buffers) and give it back at close: VmHWM's rise
     // above VmRSS in the probe is this rank's checkpoint I/O scratch.
@@ -79,7 +110,6 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
     // (HDF5's cost grows with the tensors: about 8 MiB for 290 of them); one
     // that does not (it writes one only when stopped by a signal) a single
     // tensor, so its prediction is not raised by a write it will not make.
-    const bool scheduled = config.checkpoint.every_steps > 0 || config.checkpoint.every_minutes > 0;
     std::vector<std::string> names;
     if (scheduled)
       for (const auto& e : layout.entries()) names.push_back(e.name);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <type_traits>
@@ -133,12 +134,14 @@ template <class P>
 void TrainState<P>::resume() {
   const std::vector<std::string> candidates = m_ckpt.resume_candidates();
   std::vector<std::string> damaged;
-  for (const std::string& path : candidates) {
+  for (std::size_t ci = 0; ci < candidates.size(); ++ci) {
+    const std::string& path = candidates[ci];
     try {
       CheckpointReader reader(path, m_comm.comm());
       check_compatible(reader);
       load(reader);
       const CheckpointMeta& meta = reader.meta();
+      m_ckpt.resumed_from(path);  // collective: the next checkpoint's parent is this file
       m_start_step = meta.step;
       m_last_good_step = meta.step;
       m_samples = meta.samples_seen;
@@ -159,6 +162,12 @@ void TrainState<P>::resume() {
                    path, meta.step, meta.samples_seen, meta.tokens_seen, ranks(meta.world_size), meta.zero_stage,
                    meta.precision, ranks(m_comm.size()), m_cfg.parallel.zero_stage, m_cfg.precision.mode,
                    m_scaler.enabled() ? fmt::format("; loss scale {:g}", m_scaler.scale()) : std::string());
+        if (!m_ckpt.resume_reason().empty())
+          m_resume_note += fmt::format("\nresume: checkpoint.resume = \"auto\": {}{}", m_ckpt.resume_reason(),
+                                       damaged.empty() ? std::string()
+                                                       : fmt::format("; loaded {} after {} damaged one(s)",
+                                                                     std::filesystem::path(path).filename().string(),
+                                                                     damaged.size()));
         if (meta.sampler_seed != m_cfg.train.seed)
           fmt::print(stderr, "warning: {}: train.seed was {} there and is {} here: the data order continues "
                      "with the new seed's\n", path, meta.sampler_seed, m_cfg.train.seed);
@@ -176,7 +185,11 @@ void TrainState<P>::resume() {
       if (!m_ckpt.resume_auto()) throw;
       // Every rank saw the same bytes and the same error; try the previous one.
       if (m_comm.rank() == 0) {
-        fmt::print(stderr, "warning: {}; falling back to the previous complete checkpoint\n", e.what());
+        if (ci + 1 < candidates.size())
+          fmt::print(stderr, "warning: {}; falling back to the previous complete checkpoint of its lineage, {}\n",
+                     e.what(), candidates[ci + 1]);
+        else
+          fmt::print(stderr, "warning: {}; no older checkpoint of its lineage is left to fall back to\n", e.what());
         std::fflush(stderr);
       }
       damaged.push_back(path);
@@ -216,6 +229,7 @@ CheckpointMeta TrainState<P>::checkpoint_meta(std::int64_t done) const {
   meta.config_text = to_toml(m_cfg);
   meta.created_utc = utc_now();
   meta.version = kVersion;
+  meta.parent = m_ckpt.lineage_head();
   return meta;
 }
 

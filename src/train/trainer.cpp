@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,7 @@
 #include "train/process_memory.hpp"
 #include "train/progress.hpp"
 #include "train/run_directory.hpp"
+#include "train/run_lock.hpp"
 #include "train/run_reports.hpp"
 #include "train/task.hpp"
 #include "train/task_factory.hpp"
@@ -78,6 +80,24 @@ class ProfilerBinding {
 
 }  // namespace
 
+namespace {
+// The directories this job must own alone (train/run_lock.hpp): the run
+// directory, and the checkpoint directory when checkpoints are on and it lies
+// outside the run directory.
+std::vector<std::pair<std::string, std::string>> owned_dirs(const RunConfig& cfg) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> dirs{{"train.run_dir", cfg.train.run_dir}};
+  const bool checkpoints = cfg.checkpoint.every_steps > 0 || cfg.checkpoint.every_minutes > 0;
+  if (checkpoints && !cfg.checkpoint.dir.empty()) {
+    std::error_code ec;
+    const std::string run = fs::weakly_canonical(fs::absolute(cfg.train.run_dir, ec), ec).string();
+    const std::string ckpt = fs::weakly_canonical(fs::absolute(cfg.checkpoint.dir, ec), ec).string();
+    if (ckpt != run && !ckpt.starts_with(run + "/")) dirs.emplace_back("checkpoint.dir", cfg.checkpoint.dir);
+  }
+  return dirs;
+}
+}  // namespace
+
 class RunBase {
  public:
   virtual ~RunBase() = default;
@@ -95,6 +115,7 @@ class Run final : public RunBase {
       : m_cfg(cfg),
         m_hooks(hooks),
         m_comm(world),
+        m_lock(owned_dirs(cfg), cfg.source_name, world),
         m_backend(*device.backend),
         m_state_comm(device.comm() ? *device.comm() : static_cast<Communicator&>(m_comm)),
         m_profiler(m_backend, hooks.profile),
@@ -181,6 +202,7 @@ class Run final : public RunBase {
   const RunConfig& m_cfg;
   TrainerHooks m_hooks;
   MpiCommunicator m_comm;         // host values: losses, flags, CRC pieces, memory report
+  RunLock m_lock;                 // this job alone in its run directory (before anything is read or written there)
   Backend& m_backend;             // where model state and kernels live
   Communicator& m_state_comm;     // moves backend memory (m_comm on the host, NCCL on a device)
   ProfilerBinding m_profiler;     // --profile (before everything that makes ops)

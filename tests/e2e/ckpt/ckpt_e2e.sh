@@ -15,6 +15,11 @@
 #   h5dump NAME              h5dump -d /params/wte.weight prints the known values
 #   bad-input NAME           missing / not HDF5 / foreign file, unknown --param, bad arguments:
 #                            exit 2 and exactly one "error: " line on stderr
+#   root-crc NAME NP         one root attribute (samples_seen) rewritten with h5py: verify (at NP
+#                            ranks) refuses it with exit 2 naming the root attributes' CRC; with
+#                            meta_crc32 deleted (a file written before it existed) verify accepts it
+#   export-symlink NAME      OUT.partial is a symbolic link to another file: the export removes the
+#                            link, writes its own file, and the link's target is untouched
 #   help                     --help of the tool and of each subcommand, --version
 set -uo pipefail
 
@@ -105,7 +110,7 @@ case "${1:-}" in
     tool "verify_${name}_np$np" "$np" verify "$(ckpt "$name")"
     expect_rc 0; no_stderr "verify_${name}_np$np"
     vectors=$([[ $name == bf16 ]] && echo "master exp_avg exp_avg_sq params_bf16" || echo "master exp_avg exp_avg_sq")
-    need "verify_${name}_np$np" '^/config  ok$' '^/layout  ok$'
+    need "verify_${name}_np$np" '^root attributes: crc32 [0-9]+, ok$' '^/config  ok$' '^/layout  ok$'
     for v in $vectors; do need "verify_${name}_np$np" "^/state/$v  ok  crc32 stored ([0-9]+), computed \\1$"; done
     n=$(( 2 + $(wc -w <<< "$vectors") ))
     [[ $(grep -c '  ok' "$WORK/verify_${name}_np$np.out") -eq $n ]] || die "expected $n ok lines"
@@ -233,6 +238,41 @@ with h5py.File(sys.argv[1], "w") as f:
     tool still_good 1 verify "$good"
     expect_rc 0
     echo "bad input: exit 2 and one error line each"
+    ;;
+  root-crc)
+    name=$2; np=$3
+    edited=$WORK/root_crc_np$np.h5
+    cp "$(ckpt "$name")" "$edited"
+    "$PYTHON" -c 'import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    f.attrs["samples_seen"] = np.int64(int(f.attrs["samples_seen"]) + 8)' "$edited" || die "h5py cannot edit $edited"
+    tool "root_crc_np$np" "$np" verify "$edited"
+    expect_rc 2
+    [[ $(grep -c '^error: ' "$WORK/root_crc_np$np.err") -eq 1 ]] || die "expected one error line"
+    grep -Eq "^error: .*root_crc_np$np\.h5: root attributes: checksum mismatch \(stored meta_crc32 [0-9]+, the attributes give [0-9]+\): the file is damaged" \
+      "$WORK/root_crc_np$np.err" || die "the error does not name the root attributes' checksum"
+    # A file from before the root CRC: read as before, and said so.
+    "$PYTHON" -c 'import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    del f.attrs["meta_crc32"]' "$edited" || die "h5py cannot edit $edited"
+    tool "root_crc_old_np$np" "$np" verify "$edited"
+    expect_rc 0
+    need "root_crc_old_np$np" '^root attributes: no CRC \(written before shardtrain recorded one\)$'
+    echo "root attributes: an edited value is refused (exit 2), a file without the CRC is read"
+    ;;
+  export-symlink)
+    name=$2
+    victim=$WORK/victim.txt out=$WORK/sym_out.h5
+    echo precious > "$victim"
+    rm -f "$out" "$out.partial"
+    ln -s "$victim" "$out.partial"
+    tool export_symlink 1 export "$(ckpt "$name")" "$out" --param wte.weight
+    expect_rc 0
+    [[ "$(cat "$victim")" == precious ]] || die "the export wrote through the symbolic link OUT.partial"
+    [[ -f "$out" && ! -L "$out" && ! -e "$out.partial" ]] || die "$out is not the export's own regular file"
+    "$PYTHON" -c 'import sys, h5py
+with h5py.File(sys.argv[1], "r") as f: assert "wte.weight" in f' "$out" || die "$out holds no wte.weight"
+    echo "export: a symbolic link at OUT.partial is removed, never followed"
     ;;
   help)
     tool help 1 --help

@@ -34,6 +34,19 @@
 #                               a checkpoint.dir that cannot be created is refused before training
 #   complete NP                 a finished run restarted with resume = "auto" trains nothing and
 #                               reports the same final validation loss; every_minutes and keep_last
+#   rollback NP                 the lineage: 20 steps (checkpoints 5..20), then a job resumed from
+#                               step_10 with another optim.lr stopped at 17 (`latest`: step 17); the
+#                               next resume = "auto" loads step 17 (its parent chain 17 -> 15 -> 10
+#                               -> 5 in `lineage` and in the files), says why and names step 20 as another
+#                               lineage's; with step 17 damaged it falls back to step 15, never 20
+#   lock NP                     one job per run directory: a second job (NP ranks) on the directory
+#                               of a live one is refused (exit 2) naming the holder's host and PID,
+#                               the live job's lock untouched and released at its exit (75 after
+#                               SIGUSR1); a dead job's lock (this host, PID gone) and an earlier
+#                               run of the same Slurm job (SLURM_RESTART_COUNT lower) are taken
+#                               over, the dead job's .partial files removed; another Slurm job's
+#                               lock on another host is refused; a checkpoint.dir outside the run
+#                               directory is locked too
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=e2e_lib.sh
@@ -264,6 +277,90 @@ case "${1:-}" in
     b=$(sed -n 's/.*final val loss \([0-9.]*\).*/\1/p' "$WORK/$name.again.log")
     [[ -n "$a" && "$a" == "$b" ]] || die "final val loss differs: '$a' vs '$b'"
     ;;
+  rollback)
+    np=$2; name="ck_rollback_np$np"; dir="$WORK/$name/checkpoints"
+    every=(--set train.steps=40 --set checkpoint.every_steps=5 --set checkpoint.keep_last=10 --set train.log_every=1)
+    run_trainer "$np" "$name" "${every[@]}" --stop-after-step 20
+    [[ "$(latest_of "$name")" == step_00000020.h5 ]] || die "latest does not name step 20"
+    # Rolled back: from step 10, with a change, stopped at 17.
+    LOG="$WORK/$name.branch.log" train_in "$np" "$name" "${every[@]}" --set optim.lr=1e-3 \
+      --set checkpoint.resume="$dir/step_00000010.h5" --stop-after-step 17
+    grep -q "^resumed from $dir/step_00000010.h5: step 10," "$WORK/$name.branch.log" || die "the branch did not start at step 10"
+    [[ "$(latest_of "$name")" == step_00000017.h5 ]] || die "latest does not name step 17"
+    grep -qx "$(printf 'step_00000017.h5\tstep_00000015.h5')" "$dir/lineage" || die "lineage: 17's parent is not 15"
+    grep -qx "$(printf 'step_00000015.h5\tstep_00000010.h5')" "$dir/lineage" || die "lineage: 15's parent is not 10"
+    "$CKPT_TOOL" info "$dir/step_00000017.h5" | grep -Eq '^  parent +step_00000015\.h5$' || die "step 17's file does not name its parent"
+    [[ -e "$dir/step_00000020.h5" ]] || die "the abandoned lineage's step 20 was removed"
+    # A copy with step 17 damaged: the fallback follows the lineage (15), never step 20.
+    rm -rf "${WORK:?}/${name}_damaged"; cp -r "$WORK/$name" "$WORK/${name}_damaged"
+    off=$("$CKPT_TOOL" info "$dir/step_00000017.h5" | sed -n 's|.*/state/exp_avg .*file offset \([0-9]*\).*|\1|p')
+    flip_byte "$WORK/${name}_damaged/checkpoints/step_00000017.h5" $((off + 100))
+    LOG="$WORK/$name.fallback.log" train_in "$np" "${name}_damaged" "${every[@]}" --set optim.lr=1e-3 --stop-after-step 18
+    grep -q "falling back to the previous complete checkpoint of its lineage, $WORK/${name}_damaged/checkpoints/step_00000015.h5" \
+      "$WORK/$name.fallback.log" || die "no fallback to step 15 of the lineage"
+    grep -q "^resumed from $WORK/${name}_damaged/checkpoints/step_00000015.h5: step 15," "$WORK/$name.fallback.log" ||
+      die "the fallback did not resume from step 15"
+    # The automatic resume of the rolled-back run: step 17, not 20.
+    LOG="$WORK/$name.auto.log" train_in "$np" "$name" "${every[@]}" --set optim.lr=1e-3 --stop-after-step 19
+    grep -q "^resumed from $dir/step_00000017.h5: step 17," "$WORK/$name.auto.log" || die "resume = auto did not load step 17"
+    grep -q '^resume: checkpoint.resume = "auto": `latest` names step_00000017.h5; falling back only to its lineage.s older checkpoints (step_00000015.h5 and 2 more); not of this lineage, never loaded automatically: step_00000020.h5' \
+      "$WORK/$name.auto.log" || die "the resume does not say why step 17 and not step 20"
+    grep -q '^stopped after step 19 of 40' "$WORK/$name.auto.log" || die "the resumed job did not train 18-19"
+    echo "rollback: resume = auto loaded step 17 (latest), not 20; damaged 17 fell back to 15"
+    ;;
+  lock)
+    np=$2; name="ck_lock_np$np"; run="$WORK/$name"; lock="$run/shardtrain.lock"
+    rm -rf "${WORK:?}/$name" "$WORK/$name".*
+    # A live job (1 rank, long) holds the directory.
+    timeout 300 "$MPIEXEC" "$NPFLAG" 1 "$TRAINER" "$INPUT" --set data.path="$DATA" --set train.run_dir="$run" \
+      --set train.steps=1000000 --set train.log_every=100 --set train.eval_every=0 > "$WORK/$name.live.log" 2>&1 &
+    live=$!
+    for _ in $(seq 600); do [[ -s "$lock" ]] && grep -q '^step ' "$WORK/$name.live.log" 2>/dev/null && break; sleep 0.1; done
+    [[ -s "$lock" ]] || { cat "$WORK/$name.live.log"; die "the live job holds no lock file"; }
+    cat "$lock"
+    holder_pid=$(sed -n 's/^pid=//p' "$lock"); host=$(hostname)
+    before=$(cat "$lock")
+    expect_fail "${name}_second" 2 "train\.run_dir '$run' is in use by another job \(host $host, PID $holder_pid, started [0-9T:Z-]+; lock file $lock\)" -- \
+      --set train.run_dir="$run" --set train.steps=5
+    [[ "$(cat "$lock")" == "$before" ]] || die "the refused job touched the live job's lock"
+    kill -USR1 "$holder_pid"; wait "$live"; rc=$?  # the rank itself: `timeout` would die of the signal
+    [[ $rc -eq 75 ]] || { cat "$WORK/$name.live.log"; die "the live job exited with $rc, expected 75"; }
+    [[ ! -e "$lock" ]] || die "the live job did not release its lock at exit"
+    # A dead job's lock (this host, its PID gone) and its .partial files: taken over, removed.
+    sh -c 'exit 0' & dead=$!; wait "$dead"
+    printf 'host=%s\npid=%s\npid_start=1\nslurm_job_id=\nslurm_restart_count=0\nstarted=2026-01-01T00:00:00Z\n' "$host" "$dead" > "$lock"
+    mkdir -p "$run/checkpoints"; touch "$run/checkpoints/step_00000099.h5.partial" "$run/checkpoints/step_00000099.h5.partial.paused.0"
+    LOG="$WORK/$name.dead.log" train_in "$np" "$name" --set train.steps=10 --set checkpoint.every_steps=5
+    grep -q "^note: train.run_dir '$run': took over the lock of a job that is gone (host $host, PID $dead, started 2026-01-01T00:00:00Z): its process (PID $dead on this host) no longer exists" \
+      "$WORK/$name.dead.log" || die "no note of the dead job's lock taken over"
+    [[ -z "$(ls "$run/checkpoints" | grep partial)" ]] || die "the dead job's .partial files were left"
+    [[ ! -e "$lock" ]] || die "the lock was not released at exit"
+    # An earlier run of this Slurm job (requeued; its node is another): taken over.
+    printf 'host=other-node\npid=12345\npid_start=1\nslurm_job_id=4242\nslurm_restart_count=0\nstarted=2026-01-01T00:00:00Z\n' > "$lock"
+    timeout 120 "$MPIEXEC" "$NPFLAG" "$np" env SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 "$TRAINER" "$INPUT" \
+      --set data.path="$DATA" --set train.run_dir="$run" --set train.steps=12 --set checkpoint.every_steps=5 \
+      > "$WORK/$name.requeue.log" 2>&1; rc=$?
+    cat "$WORK/$name.requeue.log"
+    [[ $rc -eq 0 ]] || die "the requeued Slurm job exited with $rc"
+    grep -q "took over the lock of a job that is gone (host other-node, PID 12345, Slurm job 4242 (restart 0), started .*): Slurm requeued job 4242 (restart 0 -> 1)" \
+      "$WORK/$name.requeue.log" || die "no note of the requeued job taking over"
+    [[ ! -e "$lock" ]] || die "the lock was not released at exit"
+    # Another Slurm job's lock, on another host: refused (it may be running).
+    printf 'host=other-node\npid=12345\npid_start=1\nslurm_job_id=4242\nslurm_restart_count=0\nstarted=2026-01-01T00:00:00Z\n' > "$lock"
+    timeout 120 "$MPIEXEC" "$NPFLAG" "$np" env SLURM_JOB_ID=4243 "$TRAINER" "$INPUT" --set data.path="$DATA" \
+      --set train.run_dir="$run" --set train.steps=12 > "$WORK/$name.other.log" 2> "$WORK/$name.other.err"; rc=$?
+    cat "$WORK/$name.other.err"
+    [[ $rc -eq 2 ]] || die "another Slurm job's lock: expected exit 2, got $rc"
+    grep -q "is in use by another job (host other-node, PID 12345, Slurm job 4242 (restart 0)" "$WORK/$name.other.err" ||
+      die "the refusal does not name the holder"
+    # A checkpoint.dir outside the run directory is locked too (checkpoints on).
+    outside="$WORK/${name}_outside_ckpt"; rm -rf "$outside"; mkdir -p "$outside"
+    printf 'host=other-node\npid=12345\npid_start=1\nslurm_job_id=\nslurm_restart_count=0\nstarted=2026-01-01T00:00:00Z\n' > "$outside/shardtrain.lock"
+    expect_fail "${name}_outside" 2 "checkpoint\.dir '$outside' is in use by another job \(host other-node, PID 12345, started 2026-01-01T00:00:00Z; lock file $outside/shardtrain\.lock\)" -- \
+      --set train.run_dir="$WORK/${name}_other_run" --set checkpoint.dir="$outside" --set checkpoint.every_steps=5 --set train.steps=5
+    [[ ! -e "$WORK/${name}_other_run/shardtrain.lock" ]] || die "the refused job kept its run directory's lock"
+    echo "lock: a live job's directory refused; dead and requeued holders taken over; released at exit"
+    ;;
   *)
-    die "usage: checkpoint_e2e.sh resume|elastic|crash|corrupt|refuse|complete ..." ;;
+    die "usage: checkpoint_e2e.sh resume|elastic|crash|corrupt|refuse|complete|rollback|lock ..." ;;
 esac

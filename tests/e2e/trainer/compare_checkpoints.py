@@ -7,7 +7,9 @@ Bitwise equal, else exit 1 naming the first difference:
   - every dataset under /state (the state vectors), /layout and /params (the
     virtual views, read through), with their dtype and shape;
   - the crc32 attribute of every /state dataset, /layout and /config;
-  - every root attribute but created_utc (informational);
+  - every root attribute but created_utc (informational) and meta_crc32 (the
+    CRC of the root attributes, created_utc included; trainer-ckpt verify
+    checks it);
   - /config's text, except a line `async = ...` (the one setting the two runs
     were given differently), after FROM is replaced by TO in A's (the two
     runs' directories).
@@ -64,7 +66,7 @@ def main():
                 if x.attrs.get("crc32") != y.attrs.get("crc32"):
                     fail(f"/{name}: crc32 {x.attrs.get('crc32')} against {y.attrs.get('crc32')}")
         for key in sorted(set(a.attrs) | set(b.attrs)):
-            if key == "created_utc":
+            if key in ("created_utc", "meta_crc32"):
                 continue
             if key not in a.attrs or key not in b.attrs or a.attrs[key] != b.attrs[key]:
                 fail(f"root attribute {key}: {a.attrs.get(key)!r} against {b.attrs.get(key)!r}")

@@ -13,9 +13,11 @@
 #                       with a non-zero status, and no process of the run is left
 #   rank-throws NP      one rank throws in step 5 (--throw-at-step): its message is printed
 #                       and the whole job ends (MPI_Abort) with exit code 1, no process left
-#   stall NP            a rank stalled before a collective (--stall-in-collective): the
-#                       others' watchdog names the collective and the step, and the job
-#                       ends within 60 s with a non-zero status, no process left
+#   stall NP [STAGE]    a rank stalled before the gradient reduction (--stall-in-collective)
+#                       at ZeRO stage STAGE (default 0): the others' watchdog names the
+#                       collective (stage 0: the gradient all-reduce; 2: the pairwise
+#                       reduce-scatter; 3: it or the norm's all-reduce) and the step, and the job ends
+#                       within 60 s with a non-zero status, no process left
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=e2e_lib.sh
@@ -170,13 +172,21 @@ case "${1:-}" in
     echo "the job ended $elapsed s after its start with the failing rank's message; no process left"
     ;;
   stall)
-    np=$2; name="stall_np$np"; rm -rf "${WORK:?}/$name"
-    start_trainer "$np" "$name" --set parallel.collective_timeout_s=3 --stall-in-collective 5:$((np - 1))
+    np=$2; stage=${3:-0}; name="stall_s${stage}_np$np"; rm -rf "${WORK:?}/$name"
+    # Stage 0: the gradient all-reduce. Stage 2 at 2 ranks: rank 0 waits in the
+    # pairwise reduce-scatter. Stage 3 at 3 ranks: rank 0 waits in the
+    # reduce-scatter or, its exchange done, in the norm's all-reduce that follows.
+    collective='all_reduce \([0-9]+ x F32\)'
+    [[ $stage -eq 2 ]] && collective='wait for ireduce_scatter_v \([0-9]+ x F32\)'
+    [[ $stage -eq 3 ]] && collective='(wait for ireduce_scatter_v \([0-9]+ x F32\)|all_reduce \(1 x F64\))'
+
+    start_trainer "$np" "$name" --set parallel.collective_timeout_s=3 --set parallel.zero_stage="$stage" \
+      --stall-in-collective 5:$((np - 1))
     wait_job 60
     cat "$WORK/$name.log" | grep -E 'watchdog|test hook'
     [[ $rc -ne 0 ]] || die "exit code 0 after a stall"
-    grep -Eq '^error \(rank 0\): watchdog: all_reduce \([0-9]+ x F32\) at step 5 has not completed after 3\.[0-9] s \(parallel\.collective_timeout_s = 3\)' \
-      "$WORK/$name.log" || die "no watchdog report naming the collective and the step"
+    grep -Eq "^error \(rank 0\): watchdog: $collective at step 5 has not completed after 3\.[0-9] s \(parallel\.collective_timeout_s = 3\)" \
+      "$WORK/$name.log" || die "no watchdog report naming the collective ($collective) and the step"
     no_leftovers "$name"
     echo "the watchdog ended the job $elapsed s after its start; no process left"
     ;;

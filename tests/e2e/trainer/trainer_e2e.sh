@@ -307,6 +307,12 @@ case "${1:-}" in
       mlp_on_text) sed -i "s|^path = .*|path = \"${DATA%/*}/text.h5\"|" "$input" ;;
       cnn_kernel)  sed -i 's/^conv_kernel = .*/conv_kernel = 7/' "$input" ;;
       cnn_bad_label) sed -i "s|^path = .*|path = \"${DATA%/*}/images_bad_label.h5\"|" "$input" ;;
+      tokens_big_chunk|tokens_external|tokens_deflate)  # crafted with h5py (craft_tokens.py)
+        /usr/bin/python3 "$here/craft_tokens.py" "$DATA" "$dir/crafted.h5" "${case_name#tokens_}" ||
+          die "craft_tokens.py failed"
+        sed -i "s|^path = .*|path = \"$dir/crafted.h5\"|" "$input" ;;
+      d_model_overflow) sed -i 's/^d_model = .*/d_model = 2147483644/' "$input" ;;
+      readonly_ckpt_dir) printf '\n[checkpoint]\nevery_steps = 5\ndir = "/sys"\n' >> "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)

@@ -200,6 +200,7 @@ CheckpointMeta make_meta(std::int64_t n, std::uint64_t seed) {
                      "\"  # comment\n";
   m.created_utc = "2026-11-21T12:34:56Z";
   m.version = "0.1.0-test+" + std::to_string(seed);
+  m.parent = "step_" + std::to_string(seed) + ".h5";
   return m;
 }
 
@@ -240,6 +241,7 @@ void expect_meta_eq(const CheckpointMeta& a, const CheckpointMeta& b) {
   EXPECT_EQ(a.config_text, b.config_text);
   EXPECT_EQ(a.created_utc, b.created_utc);
   EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.parent, b.parent);
 }
 
 void expect_layout_eq(const std::vector<CheckpointTensor>& a, const std::vector<CheckpointTensor>& b) {
@@ -845,6 +847,24 @@ std::vector<HostileCase> hostile_cases() {
                                    crc_of(zeros.data(), zeros.size()));
                },
                {"/state/exp_avg is stored in chunks of more than 67108864 bytes"}});
+  c.push_back({"exp_avg chunked and deflated (as h5repack writes it)", [](hid_t f) {
+                 std::vector<float> data(kBaseN, 0.0f);
+                 H5PropList dcpl(RAW(H5Pcreate(H5P_DATASET_CREATE)));
+                 const hsize_t chunk = 256;
+                 RAW(H5Pset_chunk(dcpl, 1, &chunk));
+                 RAW(H5Pset_deflate(dcpl, 6));
+                 RAW(H5Ldelete(f, "/state/exp_avg", H5P_DEFAULT));
+                 H5Dataset ds(RAW(H5Dcreate2(f, "/state/exp_avg", H5T_IEEE_F32LE, simple_space({kBaseN}),
+                                             H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+                 RAW(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
+                 attr_i64(ds, "crc32", crc_of(data.data(), data.size() * 4));
+               },
+               {"/state/exp_avg is stored with HDF5 filter(s) deflate (id 1)", "h5repack -f NONE"}});
+  // The root attributes are under meta_crc32: a value changed in range is found.
+  c.push_back({"samples_seen changed", [](hid_t f) { attr_i64(f, "samples_seen", 77); },
+               {"root attributes: checksum mismatch (stored meta_crc32 "}});
+  c.push_back({"parent changed", [](hid_t f) { attr_str(f, "parent", "step_00000001.h5"); },
+               {"root attributes: checksum mismatch"}});
   // Data kept elsewhere: a virtual view (which could map to anything) and external raw files.
   c.push_back({"exp_avg virtual", [](hid_t f) {
                  H5Dataspace space = simple_space({kBaseN});
@@ -965,13 +985,12 @@ TEST_F(CheckpointIo, ForeignButValidVariationsAreAccepted) {
          put_attr(f, "loss_scale", H5T_IEEE_F32LE, scalar_space(), H5T_NATIVE_FLOAT, &v);
        },
        [](const CheckpointReader& r) { EXPECT_EQ(r.meta().loss_scale, 512.0); }},
-      {"exp_avg chunked and deflated (as h5repack writes it)", [](hid_t f) {
+      {"exp_avg chunked (small chunks, unfiltered)", [](hid_t f) {
          std::vector<float> data;
          for (std::int64_t i = 0; i < kBaseN; ++i) data.push_back(std::bit_cast<float>(value_bits(1, i, 12)));
          H5PropList dcpl(RAW(H5Pcreate(H5P_DATASET_CREATE)));
          const hsize_t chunk = 256;
          RAW(H5Pset_chunk(dcpl, 1, &chunk));
-         RAW(H5Pset_deflate(dcpl, 6));
          RAW(H5Ldelete(f, "/state/exp_avg", H5P_DEFAULT));
          H5Dataset ds(RAW(H5Dcreate2(f, "/state/exp_avg", H5T_IEEE_F32LE, simple_space({kBaseN}), H5P_DEFAULT,
                                      dcpl, H5P_DEFAULT)));
@@ -979,6 +998,12 @@ TEST_F(CheckpointIo, ForeignButValidVariationsAreAccepted) {
          attr_i64(ds, "crc32", crc_of(data.data(), data.size() * 4));
        },
        [](const CheckpointReader& r) { EXPECT_TRUE(r.has_vector("exp_avg")); }},
+      {"root attributes without their CRC (a file written before meta_crc32)", [](hid_t f) {
+         RAW(H5Adelete(f, "meta_crc32"));
+       },
+       [](const CheckpointReader& r) {
+         EXPECT_FALSE(r.meta().meta_crc_present);
+       }},
       {"layout rewritten with a wider name member", [](hid_t f) { put_layout(f, rows_of(base_layout()), 64); },
        [](const CheckpointReader& r) { expect_layout_eq(r.layout(), base_layout()); }},
   };
@@ -991,7 +1016,23 @@ TEST_F(CheckpointIo, ForeignButValidVariationsAreAccepted) {
       RAW(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
       H5File f(RAW(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl)));
       variations[i].edit(f);
+      // An edit may change values (another precision, say): the root CRC is
+      // then recomputed from the values as read, so each variation is read
+      // with its CRC checked (unless it deleted the CRC itself).
+      const bool with_crc = H5Aexists(f, "meta_crc32") > 0;
+      if (with_crc) RAW(H5Adelete(f, "meta_crc32"));
       SHARDTRAIN_H5_CLOSE(f);
+      if (with_crc) {
+        std::uint32_t crc = 0;
+        try {
+          CheckpointReader r(path, MPI_COMM_SELF);
+          crc = checkpoint_meta_crc(r.meta());
+        } catch (const std::exception&) {  // reported by the collective read below
+        }
+        H5File g(RAW(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl)));
+        attr_i64(g, "meta_crc32", crc);
+        SHARDTRAIN_H5_CLOSE(g);
+      }
     }
     MPI_Barrier(MPI_COMM_WORLD);
     bool ok = true;
