@@ -81,12 +81,11 @@ void remove_partials(const std::string& dir, const std::string& only = {}) {
 
 constexpr const char* kLineageFile = "lineage";
 
-// The `lineage` file of dir: checkpoint name -> parent ("" for none).
-// `present`: the file exists (a directory written before lineages has none).
-std::map<std::string, std::string> read_lineage(const std::string& dir, bool* present = nullptr) {
+// The `lineage` file of dir: checkpoint name -> parent ("" for none); empty
+// when there is none (a directory written before lineages were recorded).
+std::map<std::string, std::string> read_lineage(const std::string& dir) {
   std::map<std::string, std::string> parents;
   std::ifstream in(fs::path(dir) / kLineageFile);
-  if (present) *present = static_cast<bool>(in);
   std::string line;
   while (std::getline(in, line)) {
     const std::size_t tab = line.find('\t');
