@@ -81,8 +81,11 @@ case "${1:-}" in
       delay=$(awk -v r="$RANDOM" -v s="$span" 'BEGIN { printf "%.2f", r / 32767 * s }')
       # The delay is drawn from the uninterrupted run's duration; on a loaded
       # machine a run can be faster than that one was and finish before the
-      # signal: then the round is repeated with half the delay (at most 3 tries).
-      for try in 1 2 3; do
+      # signal: then the round is repeated with half the delay (3 tries), and a
+      # fourth time with the signal as soon as the run directory is printed.
+      signalled=0
+      for try in 1 2 3 4; do
+        (( try < 4 )) || delay=0
         rm -rf "${WORK:?}/$name"
         start_trainer "$np" "$name" "${long[@]}"
         wait_for_line "$name" '^run directory:'
@@ -105,8 +108,11 @@ case "${1:-}" in
           delay=$(awk -v d="$delay" 'BEGIN { printf "%.2f", d / 2 }')
           continue
         fi
+        signalled=1
         break
       done
+      # (rc would otherwise be the previous round's 75.)
+      (( signalled )) || die "round $i: each of 4 runs finished before its signal, the last one sent at start-up"
       grep -E '^(stopping|checkpoint step|error)' "$WORK/$name.log"
       [[ $rc -eq 75 ]] || { cat "$WORK/$name.log"; die "round $i: exit code $rc, expected 75"; }
       step=$(sed -n 's/^stopping after step \([0-9]*\) of .*/\1/p' "$WORK/$name.log")
