@@ -101,7 +101,7 @@ expect_fail() {  # PATTERN COMMAND...: exit 2 and PATTERN on stderr
   shift
   "$@" > "$work/fail.out" 2> "$work/fail.err" || rc=$?
   [[ $rc == 2 ]] || die "$* exited $rc, expected 2: $(cat "$work/fail.err")"
-  grep -qE "$pattern" "$work/fail.err" || die "$*: stderr lacks '$pattern': $(cat "$work/fail.err")"
+  grep -qE -e "$pattern" "$work/fail.err" || die "$*: stderr lacks '$pattern': $(cat "$work/fail.err")"
   echo "ok: refused: $(cat "$work/fail.err")"
 }
 # Invalid UTF-8 deep in the text and past a block end: 0xFF at byte 70000.
