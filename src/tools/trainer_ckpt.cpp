@@ -691,12 +691,12 @@ int run(int argc, char** argv) {
   const bool root = world_rank() == 0;
   CLI::App app{
       "Inspect, verify and export shardtrain checkpoint files (HDF5; format: "
-      "share/doc/checkpoint-format.md).",
+      "share/doc/checkpoint-format.md), and generate text from a GPT checkpoint (sample).",
       "trainer-ckpt"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("trainer-ckpt (shardtrain ") + kVersion + ")");
   app.footer(
-      "Runs as a single process or under mpirun: info and export then run on rank 0 alone, verify "
+      "Runs as a single process or under mpirun: info, export and sample then run on rank 0 alone, verify "
       "splits the reading over the ranks.\nExit codes: 0 success, 2 bad input or usage (missing, "
       "foreign or damaged file, unknown name), 1 other failure.");
 
