@@ -1,7 +1,11 @@
 // The text importer: read -> tokenize -> write (see text_import.hpp).
 #include "io/text_import.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,22 +13,117 @@
 #include <iterator>
 
 #include "core/error.hpp"
+#include "io/gpt2_bpe.hpp"
 #include "io/token_dataset_writer.hpp"
 
 namespace shardtrain {
 
 namespace {
-std::string read_all(const std::string& input) {
+void check_input_file(const std::string& input) {
   std::error_code ec;
   const auto st = std::filesystem::status(input, ec);
   if (!std::filesystem::exists(st)) throw InputError(input + ": no such file");
   if (std::filesystem::is_directory(st)) throw InputError(input + ": is a directory, expected a text file");
+}
+
+std::string read_all(const std::string& input) {
+  check_input_file(input);
   std::ifstream f(input, std::ios::binary);
   if (!f) throw InputError(input + ": cannot open for reading: " + std::strerror(errno));
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (f.bad()) throw InputError(input + ": read error: " + std::strerror(errno));
   return bytes;
 }
+// Where the next block may end: just after a '\n' that a printable ASCII
+// character follows. No pre-token crosses that point (a token holding the line
+// break is all whitespace, and one starting at the character does not look back),
+// and the token before it looks only at that character. The last such point at or
+// after `lo` (points before it were looked at already); npos if there is none.
+std::size_t block_end(const std::string& pending, std::size_t lo) {
+  for (std::size_t k = pending.size() - 1; k >= std::max<std::size_t>(lo, 1) && k < pending.size(); --k)
+    if (pending[k - 1] == '\n' && pending[k] > ' ' && pending[k] < 0x7F) return k;
+  return std::string::npos;
+}
+
+// One line on stderr: carriage return on a terminal, a new line otherwise.
+void progress(const std::string& input, std::uint64_t done, std::uint64_t total, std::size_t tokens, double secs) {
+  const double mb = 1.0 / (1 << 20);
+  std::fprintf(stderr, "%strainer-data: %s: %.0f of %.0f MiB (%.0f%%), %zu tokens, %.1f MiB/s%s",
+               isatty(2) ? "\r" : "", input.c_str(), done * mb, total * mb, total ? 100.0 * done / total : 100.0,
+               tokens, secs > 0 ? done * mb / secs : 0.0, isatty(2) ? "" : "\n");
+  std::fflush(stderr);
+}
+
+TextImportSummary import_gpt2(const std::string& input, const std::string& output, const TextImportOptions& options) {
+  if (options.bpe_dir.empty())
+    throw InputError("--tokenizer gpt2 needs --bpe DIR, the folder of GPT-2's encoder.json and vocab.bpe "
+                     "(share/data/fetch-gpt2-bpe.sh DIR fetches them)");
+  if (options.block_bytes < 1) throw InputError("--block-size must be at least 1 byte");
+  check_input_file(input);
+  Gpt2Bpe bpe(options.bpe_dir);
+  std::ifstream f(input, std::ios::binary);
+  if (!f) throw InputError(input + ": cannot open for reading: " + std::strerror(errno));
+  const std::uint64_t total = std::filesystem::file_size(input);
+
+  std::vector<std::uint16_t> ids;
+  std::string pending;        // bytes read and not yet encoded
+  std::uint64_t base = 0;     // file offset of pending[0]
+  bool eof = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  bool printed = false;
+  double encode_seconds = 0;
+  for (;;) {
+    std::size_t end = std::string::npos;
+    while (!eof && end == std::string::npos) {  // read until a block can end (the rest of the last block cannot)
+      const std::size_t had = pending.size();
+      pending.resize(had + options.block_bytes);
+      f.read(pending.data() + had, static_cast<std::streamsize>(options.block_bytes));
+      if (f.bad()) throw InputError(input + ": read error: " + std::strerror(errno));
+      pending.resize(had + static_cast<std::size_t>(f.gcount()));
+      eof = f.eof();
+      end = block_end(pending, had);
+    }
+    if (end == std::string::npos) end = pending.size();  // the end of the file ends the last block
+    if (end == 0) break;
+    const auto e0 = std::chrono::steady_clock::now();
+    validate_utf8(std::string_view(pending).substr(0, end), input, base, true);
+    const std::size_t look = std::min(end + 1, pending.size());  // the character after the block, ASCII
+    bpe.encode(std::string_view(pending).substr(0, look), end, ids);
+    const auto now = std::chrono::steady_clock::now();
+    encode_seconds += std::chrono::duration<double>(now - e0).count();
+    pending.erase(0, end);
+    base += end;
+    if (now - last >= std::chrono::seconds(1) || (printed && pending.empty() && eof)) {
+      progress(input, base, total, ids.size(), std::chrono::duration<double>(now - t0).count());
+      last = now;
+      printed = true;
+    }
+  }
+  if (printed && isatty(2)) std::fputc('\n', stderr);
+  if (base == 0) throw InputError(input + ": empty file, nothing to import");
+  const auto n = static_cast<std::int64_t>(ids.size());
+  if (n < 2)
+    throw InputError(input + ": only " + std::to_string(n) + " token; need at least 2 (one for train, one for val)");
+
+  TokenDatasetSpec spec;
+  spec.tokenizer = "gpt2";
+  spec.vocab = bpe.vocab();
+  spec.source = std::filesystem::path(input).filename().string();
+  spec.val_fraction = options.val_fraction;
+  const std::int64_t n_val = val_token_count(n, options.val_fraction);
+  TokenDatasetWriter writer(output, spec, n - n_val, n_val);
+  std::vector<TokenIndex> chunk;
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  for (std::size_t i = 0; i < ids.size(); i += kChunk) {
+    chunk.assign(ids.begin() + static_cast<std::ptrdiff_t>(i),
+                 ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), i + kChunk)));
+    writer.append(chunk);
+  }
+  const TokenSplitCounts counts = writer.commit();
+  return {n, static_cast<std::int64_t>(spec.vocab.size()), counts.train, counts.val, encode_seconds};
+}
+
 }  // namespace
 
 TextImportSummary import_text(const std::string& input, const std::string& output,
@@ -35,6 +134,7 @@ TextImportSummary import_text(const std::string& input, const std::string& outpu
     std::snprintf(buf, sizeof buf, "%g", options.val_fraction);
     throw InputError(std::string("--val-fraction must be in (0, 1), got ") + buf);
   }
+  if (options.tokenizer == TextTokenizer::Gpt2) return import_gpt2(input, output, options);
   const std::string bytes = read_all(input);
   if (bytes.empty()) throw InputError(input + ": empty file, nothing to import");
 

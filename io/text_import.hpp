@@ -1,8 +1,11 @@
 // shardtrain/io/text_import.hpp
 // Owns the `trainer-data text` importer: one text file -> one token data set.
-// Reads the whole input into memory (about 7 bytes per input byte at peak for the
-// char tokenizer: text + int32 ids + the code-point table), so it suits inputs up
-// to a few GB.
+// char and byte read the whole input into memory (about 7 bytes per input byte at
+// peak for char: text + int32 ids + the code-point table), so they suit inputs up
+// to a few GB. gpt2 streams the input in blocks (a block ends after a line break
+// followed by a printable ASCII character, where no pre-token can cross) and
+// keeps only the ids (2 bytes per token, about half a byte per input byte of
+// English), printing a progress line to stderr once a second.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,8 @@ namespace shardtrain {
 struct TextImportOptions {
   TextTokenizer tokenizer = TextTokenizer::Char;
   double val_fraction = 0.1;
+  std::string bpe_dir;                       // gpt2: the folder of encoder.json and vocab.bpe
+  std::size_t block_bytes = std::size_t{16} << 20;  // gpt2: bytes read per block (ids do not depend on it)
 };
 
 struct TextImportSummary {
@@ -22,6 +27,7 @@ struct TextImportSummary {
   std::int64_t vocab_size = 0;
   std::int64_t train = 0;
   std::int64_t val = 0;
+  double encode_seconds = 0;  // gpt2: validating and encoding the text (not loading the BPE files or writing)
 };
 
 // Imports `input` into the data set file `output`. Every problem with the input

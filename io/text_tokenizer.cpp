@@ -6,10 +6,25 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "io/gpt2_bpe.hpp"
 
 namespace shardtrain {
 
-std::string_view to_string(TextTokenizer t) { return t == TextTokenizer::Char ? "char" : "byte"; }
+std::string_view to_string(TextTokenizer t) {
+  switch (t) {
+    case TextTokenizer::Char: return "char";
+    case TextTokenizer::Byte: return "byte";
+    case TextTokenizer::Gpt2: return "gpt2";
+  }
+  return "?";
+}
+
+TextTokenizer text_tokenizer_named(std::string_view name) {
+  if (name == "char") return TextTokenizer::Char;
+  if (name == "byte") return TextTokenizer::Byte;
+  if (name == "gpt2") return TextTokenizer::Gpt2;
+  throw InputError("unknown tokenizer '" + std::string(name) + "' (expected char, byte or gpt2)");
+}
 
 std::string encode_utf8(char32_t cp) {
   SHARDTRAIN_CHECK(cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF), "not a Unicode scalar value");
@@ -41,22 +56,24 @@ std::string byte_token_text(unsigned char b) {
 
 namespace {
 
-[[noreturn]] void bad_utf8(const std::string& name, std::size_t offset, const char* what) {
+[[noreturn]] void bad_utf8(const std::string& name, std::uint64_t offset, const char* what) {
   throw InputError(name + ": invalid UTF-8 at byte offset " + std::to_string(offset) + ": " + what +
                    " (use --tokenizer byte for non-UTF-8 input)");
 }
 
 // Calls f(code_point) for each code point of `bytes`, validating strictly (RFC 3629).
+// Offsets in errors are counted from `base`.
 template <class F>
-void for_each_code_point(std::string_view bytes, const std::string& name, F&& f) {
+void for_each_code_point(std::string_view bytes, const std::string& name, F&& f, std::uint64_t base = 0,
+                         bool allow_nul = false) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const std::size_t n = bytes.size();
   std::size_t i = 0;
   while (i < n) {
     const unsigned char b0 = p[i];
     if (b0 < 0x80) {
-      if (b0 == 0)
-        throw InputError(name + ": NUL byte at byte offset " + std::to_string(i) +
+      if (b0 == 0 && !allow_nul)
+        throw InputError(name + ": NUL byte at byte offset " + std::to_string(base + i) +
                          "; not a text file (use --tokenizer byte)");
       f(static_cast<char32_t>(b0));
       ++i;
@@ -67,17 +84,17 @@ void for_each_code_point(std::string_view bytes, const std::string& name, F&& f)
     if (b0 >= 0xC2 && b0 <= 0xDF) len = 2, cp = b0 & 0x1F, min = 0x80;
     else if (b0 >= 0xE0 && b0 <= 0xEF) len = 3, cp = b0 & 0x0F, min = 0x800;
     else if (b0 >= 0xF0 && b0 <= 0xF4) len = 4, cp = b0 & 0x07, min = 0x10000;
-    else if (b0 >= 0x80 && b0 <= 0xBF) bad_utf8(name, i, "unexpected continuation byte");
-    else bad_utf8(name, i, "invalid lead byte");  // 0xC0, 0xC1 (overlong) and 0xF5..0xFF
+    else if (b0 >= 0x80 && b0 <= 0xBF) bad_utf8(name, base + i, "unexpected continuation byte");
+    else bad_utf8(name, base + i, "invalid lead byte");  // 0xC0, 0xC1 (overlong) and 0xF5..0xFF
     for (int k = 1; k < len; ++k) {
-      if (i + static_cast<std::size_t>(k) >= n) bad_utf8(name, i, "truncated sequence at end of input");
+      if (i + static_cast<std::size_t>(k) >= n) bad_utf8(name, base + i, "truncated sequence at end of input");
       const unsigned char b = p[i + static_cast<std::size_t>(k)];
-      if ((b & 0xC0) != 0x80) bad_utf8(name, i, "truncated sequence (missing continuation byte)");
+      if ((b & 0xC0) != 0x80) bad_utf8(name, base + i, "truncated sequence (missing continuation byte)");
       cp = (cp << 6) | (b & 0x3F);
     }
-    if (cp < min) bad_utf8(name, i, "overlong encoding");
-    if (cp >= 0xD800 && cp <= 0xDFFF) bad_utf8(name, i, "encoded UTF-16 surrogate");
-    if (cp > 0x10FFFF) bad_utf8(name, i, "code point above U+10FFFF");
+    if (cp < min) bad_utf8(name, base + i, "overlong encoding");
+    if (cp >= 0xD800 && cp <= 0xDFFF) bad_utf8(name, base + i, "encoded UTF-16 surrogate");
+    if (cp > 0x10FFFF) bad_utf8(name, base + i, "code point above U+10FFFF");
     f(cp);
     i += static_cast<std::size_t>(len);
   }
@@ -85,7 +102,29 @@ void for_each_code_point(std::string_view bytes, const std::string& name, F&& f)
 
 }  // namespace
 
+void validate_utf8(std::string_view bytes, const std::string& name, std::uint64_t base_offset, bool allow_nul) {
+  for_each_code_point(bytes, name, [](char32_t) {}, base_offset, allow_nul);
+}
+
+std::string decode_tokens(std::string_view tokenizer, const std::vector<std::string>& vocab,
+                          const std::vector<TokenIndex>& ids) {
+  if (tokenizer != "char" && tokenizer != "byte" && tokenizer != "gpt2")
+    throw InputError("cannot decode tokens of tokenizer '" + std::string(tokenizer) +
+                     "' (only char, byte and gpt2 data sets carry their tokenizer)");
+  std::string text;
+  for (const TokenIndex id : ids) {
+    if (id < 0 || static_cast<std::size_t>(id) >= vocab.size())
+      throw InputError("token id " + std::to_string(id) + " outside the vocabulary of " +
+                       std::to_string(vocab.size()));
+    if (tokenizer == "byte") text += static_cast<char>(id);
+    else if (tokenizer == "gpt2") text += gpt2_token_bytes(vocab[static_cast<std::size_t>(id)]);
+    else text += vocab[static_cast<std::size_t>(id)];
+  }
+  return text;
+}
+
 TokenizedText tokenize_text(std::string_view bytes, TextTokenizer tokenizer, const std::string& name) {
+  SHARDTRAIN_CHECK(tokenizer != TextTokenizer::Gpt2, "gpt2 text goes through Gpt2Bpe");
   TokenizedText out;
   if (tokenizer == TextTokenizer::Byte) {
     out.vocab.reserve(256);

@@ -9,6 +9,9 @@
 //  - Byte: token id = byte value, vocab_size 256 whatever the text; vocab[i] is a
 //    display form (the byte itself for 0x01..0x7F, "<0xHH>" otherwise) since bytes
 //    >= 0x80 alone are not UTF-8. Decoding a byte token is just the byte.
+//  - Gpt2: GPT-2's byte-level BPE (io/gpt2_bpe.hpp, which needs GPT-2's files;
+//    io/text_import.cpp streams a file through it). vocab[i] is GPT-2's token
+//    string; decoding maps its characters back to bytes (gpt2_token_bytes).
 #pragma once
 
 #include "core/types.hpp"
@@ -21,16 +24,31 @@
 namespace shardtrain {
 
 
-enum class TextTokenizer { Char, Byte };
-std::string_view to_string(TextTokenizer t);  // "char" / "byte"
+enum class TextTokenizer { Char, Byte, Gpt2 };
+std::string_view to_string(TextTokenizer t);  // "char" / "byte" / "gpt2"
+// The tokenizer named `name` ("char", "byte", "gpt2"); InputError otherwise.
+TextTokenizer text_tokenizer_named(std::string_view name);
 
 struct TokenizedText {
   std::vector<std::string> vocab;  // token id -> UTF-8 text
   std::vector<TokenIndex> tokens;  // the whole stream, in text order
 };
 
-// Tokenizes `bytes`; `name` (the input file) prefixes every error message.
+// Tokenizes `bytes` (Char or Byte; Gpt2 goes through Gpt2Bpe); `name` (the
+// input file) prefixes every error message.
 TokenizedText tokenize_text(std::string_view bytes, TextTokenizer tokenizer, const std::string& name);
+
+// Checks that `bytes` is strictly valid UTF-8 (the rules of Char above; NUL
+// allowed only when `allow_nul`). An error names `name` and the byte offset,
+// counted from `base_offset` (where `bytes` starts in the file).
+void validate_utf8(std::string_view bytes, const std::string& name, std::uint64_t base_offset, bool allow_nul);
+
+// The text of token ids `ids` of a data set made by `tokenizer` ("char", "byte"
+// or "gpt2") with vocabulary `vocab`: the concatenated bytes. InputError for a
+// "pretokenized" data set (its tokenizer is not known here) or an id outside the
+// vocabulary.
+std::string decode_tokens(std::string_view tokenizer, const std::vector<std::string>& vocab,
+                          const std::vector<TokenIndex>& ids);
 
 // The UTF-8 encoding of a valid code point (no surrogates, <= U+10FFFF).
 std::string encode_utf8(char32_t code_point);

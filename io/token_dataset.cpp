@@ -84,8 +84,8 @@ void TokenDataset::Impl::check_metadata() {
 
   const auto tok = read_string_attr(file, "tokenizer", path);
   if (!tok) bad_input(path, "missing attribute 'tokenizer'");
-  if (*tok != "char" && *tok != "byte" && *tok != "pretokenized")
-    bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char', 'byte' or 'pretokenized')");
+  if (*tok != "char" && *tok != "byte" && *tok != "gpt2" && *tok != "pretokenized")
+    bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char', 'byte', 'gpt2' or 'pretokenized')");
   tokenizer = *tok;
 
   vocab_size = require_int(file, "vocab_size", path, 1, kMaxVocabSize);

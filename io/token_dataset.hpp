@@ -49,7 +49,7 @@ class TokenDataset {
 
   const std::string& path() const;
   std::int64_t vocab_size() const;
-  const std::string& tokenizer() const;        // "char", "byte" or "pretokenized"
+  const std::string& tokenizer() const;        // "char", "byte", "gpt2" or "pretokenized"
   const std::string& source() const;           // importer's input name ("" if absent)
   double val_fraction() const;                 // as recorded by the importer (0 if absent)
   std::int64_t size(Split split) const;        // tokens in the split

@@ -38,6 +38,10 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     every process its two RSS lines. --parallel-info prints
     torch.__config__.parallel_info(), each line prefixed "parallel_info ".
     This is the PyTorch side of tests/bench/torch_parity_speed.sh.
+  gpt_torch.py generate WEIGHTS.h5 --n-layer L --n-head H --d-model C --seq-len T --vocab V
+               --tokens N --prompt-ids "I1 I2 ..."
+    Greedy decoding of N tokens after the prompt in float64 without a cache, the
+    context rule of `trainer-ckpt sample`; prints "ids: ..." (tests/e2e/ckpt).
   gpt_torch.py eval DATA.h5 --n-layer L --n-head H --d-model C --seq-len T --init WEIGHTS.h5
     Our trainer's validation pass over the whole validation split (windows
     at k*T, the mean cross-entropy over every target token) with the weights
@@ -323,7 +327,44 @@ def evaluate(argv):
     print(f"eval_loss {total / (windows * T):.9f} windows {windows}", flush=True)
 
 
+def generate(argv):
+    """Greedy decoding, the reference of `trainer-ckpt sample --temperature 0`
+    (src/tools/gpt_sample.hpp): float64 math on the fp32 weights, no key/value
+    cache (the whole context is run for every token), the same context rule: the
+    model sees the tokens from `start` on, and when they outgrow seq_len the
+    window restarts at the last max(1, seq_len // 2) tokens. Ties go to the lowest
+    id (torch.argmax). Prints "ids: ..." (the generated ids) and "logprob: X",
+    the sum of their log-softmax: a check of the logits, not only of their argmax."""
+    ap = argparse.ArgumentParser(prog="gpt_torch.py generate")
+    ap.add_argument("weights", help="our checkpoint or a trainer-ckpt export file")
+    for k in ("n-layer", "n-head", "d-model", "seq-len", "vocab", "tokens"):
+        ap.add_argument("--" + k, type=int, required=True)
+    ap.add_argument("--prompt-ids", required=True, help="the prompt's token ids, separated by spaces or commas")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    model = GPT(a.vocab, a.n_layer, a.d_model, a.n_head, a.seq_len)
+    load_weights(model, a.weights)
+    model = model.double().eval()
+    ids = [int(x) for x in a.prompt_ids.replace(",", " ").split()]
+    n_prompt, T, start, logprob = len(ids), a.seq_len, 0, 0.0
+    with torch.no_grad():
+        for _ in range(a.tokens):
+            if len(ids) - start > T:
+                start = len(ids) - max(1, T // 2)
+            ctx = torch.tensor([ids[start:]], dtype=torch.int64)
+            x = model.wte(ctx) + model.wpe(torch.arange(ctx.shape[1]))[None]
+            for block in model.h:
+                x = block(x)
+            logits = model.ln_f(x)[0, -1] @ model.wte.weight.T
+            ids.append(int(torch.argmax(logits)))
+            logprob += float(F.log_softmax(logits, dim=-1)[ids[-1]])
+    print("ids: " + " ".join(str(i) for i in ids[n_prompt:]), flush=True)
+    print(f"logprob: {logprob:.12e}", flush=True)
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[1] == "generate":
+        return generate(argv[2:])
     if len(argv) >= 2 and argv[1] == "train":
         return train(argv[2:])
     if len(argv) >= 2 and argv[1] == "eval":

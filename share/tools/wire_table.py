@@ -4,7 +4,7 @@ payload, the wire model and ZeRO's theory.
 
 usage: wire_table.py LOG_A DUMP_A LOG_B DUMP_B [--extra-payload BYTES]
 
-LOG_A and LOG_B are the trainer's output of two runs identical but for
+LOG_A and LOG_B are the trainer's output (with the RUN_DIR/report.txt each names) of two runs identical but for
 train.steps (A: S steps, B: S + k, k > 0), each run with Open MPI's pml
 monitoring dump in its own directory:
   OMPI_MCA_pml_monitoring_enable=1 OMPI_MCA_pml_monitoring_enable_output=3 \\
@@ -37,6 +37,12 @@ import sys
 
 def parse_log(path):
     text = open(path).read()
+    # The end-of-run report is in RUN_DIR/report.txt, named by the log's summary.
+    for report in dict.fromkeys(re.findall(r"^  full report: (\S+/report\.txt) \(", text, re.M)):
+        try:
+            text += open(report).read()
+        except OSError:
+            pass
     m = re.search(r"^communication layout: (\d+) ranks, stage (\d+),", text, re.M)
     if not m:
         sys.exit(f"{path}: no 'communication layout' line (did the run train a step?)")

@@ -4,6 +4,7 @@
 //   verify CKPT            every dataset's CRC-32; ranks of an mpirun split the reading
 //   export CKPT OUT        parameters of one state vector to plain HDF5, .npy or
 //                          safetensors (our names, or Hugging Face GPT-2's)
+//   sample CKPT            text from a GPT checkpoint (ckpt_sample.cpp, gpt_sample.*)
 // This file parses the command line, calls io/checkpoint.hpp and formats the
 // result; it knows nothing of the format beyond that API, except how to write
 // the three export formats (and, for --names gpt2, the model type and n_head
@@ -18,7 +19,7 @@
 // complete, so OUT is never a half-written file; memory use of `export` is
 // bounded by one tensor row block (kChunkElements; twice that for a transposed
 // GPT-2 weight), not by the model size.
-// Length (~800 lines): one tool's three subcommands and its three export writers (HDF5,
+// Length (~840 lines): one tool's subcommands (sample's body is in ckpt_sample.cpp) and its three export writers (HDF5,
 // .npy, safetensors); each is short, and they share the command line and error handling above.
 #include <mpi.h>
 
@@ -47,6 +48,7 @@
 #include "core/mpi_world.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5_check.hpp"
+#include "tools/gpt_sample.hpp"
 #include "version.hpp"
 
 namespace {
@@ -711,12 +713,12 @@ int run(int argc, char** argv) {
   const bool root = world_rank() == 0;
   CLI::App app{
       "Inspect, verify and export shardtrain checkpoint files (HDF5; format: "
-      "share/doc/checkpoint-format.md).",
+      "share/doc/checkpoint-format.md), and generate text from a GPT checkpoint (sample).",
       "trainer-ckpt"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("trainer-ckpt (shardtrain ") + kVersion + ")");
   app.footer(
-      "Runs as a single process or under mpirun: info and export then run on rank 0 alone, verify "
+      "Runs as a single process or under mpirun: info, export and sample then run on rank 0 alone, verify "
       "splits the reading over the ranks.\nExit codes: 0 success, 2 bad input or usage (missing, "
       "foreign or damaged file, unknown name), 1 other failure.");
 
@@ -785,6 +787,37 @@ int run(int argc, char** argv) {
       "n_ctx, n_embd, n_layer, n_head, layer_norm_epsilon and activation_function. A checkpoint of "
       "another model type is refused.");
 
+  SampleCommand sample_cmd;
+  CLI::App* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint");
+  sample->add_option("CKPT", sample_cmd.checkpoint, "Checkpoint file (.h5) of a GPT")->required();
+  sample->add_option("--prompt", sample_cmd.prompt,
+                     "Text to continue (default: none; a gpt2 model then starts from <|endoftext|>)");
+  sample->add_option("--tokens", sample_cmd.options.tokens, "Tokens to generate")->capture_default_str();
+  sample->add_option("--temperature", sample_cmd.options.temperature,
+                     "Softmax temperature; 0 is greedy decoding (the most likely token)")
+      ->capture_default_str();
+  sample->add_option("--top-k", sample_cmd.options.top_k, "Draw from the K most likely tokens only (0: all)")
+      ->capture_default_str();
+  sample->add_option("--seed", sample_cmd.options.seed, "Seed of the draws: the same seed gives the same text")
+      ->capture_default_str();
+  sample->add_option("--data", sample_cmd.data,
+                     "Data set whose tokenizer and vocabulary to use (default: the data.path stored in CKPT)");
+  sample->add_option("--bpe", sample_cmd.bpe_dir,
+                     "gpt2 data sets: folder of GPT-2's encoder.json and vocab.bpe, to encode the prompt");
+  sample->add_flag("--ids", sample_cmd.print_ids,
+                   "Print the token ids (lines 'prompt_ids: ...' and 'ids: ...') and the continuation's "
+                   "log-probability under the model ('logprob: ...', at temperature 1) instead of the text");
+  sample->add_flag("!--no-cache", sample_cmd.options.use_cache,
+                   "Re-run the whole context for every token instead of keeping a key/value cache "
+                   "(same tokens, slower; for comparison)");
+  sample->footer(
+      "Runs the GPT of CKPT (its fp32 master weights, in double precision) on this one process, one token at "
+      "a time with a key/value cache, and prints the prompt and its continuation decoded with the data "
+      "set's tokenizer (char, byte or gpt2; a pretokenized data set is refused), then on stderr the speed. "
+      "The model sees at most seq_len tokens: past that, the context restarts at the last seq_len/2 tokens. "
+      "Draws come from (--seed, token index) alone, so the same checkpoint, prompt and options give the "
+      "same text, with or without the cache.");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -802,6 +835,10 @@ int run(int argc, char** argv) {
 
   if (info->parsed()) return on_root([&] { return cmd_info(ckpt_path, config_only); });
   if (exp->parsed()) return on_root([&] { return cmd_export(ckpt_path, out_path, params, vector, format, name_style); });
+  if (sample->parsed()) return on_root([&] {
+      run_sample_command(sample_cmd);
+      return kExitOk;
+    });
 
   // verify: collective over every rank.
   try {

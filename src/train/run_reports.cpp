@@ -1,6 +1,8 @@
-// The end-of-job reports: memory, --profile and communication (see run_reports.hpp).
+// The end-of-job reports: memory, --profile and communication (see run_reports.hpp),
+// appended to the report text that rank 0 writes to RUN_DIR/report.txt.
 #include "train/run_reports.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -14,8 +16,8 @@
 
 namespace shardtrain {
 
-void report_memory(Communicator& comm, const MemoryTracker& memory, const MemoryPlan& run_plan,
-                   std::int64_t activation_high_water, RunDirectory* dir) {
+std::string report_memory(Communicator& comm, const MemoryTracker& memory, const MemoryPlan& run_plan,
+                          std::int64_t activation_high_water, RunDirectory* dir, std::string& out) {
   constexpr int kCats = MemoryTracker::kCategories;
   const int n = comm.size();
   std::vector<std::int64_t> peaks(static_cast<std::size_t>(n) * (kCats + 1), 0);
@@ -32,22 +34,22 @@ void report_memory(Communicator& comm, const MemoryTracker& memory, const Memory
   std::vector<std::int64_t> used(static_cast<std::size_t>(n) + 1, 0);
   used[comm.rank()] = activation_high_water;
   comm.all_reduce(std::span<std::int64_t>(used), ReduceOp::Sum);
-  if (comm.rank() != 0) return;
+  if (comm.rank() != 0) return {};
   constexpr int kActs = static_cast<int>(MemCategory::Activations);
   used[n] = run_plan.bytes[kActs];
   std::vector<std::int64_t> plan(run_plan.bytes.begin(), run_plan.bytes.end());
   plan.push_back(run_plan.total());
   dir->write_memory(peaks, plan, used);
-  auto row = [](const std::string& who, const std::int64_t* p, std::int64_t measured) {
+  auto row = [&out](const std::string& who, const std::int64_t* p, std::int64_t measured) {
     auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
-    fmt::print("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>10.3f} {:>10.3f} {:>8.3f} {:>8.3f} {:>10.3f}\n",
+    out += fmt::format("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>10.3f} {:>10.3f} {:>8.3f} {:>8.3f} {:>10.3f}\n",
                who, mib(p[0]), mib(p[1]), mib(p[2]), mib(p[3]), mib(measured), mib(p[4]), mib(p[5]), mib(p[6]),
                mib(p[kCats]));
   };
-  fmt::print("peak memory per rank (MiB, tracked allocator; activations also as measured: the model's "
+  out += fmt::format("peak memory per rank (MiB, tracked allocator; activations also as measured: the model's "
              "high-water in its arena; also {}/memory.csv and, for the process, process_memory.csv):\n",
              dir->path());
-  fmt::print("  {:>4} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10}\n", "rank", "params",
+  out += fmt::format("  {:>4} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10}\n", "rank", "params",
              "grads", "optimizer", "activations", "(measured)", "workspace", "comm", "data", "total");
   for (int r = 0; r < n; ++r) row(std::to_string(r), &peaks[r * (kCats + 1)], used[r]);
   row("plan", plan.data(), used[n]);
@@ -55,9 +57,9 @@ void report_memory(Communicator& comm, const MemoryTracker& memory, const Memory
   for (int r = 0; r < n; ++r)
     if (used[r] != used[n]) differ += fmt::format(" rank {} {} bytes;", r, used[r]);
   if (differ.empty())
-    fmt::print("activations measured: the high-water equals the plan ({} bytes) on every rank\n", used[n]);
+    out += fmt::format("activations measured: the high-water equals the plan ({} bytes) on every rank\n", used[n]);
   else
-    fmt::print("activations measured: the high-water differs from the plan ({} bytes):{}\n", used[n],
+    out += fmt::format("activations measured: the high-water differs from the plan ({} bytes):{}\n", used[n],
                differ.substr(0, differ.size() - 1));
   // The process: VmHWM per rank against the predicted process peak (the
   // measured terms of run_plan.process plus the tracked plan; the same on every
@@ -80,23 +82,23 @@ void report_memory(Communicator& comm, const MemoryTracker& memory, const Memory
   auto predicted = [&](int r) {
     return of_rank(pm.before_model, r) + run_plan.total() + pm.scratch_of(r);
   };
-  fmt::print("process RSS before the model per rank (MiB):{}\n",
+  out += fmt::format("process RSS before the model per rank (MiB):{}\n",
              per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.before_model, r))); }));
-  fmt::print("MPI collective scratch per rank (MiB, probed before the model):{}\n",
+  out += fmt::format("MPI collective scratch per rank (MiB, probed before the model):{}\n",
              pm.collective_scratch.empty()
                  ? std::string(" not probed (device collectives)")
                  : per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.collective_scratch, r))); }));
-  fmt::print("checkpoint I/O scratch per rank (MiB, probed before the model):{}\n",
+  out += fmt::format("checkpoint I/O scratch per rank (MiB, probed before the model):{}\n",
              pm.io_scratch.empty()
                  ? std::string(" not probed")
                  : per_rank([&](int r) { return fmt::format("{:.1f}", mib(of_rank(pm.io_scratch, r))); }));
-  fmt::print("predicted process peak per rank (MiB, RSS before the model + {:.1f} tracked plan + the larger scratch; "
+  out += fmt::format("predicted process peak per rank (MiB, RSS before the model + {:.1f} tracked plan + the larger scratch; "
              "train.memory_limit_mb is checked against their maximum, {:.1f}):{}\n",
              mib(run_plan.total()), mib(run_plan.process_peak()),
              per_rank([&](int r) { return fmt::format("{:.1f}", mib(predicted(r))); }));
-  fmt::print("process peak RSS per rank (MiB, VmHWM: the above plus code, libraries, MPI and untracked heap):{}\n",
+  out += fmt::format("process peak RSS per rank (MiB, VmHWM: the above plus code, libraries, MPI and untracked heap):{}\n",
              per_rank([&](int r) { return rss[r] < 0 ? std::string("n/a") : fmt::format("{:.1f}", mib(rss[r])); }));
-  fmt::print("VmHWM / predicted process peak per rank:{}\n", per_rank([&](int r) {
+  out += fmt::format("VmHWM / predicted process peak per rank:{}\n", per_rank([&](int r) {
                return rss[r] < 0 || predicted(r) <= 0
                           ? std::string("n/a")
                           : fmt::format("{:.3f}", static_cast<double>(rss[r]) / static_cast<double>(predicted(r)));
@@ -107,9 +109,23 @@ void report_memory(Communicator& comm, const MemoryTracker& memory, const Memory
     csv += fmt::format("{},{},{},{},{},{},{}\n", r, of_rank(pm.before_model, r), of_rank(pm.collective_scratch, r),
                        run_plan.total(), predicted(r), rss[r], of_rank(pm.io_scratch, r));
   dir->write_file("process_memory.csv", csv);
+  // The one line of the short summary: the largest rank's figures.
+  std::int64_t tracked = 0, hwm = -1, pred = 0;
+  for (int r = 0; r < n; ++r) {
+    tracked = std::max(tracked, peaks[r * (kCats + 1) + kCats]);
+    hwm = std::max(hwm, rss[r]);
+    pred = std::max(pred, predicted(r));
+  }
+  std::string line = fmt::format("peak {:.1f} MiB tracked per rank (plan {:.1f} MiB)", mib(tracked),
+                                 mib(run_plan.total()));
+  if (hwm >= 0 && pred > 0)
+    line += fmt::format("; process peak RSS {:.1f} MiB per rank (predicted {:.1f} MiB, {:.3f}x)", mib(hwm), mib(pred),
+                        static_cast<double>(hwm) / static_cast<double>(pred));
+  return line;
 }
 
-void report_profile(MpiCommunicator& comm, const Profiler& profiler, const FlopFloor& floor, RunDirectory* dir) {
+void report_profile(MpiCommunicator& comm, const Profiler& profiler, const FlopFloor& floor, RunDirectory* dir,
+                    std::string& report) {
   // Per op: seconds summed over ranks (for the mean) and the largest rank's.
   const Profiler::Totals& t = profiler.totals();
   constexpr int kOps = Profiler::kOps;
@@ -152,7 +168,8 @@ void report_profile(MpiCommunicator& comm, const Profiler& profiler, const FlopF
                          100.0 * by_class[c] / step_ms);
     out += fmt::format(" other {:.1f}%\n", 100.0 * (step_ms - timed) / step_ms);
   }
-  fmt::print("{}", out);
+  fmt::print("{}", out);  // asked for with --profile: printed, and in the report
+  report += out;
   if (dir) {
     dir->write_file("profile.txt", out);
     fmt::print("  (also {}/profile.txt)\n", dir->path());
@@ -200,7 +217,7 @@ double ring_bytes(Collective kind, double payload, double n) {
 // dump measures for the job, less the raw MPI calls outside the communicator
 // (start-up, these reports), which the same job with more steps cancels.
 void report_communication(MpiCommunicator& comm, const CommTally& job, const CommTally& all_time, std::int64_t steps,
-                          const CommReportLayout& run) {
+                          const CommReportLayout& run, std::string& report) {
   constexpr int kFields = 5 * kCollectives + 3;
   std::vector<std::uint64_t> mine;
   for (const auto* a : {&job.calls, &job.async, &job.payload, &job.model, &job.unmodelled})
@@ -278,8 +295,7 @@ void report_communication(MpiCommunicator& comm, const CommTally& job, const Com
   }
   out += fmt::format("  {}{}\n", comm.wire_model_status(),
                      run.device_comm ? "; the NCCL traffic of the model state is not modelled" : "");
-  fmt::print("{}", out);
-  std::fflush(stdout);
+  report += out;
 }
 
 }  // namespace shardtrain

@@ -34,6 +34,7 @@
 #include "optim/lr_schedule.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/batch_sampler.hpp"
+#include "train/checkpointing.hpp"
 #include "train/lifecycle.hpp"
 #include "train/process_memory.hpp"
 #include "train/progress.hpp"
@@ -196,8 +197,9 @@ class Run final : public RunBase {
     if (&m_state_comm != &m_comm) t += m_state_comm.tally();
     return t;
   }
-  // The end-of-job reports (train/run_reports.hpp). Collective; dir is rank 0's.
-  void report(const CommTally& job, std::int64_t steps, RunDirectory* dir);
+  // The end-of-job reports (train/run_reports.hpp), appended to `full` (rank 0's
+  // RUN_DIR/report.txt). Collective; dir is rank 0's. Returns the summary's memory line.
+  std::string report(const CommTally& job, std::int64_t steps, RunDirectory* dir, std::string& full);
 
   const RunConfig& m_cfg;
   TrainerHooks m_hooks;
@@ -303,18 +305,20 @@ void Run<P>::handle_overflow(std::int64_t step) {
 }
 
 template <class P>
-void Run<P>::report(const CommTally& job, std::int64_t steps, RunDirectory* dir) {
-  report_memory(m_comm, m_memory, m_plan, m_task->activation_high_water_bytes(), dir);
+std::string Run<P>::report(const CommTally& job, std::int64_t steps, RunDirectory* dir, std::string& full) {
+  std::string memory_line = report_memory(m_comm, m_memory, m_plan, m_task->activation_high_water_bytes(), dir, full);
   if (m_profiler.get()) {
     const FlopFloor floor = measure_flop_floor(m_comm.comm(), m_backend, m_cfg.precision.mode,
                                                m_cfg.parallel.threads, m_plan.step_flops / m_plan.world);
-    report_profile(m_comm, *m_profiler.get(), floor, dir);
+    report_profile(m_comm, *m_profiler.get(), floor, dir, full);
   }
   if (steps > 0)
     report_communication(m_comm, job, comm_tally(), steps,
                          {*m_layout, m_cfg.parallel.zero_stage, sizeof(P), m_cfg.parallel.bucket_mb,
                           micro_batches(m_cfg.train.batch_size, m_comm.size(), m_task->max_batch()),
-                          &m_state_comm != &m_comm});
+                          &m_state_comm != &m_comm},
+                         full);
+  return memory_line;
 }
 
 template <class P>
@@ -422,10 +426,13 @@ TrainResult Run<P>::run() {
     }
   }
   m_train->finish_checkpoints();  // checkpoint.async: the last write in flight
+  std::string full;  // RUN_DIR/report.txt (rank 0): the whole end-of-job report
   if (is_root() && m_train->checkpoints_committed() > 0) {
-    fmt::print("checkpoints: {} written in this job{}; training was blocked {:.3f} s by them\n",
+    const std::string line = fmt::format("checkpoints: {} written in this job{}; training was blocked {:.3f} s by them\n",
                m_train->checkpoints_committed(), m_train->writes_in_background() ? " in the background" : "",
                m_train->checkpoint_blocked_seconds());
+    fmt::print("{}", line);
+    full += line;
     std::fflush(stdout);
   }
   if (first >= tc.steps) {
@@ -435,21 +442,22 @@ TrainResult Run<P>::run() {
   }
   result.last_step = std::max(first, end);
   result.seconds = seconds_since(t0);
-  report(comm_job, end - first, dir ? &*dir : nullptr);
+  const std::string memory_line = report(comm_job, end - first, dir ? &*dir : nullptr, full);
   result.requeue = stop != 0;
   if (is_root()) {
+    std::string last;  // the run's last line (done, stopped or stopping)
     if (stop)
-      fmt::print("stopping after step {} of {}: {}; the checkpoint of step {} is complete; exit code {} asks "
+      last = fmt::format("stopping after step {} of {}: {}; the checkpoint of step {} is complete; exit code {} asks "
                  "the job script to requeue the job, and the run continues from this checkpoint with "
                  "checkpoint.resume = \"auto\"\n",
                  end, tc.steps, m_train->describe_stop(stop), end, kExitRequeue);
     else if (end < tc.steps)
-      fmt::print("stopped after step {} of {} (--stop-after-step) in {:.1f} s | last train loss {:.4f}{}\n", end,
+      last = fmt::format("stopped after step {} of {} (--stop-after-step) in {:.1f} s | last train loss {:.4f}{}\n", end,
                  tc.steps, result.seconds, result.final_train_loss,
                  m_train->checkpoints().enabled() ? " | the run continues from its checkpoint with checkpoint.resume = \"auto\""
                                    : " | checkpointing is off: this progress is not saved");
     else
-      fmt::print("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f}{} "
+      last = fmt::format("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f}{} "
                  "(whole validation split)\n",
                  tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", result.steps_run, first + 1) : "",
                  result.seconds, result.final_train_loss, result.final_val_loss,
@@ -457,6 +465,31 @@ TrainResult Run<P>::run() {
                      ? fmt::format(" | val accuracy {:.4f} (error {:.2f}%)", *result.final_val_accuracy,
                                    100.0 * (1.0 - *result.final_val_accuracy))
                      : std::string());
+    fmt::print("{}", last);
+    full += last;
+    // The short summary (the whole report is in RUN_DIR/report.txt).
+    const double tokens = static_cast<double>(result.steps_run * tc.batch_size * m_task->tokens_per_sample());
+    const double samples = static_cast<double>(result.steps_run * tc.batch_size);
+    std::string summary =
+        m_task->tokens_per_sample() > 0
+            ? fmt::format("  throughput: {:.0f} tokens/s ({} steps of {} x {} tokens in {:.1f} s)\n",
+                          result.seconds > 0 ? tokens / result.seconds : 0.0, result.steps_run, tc.batch_size,
+                          m_task->tokens_per_sample(), result.seconds)
+            : fmt::format("  throughput: {:.0f} samples/s ({} steps of {} samples in {:.1f} s)\n",
+                          result.seconds > 0 ? samples / result.seconds : 0.0, result.steps_run, tc.batch_size,
+                          result.seconds);
+    summary += fmt::format("  memory: {}\n", memory_line);
+    const auto written = m_train->checkpoints().enabled() ? list_checkpoints(m_train->checkpoints().dir())
+                                                          : std::vector<CheckpointFile>{};
+    summary += written.empty() ? std::string("  last checkpoint: none") +
+                                     (m_train->checkpoints().enabled() ? "\n" : " (checkpointing is off)\n")
+                               : fmt::format("  last checkpoint: {} (step {})\n", written.front().path,
+                                             written.front().step);
+    summary += fmt::format("  full report: {}/report.txt (memory by category and rank, process memory, "
+                           "communication per rank{})\n",
+                           dir->path(), m_profiler.get() ? ", the profile" : "");
+    fmt::print("{}", summary);
+    dir->write_file("report.txt", full);
     if (final_eval && final_eval->confusion) {
       const std::string table = final_eval->confusion->format(m_task->class_names());
       fmt::print("confusion matrix of the validation split ({} samples; rows: true class, columns: predicted; "

@@ -539,9 +539,9 @@ memcheck() {
 # rank_sum PREFIX LOG: the sum of the per-rank numbers after the last colon of
 # LOG's last line starting with PREFIX (the end-of-run report's; the plan
 # printed at start-up has some of these lines too).
-rank_sum() {
-  awk -F: -v p="$1" 'index($0, p) == 1 { n = split($NF, v, " "); s = 0; for (i = 1; i <= n; i++) s += v[i] }
-                     END { if (n) printf "%.1f", s }' "$2"
+rank_sum() {  # LINE_PREFIX LOG: the sum of the per-rank values of the report line (RUN_DIR/report.txt)
+  log_and_reports "$2" | awk -F: -v p="$1" 'index($0, p) == 1 { n = split($NF, v, " "); s = 0; for (i = 1; i <= n; i++) s += v[i] }
+                     END { if (n) printf "%.1f", s }'
 }
 
 start=$(date +%s)

@@ -65,6 +65,8 @@ die() { echo "zero_overhead: $*" >&2; exit 2; }
 log() { echo "zero_overhead: $*" >&2; }
 # shellcheck source=tests/bench/bench_lib.sh
 source "$root/tests/bench/bench_lib.sh"
+# shellcheck source=tests/support/process_memory.sh
+source "$root/tests/support/process_memory.sh"  # log_and_reports: the log and the RUN_DIR/report.txt it names
 
 [[ -x "$trainer" ]] || die "no trainer executable at $trainer"
 [[ -f "$input" ]] || die "no input file $input"
@@ -128,7 +130,7 @@ run_one() {
   local comm; comm=$(awk -F, 'NR > 1 { print $8 }' "$csv" | median)
   local peak; peak=$(awk '/^peak memory per rank/ { t = 1; next }
     t && $1 ~ /^[0-9]+$/ && NF >= 9 { if ($NF > m) m = $NF; next } t && $1 != "rank" { t = 0 }
-    END { print (m == "" ? "nan" : m) }' "$dir.log")
+    END { print (m == "" ? "nan" : m) }' <(log_and_reports "$dir.log"))
   echo "$model $variant $round $med $n $comm $peak $load" >> "$results"
   log "$(printf '%-10s variant %-2s round %s: median step %.1f ms over %d steps (load %s)' \
     "$model" "$variant" "$round" "$(awk -v x="$med" 'BEGIN { print x * 1000 }')" "$n" "$load")"

@@ -149,6 +149,12 @@ def main():
     drop_cached = "--drop-cached" in sys.argv
     full_gather = "--full-gather-payload" in sys.argv
     text = open(log).read()
+    # The end-of-run report is in RUN_DIR/report.txt, named by the log's summary.
+    for report in dict.fromkeys(re.findall(r"^  full report: (\S+/report\.txt) \(", text, re.M)):
+        try:
+            text += open(report).read()
+        except OSError:
+            pass
     m = re.search(r"^communication layout: (\d+) ranks, stage (\d), (\d+) bytes per element, bucket_mb (\S+), "
                   r"(\d+) micro-batch\(es\) per step, padded (\d+), groups((?: \d+:\d+-\d+)+)$", text, re.M)
     if not m:

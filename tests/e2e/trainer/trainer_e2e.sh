@@ -211,7 +211,7 @@ case "${1:-}" in
         }
         exit bad
       }' "$WORK/$name/memory.csv" || die "measured activation high-water differs from the plan"
-    grep -q "^activations measured: the high-water equals the plan ([0-9]* bytes) on every rank" "$WORK/$name.log" ||
+    log_and_reports "$WORK/$name.log" | grep -q "^activations measured: the high-water equals the plan ([0-9]* bytes) on every rank" ||
       die "the report does not say the measured activation high-water equals the plan"
     ;;
   recompute-cap)
@@ -346,7 +346,7 @@ case "${1:-}" in
     log="$WORK/$name.log"
     psi=$(sed -n 's/^memory plan per rank: .*(\([0-9]*\) padded).*/\1/p' "$log")
     [[ -n "$psi" ]] || die "no plan line in the log"
-    grep -A$((np + 3)) '^communication layout' "$log"
+    log_and_reports "$log" | grep -A$((np + 3)) '^communication layout'
     # shellcheck disable=SC2086
     /usr/bin/python3 "$here/comm_expect.py" "$log" "$layers" ${COMM_EXPECT_FLAGS:-} ||
       die "a rank's payload differs from its exact expectation"
