@@ -17,10 +17,18 @@ args=(--set train.steps=$steps --set train.log_every=1 --set parallel.zero_stage
 
 mkdir -p "$WORK/$name"
 run_trainer "$np" "$name/plain" "${args[@]}"
-t_begin=$EPOCHREALTIME
-run_trainer "$np" "$name/profiled" "${args[@]}" --profile
-t_end=$EPOCHREALTIME
 plain=$WORK/$name/plain profiled=$WORK/$name/profiled
+# The profiled run; its two timing checks below (the_timing_agrees) compare
+# clocks over steps of about 0.4 ms, where one descheduling of a rank on a
+# loaded machine moves a mean by more than 30%: a run that fails them is run
+# again, up to 3 times (every other check is on numbers, not time).
+profiled_run() {
+  rm -rf "${WORK:?}/$name/profiled"
+  t_begin=$EPOCHREALTIME
+  run_trainer "$np" "$name/profiled" "${args[@]}" --profile
+  t_end=$EPOCHREALTIME
+}
+profiled_run
 # step, loss, val_loss, grad_norm, weights_crc: identical
 cols() { awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
   { print $c["step"], $c["loss"], $c["val_loss"], $c["grad_norm"], $c["weights_crc"] }' "$1"; }
@@ -49,31 +57,38 @@ expect adamw 1
 [[ -n $(calls grad_reduce) ]] || die "no grad_reduce row"
 if (( stage > 0 )); then [[ -n $(calls param_gather) ]] || die "stage $stage: no param_gather row"; fi
 
-# metrics.csv's step_ms (rank 0's wall time of each step) is positive, no longer
-# than the step's elapsed_s difference (1 ms resolution) and, over steps 2..N,
-# within 30% of the profile's step time (the same span, mean over ranks).
-prof_ms=$(awk '/^  step time / { print $3 }' "$profiled/profile.txt")
-[[ -n $prof_ms ]] || die "no step time in profile.txt"
-awk -F, -v prof="$prof_ms" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["step_ms"]) { print "no step_ms column"; exit 1 }; next }
-  { ms = $c["step_ms"]; if (!(ms > 0)) { print "step " $1 ": step_ms " ms; bad = 1 }
-    if (NR > 2 && ms > 1000 * ($c["elapsed_s"] - prev) + 1.5) { print "step " $1 ": step_ms " ms " > elapsed_s difference"; bad = 1 }
-    if ($1 >= 2) { s += ms; n++ } prev = $c["elapsed_s"] }
-  END { if (bad) exit 1; m = s / n; printf "step_ms mean over steps 2..N %.3f ms, profile step time %.3f ms\n", m, prof
-        exit !(m > 0.7 * prof && m < 1.3 * prof) }' "$profiled/metrics.csv" ||
-  die "metrics.csv step_ms disagrees with elapsed_s or the profile's step time"
+the_timing_agrees() {
+  prof_ms=$(awk '/^  step time / { print $3 }' "$profiled/profile.txt")
+  [[ -n $prof_ms ]] || die "no step time in profile.txt"
+  # metrics.csv's step_ms (rank 0's wall time of each step) is positive, no longer
+  # than the step's elapsed_s difference (1 ms resolution) and, over steps 2..N,
+  # within 30% of the profile's step time (the same span, mean over ranks).
+  awk -F, -v prof="$prof_ms" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["step_ms"]) { print "no step_ms column"; exit 1 }; next }
+    { ms = $c["step_ms"]; if (!(ms > 0)) { print "step " $1 ": step_ms " ms; bad = 1 }
+      if (NR > 2 && ms > 1000 * ($c["elapsed_s"] - prev) + 1.5) { print "step " $1 ": step_ms " ms " > elapsed_s difference"; bad = 1 }
+      if ($1 >= 2) { s += ms; n++ } prev = $c["elapsed_s"] }
+    END { if (bad) exit 1; m = s / n; printf "step_ms mean over steps 2..N %.3f ms, profile step time %.3f ms\n", m, prof
+          exit !(m > 0.7 * prof && m < 1.3 * prof) }' "$profiled/metrics.csv" || return 1
 
-# step_end_unix (the wall clock at each step's end) lies inside this script's
-# own clock readings around the run, and consecutive ends are at least the
-# later step's step_ms apart and move with elapsed_s (within 5 ms: the rows are
-# written after the CRC and the logging, the ends before).
-awk -F, -v b="$t_begin" -v e="$t_end" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["step_end_unix"]) { print "no step_end_unix column"; exit 1 }; next }
-  { t = $c["step_end_unix"]; ms = $c["step_ms"]; el = $c["elapsed_s"]
-    if (!(t > b && t < e)) { printf "step %d: step_end_unix %.6f outside the run (%.6f .. %.6f)\n", $1, t, b, e; bad = 1 }
-    if (NR > 2) { d = t - pt
-      if (d < ms / 1000 - 1e-5) { printf "step %d: %.6f s after the previous end, shorter than step_ms %s\n", $1, d, ms; bad = 1 }
-      if (d - (el - pel) > 0.005 || (el - pel) - d > 0.005) { printf "step %d: ends %.6f s apart, elapsed_s %.6f\n", $1, d, el - pel; bad = 1 } }
-    pt = t; pel = el }
-  END { exit bad }' "$profiled/metrics.csv" || die "metrics.csv step_end_unix disagrees with the run's clock, step_ms or elapsed_s"
+  # step_end_unix (the wall clock at each step's end) lies inside this script's
+  # own clock readings around the run, and consecutive ends are at least the
+  # later step's step_ms apart and move with elapsed_s (within 5 ms: the rows are
+  # written after the CRC and the logging, the ends before).
+  awk -F, -v b="$t_begin" -v e="$t_end" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["step_end_unix"]) { print "no step_end_unix column"; exit 1 }; next }
+    { t = $c["step_end_unix"]; ms = $c["step_ms"]; el = $c["elapsed_s"]
+      if (!(t > b && t < e)) { printf "step %d: step_end_unix %.6f outside the run (%.6f .. %.6f)\n", $1, t, b, e; bad = 1 }
+      if (NR > 2) { d = t - pt
+        if (d < ms / 1000 - 1e-5) { printf "step %d: %.6f s after the previous end, shorter than step_ms %s\n", $1, d, ms; bad = 1 }
+        if (d - (el - pel) > 0.005 || (el - pel) - d > 0.005) { printf "step %d: ends %.6f s apart, elapsed_s %.6f\n", $1, d, el - pel; bad = 1 } }
+      pt = t; pel = el }
+    END { exit bad }' "$profiled/metrics.csv" || return 1
+}
+for try in 1 2 3; do
+  the_timing_agrees && break
+  (( try < 3 )) || die "metrics.csv step_ms / step_end_unix disagree with the run's clock or the profile's step time in 3 runs"
+  echo "timing checks failed in run $try (a loaded machine?): the profiled run again"
+  profiled_run
+done
 
 # The FLOP floor (issue 33): the step's FLOPs per rank (the run's own "compute
 # per step" line) at the measured core peak; the printed floor and the step's
