@@ -1,5 +1,6 @@
 // The run directory's lock file (see run_lock.hpp).
 #include "train/run_lock.hpp"
+#include "train/utc_now.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -78,15 +79,6 @@ std::string read_text(const std::string& path, bool* found) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // Rank 0: takes the lock file `lock`, or throws InputError. Returns a note when

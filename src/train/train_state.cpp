@@ -1,5 +1,6 @@
 // Resume and save of a run, and the agreement at each step boundary (see train_state.hpp).
 #include "train/train_state.hpp"
+#include "train/utc_now.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -34,15 +35,6 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + ")";
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace
