@@ -2,7 +2,8 @@
 // Issue 33's question "the attention products on oneDNN too, if it beats
 // small_gemm there": times Q K^T for every (sequence, head) of the 12-layer GPT's
 // attention on one rank (8 sequences, 8 heads, T 128, hd 64, in place in the qkv
-// layout (B, T, 3C)) three ways, one thread, best of 29:
+// layout (B, T, 3C)) three ways, one thread each (set_compute_threads(1), as a rank
+// of the trainer runs; oneDNN would otherwise take every core), best of 29:
 //   - oneDNN batched matmul, fp32 and bf16 inputs (fp32 scores), over the full
 //     T x T (oneDNN's matmul has no causal mask), heads addressed by strides;
 //   - kernels/small_gemm (what attention.cpp runs): fp32 FMA chains over causal
@@ -19,10 +20,13 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include "kernels/cpu_compute.hpp"
 #include "kernels/small_gemm.hpp"
 using namespace dnnl; using dt = memory::data_type; using dims = memory::dims;
 int main() {
   const long B = 8, H = 8, T = 128, hd = 64, C = H * hd;
+  shardtrain::set_compute_threads(1);  // oneDNN's OpenMP pool: one thread, like small_gemm
+  printf("threads: 1 (oneDNN and small_gemm)\n");
   engine eng(engine::kind::cpu, 0); stream s(eng);
   // qkv (B, T, 3C): Q of head h at column h*hd, K at C + h*hd; S (B*H, T, T)
   std::vector<float> qkvf(B * T * 3 * C);
