@@ -60,7 +60,7 @@ void set_compute_threads(int n) {
   SHARDTRAIN_CHECK(n >= 1, "compute threads must be at least 1, got " + std::to_string(n));
   omp_set_num_threads(n);
   // OpenBLAS (the double GEMMs) when the process has it; looked up at run time
-  // because KokkosKernels may reach it through the libblas.so.3 alternative.
+  // because the process may reach it through the libblas.so.3 alternative.
   using SetThreads = void (*)(int);
   if (auto* f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
   g_threads = n;

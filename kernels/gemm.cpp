@@ -1,18 +1,17 @@
 // shardtrain/kernels/gemm.cpp
-// Owns the dense matrix multiply entry point and the only call into
-// KokkosKernels (KokkosBlas::gemm, for double); no other file includes
-// KokkosKernels headers, so their compile cost is paid once.
+// Owns the dense matrix multiply entry point and the only BLAS call of the
+// kernels (cblas_dgemm, for double).
 // Invariants:
 //  - float: one oneDNN matmul (dnnl_matmul.hpp: a primitive per shape, cached;
 //    transposes and leading dimensions are strides, never copies).
 //  - bf16 on a CPU with native bf16 dot products (cpu_bf16_native()): one oneDNN
 //    matmul on the bf16 operands as stored, fp32 accumulation, beta * C added in
 //    fp32 and C rounded once. No conversion pass and no scratch.
-//  - double: KokkosBlas::gemm on the LayoutRight, Unmanaged, host Views of
-//    types.hpp. That exact type triple is what KokkosKernels' TPL specialisation
-//    matches, so the call lands in OpenBLAS dgemm_ (checked at compile time
-//    below; a LayoutStride view would silently fall back to a slow loop). oneDNN
-//    has no f64 matmul; double runs only in the gradient checks.
+//  - double: OpenBLAS's cblas_dgemm, row-major, on the LayoutRight host Views
+//    of types.hpp (oneDNN has no f64 matmul; double runs only in the gradient
+//    checks). Called directly rather than through KokkosKernels' KokkosBlas::gemm
+//    (which reached the same dgemm_), so a user's own Kokkos without KokkosKernels
+//    builds the trainer (issue 36).
 //  - Row-strided LayoutRight views (stride(0) > extent(1), from subviews) are
 //    passed through with the stride as the leading dimension.
 //  - Shapes are checked on every call (cheap) and a mismatch throws shardtrain::Error.
@@ -27,7 +26,7 @@
 //    rounded back once. Scratch: gemm_half_scratch_elems.
 #include "kernels/gemm.hpp"
 
-#include <KokkosBlas3_gemm.hpp>
+#include <cblas.h>
 
 #include <climits>
 #include <string>
@@ -42,19 +41,13 @@
 namespace shardtrain {
 namespace {
 
-// The View types KokkosBlas::gemm normalises its arguments to (KokkosBlas3_gemm.hpp).
-template <class T>
-using BlasA = Kokkos::View<const T**, Kokkos::LayoutRight, typename CView2<T>::device_type,
-                           Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-template <class T>
-using BlasC = Kokkos::View<T**, Kokkos::LayoutRight, typename View2<T>::device_type,
-                           Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS) && !defined(KOKKOS_ENABLE_CUDA)
-static_assert(
-    KokkosBlas::Impl::gemm_tpl_spec_avail<BlasA<double>, BlasA<double>, BlasC<double>>::value,
-    "shardtrain::gemm<double> would not reach the BLAS TPL");
-#endif
+// BLAS's leading dimension of a LayoutRight view: its row stride, at least
+// max(1, columns) as BLAS requires (a view with one row or no columns may report less).
+template <class V>
+std::size_t row_stride(const V& v) {
+  const std::size_t cols = v.extent(1) > 0 ? v.extent(1) : 1;
+  return v.stride(0) > cols ? v.stride(0) : cols;
+}
 
 const std::string kLabelScale = "Gemm::scale_c";
 
@@ -182,8 +175,10 @@ void gemm(Trans trans_a, Trans trans_b, T alpha, CView2<T> a, CView2<T> b, T bet
     if constexpr (std::is_same_v<T, float>) {
       gemm_dnnl<float>(trans_a, trans_b, alpha, a, b, beta, c);
     } else {
-      KokkosBlas::gemm(trans_a == Trans::N ? "N" : "T", trans_b == Trans::N ? "N" : "T", alpha, a, b,
-                       beta, c);
+      cblas_dgemm(CblasRowMajor, trans_a == Trans::N ? CblasNoTrans : CblasTrans,
+                  trans_b == Trans::N ? CblasNoTrans : CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(k), alpha, a.data(), static_cast<int>(row_stride(a)), b.data(),
+                  static_cast<int>(row_stride(b)), beta, c.data(), static_cast<int>(row_stride(c)));
     }
   }
 }

@@ -1,9 +1,8 @@
 // shardtrain/kernels/gemm.hpp
-// Owns the single entry point to dense matrix multiply. On host views it goes
-// through KokkosBlas::gemm, which calls OpenBLAS sgemm_/dgemm_ for LayoutRight
-// views; kept in one translation unit because KokkosKernels headers are costly.
-// Invariant: A, B, C are contiguous row-major 2-D views (never LayoutStride,
-// which would fall back to a ~2 GFLOP/s loop). Deterministic for a fixed thread count.
+// Owns the single entry point to dense matrix multiply: float (and bf16 on CPUs
+// with native bf16 dot products) on oneDNN's matmul, double on OpenBLAS's
+// cblas_dgemm (gemm.cpp). Invariant: A, B, C are row-major 2-D views (LayoutRight).
+// Deterministic for a fixed thread count.
 // Note: a LayoutRight view whose row stride exceeds its width (e.g. Kokkos::subview
 // of a column range of a row-major matrix) is also fine: BLAS gets the row stride
 // as its leading dimension. attention.cpp relies on this to address heads in place.

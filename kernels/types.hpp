@@ -13,7 +13,10 @@
 
 namespace shardtrain {
 
-using ExecSpace = Kokkos::DefaultExecutionSpace;
+// The host kernels run in Kokkos' default HOST execution space (Serial or OpenMP),
+// also under a Kokkos built with CUDA, whose default space is the device: the GPU
+// path does not go through Kokkos (backend/cuda), so these Views are host memory.
+using ExecSpace = Kokkos::DefaultHostExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
 

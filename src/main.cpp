@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "core/mpi_world.hpp"
@@ -181,7 +182,7 @@ int run_main(int argc, char** argv) {
                  "fp32 weight its optimizer owns by one ulp; at ZeRO stage 0 its replica then differs from "
                  "the other ranks', which the weights CRC of the step's metrics row reports (exit code 1)")
       ->type_name("STEP[:RANK]");
-  app.set_version_flag("--version", std::string("shardtrain ") + kVersion);
+  app.set_version_flag("--version", std::string("shardtrain ") + kVersion + " (" + host_kokkos_describe() + ")");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -115,7 +115,7 @@ class HostVectorOps final : public VectorOps<P> {
 class HostBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::Host; }
-  std::string describe() const override { return "host (Kokkos Serial; " + cpu_compute_describe() + ")"; }
+  std::string describe() const override { return "host (" + host_kokkos_describe() + "; " + cpu_compute_describe() + ")"; }
   ComputePeak compute_peak(const std::string& precision, int threads) override {
     const CorePeak p = measure_core_peak();
     const bool bf16 = precision == "bf16" && cpu_bf16_native() && p.bf16_gflops > 0;
@@ -353,6 +353,17 @@ std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
 void set_host_compute_threads(int threads) { set_compute_threads(threads); }
 void warm_up_host_compute() { warm_up_compute(); }
 bool host_bf16_native() { return cpu_bf16_native(); }
+
+std::string host_kokkos_describe() {
+  constexpr int v = KOKKOS_VERSION;  // e.g. 30401
+  std::string s = fmt::format("Kokkos {}.{}.{} {}", v / 10000, v / 100 % 100, v % 100,
+                              ExecSpace::name());
+  if (Kokkos::is_initialized()) {
+    const int n = ExecSpace().concurrency();
+    s += fmt::format(", {} thread{}", n, n == 1 ? "" : "s");
+  }
+  return s;
+}
 
 Backend& host_backend() {
   static HostBackend backend;
