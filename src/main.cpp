@@ -13,6 +13,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -93,7 +94,8 @@ std::string read_and_broadcast(const std::string& path) {
   return text;
 }
 
-int run_main(int argc, char** argv) {
+// kokkos_args: the --kokkos-* arguments after argv[0], then nullptr.
+int run_main(int argc, char** argv, std::vector<char*>& kokkos_args) {
   const bool root = world_rank() == 0;
   CLI::App app{
       "shardtrain trainer: trains the model described by INPUT.toml on every rank of the MPI job.\n"
@@ -110,7 +112,8 @@ int run_main(int argc, char** argv) {
       "This trainer is the host build (train.device = \"cpu\"; configure with\n"
       "-DSHARDTRAIN_ENABLE_CUDA=ON for GPUs).\n"
 #endif
-      "Arguments starting with --kokkos- go to Kokkos::initialize (e.g. --kokkos-help).",
+      "Arguments starting with --kokkos- go to Kokkos::initialize (e.g. --kokkos-help). Kokkos' host\n"
+      "threads per rank are parallel.threads unless --kokkos-threads=N says otherwise.",
       "trainer"};
   std::string input;
   std::vector<std::string> overrides;
@@ -212,6 +215,16 @@ int run_main(int argc, char** argv) {
   if (int code = agree([&] { config = parse_run_config(read_and_broadcast(input), input, overrides); }))
     return code;
 
+  // Kokkos starts once the config is known: with an OpenMP Kokkos its host threads
+  // are parallel.threads, like oneDNN's pool (a user who forgets OMP_NUM_THREADS
+  // does not oversubscribe the node), unless --kokkos-threads was given.
+  std::string threads_arg = "--kokkos-threads=" + std::to_string(config.parallel.threads);
+  if (std::none_of(kokkos_args.begin() + 1, kokkos_args.end() - 1,
+                   [](const char* a) { return std::string_view(a).starts_with("--kokkos-threads"); }))
+    kokkos_args.insert(kokkos_args.end() - 1, threads_arg.data());
+  int kokkos_argc = static_cast<int>(kokkos_args.size()) - 1;
+  Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
+
   if (plan_only) {
     return agree([&] {
       // Opens the data set for the model's sizes (vocabulary, sample shape, classes).
@@ -268,16 +281,23 @@ int main(int argc, char** argv) {
   int mpi_threads = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &mpi_threads);
   // Kokkos sees only the --kokkos-* arguments (it would also act on a plain
-  // --help); the trainer's own command line sees everything else.
+  // --help); the trainer's own command line sees everything else. run_main starts
+  // Kokkos after reading the config (its thread count is parallel.threads);
+  // --kokkos-help alone prints Kokkos' help.
   std::vector<char*> kokkos_args{argv[0]}, app_args{argv[0]};
-  for (int i = 1; i < argc; ++i)
-    (std::string_view(argv[i]).starts_with("--kokkos-") ? kokkos_args : app_args).push_back(argv[i]);
-  int kokkos_argc = static_cast<int>(kokkos_args.size());
+  bool kokkos_help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a(argv[i]);
+    (a.starts_with("--kokkos-") ? kokkos_args : app_args).push_back(argv[i]);
+    kokkos_help = kokkos_help || a == "--kokkos-help";
+  }
   kokkos_args.push_back(nullptr);
   int code = kExitOk;
-  {
+  if (kokkos_help) {
+    int kokkos_argc = static_cast<int>(kokkos_args.size()) - 1;
     Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
-    code = run_main(static_cast<int>(app_args.size()), app_args.data());
+  } else {
+    code = run_main(static_cast<int>(app_args.size()), app_args.data(), kokkos_args);
   }
   MPI_Finalize();
   return code;

@@ -236,7 +236,9 @@ constexpr KeySpec k_schema[] = {
             "trainer sets oneDNN's OpenMP pool and OpenBLAS's to this, whatever `OMP_NUM_THREADS` says). "
             "The default, one rank per core with one thread each, is the fastest layout measured here "
             "(share/doc/benchmarks.md); with fewer ranks than cores, set ranks x threads = cores. The other "
-            "host kernels run on one thread per rank (Kokkos Serial). Ignored on GPUs."},
+            "host kernels run in Kokkos' host space: one thread per rank with Debian's Kokkos (Serial); with "
+            "an OpenMP Kokkos (`-DSHARDTRAIN_KOKKOS_ROOT`, share/doc/kokkos.md) on this many threads too, "
+            "unless `--kokkos-threads=N` is given. Ignored on GPUs."},
     {SHARDTRAIN_CONFIG_KEY(parallel, collective_timeout_s), .numbers = {0, false},
      .doc = "Watchdog: when a blocking collective (all-reduce, reduce-scatter, all-gather, broadcast, "
             "barrier, or the wait for a non-blocking one) has not completed after this many seconds, each "

@@ -48,4 +48,27 @@ for script in train.sbatch train-cpu.sbatch; do
     SLURM_JOB_ID=999999 SHARDTRAIN_TRAINER="$scratch/trainer" SHARDTRAIN_LAUNCHER=aprun bash "$JOBS/$script" "$INPUT"
 done
 [[ ! -e "$scratch/ran" ]] || die "a misused script ran the trainer"
+
+# Hybrid MPI + OpenMP: with --cpus-per-task=3 train-cpu.sbatch gives the trainer
+# parallel.threads=3, OMP_NUM_THREADS=3 and the binding (a fake mpirun and squeue
+# record what they get; a --set of the caller's comes later and wins).
+mkdir -p "$scratch/bin"
+printf '#!/bin/sh
+echo "args: $*" > %s/hybrid
+env | grep "^OMP_" >> %s/hybrid
+' "$scratch" "$scratch" > "$scratch/bin/mpirun"
+printf '#!/bin/sh
+exit 1
+' > "$scratch/bin/squeue"
+chmod +x "$scratch/bin/mpirun" "$scratch/bin/squeue"
+env -u OMP_NUM_THREADS -u OMP_PROC_BIND -u OMP_PLACES PATH="$scratch/bin:$PATH" SLURM_JOB_ID=999999 \
+  SLURM_CPUS_PER_TASK=3 SHARDTRAIN_LAUNCHER=mpirun SHARDTRAIN_TRAINER="$scratch/trainer" \
+  bash "$JOBS/train-cpu.sbatch" "$INPUT" --set optim.lr=1e-3 > "$scratch/hybrid.out" 2>&1 ||
+  die "train-cpu.sbatch with SLURM_CPUS_PER_TASK=3 failed: $(tail -3 "$scratch/hybrid.out")"
+grep -q "^args: .*--set parallel.threads=3 .*--set optim.lr=1e-3" "$scratch/hybrid" ||
+  die "hybrid: the trainer did not get --set parallel.threads=3 before the caller's arguments: $(head -1 "$scratch/hybrid")"
+for want in OMP_NUM_THREADS=3 OMP_PROC_BIND=close OMP_PLACES=cores; do
+  grep -qx "$want" "$scratch/hybrid" || die "hybrid: the trainer's environment lacks $want: $(tr '\n' ' ' < "$scratch/hybrid")"
+done
+echo "train-cpu.sbatch -c 3: parallel.threads=3, OMP_NUM_THREADS=3, OMP_PROC_BIND=close, OMP_PLACES=cores"
 echo "both scripts parse, share their lifecycle block, and refuse misuse with exit code 2"
