@@ -35,6 +35,8 @@ struct ModelConfig {
   int pool = 2;
   // cnn, encoder_classifier:
   double dropout = 0.0;
+  // Start from the weights of this file (train/init_from.hpp): "" = none.
+  std::string init_from;
 };
 
 struct DataConfig {

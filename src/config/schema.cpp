@@ -62,6 +62,15 @@ std::string check_init_scale(const RunConfig& c) {
   return fmt::format("must fit in a float (<= 3.4e38), got {}", show(c.precision.init_scale));
 }
 
+std::string check_init_from(const RunConfig& c) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(c.model.init_from, ec);
+  if (!std::filesystem::exists(status)) return fmt::format("no such file '{}'", printable(c.model.init_from));
+  if (!std::filesystem::is_regular_file(status))
+    return fmt::format("'{}' is not a regular file", printable(c.model.init_from));
+  return "";
+}
+
 std::string check_resume(const RunConfig& c) {
   const std::string& resume = c.checkpoint.resume;
   std::error_code ec;
@@ -121,6 +130,15 @@ constexpr KeySpec k_schema[] = {
             "embeddings, after every attention projection and MLP (as BERT) and before the head. Masks depend "
             "only on the seed, the site and the global sample index: not on the rank count or micro-batch "
             "split, and a resumed run draws the same ones. Off in evaluation."},
+
+    {SHARDTRAIN_CONFIG_KEY(model, init_from), .written_when_set = true, .check = check_init_from,
+     .default_doc = "none", .range_doc = "an existing `.safetensors`, `.h5` or `.hdf5` file",
+     .doc = "Start from the weights of this file instead of random ones: a safetensors file under our names "
+            "or GPT-2's, or an HDF5 file, as `trainer-ckpt export` writes them. Every tensor of the model must be "
+            "there in its shape (GPT-2's Conv1D weights transposed), and nothing else; a gpt's vocabulary must "
+            "be the data set's. Optimizer state starts fresh and training at step 0, at any rank count and ZeRO "
+            "stage; each rank reads only its shard's bytes. A run that resumes from a checkpoint ignores it "
+            "(the log says so). See checkpoint-format.md, \"Starting from exported weights\"."},
 
     // [data]
     {SHARDTRAIN_CONFIG_KEY(data, path), .required = true, .check = check_data_path,

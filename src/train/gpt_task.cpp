@@ -49,7 +49,7 @@ class GptTask final : public Task<P> {
   std::int64_t targets_per_sample() const override { return m_dims.seq_len; }
   std::int64_t tokens_per_sample() const override { return m_dims.seq_len; }
   DataIdentity data_identity() const override {
-    return {m_data.size(Split::Train), "tokens", m_data.vocab_size(), m_dims.seq_len};
+    return {m_data.size(Split::Train), "tokens", m_data.vocab_size(), m_dims.seq_len, m_data.tokenizer()};
   }
   ParamLayout make_layout() const override { return gpt_layout(m_dims); }
   void init_params(const ParamLayout& layout, P* params, std::int64_t lo, std::int64_t hi) const override {

@@ -49,6 +49,7 @@ struct DataIdentity {
   const char* unit = "tokens";
   std::int64_t vocab_size = 0;  // token data; 0 for images
   std::int64_t seq_len = 0;     // tokens per sample; 0 for images
+  std::string tokenizer;        // token data sets: "char", "byte", "gpt2", "pretokenized"; "" otherwise
 };
 
 // The run's first line: "shardtrain: N ranks, ... | MODEL | K parameters | BATCH | DATA".
