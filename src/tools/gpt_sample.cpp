@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <numeric>
+#include <optional>
 #include <toml++/toml.h>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "io/checkpoint.hpp"
+#include "io/weights_file.hpp"
 
 namespace shardtrain {
 
@@ -58,55 +62,43 @@ double gelu_tanh(double x) {
 
 }  // namespace
 
-GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt) {
-  const std::string& path = ckpt.path();
-  toml::table root;
-  try {
-    root = toml::parse(ckpt.meta().config_text, std::string_view("/config"));
-  } catch (const toml::parse_error& e) {
-    throw InputError(path + ": the stored config text (/config) does not parse as TOML: " +
-                     std::string(e.description()));
-  }
-  const std::string type = root["model"]["type"].value_or(std::string("(none)"));
-  if (type != "gpt") throw InputError(path + ": sample needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
-  GptSampleWeights w;
-  w.n_head = root["model"]["n_head"].value_or(std::int64_t{0});
-  w.layernorm_eps = root["model"]["layernorm_eps"].value_or(1e-5);
-  if (!ckpt.has_vector("master")) throw InputError(path + ": no state vector 'master' (the fp32 weights)");
-  for (const auto& [name, t] : ckpt.vectors())
-    if (name == "master" && t != CkptType::F32)
-      throw InputError(path + ": state vector 'master' is " + std::string(to_string(t)) + ", expected float32");
+namespace {
 
-  const auto& layout = ckpt.layout();
+// Where the GPT's tensors come from: `shape` gives a tensor's shape in our
+// (out, in) layout, or null when absent; `read` its values in that layout.
+struct TensorSource {
+  std::function<std::optional<std::vector<std::int64_t>>(const std::string&)> shape;
+  std::function<std::vector<float>(const std::string&)> read;
+};
+
+std::string dims_text(const std::vector<std::int64_t>& dims) {
+  std::string out;
+  for (const auto d : dims) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return "(" + out + ")";
+}
+
+// The weights of a GPT with `n_head` heads from `src` (a checkpoint's layout
+// or an export file); `path` names it in messages.
+GptSampleWeights build_weights(const std::string& path, std::int64_t n_head, double eps, const TensorSource& src) {
+  GptSampleWeights w;
+  w.n_head = n_head;
+  w.layernorm_eps = eps;
   auto read = [&](const std::string& name, std::vector<std::int64_t> shape) {
-    const auto it = std::find_if(layout.begin(), layout.end(), [&](const auto& t) { return t.name == name; });
-    if (it == layout.end()) throw InputError(path + ": the layout has no tensor '" + name + "' (not a GPT layout)");
-    if (it->shape != shape) {
-      auto text = [](const std::vector<std::int64_t>& dims) {
-        std::string out;
-        for (const auto d : dims) {
-          if (!out.empty()) out += ", ";
-          out += std::to_string(d);
-        }
-        return out;
-      };
-      const std::string want = text(shape), got = text(it->shape);
-      throw InputError(path + ": tensor '" + name + "' has shape (" + got + "), the GPT needs (" + want + ")");
-    }
-    std::vector<float> f(static_cast<std::size_t>(it->numel));
-    ckpt.read_range("master", it->offset, it->offset + it->numel, f.data());
+    const auto have = src.shape(name);
+    if (!have) throw InputError(path + ": no tensor '" + name + "' (not a GPT)");
+    if (*have != shape)
+      throw InputError(path + ": tensor '" + name + "' has shape " + dims_text(*have) + ", the GPT needs " +
+                       dims_text(shape));
+    const std::vector<float> f = src.read(name);
     return std::vector<double>(f.begin(), f.end());
   };
-  const auto wte = std::find_if(layout.begin(), layout.end(), [](const auto& t) { return t.name == "wte.weight"; });
-  const auto wpe = std::find_if(layout.begin(), layout.end(), [](const auto& t) { return t.name == "wpe.weight"; });
-  if (wte == layout.end() || wpe == layout.end() || wte->shape.size() != 2 || wpe->shape.size() != 2)
-    throw InputError(path + ": the layout has no 2-D wte.weight and wpe.weight (not a GPT layout)");
-  w.vocab = wte->shape[0];
-  w.channels = wte->shape[1];
-  w.seq_len = wpe->shape[0];
-  while (std::any_of(layout.begin(), layout.end(),
-                     [&](const auto& t) { return t.name == "h." + std::to_string(w.n_layer) + ".ln_1.weight"; }))
-    ++w.n_layer;
+  const auto wte = src.shape("wte.weight"), wpe = src.shape("wpe.weight");
+  if (!wte || !wpe || wte->size() != 2 || wpe->size() != 2)
+    throw InputError(path + ": no 2-D wte.weight and wpe.weight (not a GPT)");
+  w.vocab = (*wte)[0];
+  w.channels = (*wte)[1];
+  w.seq_len = (*wpe)[0];
+  while (src.shape("h." + std::to_string(w.n_layer) + ".ln_1.weight")) ++w.n_layer;
   const std::int64_t C = w.channels, V = w.vocab, T = w.seq_len;
   if (w.n_head < 1 || C % w.n_head != 0)
     throw InputError(path + ": the stored model.n_head (" + std::to_string(w.n_head) + ") does not divide d_model " +
@@ -133,6 +125,93 @@ GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt) {
   w.lnf_w = read("ln_f.weight", {C});
   w.lnf_b = read("ln_f.bias", {C});
   return w;
+}
+
+}  // namespace
+
+GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt) {
+  const std::string& path = ckpt.path();
+  toml::table root;
+  try {
+    root = toml::parse(ckpt.meta().config_text, std::string_view("/config"));
+  } catch (const toml::parse_error& e) {
+    throw InputError(path + ": the stored config text (/config) does not parse as TOML: " +
+                     std::string(e.description()));
+  }
+  const std::string type = root["model"]["type"].value_or(std::string("(none)"));
+  if (type != "gpt") throw InputError(path + ": sample needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
+  if (!ckpt.has_vector("master")) throw InputError(path + ": no state vector 'master' (the fp32 weights)");
+  for (const auto& [name, t] : ckpt.vectors())
+    if (name == "master" && t != CkptType::F32)
+      throw InputError(path + ": state vector 'master' is " + std::string(to_string(t)) + ", expected float32");
+  const auto& layout = ckpt.layout();
+  auto find = [&](const std::string& name) {
+    return std::find_if(layout.begin(), layout.end(), [&](const auto& t) { return t.name == name; });
+  };
+  TensorSource src{
+      [&](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
+        const auto it = find(name);
+        if (it == layout.end()) return std::nullopt;
+        return it->shape;
+      },
+      [&](const std::string& name) {
+        const auto it = find(name);
+        std::vector<float> f(static_cast<std::size_t>(it->numel));
+        ckpt.read_range("master", it->offset, it->offset + it->numel, f.data());
+        return f;
+      }};
+  return build_weights(path, root["model"]["n_head"].value_or(std::int64_t{0}),
+                       root["model"]["layernorm_eps"].value_or(1e-5), src);
+}
+
+GptSampleWeights load_gpt_sample_weights(const WeightsFile& file) {
+  const std::string& path = file.path();
+  bool gpt2 = false;
+  for (const WeightsTensor& t : file.tensors()) gpt2 = gpt2 || t.name.rfind("transformer.", 0) == 0;
+  const std::string type = file.metadata_or("model_type", gpt2 ? "gpt" : "");
+  if (type != "gpt")
+    throw InputError(path + ": sample needs a GPT's weights; " +
+                     (type.empty() ? std::string("the file records no model_type (export it with trainer-ckpt export)")
+                                   : "the file's model_type is \"" + type + "\""));
+  const std::string heads = file.metadata_or("n_head", "");
+  if (heads.empty() || heads.find_first_not_of("0123456789") != std::string::npos || heads.size() > 9)
+    throw InputError(path + ": the file records no n_head (the attention heads; `trainer-ckpt export` writes it)");
+  double eps = 1e-5;
+  const std::string eps_text = file.metadata_or("layernorm_eps", file.metadata_or("layer_norm_epsilon", ""));
+  if (!eps_text.empty()) {
+    try {
+      eps = std::stod(eps_text);
+    } catch (const std::exception&) {
+      throw InputError(path + ": layernorm_eps '" + eps_text + "' is not a number");
+    }
+  }
+  // GPT-2's names carry "transformer." and hold the four Linear weights as Conv1D's (in, out).
+  auto conv1d = [&](const std::string& name) {
+    for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+      if (gpt2 && name.size() > std::strlen(s) && name.compare(name.size() - std::strlen(s), std::string::npos, s) == 0)
+        return true;
+    return false;
+  };
+  auto tensor = [&](const std::string& name) { return file.find(gpt2 ? "transformer." + name : name); };
+  TensorSource src{
+      [&](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
+        const WeightsTensor* t = tensor(name);
+        if (!t) return std::nullopt;
+        if (conv1d(name) && t->shape.size() == 2) return std::vector<std::int64_t>{t->shape[1], t->shape[0]};
+        return t->shape;
+      },
+      [&](const std::string& name) {
+        const WeightsTensor* t = tensor(name);
+        std::vector<float> f(static_cast<std::size_t>(t->numel));
+        file.read(*t, 0, t->numel, f.data());
+        if (!conv1d(name)) return f;
+        const std::int64_t K = t->shape[0], R = t->shape[1];  // the file's (in, out): ours is (R, K)
+        std::vector<float> out(f.size());
+        for (std::int64_t i = 0; i < K; ++i)
+          for (std::int64_t o = 0; o < R; ++o) out[static_cast<std::size_t>(o * K + i)] = f[static_cast<std::size_t>(i * R + o)];
+        return out;
+      }};
+  return build_weights(path, std::stoll(heads), eps, src);
 }
 
 GptKvForward::GptKvForward(const GptSampleWeights& w) : m_w(w) {

@@ -23,6 +23,7 @@
 namespace shardtrain {
 
 class CheckpointReader;
+class WeightsFile;
 
 struct GptSampleWeights {
   std::int64_t n_layer = 0, channels = 0, n_head = 0, seq_len = 0, vocab = 0;
@@ -39,6 +40,10 @@ struct GptSampleWeights {
 // The fp32 master weights of a GPT checkpoint and its stored model config
 // (model.type must be "gpt"); InputError naming the file and the tensor otherwise.
 GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt);
+// The same from an export (io/weights_file.hpp: safetensors under our names or
+// GPT-2's, or HDF5), its n_head and layernorm_eps from the file's metadata
+// (`trainer-ckpt export` writes them); InputError naming what is missing.
+GptSampleWeights load_gpt_sample_weights(const WeightsFile& file);
 
 // One sequence's forward with a key/value cache.
 class GptKvForward {
@@ -78,8 +83,10 @@ GenerateResult gpt_generate(const GptSampleWeights& w, std::vector<TokenIndex>& 
 
 namespace shardtrain {
 
-// `trainer-ckpt sample` (src/tools/ckpt_sample.cpp): loads CKPT's weights and its
-// data set's vocabulary (data.path stored in CKPT, or `data`), encodes `prompt`
+// `trainer-ckpt sample` (src/tools/ckpt_sample.cpp): loads the weights of CKPT (a
+// checkpoint, or an export: .safetensors, or an .h5 that is not a checkpoint)
+// and its data set's vocabulary (data.path stored in CKPT or data_path in the
+// export's metadata, or `data`), encodes `prompt`
 // with the data set's tokenizer (gpt2: with the BPE files in `bpe_dir`), generates,
 // and prints the prompt and continuation as text (or, with `print_ids`, the ids
 // and the continuation's log-probability under the model), and the speed on stderr.

@@ -4,7 +4,7 @@
 //   verify CKPT            every dataset's CRC-32; ranks of an mpirun split the reading
 //   export CKPT OUT        parameters of one state vector to plain HDF5, .npy or
 //                          safetensors (our names, or Hugging Face GPT-2's)
-//   sample CKPT            text from a GPT checkpoint (ckpt_sample.cpp, gpt_sample.*)
+//   sample CKPT            text from a GPT checkpoint or its export (ckpt_sample.cpp, gpt_sample.*)
 // This file parses the command line, calls io/checkpoint.hpp and formats the
 // result; it knows nothing of the format beyond that API, except how to write
 // the three export formats (and, for --names gpt2, the model type and n_head
@@ -827,8 +827,11 @@ int run(int argc, char** argv) {
       "another model type is refused.");
 
   SampleCommand sample_cmd;
-  CLI::App* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint");
-  sample->add_option("CKPT", sample_cmd.checkpoint, "Checkpoint file (.h5) of a GPT")->required();
+  CLI::App* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint or its export");
+  sample->add_option("CKPT", sample_cmd.checkpoint,
+                     "Checkpoint file (.h5) of a GPT, or its export (trainer-ckpt export: .safetensors under our "
+                     "or GPT-2's names, or .h5)")
+      ->required();
   sample->add_option("--prompt", sample_cmd.prompt,
                      "Text to continue (default: none; a gpt2 model then starts from <|endoftext|>)");
   sample->add_option("--tokens", sample_cmd.options.tokens, "Tokens to generate")->capture_default_str();
@@ -840,7 +843,8 @@ int run(int argc, char** argv) {
   sample->add_option("--seed", sample_cmd.options.seed, "Seed of the draws: the same seed gives the same text")
       ->capture_default_str();
   sample->add_option("--data", sample_cmd.data,
-                     "Data set whose tokenizer and vocabulary to use (default: the data.path stored in CKPT)");
+                     "Data set whose tokenizer and vocabulary to use (default: the data.path stored in CKPT, or an "
+                     "export's data_path)");
   sample->add_option("--bpe", sample_cmd.bpe_dir,
                      "gpt2 data sets: folder of GPT-2's encoder.json and vocab.bpe, to encode the prompt");
   sample->add_flag("--ids", sample_cmd.print_ids,
@@ -850,7 +854,8 @@ int run(int argc, char** argv) {
                    "Re-run the whole context for every token instead of keeping a key/value cache "
                    "(same tokens, slower; for comparison)");
   sample->footer(
-      "Runs the GPT of CKPT (its fp32 master weights, in double precision) on this one process, one token at "
+      "Runs the GPT of CKPT (its fp32 master weights, in double precision; from an export, its tensors, with "
+      "n_head, layernorm_eps and the data set from its metadata) on this one process, one token at "
       "a time with a key/value cache, and prints the prompt and its continuation decoded with the data "
       "set's tokenizer (char, byte or gpt2; a pretokenized data set is refused), then on stderr the speed. "
       "The model sees at most seq_len tokens: past that, the context restarts at the last seq_len/2 tokens. "

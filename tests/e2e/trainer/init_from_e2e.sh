@@ -20,8 +20,8 @@
 #     Refusals at NP ranks, every rank agreeing (exit 2, one message): a GPT-2-named
 #     file with one tensor missing, one with a tensor transposed, one with an extra
 #     tensor, a vocabulary that is not the data set's (a byte data set), a recorded
-#     tokenizer that is not the data set's; and init_from beside a checkpoint to
-#     resume from: resume wins, the log says so.
+#     tokenizer that is not the data set's, a checkpoint instead of an export; and
+#     init_from beside a checkpoint to resume from: resume wins, the log says so.
 # Environment (CTest): TRAINER, INPUT (tiny.toml), DATA (tiny.h5), WORK, MPIEXEC,
 # NPFLAG, CKPT_TOOL.
 set -euo pipefail
@@ -139,6 +139,8 @@ expect_refusal tokenizer_np$np "tokenizer\.safetensors: model\.init_from: tokeni
 "$TRAINER_DATA" text "$here/../../data/tiny.txt" "$sub/byte.h5" --tokenizer byte > /dev/null
 expect_refusal vocab_np$np "ours\.safetensors: model\.init_from: vocabulary mismatch: the file's is [0-9]+ tokens \(wte\.weight has [0-9]+ rows\), the data set .*byte\.h5 has 256 tokens \(tokenizer byte\)" \
   --set model.init_from="$fix/ours.safetensors" --set data.path="$sub/byte.h5"
+expect_refusal checkpoint_np$np "ck\.h5: is a shardtrain checkpoint, not an export of its weights: export them first" \
+  --set model.init_from="$fix/ck.h5"
 # Beside a checkpoint to resume from: the checkpoint wins, and the log says so.
 WORK=$fix run_trainer "$np" "both_np$np" --set train.steps=21 --set checkpoint.resume="$fix/ck.h5" \
   --set model.init_from="$fix/ours.safetensors"
