@@ -83,7 +83,7 @@ class GptTask final : public Task<P> {
     if (cfg.train.sample_every > 0) m_sample_prompt = sample_prompt_ids(cfg, m_data);
   }
 
-  std::string sample_text(const ParamLayout& layout, const float* weights) const override {
+  std::string sample_text(const ParamLayout& layout, const float* weights, double& logprob) const override {
     if (m_sample_prompt.empty()) return {};
     TensorSource src{[&](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
                        for (const auto& e : layout.entries())
@@ -100,7 +100,7 @@ class GptTask final : public Task<P> {
     opt.temperature = m_cfg.train.sample_temperature;
     opt.seed = m_cfg.train.seed;
     std::vector<TokenIndex> ids = m_sample_prompt;
-    gpt_generate(w, ids, opt);
+    logprob = gpt_generate(w, ids, opt).logprob;
     const bool from_eot = m_cfg.train.sample_prompt.empty() && m_data.tokenizer() == "gpt2";
     const std::vector<TokenIndex> shown(ids.begin() + (from_eot ? 1 : 0), ids.end());
     return decode_tokens(m_data.tokenizer(), m_data.vocab(), shown);

@@ -9,21 +9,23 @@
 // Memory: rank 0 holds the fp32 vector and the model in double while it samples
 // (12 bytes per parameter, beyond the memory plan); other ranks one fp32 copy of
 // their shard (stage 3).
-// Collective over `comm` (a plain MPI communicator, outside the training tally).
+// Collective over `comm` (the gather is dist/mpi/agreement.hpp's, on its
+// MPI_Comm: outside the Communicator's tally, as the report gathers are).
 #pragma once
-
-#include <mpi.h>
 
 #include <cstdint>
 #include <string>
 
 #include "dist/model_state.hpp"
+#include "dist/mpi/mpi_communicator.hpp"
 #include "train/task.hpp"
 
 namespace shardtrain {
 
-// Rank 0's line "sample step N: TEXT" (newlines in TEXT shown as \n); "" elsewhere.
+// Rank 0's line "sample step N (logprob L): TEXT" (L: the continuation's
+// log-probability, as `trainer-ckpt sample --ids` prints it; newlines in TEXT
+// shown as \n); "" elsewhere.
 template <class P>
-std::string sample_line(ModelState<P>& state, const Task<P>& task, MPI_Comm comm, std::int64_t step);
+std::string sample_line(ModelState<P>& state, const Task<P>& task, const MpiCommunicator& comm, std::int64_t step);
 
 }  // namespace shardtrain

@@ -407,7 +407,7 @@ TrainResult Run<P>::run() {
       progress.print(row);
     }
     if (eval && tc.sample_every > 0 && done % tc.sample_every == 0) {  // collective; rank 0 prints
-      const std::string line = sample_line(*m_state, *m_task, m_comm.comm(), done);
+      const std::string line = sample_line(*m_state, *m_task, m_comm, done);
       if (is_root()) {
         fmt::print("{}\n", line);
         std::fflush(stdout);
