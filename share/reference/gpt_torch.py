@@ -42,6 +42,10 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
                --tokens N --prompt-ids "I1 I2 ..."
     Greedy decoding of N tokens after the prompt in float64 without a cache, the
     context rule of `trainer-ckpt sample`; prints "ids: ..." (tests/e2e/ckpt).
+  gpt_torch.py loss DATA.h5 --n-layer L --n-head H --d-model C --seq-len T --init WEIGHTS [--offset K]
+    The loss of the training window at token K (float64 math on the fp32
+    weights); prints "loss X". WEIGHTS may be a .safetensors export too (our
+    names or GPT-2's), here and wherever --init or WEIGHTS is taken.
   gpt_torch.py eval DATA.h5 --n-layer L --n-head H --d-model C --seq-len T --init WEIGHTS.h5
     Our trainer's validation pass over the whole validation split (windows
     at k*T, the mean cross-entropy over every target token) with the weights
@@ -154,9 +158,47 @@ def load(path):
     return model, tokens, targets
 
 
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file, and its __metadata__ (numpy
+    only: no safetensors package needed). GPT-2 names ("transformer.*", as
+    `trainer-ckpt export --names gpt2` writes them) become ours, their Conv1D
+    (in, out) weights transposed back to our (out, in)."""
+    import json
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    conv1d = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+    for name, t in header.items():
+        if t["dtype"] != "F32":
+            raise SystemExit(f"{path}: {name} is {t['dtype']}, expected F32")
+        b, e = t["data_offsets"]
+        value = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
+        if name.startswith("transformer."):
+            name = name[len("transformer."):]
+            if name.endswith(conv1d):
+                value = value.T
+        out[name] = np.ascontiguousarray(value)
+    return out, meta
+
+
 def load_weights(model, path):
-    """Sets model's parameters by name from our checkpoint (/params/<name>) or a
-    trainer-ckpt export file (datasets named by parameter at the root)."""
+    """Sets model's parameters by name from our checkpoint (/params/<name>), a
+    trainer-ckpt export file (datasets named by parameter at the root) or a
+    safetensors export (our names or GPT-2's)."""
+    if path.endswith(".safetensors"):
+        tensors, _ = read_safetensors(path)
+        mine = dict(model.named_parameters())
+        missing, extra = sorted(set(mine) - set(tensors)), sorted(set(tensors) - set(mine))
+        if missing or extra:
+            raise SystemExit(f"{path}: parameter names differ from the model's: missing {missing}, unexpected {extra}")
+        for name, p in mine.items():
+            if tuple(tensors[name].shape) != tuple(p.shape):
+                raise SystemExit(f"{path}: {name} has shape {tensors[name].shape}, the model's is {tuple(p.shape)}")
+        model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in tensors.items()}, strict=True)
+        return
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -327,6 +369,31 @@ def evaluate(argv):
     print(f"eval_loss {total / (windows * T):.9f} windows {windows}", flush=True)
 
 
+def window_loss(argv):
+    """The loss of one training window: tokens [offset, offset + T] of the
+    training split (inputs and targets shifted by one), with the weights of
+    --init; prints "loss X" (tests/e2e/trainer/init_from_e2e.sh: a data set whose
+    training split is one token repeated, so that every window our trainer draws
+    is this one)."""
+    ap = argparse.ArgumentParser(prog="gpt_torch.py loss")
+    ap.add_argument("data")
+    for k in ("n-layer", "n-head", "d-model", "seq-len"):
+        ap.add_argument("--" + k, type=int, required=True)
+    ap.add_argument("--init", required=True, help="the weights: our checkpoint or a trainer-ckpt export file")
+    ap.add_argument("--offset", type=int, default=0)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    with h5py.File(a.data, "r") as f:
+        tokens = np.asarray(f["train"]["tokens"][a.offset:a.offset + a.seq_len + 1]).astype(np.int64)
+        vocab = data_vocab(f)
+    model = GPT(vocab, a.n_layer, a.d_model, a.n_head, a.seq_len)
+    load_weights(model, a.init)
+    w = torch.from_numpy(tokens)[None]
+    with torch.no_grad():
+        loss = float(model.double()(w[:, :-1], w[:, 1:]))
+    print(f"loss {loss:.17g}", flush=True)
+
+
 def generate(argv):
     """Greedy decoding, the reference of `trainer-ckpt sample --temperature 0`
     (src/tools/gpt_sample.hpp): float64 math on the fp32 weights, no key/value
@@ -369,6 +436,8 @@ def main(argv):
         return train(argv[2:])
     if len(argv) >= 2 and argv[1] == "eval":
         return evaluate(argv[2:])
+    if len(argv) >= 2 and argv[1] == "loss":
+        return window_loss(argv[2:])
     if len(argv) != 3:
         raise SystemExit(__doc__)
     torch.manual_seed(0)

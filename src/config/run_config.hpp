@@ -35,6 +35,8 @@ struct ModelConfig {
   int pool = 2;
   // cnn, encoder_classifier:
   double dropout = 0.0;
+  // Start from the weights of this file (train/init_from.hpp): "" = none.
+  std::string init_from;
 };
 
 struct DataConfig {
@@ -58,6 +60,13 @@ struct TrainConfig {
   double memory_limit_mb = 0.0;     // 0 = none
   double time_limit_minutes = 0.0;  // key train.time_limit; 0 = none
   std::string device = "auto";
+  // gpt: at each evaluation after a step that is a multiple of sample_every (0:
+  // never), rank 0 prints sample_tokens tokens continuing sample_prompt
+  // (train/run_sample.hpp).
+  std::int64_t sample_every = 0;
+  std::int64_t sample_tokens = 64;
+  std::string sample_prompt;
+  double sample_temperature = 0.0;
 };
 
 struct OptimConfig {

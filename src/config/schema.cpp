@@ -30,6 +30,7 @@ constexpr std::int64_t k_int_max = std::numeric_limits<int>::max();
 constexpr std::string_view k_model_types[] = {"gpt", "encoder_classifier", "mlp", "cnn"};
 constexpr std::string_view k_transformers[] = {"gpt", "encoder_classifier"};
 constexpr std::string_view k_encoder[] = {"encoder_classifier"};
+constexpr std::string_view k_gpt[] = {"gpt"};
 constexpr std::string_view k_encoder_cnn[] = {"encoder_classifier", "cnn"};
 constexpr std::string_view k_mlp_cnn[] = {"mlp", "cnn"};
 constexpr std::string_view k_cnn[] = {"cnn"};
@@ -60,6 +61,15 @@ std::string check_data_path(const RunConfig& c) {
 std::string check_init_scale(const RunConfig& c) {
   if (c.precision.init_scale <= 3.4e38) return "";
   return fmt::format("must fit in a float (<= 3.4e38), got {}", show(c.precision.init_scale));
+}
+
+std::string check_init_from(const RunConfig& c) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(c.model.init_from, ec);
+  if (!std::filesystem::exists(status)) return fmt::format("no such file '{}'", printable(c.model.init_from));
+  if (!std::filesystem::is_regular_file(status))
+    return fmt::format("'{}' is not a regular file", printable(c.model.init_from));
+  return "";
 }
 
 std::string check_resume(const RunConfig& c) {
@@ -121,6 +131,15 @@ constexpr KeySpec k_schema[] = {
             "embeddings, after every attention projection and MLP (as BERT) and before the head. Masks depend "
             "only on the seed, the site and the global sample index: not on the rank count or micro-batch "
             "split, and a resumed run draws the same ones. Off in evaluation."},
+
+    {SHARDTRAIN_CONFIG_KEY(model, init_from), .written_when_set = true, .check = check_init_from,
+     .default_doc = "none", .range_doc = "an existing `.safetensors`, `.h5` or `.hdf5` file",
+     .doc = "Start from the weights of this file instead of random ones: a safetensors file under our names "
+            "or GPT-2's, or an HDF5 file, as `trainer-ckpt export` writes them. Every tensor of the model must be "
+            "there in its shape (GPT-2's Conv1D weights transposed), and nothing else; a gpt's vocabulary must "
+            "be the data set's. Optimizer state starts fresh and training at step 0, at any rank count and ZeRO "
+            "stage; each rank reads only its shard's bytes. A run that resumes from a checkpoint ignores it "
+            "(the log says so). See checkpoint-format.md, \"Starting from exported weights\"."},
 
     // [data]
     {SHARDTRAIN_CONFIG_KEY(data, path), .required = true, .check = check_data_path,
@@ -193,6 +212,22 @@ constexpr KeySpec k_schema[] = {
             "`-DSHARDTRAIN_ENABLE_CUDA=ON`, see gpu.md); no device, or fewer devices than ranks on a node, "
             "stops the job with exit code 1 before anything is allocated. `\"auto\"`: `\"cuda\"` in a CUDA "
             "build, `\"cpu\"` otherwise. `\"cuda\"` in a build without CUDA is refused (exit 2)."},
+
+    {SHARDTRAIN_CONFIG_KEY(train, sample_every), .ints = {0}, .model_types = k_gpt,
+     .doc = "gpt: at each validation pass after a step that is a multiple of this, rank 0 prints one line "
+            "`sample step N: ...`: `sample_tokens` tokens continuing `sample_prompt`, generated from the run's "
+            "weights as `trainer-ckpt sample` does (a key/value cache, in double). `0`: never. Its draws come "
+            "from (`train.seed`, token index) alone, so it changes nothing in training. Rank 0 holds one copy of "
+            "the weights (in double) while it samples; at ZeRO stage 3 the shards are gathered to it."},
+    {SHARDTRAIN_CONFIG_KEY(train, sample_tokens), .ints = {1, 1 << 20}, .model_types = k_gpt,
+     .doc = "Tokens each `sample_every` line generates."},
+    {SHARDTRAIN_CONFIG_KEY(train, sample_prompt), .written_when_set = true, .model_types = k_gpt,
+     .default_doc = "none", .range_doc = "char and byte data sets only",
+     .doc = "Text the samples continue, encoded with the data set's tokenizer. None: a gpt2 data set starts "
+            "from its end-of-text token (its last id), a char or byte one from token 0 of its vocabulary. A gpt2 data set takes no "
+            "prompt (the trainer has no BPE merges; use `trainer-ckpt sample --bpe`)."},
+    {SHARDTRAIN_CONFIG_KEY(train, sample_temperature), .numbers = {0, false}, .model_types = k_gpt,
+     .doc = "Softmax temperature of the samples; `0`: greedy (the most likely token)."},
 
     // [optim]
     {SHARDTRAIN_CONFIG_KEY(optim, type), .choices = k_optimizers,

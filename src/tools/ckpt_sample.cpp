@@ -1,4 +1,4 @@
-// trainer-ckpt sample: checkpoint + data set vocabulary + prompt -> text
+// trainer-ckpt sample: checkpoint (or its export) + data set vocabulary + prompt -> text
 // (gpt_sample.hpp). Encoding the prompt is the one part that knows the tokenizers.
 #include <mpi.h>
 
@@ -11,6 +11,7 @@
 #include "io/gpt2_bpe.hpp"
 #include "io/text_tokenizer.hpp"
 #include "io/token_dataset.hpp"
+#include "io/weights_file.hpp"
 #include "tools/gpt_sample.hpp"
 
 namespace shardtrain {
@@ -78,9 +79,25 @@ void run_sample_command(const SampleCommand& cmd) {
   if (opt.tokens < 1) throw InputError("--tokens must be at least 1");
   if (!(opt.temperature >= 0.0)) throw InputError("--temperature must be >= 0 (0: greedy)");
   if (opt.top_k < 0) throw InputError("--top-k must be >= 0 (0: all tokens)");
-  CheckpointReader ckpt(cmd.checkpoint, MPI_COMM_SELF);
-  const GptSampleWeights w = load_gpt_sample_weights(ckpt);
-  const std::string data_path = cmd.data.empty() ? ckpt.meta().data_path : cmd.data;
+  // A checkpoint, or an export of one (safetensors, or HDF5 that is not a checkpoint).
+  GptSampleWeights w;
+  std::string stored_data, source;
+  if (WeightsFile::is_checkpoint(cmd.checkpoint)) {
+    CheckpointReader ckpt(cmd.checkpoint, MPI_COMM_SELF);
+    w = load_gpt_sample_weights(ckpt);
+    stored_data = ckpt.meta().data_path;
+    source = cmd.checkpoint + " at step " + std::to_string(ckpt.meta().step);
+  } else {
+    const WeightsFile file(cmd.checkpoint);
+    w = load_gpt_sample_weights(file);
+    stored_data = file.metadata_or("data_path", "");
+    source = cmd.checkpoint + " (" + file.format() + " export" +
+             (file.metadata().count("step") ? " of step " + file.metadata_or("step", "") : std::string()) + ")";
+  }
+  const std::string data_path = cmd.data.empty() ? stored_data : cmd.data;
+  if (data_path.empty())
+    throw InputError(cmd.checkpoint + ": the file records no data set (data_path); give --data PATH (sample decodes "
+                     "with its vocabulary)");
   if (!std::filesystem::exists(data_path))
     throw InputError(data_path + ": no such file (the data set " +
                      (cmd.data.empty() ? "the checkpoint names; give --data PATH" : std::string("of --data")) +
@@ -95,9 +112,9 @@ void run_sample_command(const SampleCommand& cmd) {
   const double secs = gen.seconds;
   if (cmd.print_ids) {
     std::string line = "prompt_ids:";
-    for (std::size_t i = 0; i < n_prompt; ++i) line += " " + std::to_string(ids[i]);
+    for (std::size_t i = 0; i < n_prompt; ++i) (line += ' ') += std::to_string(ids[i]);  // not " " + ...: GCC 12 -Wrestrict false positive
     line += "\nids:";
-    for (std::size_t i = n_prompt; i < ids.size(); ++i) line += " " + std::to_string(ids[i]);
+    for (std::size_t i = n_prompt; i < ids.size(); ++i) (line += ' ') += std::to_string(ids[i]);
     std::printf("%s\nlogprob: %.12e\n", line.c_str(), gen.logprob);
   } else {
     std::vector<TokenIndex> shown(ids.begin() + (cmd.prompt.empty() ? 1 : 0), ids.end());  // not <|endoftext|>
@@ -106,10 +123,10 @@ void run_sample_command(const SampleCommand& cmd) {
     std::printf("\n");
   }
   std::fflush(stdout);
-  std::fprintf(stderr, "sample: %lld tokens in %.3f s (%.1f tokens/s, %s), %s at step %lld, %s data set %s\n",
+  std::fprintf(stderr, "sample: %lld tokens in %.3f s (%.1f tokens/s, %s), %s, %s data set %s\n",
                static_cast<long long>(opt.tokens), secs, static_cast<double>(opt.tokens) / secs,
-               opt.use_cache ? "key/value cache" : "no cache", cmd.checkpoint.c_str(),
-               static_cast<long long>(ckpt.meta().step), data.tokenizer().c_str(), data_path.c_str());
+               opt.use_cache ? "key/value cache" : "no cache", source.c_str(), data.tokenizer().c_str(),
+               data_path.c_str());
 }
 
 }  // namespace shardtrain

@@ -4,7 +4,7 @@
 //   verify CKPT            every dataset's CRC-32; ranks of an mpirun split the reading
 //   export CKPT OUT        parameters of one state vector to plain HDF5, .npy or
 //                          safetensors (our names, or Hugging Face GPT-2's)
-//   sample CKPT            text from a GPT checkpoint (ckpt_sample.cpp, gpt_sample.*)
+//   sample CKPT            text from a GPT checkpoint or its export (ckpt_sample.cpp, gpt_sample.*)
 // This file parses the command line, calls io/checkpoint.hpp and formats the
 // result; it knows nothing of the format beyond that API, except how to write
 // the three export formats (and, for --names gpt2, the model type and n_head
@@ -48,6 +48,7 @@
 #include "core/mpi_world.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5_check.hpp"
+#include "io/token_dataset.hpp"
 #include "tools/gpt_sample.hpp"
 #include "version.hpp"
 
@@ -390,8 +391,9 @@ void put_int_attr(hid_t obj, const char* name, std::int64_t v) {
 // Writes one float32 dataset per tensor, named by the tensor, in its shape. A
 // tensor is copied in blocks of whole rows (first dimension), at most
 // kChunkElements at a time unless one row is larger.
+// `metadata` become root attributes too (integers as 64-bit integers, the rest as strings).
 void write_h5(CheckpointReader& ckpt, const std::string& vector, const std::vector<const CheckpointTensor*>& tensors,
-              const std::string& out) {
+              const std::vector<std::pair<std::string, std::string>>& metadata, const std::string& out) {
   PartialFile partial(out);
   std::fclose(create_output(partial.tmp(), out));  // a clear message when OUT cannot be created
   {
@@ -400,6 +402,11 @@ void write_h5(CheckpointReader& ckpt, const std::string& vector, const std::vect
     put_string_attr(file, "source_checkpoint", ckpt.path());
     put_string_attr(file, "vector", vector);
     put_int_attr(file, "step", ckpt.meta().step);
+    for (const auto& [k, v] : metadata) {
+      const bool integer = !v.empty() && v.size() < 19 && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (integer) put_int_attr(file, k.c_str(), std::stoll(v));
+      else put_string_attr(file, k.c_str(), v);
+    }
     H5PropList lcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
     SHARDTRAIN_H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));  // names with '/' make groups
     std::vector<float> buf;
@@ -465,6 +472,33 @@ toml::table stored_model_config(const CheckpointReader& ckpt) {
   }
   const toml::table* model = root["model"].as_table();
   return model ? *model : toml::table{};
+}
+
+// What a reader of an export needs besides the tensors (model.init_from's
+// checks, `trainer-ckpt sample EXPORT`): the model type and sizes from the
+// stored config, the vocabulary size and data set of the checkpoint, and that
+// data set's tokenizer when the file is still there to ask.
+Metadata model_metadata(const CheckpointReader& ckpt) {
+  const toml::table model = stored_model_config(ckpt);
+  const std::string type = model["type"].value_or(std::string("(none)"));
+  Metadata m{{"model_type", type}};
+  if (type == "gpt" || type == "encoder_classifier") {
+    for (const char* k : {"n_layer", "n_head", "d_model", "seq_len"})
+      if (const auto v = model[k].value<std::int64_t>()) m.emplace_back(k, std::to_string(*v));
+    m.emplace_back("layernorm_eps", fmt::format("{}", model["layernorm_eps"].value_or(1e-5)));
+  }
+  const CheckpointMeta& meta = ckpt.meta();
+  if (meta.data_vocab_size > 0) m.emplace_back("vocab_size", std::to_string(meta.data_vocab_size));
+  if (meta.seq_len > 0 && type != "gpt" && type != "encoder_classifier") m.emplace_back("seq_len", std::to_string(meta.seq_len));
+  m.emplace_back("data_path", meta.data_path);
+  if (meta.data_vocab_size > 0 && std::filesystem::is_regular_file(meta.data_path)) {
+    try {
+      TokenDataset data(meta.data_path, MPI_COMM_SELF);
+      if (data.vocab_size() == meta.data_vocab_size) m.emplace_back("tokenizer", data.tokenizer());
+    } catch (const std::exception&) {  // not a token data set (a classifier's), or gone: not recorded
+    }
+  }
+  return m;
 }
 
 // Every parameter under Hugging Face GPT-2 names (GPT2LMHeadModel's state dict),
@@ -683,7 +717,7 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
   if (npy) {
     write_npy(ckpt, vector, *tensors[0], out);
   } else if (format == "hdf5") {
-    write_h5(ckpt, vector, tensors, out);
+    write_h5(ckpt, vector, tensors, model_metadata(ckpt), out);
   } else {
     Metadata metadata{{"format", "pt"},  // what Hugging Face's loaders expect of a PyTorch state dict
                       {"producer", std::string("shardtrain trainer-ckpt ") + kVersion},
@@ -695,9 +729,11 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
     if (name_style == "gpt2") {
       entries = gpt2_entries(ckpt, metadata);
     } else {
-      metadata.emplace_back("model_type", stored_model_config(ckpt)["type"].value_or(std::string("(none)")));
       for (const auto* t : tensors) entries.push_back({t->name, t, t->shape, false});
     }
+    for (auto& kv : model_metadata(ckpt))  // gpt2_entries' own keys (vocab_size, n_head, ...) are the same values
+      if (std::none_of(metadata.begin(), metadata.end(), [&](const auto& x) { return x.first == kv.first; }))
+        metadata.push_back(std::move(kv));
     write_safetensors(ckpt, vector, entries, metadata, out);
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -776,9 +812,12 @@ int run(int argc, char** argv) {
       "padding between tensors is not exported. An unknown --param is an error that lists close "
       "names. OUT is written to OUT.partial and renamed into place when complete; an existing OUT "
       "is replaced. export does not check the CRCs (run verify for that). The .h5 file also has "
-      "root attributes source_checkpoint, vector and step.\nsafetensors: a JSON header, then the "
-      "tensors' little-endian float32 bytes in layout order, written one tensor block at a time; "
-      "__metadata__ holds format (pt), producer, source_checkpoint, step, vector and names. With "
+      "root attributes source_checkpoint, vector and step, and the model keys below.\nsafetensors: a JSON "
+      "header, then the tensors' little-endian float32 bytes in layout order, written one tensor block at a "
+      "time; __metadata__ holds format (pt), producer, source_checkpoint, step, vector and names, and the "
+      "model keys: model_type, for a transformer n_layer, n_head, d_model, seq_len and layernorm_eps, then "
+      "vocab_size, data_path and the data set's tokenizer (when that file is still there), which "
+      "model.init_from and `trainer-ckpt sample` read. With "
       "--names gpt2 (the whole model, no --param): transformer.wte.weight, transformer.wpe.weight, "
       "transformer.h.N.{ln_1,attn.c_attn,attn.c_proj,ln_2,mlp.c_fc,mlp.c_proj}.{weight,bias}, "
       "transformer.ln_f.{weight,bias}; the four Linear weights transposed to Conv1D's (in, out); "
@@ -788,8 +827,11 @@ int run(int argc, char** argv) {
       "another model type is refused.");
 
   SampleCommand sample_cmd;
-  CLI::App* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint");
-  sample->add_option("CKPT", sample_cmd.checkpoint, "Checkpoint file (.h5) of a GPT")->required();
+  CLI::App* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint or its export");
+  sample->add_option("CKPT", sample_cmd.checkpoint,
+                     "Checkpoint file (.h5) of a GPT, or its export (trainer-ckpt export: .safetensors under our "
+                     "or GPT-2's names, or .h5)")
+      ->required();
   sample->add_option("--prompt", sample_cmd.prompt,
                      "Text to continue (default: none; a gpt2 model then starts from <|endoftext|>)");
   sample->add_option("--tokens", sample_cmd.options.tokens, "Tokens to generate")->capture_default_str();
@@ -801,7 +843,8 @@ int run(int argc, char** argv) {
   sample->add_option("--seed", sample_cmd.options.seed, "Seed of the draws: the same seed gives the same text")
       ->capture_default_str();
   sample->add_option("--data", sample_cmd.data,
-                     "Data set whose tokenizer and vocabulary to use (default: the data.path stored in CKPT)");
+                     "Data set whose tokenizer and vocabulary to use (default: the data.path stored in CKPT, or an "
+                     "export's data_path)");
   sample->add_option("--bpe", sample_cmd.bpe_dir,
                      "gpt2 data sets: folder of GPT-2's encoder.json and vocab.bpe, to encode the prompt");
   sample->add_flag("--ids", sample_cmd.print_ids,
@@ -811,7 +854,8 @@ int run(int argc, char** argv) {
                    "Re-run the whole context for every token instead of keeping a key/value cache "
                    "(same tokens, slower; for comparison)");
   sample->footer(
-      "Runs the GPT of CKPT (its fp32 master weights, in double precision) on this one process, one token at "
+      "Runs the GPT of CKPT (its fp32 master weights, in double precision; from an export, its tensors, with "
+      "n_head, layernorm_eps and the data set from its metadata) on this one process, one token at "
       "a time with a key/value cache, and prints the prompt and its continuation decoded with the data "
       "set's tokenizer (char, byte or gpt2; a pretokenized data set is refused), then on stderr the speed. "
       "The model sees at most seq_len tokens: past that, the context restarts at the last seq_len/2 tokens. "

@@ -1,11 +1,15 @@
 // GptTask: the GPT language model on a token data set (train/task.hpp).
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "infer/gpt_kv.hpp"
+#include "io/text_tokenizer.hpp"
 #include "io/token_dataset.hpp"
 #include "model/gpt.hpp"
 #include "train/batch_sampler.hpp"
@@ -28,6 +32,46 @@ void check_data_fits(const RunConfig& cfg, const TokenDataset& data) {
                                  p, data.size(Split::Val), cfg.model.seq_len, need));
 }
 
+// train.sample_prompt as ids of the data set's vocabulary (none: gpt2's
+// <|endoftext|>, or token 0); InputError, the same on every rank, for a prompt
+// the tokenizer cannot encode here.
+std::vector<TokenIndex> sample_prompt_ids(const RunConfig& cfg, const TokenDataset& data) {
+  const std::string& tok = data.tokenizer();
+  const std::string& prompt = cfg.train.sample_prompt;
+  const auto& vocab = data.vocab();
+  if (tok == "pretokenized")
+    throw InputError(fmt::format("{}: train.sample_every: {} is pretokenized and carries no vocabulary to write "
+                                 "text with", cfg.source_name, cfg.data.path));
+  if (prompt.empty()) {
+    if (tok == "gpt2" && !vocab.empty() && vocab.back() == "<|endoftext|>")
+      return {static_cast<TokenIndex>(vocab.size() - 1)};
+    return {0};
+  }
+  if (tok == "byte") {
+    std::vector<TokenIndex> ids;
+    for (const char c : prompt) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  if (tok != "char")
+    throw InputError(fmt::format("{}: train.sample_prompt: a {} data set ({}) takes no prompt here (the trainer has "
+                                 "no BPE merges); leave it out to start from <|endoftext|>, or use trainer-ckpt "
+                                 "sample --bpe on a checkpoint", cfg.source_name, tok, cfg.data.path));
+  std::vector<TokenIndex> ids;
+  for (std::size_t i = 0; i < prompt.size();) {
+    const auto b = static_cast<unsigned char>(prompt[i]);
+    const std::size_t len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    const std::string ch = prompt.substr(i, len);
+    const auto it = std::find(vocab.begin(), vocab.end(), ch);
+    if (it == vocab.end())
+      throw InputError(fmt::format("{}: train.sample_prompt: character '{}' at byte offset {} is not in the "
+                                   "vocabulary of {} ({} characters)", cfg.source_name, ch, i, cfg.data.path,
+                                   vocab.size()));
+    ids.push_back(static_cast<TokenIndex>(it - vocab.begin()));
+    i += len;
+  }
+  return ids;
+}
+
 template <class P>
 class GptTask final : public Task<P> {
  public:
@@ -36,6 +80,30 @@ class GptTask final : public Task<P> {
     check_data_fits(cfg, m_data);
     this->m_plan = plan_memory(cfg, m_data.vocab_size(), plan_world);
     m_dims = this->m_plan.dims;
+    if (cfg.train.sample_every > 0) m_sample_prompt = sample_prompt_ids(cfg, m_data);
+  }
+
+  std::string sample_text(const ParamLayout& layout, const float* weights, double& logprob) const override {
+    if (m_sample_prompt.empty()) return {};
+    TensorSource src{[&](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
+                       for (const auto& e : layout.entries())
+                         if (e.name == name) return e.shape;
+                       return std::nullopt;
+                     },
+                     [&](const std::string& name) {
+                       const ParamEntry& e = layout.find(name);
+                       return std::vector<float>(weights + e.offset, weights + e.offset + e.numel);
+                     }};
+    const GptSampleWeights w = build_gpt_weights(m_cfg.source_name, m_dims.n_head, m_cfg.model.layernorm_eps, src);
+    SampleOptions opt;
+    opt.tokens = m_cfg.train.sample_tokens;
+    opt.temperature = m_cfg.train.sample_temperature;
+    opt.seed = m_cfg.train.seed;
+    std::vector<TokenIndex> ids = m_sample_prompt;
+    logprob = gpt_generate(w, ids, opt).logprob;
+    const bool from_eot = m_cfg.train.sample_prompt.empty() && m_data.tokenizer() == "gpt2";
+    const std::vector<TokenIndex> shown(ids.begin() + (from_eot ? 1 : 0), ids.end());
+    return decode_tokens(m_data.tokenizer(), m_data.vocab(), shown);
   }
 
   TaskText describe() const override {
@@ -49,7 +117,7 @@ class GptTask final : public Task<P> {
   std::int64_t targets_per_sample() const override { return m_dims.seq_len; }
   std::int64_t tokens_per_sample() const override { return m_dims.seq_len; }
   DataIdentity data_identity() const override {
-    return {m_data.size(Split::Train), "tokens", m_data.vocab_size(), m_dims.seq_len};
+    return {m_data.size(Split::Train), "tokens", m_data.vocab_size(), m_dims.seq_len, m_data.tokenizer()};
   }
   ParamLayout make_layout() const override { return gpt_layout(m_dims); }
   void init_params(const ParamLayout& layout, P* params, std::int64_t lo, std::int64_t hi) const override {
@@ -125,6 +193,7 @@ class GptTask final : public Task<P> {
   std::unique_ptr<WindowSampler> m_sampler;
   TrackedBuffer<TokenIndex> m_window_buf, m_inputs, m_targets;
   std::vector<std::int64_t> m_starts;
+  std::vector<TokenIndex> m_sample_prompt;  // train.sample_every: the prompt's ids (empty: off)
 };
 
 }  // namespace

@@ -49,6 +49,7 @@ struct DataIdentity {
   const char* unit = "tokens";
   std::int64_t vocab_size = 0;  // token data; 0 for images
   std::int64_t seq_len = 0;     // tokens per sample; 0 for images
+  std::string tokenizer;        // token data sets: "char", "byte", "gpt2", "pretokenized"; "" otherwise
 };
 
 // The run's first line: "shardtrain: N ranks, ... | MODEL | K parameters | BATCH | DATA".
@@ -92,6 +93,14 @@ class Task {
   // forward and backward so far (Gpt / Classifier::activation_high_water_bytes);
   // the memory report sets it beside the planned Activations. 0 before build().
   virtual std::int64_t activation_high_water_bytes() const = 0;
+  // train.sample_every (train/run_sample.hpp): the text the model writes with
+  // the whole weights `weights` (fp32, in the finalized layout), on rank 0
+  // alone, and in `logprob` the continuation's log-probability under the model
+  // (infer/gpt_kv.hpp GenerateResult); "" for a task that does not sample. The
+  // prompt is checked when the task is made, so this does not throw on bad input.
+  virtual std::string sample_text(const ParamLayout& /*layout*/, const float* /*weights*/, double& /*logprob*/) const {
+    return {};
+  }
 
  protected:
   MemoryPlan m_plan;

@@ -18,6 +18,8 @@
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "train/host_staging.hpp"
+#include "train/init_from.hpp"
+#include "train/weights_crc.hpp"
 #include "version.hpp"
 
 namespace shardtrain {
@@ -169,6 +171,10 @@ void TrainState<P>::resume() {
                      "the sample order is not a continuation of the checkpoint's\n", path, meta.data_path,
                      meta.data_train_tokens, data.unit, m_cfg.data.path, data.train_size, data.unit);
         std::fflush(stderr);
+        if (!m_cfg.model.init_from.empty())  // resume wins: the checkpoint holds the run's own progress
+          m_resume_note += fmt::format("\ninit_from: model.init_from = {} is not used: the run resumes from its "
+                                       "checkpoint {} (a checkpoint to resume from wins over init_from)",
+                                       m_cfg.model.init_from, path);
       }
       return;
     } catch (const IncompatibleCheckpoint&) {
@@ -193,6 +199,17 @@ void TrainState<P>::resume() {
         "see the warnings above); nothing was overwritten. Set checkpoint.resume to a good file, or use "
         "resume = \"never\" with another checkpoint.dir to start afresh",
         m_cfg.source_name, damaged.size(), m_ckpt.dir()));
+  if (!m_cfg.model.init_from.empty()) {  // a fresh start: the weights of model.init_from
+    const InitFromReport r = load_init_from(m_cfg, m_comm, m_state_comm, m_state, m_task.data_identity());
+    const std::uint32_t crc = weights_crc(m_state, m_comm, 0);  // collective: the weights as every rank holds them
+    if (m_comm.rank() == 0)
+      m_resume_note = fmt::format(
+          "init_from: {}: {} tensors, {} parameters ({}, {} names{}){}; step 0, fresh optimizer state; "
+          "rank 0 read {} of {} bytes in {:.3f} s; weights crc32 {:08x}",
+          m_cfg.model.init_from, r.tensors, r.parameters, r.format, r.names == "gpt2" ? "GPT-2" : "our",
+          r.transposed > 0 ? fmt::format(", {} read transposed", r.transposed) : std::string(),
+          r.source.empty() ? std::string() : ", " + r.source, r.bytes_read, r.file_bytes, r.seconds, crc);
+  }
 }
 
 template <class P>

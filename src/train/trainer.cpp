@@ -41,6 +41,7 @@
 #include "train/run_directory.hpp"
 #include "train/run_lock.hpp"
 #include "train/run_reports.hpp"
+#include "train/run_sample.hpp"
 #include "train/task.hpp"
 #include "train/task_factory.hpp"
 #include "train/test_hooks.hpp"
@@ -404,6 +405,13 @@ TrainResult Run<P>::run() {
                      eval ? eval->accuracy : std::nullopt, step_ms, step_end_unix};
       dir->append(row);
       progress.print(row);
+    }
+    if (eval && tc.sample_every > 0 && done % tc.sample_every == 0) {  // collective; rank 0 prints
+      const std::string line = sample_line(*m_state, *m_task, m_comm, done);
+      if (is_root()) {
+        fmt::print("{}\n", line);
+        std::fflush(stdout);
+      }
     }
     if (eval) {
       result.final_val_loss = eval->loss;

@@ -1,6 +1,7 @@
 // Agreements and report gathers over a plain MPI_Comm (see agreement.hpp).
 #include "dist/mpi/agreement.hpp"
 
+#include <climits>
 #include <exception>
 #include <utility>
 
@@ -95,6 +96,14 @@ void gather_to_root(MPI_Comm comm, std::span<const std::uint64_t> mine, std::spa
                    "gather_to_root: output too short");
   const int count = static_cast<int>(mine.size());
   SHARDTRAIN_MPI_CHECK(MPI_Gather(mine.data(), count, MPI_UINT64_T, out.data(), count, MPI_UINT64_T, 0, comm));
+}
+
+void gather_to_root(MPI_Comm comm, std::span<const float> mine, std::span<float> out) {
+  SHARDTRAIN_CHECK(rank_of(comm) != 0 || out.size() >= mine.size() * static_cast<std::size_t>(size_of(comm)),
+                   "gather_to_root: output too short");
+  SHARDTRAIN_CHECK(mine.size() <= static_cast<std::size_t>(INT_MAX), "gather_to_root: more than 2^31 values per rank");
+  const int count = static_cast<int>(mine.size());
+  SHARDTRAIN_MPI_CHECK(MPI_Gather(mine.data(), count, MPI_FLOAT, out.data(), count, MPI_FLOAT, 0, comm));
 }
 
 }  // namespace shardtrain

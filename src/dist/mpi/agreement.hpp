@@ -51,5 +51,8 @@ void reduce_to_root(MPI_Comm comm, std::span<const double> mine, std::span<doubl
 // On rank 0: every rank's `mine` (the same length everywhere), in rank order,
 // in `out` (size() * mine.size() elements; ignored on other ranks).
 void gather_to_root(MPI_Comm comm, std::span<const std::uint64_t> mine, std::span<std::uint64_t> out);
+// The same for float values (train.sample_every: the ZeRO-3 shards of the
+// weights, all of one length, to rank 0).
+void gather_to_root(MPI_Comm comm, std::span<const float> mine, std::span<float> out);
 
 }  // namespace shardtrain

@@ -7,7 +7,9 @@
 #     greedy decoding from the exported weights (share/reference/gpt_torch.py
 #     generate); the same seed gives the same text, another seed another; with and
 #     without the key/value cache the same text; the refusals (a prompt character
-#     outside the vocabulary, a missing data set, bad options).
+#     outside the vocabulary, a missing data set, bad options). Sampling from the
+#     checkpoint's three exports (safetensors under our and GPT-2's names, HDF5)
+#     gives its ids and log-probability, the model's sizes read from their metadata.
 #   sample_e2e.sh gpt2 TRAINER TRAINER_DATA TRAINER_CKPT TINY_TOML MOBYDICK_TXT WORK BPE_DIR
 #     The three commands of the README: Moby Dick tokenized with GPT-2's BPE, a
 #     small GPT trained on it at 2 ranks (the loss falls), a sample from its
@@ -62,6 +64,26 @@ if [[ $mode == char ]]; then
   ck=$work/run/checkpoints/step_00001500.h5
   [[ -f $ck ]] || die "no checkpoint $ck"
   greedy_vs_torch "$ck" 2 4 32 16 "$("$py" -c "import h5py,sys; print(int(h5py.File(sys.argv[1])['/'].attrs['vocab_size']))" "$work/tiny.h5")" "Call me" 8
+
+  # From its exports (the dims from their metadata, the data set from data_path): the same ids and log-probability.
+  "$tc" sample "$ck" --prompt "Call me" --tokens 60 --temperature 0.8 --seed 3 --ids > "$work/ck.ids"
+  "$tc" export "$ck" "$work/ours.safetensors" > /dev/null
+  "$tc" export "$ck" "$work/gpt2.safetensors" --names gpt2 > /dev/null
+  "$tc" export "$ck" "$work/ours.h5" > /dev/null
+  for f in ours.safetensors gpt2.safetensors ours.h5; do
+    "$tc" sample "$work/$f" --prompt "Call me" --tokens 60 --temperature 0.8 --seed 3 --ids > "$work/$f.ids" 2> "$work/$f.err"
+    cmp -s "$work/ck.ids" "$work/$f.ids" || die "sample from $f differs from the checkpoint's: $(diff "$work/ck.ids" "$work/$f.ids")"
+    grep -q "export of step 1500" "$work/$f.err" || die "the speed line does not name the export: $(cat "$work/$f.err")"
+  done
+  echo "ok: sample from ours.safetensors, gpt2.safetensors and ours.h5 == from the checkpoint (ids and log-probability)"
+  "$py" - "$work/ours.safetensors" "$work/nohead.safetensors" <<'PY'
+import json, sys
+data = open(sys.argv[1], "rb").read(); n = int.from_bytes(data[:8], "little"); h = json.loads(data[8:8 + n])
+del h["__metadata__"]["n_head"]
+t = json.dumps(h).encode(); t += b" " * (-len(t) % 8)
+open(sys.argv[2], "wb").write(len(t).to_bytes(8, "little") + t + data[8 + n:])
+PY
+  expect_fail "nohead\.safetensors: the file records no n_head" "$tc" sample "$work/nohead.safetensors" --prompt "a" --tokens 3
 
   "$tc" sample "$ck" --prompt "Call me" --tokens 120 --temperature 0.9 --top-k 10 --seed 5 > "$work/a.txt" 2> "$work/a.err"
   "$tc" sample "$ck" --prompt "Call me" --tokens 120 --temperature 0.9 --top-k 10 --seed 5 > "$work/b.txt" 2> /dev/null
