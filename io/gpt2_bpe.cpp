@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "io/text_tokenizer.hpp"  // encode_utf8
 
 namespace shardtrain {
 
@@ -54,25 +55,6 @@ std::string read_file(const std::string& path) {
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (f.bad()) throw InputError(path + ": read error: " + std::strerror(errno));
   return bytes;
-}
-
-// Appends the UTF-8 form of `cp` (a Unicode scalar value) to `out`.
-void append_utf8(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // A reader of encoder.json: one JSON object of string keys and integer values.
@@ -172,7 +154,7 @@ class EncoderJson {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             fail("lone low surrogate escape");
           }
-          append_utf8(cp, s);
+          s += encode_utf8(cp);
           break;
         }
         default: fail("bad escape in a string");

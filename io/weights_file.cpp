@@ -19,6 +19,7 @@
 #include "io/h5_check.hpp"
 #include "io/h5_lock.hpp"
 #include "io/h5_read.hpp"
+#include "io/text_tokenizer.hpp"  // encode_utf8
 
 namespace shardtrain {
 
@@ -63,23 +64,6 @@ class JsonParser {
     if (peek() != c) fail(std::string("expected '") + c + "' in the JSON header");
     ++m_i;
   }
-  static void put_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
   std::uint32_t hex4() {
     if (m_i + 4 > m_s.size()) fail("a \\u escape ends early");
     std::uint32_t v = 0;
@@ -117,12 +101,17 @@ class JsonParser {
         case 't': out += '\t'; break;
         case 'u': {
           std::uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && m_i + 6 <= m_s.size() && m_s[m_i] == '\\' && m_s[m_i + 1] == 'u') {
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (m_i + 2 > m_s.size() || m_s[m_i] != '\\' || m_s[m_i + 1] != 'u')
+              fail("a high surrogate escape without its low half");
             m_i += 2;
             const std::uint32_t lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) fail("a high surrogate escape without its low half");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            fail("a lone low surrogate escape");
           }
-          put_utf8(out, cp);
+          out += encode_utf8(static_cast<char32_t>(cp));
           break;
         }
         default: fail("a bad escape in a string");

@@ -110,6 +110,16 @@ TEST_F(WeightsFileTest, SafetensorsRefusals) {
   std::vector<float> out(8);
   EXPECT_NE(refusal([&] { f.read(*f.find("h"), 0, 8, out.data()); }).find("is F16; only float32"), std::string::npos);
   EXPECT_NE(refusal([&] { WeightsFile{path("none.safetensors")}; }).find("cannot open"), std::string::npos);
+  // \u escapes: a surrogate pair is one character (U+1F600); a lone half is refused.
+  const std::string pair = R"({"__metadata__": {"e": "\ud83d\ude00"}, "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})";
+  EXPECT_EQ(WeightsFile(safetensors("pair.safetensors", pair, four)).metadata_or("e", ""), "\xF0\x9F\x98\x80");
+  for (const char* lone : {R"("\ud83d")", R"("\ud83dx")", R"("\ude00")", R"("\ud83d\u0041")"}) {
+    const std::string header = std::string(R"({"__metadata__": {"e": )") + lone +
+                               R"(}, "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})";
+    EXPECT_NE(refusal([&] { WeightsFile(safetensors("lone.safetensors", header, four)); }).find("surrogate"),
+              std::string::npos)
+        << lone;
+  }
 }
 
 // An HDF5 file with /w (2, 3) float32 contiguous, /g/v (4,) float32, and
