@@ -70,36 +70,22 @@ CheckpointIoError::CheckpointIoError(int rank, std::string phase, std::string pa
 // ------------------------------------------------------------------ deadline
 
 IoDeadline::IoDeadline(double timeout_s, int rank) : m_timeout_s(timeout_s), m_rank(rank) {
-  if (m_timeout_s > 0) m_thread = std::thread([this] { run(); });
+  if (m_timeout_s > 0)
+    m_poll.start(std::chrono::duration<double>(std::min(1.0, std::max(0.01, m_timeout_s / 20))), [this] { check(); });
 }
 
-IoDeadline::~IoDeadline() {
-  if (!m_thread.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    m_stop = true;
-  }
-  m_wake.notify_all();
-  m_thread.join();
-}
-
-void IoDeadline::run() {
+void IoDeadline::check() {
+  if (!m_active) return;
   // A rank whose part is done waits this much longer than one still in its own
   // I/O (or one that failed), so that rank's message comes first.
   const double grace = std::min(5.0, m_timeout_s / 2);
-  const auto poll = std::chrono::duration<double>(std::min(1.0, std::max(0.01, m_timeout_s / 20)));
-  std::unique_lock<std::mutex> lock(m_mutex);
-  while (!m_stop) {
-    m_wake.wait_for(lock, poll);
-    if (m_stop || !m_active) continue;
-    const double waited = std::chrono::duration<double>(Clock::now() - m_since).count();
-    const bool waiting_for_others = m_part_done && m_failure.empty();
-    if (waited >= m_timeout_s + (waiting_for_others ? grace : 0.0)) fire(waited);
-  }
+  const double waited = std::chrono::duration<double>(Clock::now() - m_since).count();
+  const bool waiting_for_others = m_part_done && m_failure.empty();
+  if (waited >= m_timeout_s + (waiting_for_others ? grace : 0.0)) fire(waited);
 }
 
 void IoDeadline::fire(double waited_s) {
-  // m_mutex is held: the phase cannot change under us.
+  // m_poll.mutex() is held: the phase cannot change under us.
   if (!m_part_done)
     std::fprintf(stderr,
                  "error (rank %d): checkpoint I/O: phase '%s' of %s has not finished on this rank after %.1f s "
@@ -125,7 +111,7 @@ void IoDeadline::fire(double waited_s) {
 IoDeadline::Phase::Phase(IoDeadline* deadline, const char* phase, const std::string& path)
     : m_d(deadline && deadline->m_timeout_s > 0 ? deadline : nullptr) {
   if (!m_d) return;
-  std::lock_guard<std::mutex> lock(m_d->m_mutex);
+  std::lock_guard<std::mutex> lock(m_d->m_poll.mutex());
   m_d->m_active = true;
   m_d->m_part_done = false;
   m_d->m_phase = phase;
@@ -136,20 +122,20 @@ IoDeadline::Phase::Phase(IoDeadline* deadline, const char* phase, const std::str
 
 IoDeadline::Phase::~Phase() {
   if (!m_d) return;
-  std::lock_guard<std::mutex> lock(m_d->m_mutex);
+  std::lock_guard<std::mutex> lock(m_d->m_poll.mutex());
   m_d->m_active = false;
 }
 
 void IoDeadline::Phase::part_done(const std::string& failure) {
   if (!m_d) return;
-  std::lock_guard<std::mutex> lock(m_d->m_mutex);
+  std::lock_guard<std::mutex> lock(m_d->m_poll.mutex());
   m_d->m_part_done = true;
   m_d->m_failure = failure;
 }
 
 void IoDeadline::Phase::restart() {
   if (!m_d) return;
-  std::lock_guard<std::mutex> lock(m_d->m_mutex);
+  std::lock_guard<std::mutex> lock(m_d->m_poll.mutex());
   m_d->m_since = Clock::now();
 }
 

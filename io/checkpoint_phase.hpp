@@ -25,13 +25,11 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "core/error.hpp"
+#include "core/poll_thread.hpp"
 
 namespace shardtrain {
 
@@ -68,7 +66,6 @@ class SystemIoError : public Error {
 class IoDeadline {
  public:
   IoDeadline(double timeout_s, int rank);
-  ~IoDeadline();
   IoDeadline(const IoDeadline&) = delete;
   IoDeadline& operator=(const IoDeadline&) = delete;
 
@@ -91,20 +88,17 @@ class IoDeadline {
   };
 
  private:
-  void run();
+  void check();  // on the poll thread, m_poll.mutex() held
   [[noreturn]] void fire(double waited_s);
 
   double m_timeout_s;
   int m_rank;
-  std::mutex m_mutex;
-  std::condition_variable m_wake;
-  bool m_stop = false;
-  // The phase in progress (m_active), guarded by m_mutex.
+  // The phase in progress (m_active), guarded by m_poll.mutex().
   bool m_active = false;
   bool m_part_done = false;
   std::string m_phase, m_path, m_failure;
   std::chrono::steady_clock::time_point m_since;
-  std::thread m_thread;
+  PollThread m_poll;  // last: joined before the state above is destroyed
 };
 
 // Runs `fn` on every rank (root_only: on rank 0 alone) under `deadline`, then

@@ -18,31 +18,16 @@ std::int64_t now_ns() {
 }  // namespace
 
 CollectiveWatchdog::CollectiveWatchdog(double timeout_s, int rank) : m_timeout_s(timeout_s), m_rank(rank) {
-  if (m_timeout_s > 0) m_thread = std::thread([this] { run(); });
-}
-
-CollectiveWatchdog::~CollectiveWatchdog() {
-  if (!m_thread.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    m_stop = true;
-  }
-  m_wake.notify_all();
-  m_thread.join();
-}
-
-void CollectiveWatchdog::run() {
   // Checks ten times per timeout (at most once a second, at least every 10 ms).
-  const auto poll = std::chrono::duration<double>(std::min(1.0, std::max(0.01, m_timeout_s / 10)));
-  std::unique_lock<std::mutex> lock(m_mutex);
-  while (!m_stop) {
-    m_wake.wait_for(lock, poll);
-    if (m_stop) break;
-    const std::int64_t since = m_since_ns.load(std::memory_order_acquire);
-    if (since == 0) continue;
-    const double waited = static_cast<double>(now_ns() - since) * 1e-9;
-    if (waited >= m_timeout_s + m_grace_s.load(std::memory_order_relaxed)) fire(waited);
-  }
+  if (m_timeout_s > 0)
+    m_poll.start(std::chrono::duration<double>(std::min(1.0, std::max(0.01, m_timeout_s / 10))), [this] { check(); });
+}
+
+void CollectiveWatchdog::check() {
+  const std::int64_t since = m_since_ns.load(std::memory_order_acquire);
+  if (since == 0) return;
+  const double waited = static_cast<double>(now_ns() - since) * 1e-9;
+  if (waited >= m_timeout_s + m_grace_s.load(std::memory_order_relaxed)) fire(waited);
 }
 
 void CollectiveWatchdog::fire(double waited_s) {

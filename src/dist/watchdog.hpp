@@ -18,18 +18,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
-#include <thread>
+
+#include "core/poll_thread.hpp"
 
 namespace shardtrain {
 
 class CollectiveWatchdog {
  public:
   CollectiveWatchdog(double timeout_s, int rank);
-  ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
@@ -54,7 +52,7 @@ class CollectiveWatchdog {
   };
 
  private:
-  void run();
+  void check();  // on the poll thread
   [[noreturn]] void fire(double waited_s);
 
   double m_timeout_s;
@@ -66,10 +64,7 @@ class CollectiveWatchdog {
   std::atomic<const char*> m_what{nullptr};
   std::atomic<std::size_t> m_count{0};
   std::atomic<const char*> m_type{nullptr};
-  std::mutex m_mutex;
-  std::condition_variable m_wake;
-  bool m_stop = false;
-  std::thread m_thread;
+  PollThread m_poll;  // last: joined before the state above is destroyed
 };
 
 }  // namespace shardtrain
