@@ -21,6 +21,7 @@
 //    and is rounded back once. Scratch: linear_half_scratch_elems.
 #include "kernels/linear.hpp"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -100,12 +101,18 @@ void linear_forward_half(CView2<H> x, CView2<H> w, CView1<H> b, View2<H> y, bool
 // Shapes (including dx and db) checked by linear_backward.
 template <class H>
 void linear_backward_half(CView2<H> x, CView2<H> w, CView2<H> dy, View2<H> dx, View2<H> dw,
-                          View1<H> db) {
+                          View1<H> db, bool accumulate) {
   using namespace half_tiles;
   const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t k = static_cast<std::int64_t>(x.extent(1));
   const std::int64_t m = static_cast<std::int64_t>(w.extent(0));
-  if (n == 0) return;  // dw, db += 0; dx is empty
+  if (n == 0) {  // dw, db += 0 (or = 0); dx is empty
+    if (!accumulate) {
+      for (std::size_t i = 0; i < dw.size(); ++i) dw.data()[i] = H(0.0f);
+      for (std::size_t i = 0; i < db.size(); ++i) db.data()[i] = H(0.0f);
+    }
+    return;
+  }
   if (m == 0) {        // dx = dy w is an empty sum; dw and db are empty
     H* dxp = dx.data();
     for (std::size_t i = 0; i < dx.size(); ++i) dxp[i] = H(0.0f);
@@ -135,13 +142,19 @@ void linear_backward_half(CView2<H> x, CView2<H> w, CView2<H> dy, View2<H> dx, V
     }
   }
   // dw += dy^T x, db += column sums of dy: per block of w rows, an fp32 accumulator
-  // loaded from dw / db collects every row block, then is rounded back once.
+  // loaded from dw / db (zeros when overwriting) collects every row block, then is
+  // rounded back once.
   const bool has_db = db.extent(0) != 0;
   const bool one_x_block = n <= blk.rows;
   for (std::int64_t j0 = 0; j0 < m; j0 += blk.cols) {
     const std::int64_t nc = min(blk.cols, m - j0);
-    to_f32(dw.data() + j0 * k, wt, nc * k);
-    if (has_db) to_f32(db.data() + j0, bt, nc);
+    if (accumulate) {
+      to_f32(dw.data() + j0 * k, wt, nc * k);
+      if (has_db) to_f32(db.data() + j0, bt, nc);
+    } else {
+      std::fill(wt, wt + nc * k, 0.0f);
+      if (has_db) std::fill(bt, bt + nc, 0.0f);
+    }
     for (std::int64_t i0 = 0; i0 < n; i0 += blk.rows) {
       const std::int64_t nr = min(blk.rows, n - i0);
       if (j0 == 0 || !one_x_block) to_f32(x.data() + i0 * k, xt, nr * k);
@@ -157,11 +170,11 @@ void linear_backward_half(CView2<H> x, CView2<H> w, CView2<H> dy, View2<H> dx, V
 }
 
 
-// db(m) += column sums of dy(n, m): per block of kColBlock columns, fp32
+// db(m) += column sums of dy(n, m) (db = them when !accumulate): per block of kColBlock columns, fp32
 // accumulators over the rows in row order (deterministic, independent of the
 // thread count), added to db and rounded once.
 template <class T>
-void add_column_sums(const T* dyp, std::int64_t n, std::int64_t m, T* dbp) {
+void add_column_sums(const T* dyp, std::int64_t n, std::int64_t m, T* dbp, bool accumulate) {
   const std::int64_t blocks = (m + kColBlock - 1) / kColBlock;
   Kokkos::parallel_for(kLabelBiasGrad, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
     using C = compute_t<T>;
@@ -173,7 +186,11 @@ void add_column_sums(const T* dyp, std::int64_t n, std::int64_t m, T* dbp) {
       const T* row = dyp + i * m + j0;
       for (std::int64_t j = 0; j < nj; ++j) acc[j] += static_cast<C>(row[j]);
     }
-    for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = T(static_cast<C>(dbp[j0 + j]) + acc[j]);
+    if (accumulate) {
+      for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = T(static_cast<C>(dbp[j0 + j]) + acc[j]);
+    } else {
+      for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = T(acc[j]);
+    }
   });
 }
 
@@ -206,7 +223,8 @@ void linear_forward_dnnl(CView2<T> x, CView2<T> w, CView1<T> b, View2<T> y, bool
 }
 
 template <class T>
-void linear_backward_dnnl(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<T> dw, View1<T> db) {
+void linear_backward_dnnl(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<T> dw, View1<T> db,
+                          bool accumulate) {
   const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t k = static_cast<std::int64_t>(x.extent(1));
   const std::int64_t m = static_cast<std::int64_t>(w.extent(0));
@@ -217,15 +235,15 @@ void linear_backward_dnnl(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, V
     s.ldc = k;
     dnnl_matmul(s, dy.data(), w.data(), nullptr, dx.data(), "linear_backward (dx)");
   }
-  // dw (m x k) += dy^T (dy stored n x m) x (n x k)
+  // dw (m x k) (+)= dy^T (dy stored n x m) x (n x k)
   MatmulShape s = linear_matmul<T>(m, k, n);
   s.trans_a = true;
   s.lda = m;
   s.ldb = k;
   s.ldc = k;
-  s.beta = 1.0f;
+  s.beta = accumulate ? 1.0f : 0.0f;
   dnnl_matmul(s, dy.data(), x.data(), nullptr, dw.data(), "linear_backward (dw)");
-  if (db.extent(0) != 0) add_column_sums<T>(dy.data(), n, m, db.data());
+  if (db.extent(0) != 0) add_column_sums<T>(dy.data(), n, m, db.data(), accumulate);
 }
 
 template <class T>
@@ -284,7 +302,7 @@ void linear_forward(CView2<T> x, CView2<T> w, CView1<T> b, View2<T> y, bool accu
 
 template <class T>
 void linear_backward(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<T> dw,
-                     View1<T> db) {
+                     View1<T> db, bool accumulate) {
   const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
   const std::int64_t m = static_cast<std::int64_t>(w.extent(0));
   SHARDTRAIN_CHECK(x.extent(1) == w.extent(1) && dy.extent(0) == x.extent(0) &&
@@ -303,20 +321,20 @@ void linear_backward(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<
                        " elements, expected " + std::to_string(m));
   if (use_dnnl<T>(n, static_cast<std::int64_t>(x.extent(1)), m)) {
     half_tiles::check_host("linear_backward");
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) linear_backward_dnnl<T>(x, w, dy, dx, dw, db);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16>) linear_backward_dnnl<T>(x, w, dy, dx, dw, db, accumulate);
   } else if constexpr (is_half_v<T>) {
-    linear_backward_half(x, w, dy, dx, dw, db);
+    linear_backward_half(x, w, dy, dx, dw, db, accumulate);
   } else {
     if (dx.size() != 0) gemm<T>(Trans::N, Trans::N, T(1), dy, w, T(0), dx);  // dx = dy w
-    gemm<T>(Trans::T, Trans::N, T(1), dy, x, T(1), dw);  // dw += dy^T x
-    if (db.extent(0) != 0) add_column_sums<T>(dy.data(), n, m, db.data());
+    gemm<T>(Trans::T, Trans::N, T(1), dy, x, accumulate ? T(1) : T(0), dw);  // dw (+)= dy^T x
+    if (db.extent(0) != 0) add_column_sums<T>(dy.data(), n, m, db.data(), accumulate);
   }
 }
 
 #define SHARDTRAIN_INSTANTIATE_LINEAR(T)                                                  \
   template void linear_forward<T>(CView2<T>, CView2<T>, CView1<T>, View2<T>, bool);      \
   template void linear_backward<T>(CView2<T>, CView2<T>, CView2<T>, View2<T>, View2<T>, \
-                                   View1<T>);
+                                   View1<T>, bool);
 SHARDTRAIN_INSTANTIATE_LINEAR(float)
 SHARDTRAIN_INSTANTIATE_LINEAR(double)
 SHARDTRAIN_INSTANTIATE_LINEAR(f16)

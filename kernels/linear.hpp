@@ -19,15 +19,21 @@ template <class T>
 void linear_forward(CView2<T> x, CView2<T> w, CView1<T> b, View2<T> y, bool accumulate = false);
 
 // dx(N,K)  = dy(N,M) · w(M,K)       (skipped when dx is empty)
-// dw(M,K) += dy(N,M)^T · x(N,K)
+// dw(M,K) += dy(N,M)^T · x(N,K)      when accumulate == true
 // db(M)   += sum over rows of dy    (skipped when db is empty)
+// accumulate == false OVERWRITES dw and db instead (dw = dy^T x, db = column sums;
+// N == 0 writes zeros; NaNs in them do not propagate). A caller whose dw and db hold
+// zeros gets the bits of accumulating into them (0 + s == s), without reading them:
+// oneDNN's accumulating matmul costs 3-7% more than the overwriting one on the GPT's
+// backward-weights shapes (benchmarks.md, issue 33).
 template <class T>
-void linear_backward(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<T> dw, View1<T> db);
+void linear_backward(CView2<T> x, CView2<T> w, CView2<T> dy, View2<T> dx, View2<T> dw, View1<T> db,
+                     bool accumulate = true);
 
 #define SHARDTRAIN_DECLARE_LINEAR(T)                                                           \
   extern template void linear_forward<T>(CView2<T>, CView2<T>, CView1<T>, View2<T>, bool);     \
   extern template void linear_backward<T>(CView2<T>, CView2<T>, CView2<T>, View2<T>, View2<T>, \
-                                          View1<T>);
+                                          View1<T>, bool);
 SHARDTRAIN_DECLARE_LINEAR(float)
 SHARDTRAIN_DECLARE_LINEAR(double)
 SHARDTRAIN_DECLARE_LINEAR(f16)

@@ -4,7 +4,8 @@
 //    added) by a row pass first, then one GEMM with beta = 1 adds x w^T. For f16 /
 //    bf16 this rounds twice (y + b, then + x w^T) where the host rounds once; the
 //    difference is within one 16-bit ulp per rounding.
-//  - backward OVERWRITES dx (beta = 0) and ACCUMULATES into dw (beta = 1) and db.
+//  - backward OVERWRITES dx (beta = 0) and ACCUMULATES into dw (beta = 1) and db,
+//    or overwrites them too when !accumulate (beta = 0, db written without reading).
 //  - db: one thread per column sums dy over rows in row order in fp32, adds the
 //    old db and rounds once: deterministic, independent of the launch shape.
 //  - shapes are checked before anything is launched.
@@ -37,14 +38,14 @@ __global__ void bias_rows_kernel(const T* b, T* y, std::int64_t n, std::int64_t 
   y[idx] = accumulate ? store_as<T>(load_f32(y[idx]) + load_f32(b[j])) : b[j];
 }
 
-// db(j) += sum over i of dy(i, j), rows added in order in fp32.
+// db(j) += sum over i of dy(i, j) (db(j) = it when !accumulate), rows added in order in fp32.
 template <class T>
-__global__ void bias_grad_kernel(const T* dy, T* db, std::int64_t n, std::int64_t m) {
+__global__ void bias_grad_kernel(const T* dy, T* db, std::int64_t n, std::int64_t m, bool accumulate) {
   const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (j >= m) return;
   float acc = 0.0f;
   for (std::int64_t i = 0; i < n; ++i) acc += load_f32(dy[i * m + j]);
-  db[j] = store_as<T>(load_f32(db[j]) + acc);
+  db[j] = accumulate ? store_as<T>(load_f32(db[j]) + acc) : store_as<T>(acc);
 }
 
 }  // namespace
@@ -69,14 +70,14 @@ void linear_forward(cublasHandle_t handle, cudaStream_t stream, const T* x, cons
 template <class T>
 void linear_backward(cublasHandle_t handle, cudaStream_t stream, const T* x, const T* w,
                      const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
-                     std::int64_t m) {
+                     std::int64_t m, bool accumulate) {
   check_shape("cuda::linear_backward", n, k, m);
   // dx(n, k) = dy(n, m) w(m, k)   (m == 0: an empty sum, dx = 0)
   if (dx != nullptr) gemm<T>(handle, stream, Trans::N, Trans::N, n, k, m, 1.0f, dy, m, w, k, 0.0f, dx, k);
-  // dw(m, k) += dy(n, m)^T x(n, k)   (n == 0: dw unchanged)
-  gemm<T>(handle, stream, Trans::T, Trans::N, m, k, n, 1.0f, dy, m, x, k, 1.0f, dw, k);
+  // dw(m, k) += dy(n, m)^T x(n, k)   (n == 0: dw unchanged, or zeroed when !accumulate)
+  gemm<T>(handle, stream, Trans::T, Trans::N, m, k, n, 1.0f, dy, m, x, k, accumulate ? 1.0f : 0.0f, dw, k);
   if (db != nullptr && m > 0) {
-    bias_grad_kernel<T><<<blocks_for(m, kThreads), kThreads, 0, stream>>>(dy, db, n, m);
+    bias_grad_kernel<T><<<blocks_for(m, kThreads), kThreads, 0, stream>>>(dy, db, n, m, accumulate);
     check_launch("cuda::linear_backward bias");
   }
 }
@@ -85,7 +86,7 @@ void linear_backward(cublasHandle_t handle, cudaStream_t stream, const T* x, con
   template void linear_forward<T>(cublasHandle_t, cudaStream_t, const T*, const T*, const T*,  \
                                   T*, std::int64_t, std::int64_t, std::int64_t, bool);          \
   template void linear_backward<T>(cublasHandle_t, cudaStream_t, const T*, const T*, const T*, \
-                                   T*, T*, T*, std::int64_t, std::int64_t, std::int64_t);
+                                   T*, T*, T*, std::int64_t, std::int64_t, std::int64_t, bool);
 SHARDTRAIN_CUDA_INSTANTIATE_LINEAR(float)
 SHARDTRAIN_CUDA_INSTANTIATE_LINEAR(__half)
 SHARDTRAIN_CUDA_INSTANTIATE_LINEAR(__nv_bfloat16)

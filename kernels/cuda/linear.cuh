@@ -29,10 +29,12 @@ void linear_forward(cublasHandle_t handle, cudaStream_t stream, const T* x, cons
 // dw(M,K) += dy(N,M)^T x(N,K)
 // db(M)   += sum over rows of dy  (skipped when db == nullptr); one thread per
 //            column adds the rows in order in fp32: deterministic, no atomics.
+// accumulate == false overwrites dw and db instead (beta = 0; N == 0 writes zeros),
+// as kernels/linear.hpp.
 template <class T>
 void linear_backward(cublasHandle_t handle, cudaStream_t stream, const T* x, const T* w,
                      const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
-                     std::int64_t m);
+                     std::int64_t m, bool accumulate = true);
 
 #define SHARDTRAIN_CUDA_DECLARE_LINEAR(T)                                                      \
   extern template void linear_forward<T>(cublasHandle_t, cudaStream_t, const T*, const T*,    \
@@ -40,7 +42,7 @@ void linear_backward(cublasHandle_t handle, cudaStream_t stream, const T* x, con
                                          std::int64_t, bool);                                 \
   extern template void linear_backward<T>(cublasHandle_t, cudaStream_t, const T*, const T*,   \
                                           const T*, T*, T*, T*, std::int64_t, std::int64_t,   \
-                                          std::int64_t);
+                                          std::int64_t, bool);
 SHARDTRAIN_CUDA_DECLARE_LINEAR(float)
 SHARDTRAIN_CUDA_DECLARE_LINEAR(__half)
 SHARDTRAIN_CUDA_DECLARE_LINEAR(__nv_bfloat16)

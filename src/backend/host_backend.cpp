@@ -237,10 +237,10 @@ class HostModelOps {
                                   View2<T>(y, n, m), accumulate);
   }
   void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
-                       std::int64_t m) {
+                       std::int64_t m, bool accumulate) {
     shardtrain::linear_backward<T>(CView2<T>(x, n, k), CView2<T>(w, m, k), CView2<T>(dy, n, m),
                                    dx ? View2<T>(dx, n, k) : View2<T>(), View2<T>(dw, m, k),
-                                   db ? View1<T>(db, m) : View1<T>());
+                                   db ? View1<T>(db, m) : View1<T>(), accumulate);
   }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T* workspace, T* out) {
     const AttentionShape h = host_shape(s);

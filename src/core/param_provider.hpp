@@ -26,6 +26,13 @@ class ParamProvider {
   virtual T* acquire_grads(int group) = 0;
   // The backward pass has finished writing group g's gradients.
   virtual void grads_ready(int group) = 0;
+  // True when group g's gradient storage (as acquire_grads returns it) holds only
+  // zeros: no grads_ready(g) since it was cleared. The provider sees no writes
+  // before grads_ready, so a model asks before its pass first writes the group;
+  // it may then OVERWRITE the gradients it writes first (a Linear's dw and db)
+  // instead of adding: the same bits, without reading the zeros. false is always
+  // safe (and the default).
+  virtual bool grads_zero(int /*group*/) const { return false; }
   // Hint: group g's parameters will be acquired next (a sharded provider starts
   // gathering them now). Providers that hold everything ignore it.
   virtual void prefetch(int /*group*/) {}

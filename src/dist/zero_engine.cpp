@@ -81,6 +81,7 @@ ZeroEngine<P>::ZeroEngine(ModelState<P>& state, const Options& options, Communic
   MemorySpace* space = m_backend.memory();
 
   m_span_of_group.assign(layout.num_groups(), -1);
+  m_grads_written.assign(static_cast<std::size_t>(layout.num_groups()), char(1));
   for (const auto& [first, last] : zero_plan_buckets(layout, options.bucket_mb, sizeof(P))) {
     Span sp;
     sp.first = first;
@@ -140,6 +141,7 @@ typename ZeroEngine<P>::Buffer& ZeroEngine<P>::take_grad_buffer(int s) {
       best->ready = 0;
       Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradZero);
       m_ops.fill_zero(best->data.data(), need);
+      for (int g = m_spans[s].first; g <= m_spans[s].last; ++g) m_grads_written[g] = 0;
       return *best;
     }
     // All fitting buffers are busy: complete the oldest in-flight reduction.
@@ -189,7 +191,13 @@ P* ZeroEngine<P>::acquire_grads(int g) {
 }
 
 template <class P>
+bool ZeroEngine<P>::grads_zero(int g) const {
+  return m_grads_written.at(static_cast<std::size_t>(g)) == 0;
+}
+
+template <class P>
 void ZeroEngine<P>::grads_ready(int g) {
+  m_grads_written.at(static_cast<std::size_t>(g)) = 1;
   if (m_stage < 2) return;
   const int s = m_span_of_group[g];
   Buffer* b = active_grad_buffer(s);
@@ -215,6 +223,8 @@ void ZeroEngine<P>::begin_step() {
   Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradZero);
   const std::span<P> grads = m_state.grads();
   m_ops.fill_zero(grads.data(), static_cast<std::int64_t>(grads.size()));
+  // Stages 2-3 stage the model's gradients in buckets, zeroed when taken.
+  if (m_stage < 2) std::fill(m_grads_written.begin(), m_grads_written.end(), char(0));
 }
 
 template <class P>

@@ -77,6 +77,9 @@ class ZeroEngine final : public ParamProvider<P> {
   void release_params(int group) override;
   P* acquire_grads(int group) override;
   void grads_ready(int group) override;
+  // Stages 0-1: no grads_ready(g) since begin_step; stages 2-3: none since the
+  // group's bucket took a (zeroed) staging buffer.
+  bool grads_zero(int group) const override;
   void prefetch(int group) override;
 
   // Zeroes the gradient accumulators; call before the first micro-batch of a step.
@@ -145,6 +148,9 @@ class ZeroEngine final : public ParamProvider<P> {
   std::vector<Buffer> m_grad_buffers;   // stages 2-3: sized [largest, second, second] span
   std::vector<Buffer> m_param_buffers;  // stage 3: the same sizes
   std::uint64_t m_clock = 0;            // orders buffer events
+  // Per group: 1 once grads_ready reported it since its gradient memory was last
+  // zeroed (begin_step, or its bucket's take_grad_buffer); 1 before any begin_step.
+  std::vector<char> m_grads_written;
   bool m_plant_overflow = false;
 };
 

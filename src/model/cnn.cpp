@@ -347,7 +347,7 @@ void Cnn<T>::backward(T dloss) {
     T* dx = j > 0 || nconv > 0 ? take() : nullptr;
     if (work) {
       m_ops->linear_backward(x, base + rel(g, 0), dy, dx, gbase + rel(g, 0), gbase + rel(g, 1), batch,
-                             m_plan.fc_in[j], m_plan.fc_out[j]);
+                             m_plan.fc_in[j], m_plan.fc_out[j], /*accumulate=*/!m_provider->grads_zero(g));
       if (j > 0) {
         const std::int64_t elems = batch * m_plan.fc_in[j];
         if (m_training) m_ops->dropout_backward(dropout_params(j - 1), dx, dx, elems);

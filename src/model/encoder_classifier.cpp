@@ -248,7 +248,8 @@ void EncoderClassifier<T>::backward(T dloss) {
   m_provider->prefetch(l_count);
   T* hg = m_provider->acquire_grads(head_group());
   if (work) {
-    m_ops->linear_backward(m_pooled, rel(hb, e + 2), m_logits, dpooled, rel(hg, e + 2), rel(hg, e + 3), batch, c, k);
+    m_ops->linear_backward(m_pooled, rel(hb, e + 2), m_logits, dpooled, rel(hg, e + 2), rel(hg, e + 3), batch, c, k,
+                           /*accumulate=*/!m_provider->grads_zero(head_group()));
     if (drop) m_ops->dropout_backward(dropout_site(kDropoutStreamHead, c), dpooled, dpooled, batch * c);
     m_ops->seq_mean_pool_backward(dpooled, pool_lengths(), m_ws.dsmall, batch, t, c);
     m_ops->fill(m_ws.dres, T(0), bt * c);
@@ -266,7 +267,8 @@ void EncoderClassifier<T>::backward(T dloss) {
       const std::int64_t* r = m_rel.data() + 2 + l * kTransformerBlockTensors;
       const T* x = l == 0 ? m_emb_out : m_block_acts[l - 1].out;
       transformer_block_backward(*m_ops, block_shape(), block_run(l), transformer_block_params(pb, r),
-                                 transformer_block_params(gb, r), x, m_block_acts[l], m_ws);
+                                 transformer_block_params(gb, r), x, m_block_acts[l], m_ws,
+                                 m_provider->grads_zero(l + 1));
     }
     m_provider->grads_ready(l + 1);
     m_provider->release_params(l + 1);

@@ -324,7 +324,7 @@ void Gpt<T>::run_ops(std::size_t first, std::size_t last, bool work, std::int64_
         acquire_grads(l + 1);
         if (work)
           transformer_block_backward(*m_ops, block_shape(), block_run(batch), m_blocks[l], m_dblocks[l], x,
-                                     m_int_acts[l], m_ws);
+                                     m_int_acts[l], m_ws, m_provider->grads_zero(l + 1));
         m_provider->grads_ready(l + 1);
         m_provider->release_params(l + 1);
         stack_pop(m_int_acts[l].ln1_mean);
@@ -352,7 +352,10 @@ void Gpt<T>::backward(T dloss) {
   if (work) m_ops->cross_entropy_backward(m_logits, m_targets, dloss, m_logits, bt, v);
   acquire_params(0);
   acquire_grads(0);  // wte collects from the LM head now and from the embedding at the end
-  if (work) m_ops->linear_backward(m_lnf_out, m_wte.data(), m_logits, dsmall, m_dwte.data(), nullptr, bt, c, v);
+  // The LM head writes wte's gradient first (the embedding adds to it at the end).
+  if (work)
+    m_ops->linear_backward(m_lnf_out, m_wte.data(), m_logits, dsmall, m_dwte.data(), nullptr, bt, c, v,
+                           /*accumulate=*/!m_provider->grads_zero(0));
   m_provider->release_params(0);
 
   const std::size_t fp = static_cast<std::size_t>(m_schedule.forward_ops_in_pass);

@@ -158,7 +158,8 @@ void Mlp<T>::backward(T dloss) {
     T* dx = l == 0 ? nullptr : bufs[l % 2];
     if (work) {
       m_ops->linear_backward(x, base + rel(l, 0), dy, dx, gbase + rel(l, 0), gbase + rel(l, 1), batch,
-                             m_dims.in_of(l), m_dims.out_of(l));
+                             m_dims.in_of(l), m_dims.out_of(l),
+                             /*accumulate=*/!m_provider->grads_zero(static_cast<int>(l)));
       if (l > 0) m_ops->relu_backward(m_hidden_out[l - 1], dx, dx, batch * m_dims.in_of(l));
     }
     m_provider->grads_ready(static_cast<int>(l));

@@ -171,9 +171,10 @@ void transformer_block_forward(ModelOps<T>& ops, const TransformerBlockShape& s,
 template <class T>
 void transformer_block_backward(ModelOps<T>& ops, const TransformerBlockShape& s, const TransformerBlockRun& run,
                                 const TransformerBlockParams<T>& p, const TransformerBlockParams<T>& g, const T* x,
-                                const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w) {
+                                const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w, bool grads_zero) {
   const std::int64_t bt = run.batch * s.seq_len, c = s.channels;
   const bool drop = run.dropout_active();
+  const bool acc = !grads_zero;  // the linears' dw, db: add, or overwrite the zeros
   T* dres = w.dres;
   // out = resid1 + drop(fc2(gelu(fc(ln2(resid1))))); dres holds d out.
   const T* dfc2 = dres;
@@ -181,9 +182,9 @@ void transformer_block_backward(ModelOps<T>& ops, const TransformerBlockShape& s
     ops.dropout_backward(site(s, run, 1), dres, w.dsmall, bt * c);
     dfc2 = w.dsmall;
   }
-  ops.linear_backward(a.fc_act, p.fc2_w, dfc2, w.dbig1, g.fc2_w, g.fc2_b, bt, 4 * c, c);
+  ops.linear_backward(a.fc_act, p.fc2_w, dfc2, w.dbig1, g.fc2_w, g.fc2_b, bt, 4 * c, c, acc);
   ops.gelu_backward(a.fc_pre, w.dbig1, w.dbig2, bt * 4 * c);
-  ops.linear_backward(a.ln2_out, p.fc_w, w.dbig2, w.dsmall, g.fc_w, g.fc_b, bt, c, 4 * c);
+  ops.linear_backward(a.ln2_out, p.fc_w, w.dbig2, w.dsmall, g.fc_w, g.fc_b, bt, c, 4 * c, acc);
   ops.layernorm_backward(a.resid1, p.ln2_w, a.ln2_mean, a.ln2_rstd, w.dsmall, dres, g.ln2_w, g.ln2_b, bt, c);
   // resid1 = x + drop(proj(attention(qkv(ln1(x))))); dres now holds d resid1.
   const T* dproj = dres;
@@ -191,9 +192,9 @@ void transformer_block_backward(ModelOps<T>& ops, const TransformerBlockShape& s
     ops.dropout_backward(site(s, run, 0), dres, w.dbig2, bt * c);  // dbig2 is free again
     dproj = w.dbig2;
   }
-  ops.linear_backward(a.att_out, p.proj_w, dproj, w.dsmall, g.proj_w, g.proj_b, bt, c, c);
+  ops.linear_backward(a.att_out, p.proj_w, dproj, w.dsmall, g.proj_w, g.proj_b, bt, c, c, acc);
   ops.attention_backward(attn_shape(s, run), a.att_out, w.dsmall, a.att_saved, w.att, w.dbig1);
-  ops.linear_backward(a.ln1_out, p.qkv_w, w.dbig1, w.dsmall, g.qkv_w, g.qkv_b, bt, c, 3 * c);
+  ops.linear_backward(a.ln1_out, p.qkv_w, w.dbig1, w.dsmall, g.qkv_w, g.qkv_b, bt, c, 3 * c, acc);
   ops.layernorm_backward(x, p.ln1_w, a.ln1_mean, a.ln1_rstd, w.dsmall, dres, g.ln1_w, g.ln1_b, bt, c);
 }
 
@@ -210,7 +211,7 @@ void transformer_block_backward(ModelOps<T>& ops, const TransformerBlockShape& s
   template void transformer_block_backward<T>(ModelOps<T>&, const TransformerBlockShape&,                        \
                                               const TransformerBlockRun&, const TransformerBlockParams<T>&,      \
                                               const TransformerBlockParams<T>&, const T*,                        \
-                                              const TransformerBlockActs<T>&, const TransformerBlockWork<T>&);
+                                              const TransformerBlockActs<T>&, const TransformerBlockWork<T>&, bool);
 SHARDTRAIN_INSTANTIATE_BLOCK(float)
 SHARDTRAIN_INSTANTIATE_BLOCK(double)
 SHARDTRAIN_INSTANTIATE_BLOCK(f16)

@@ -112,10 +112,13 @@ void transformer_block_forward(ModelOps<T>& ops, const TransformerBlockShape& s,
                                T eps, const TransformerBlockParams<T>& p, const T* x,
                                const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w);
 
-// w.dres holds d(out) on entry and d(x) on return; grads += ...
+// w.dres holds d(out) on entry and d(x) on return; grads += ... When grads_zero
+// (the provider's ParamProvider::grads_zero for the block's group: g holds only
+// zeros) the four linears OVERWRITE their weight and bias gradients instead: the
+// same bits, without reading g (the layernorms still add).
 template <class T>
 void transformer_block_backward(ModelOps<T>& ops, const TransformerBlockShape& s, const TransformerBlockRun& run,
                                 const TransformerBlockParams<T>& p, const TransformerBlockParams<T>& g, const T* x,
-                                const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w);
+                                const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w, bool grads_zero);
 
 }  // namespace shardtrain

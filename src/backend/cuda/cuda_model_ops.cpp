@@ -187,8 +187,9 @@ class CudaModelOps {
     cuda::linear_forward(m_cublas, m_stream, dev(x), dev(w), dev(b), dev(y), n, k, m, accumulate);
   }
   void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
-                       std::int64_t m) {
-    cuda::linear_backward(m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), n, k, m);
+                       std::int64_t m, bool accumulate) {
+    cuda::linear_backward(m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), n, k, m,
+                          accumulate);
   }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) {
     cuda::attention_forward(m_cublas, m_stream, shape(s), dev(qkv), dev(saved), m_scratch.data(), m_scratch_bytes,

@@ -93,18 +93,33 @@ void serve_and_reduce(int stage, double bucket_mb) {
 
   // Two micro-batches: every rank adds (rank + 1) * grad_of(i) each time; group
   // 0 gets half of it first (the tied LM head) and half at the end of backward.
+  // grads_zero(g), asked before a group's first write of the pass, is true exactly
+  // when its storage is zeroed for it (the first micro-batch; every micro-batch at
+  // stages 2-3, whose buckets are staged afresh), and then the storage is zeros.
+  EXPECT_FALSE(engine.grads_zero(0)) << "before any begin_step";
   engine.begin_step();
   const float w = static_cast<float>(comm.rank() + 1);
   auto add = [](P& x, float y) { x = P(static_cast<float>(x) + y); };
+  auto check_zero = [&](int g, const P* d, int micro) {
+    const bool want = micro == 0 || stage >= 2;
+    EXPECT_EQ(engine.grads_zero(g), want) << "stage " << stage << " micro-batch " << micro << " group " << g;
+    if (!engine.grads_zero(g)) return;
+    const auto [a, b] = layout.group_range(g);
+    for (std::int64_t i = a; i < b; ++i)
+      ASSERT_EQ(static_cast<float>(d[i - a]), 0.0f) << "grads_zero(" << g << ") but element " << i << " is not";
+  };
   for (int micro = 0; micro < 2; ++micro) {
     const auto [a0, b0] = layout.group_range(0);
     P* d0 = engine.acquire_grads(0);
+    check_zero(0, d0, micro);
     for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));
     for (int g = layout.num_groups() - 1; g >= 1; --g) {
       const auto [a, b] = layout.group_range(g);
       P* d = engine.acquire_grads(g);
+      check_zero(g, d, micro);
       for (std::int64_t i = a; i < b; ++i) add(d[i - a], w * grad_of(i));
       engine.grads_ready(g);
+      EXPECT_FALSE(engine.grads_zero(g)) << "after grads_ready(" << g << ")";
     }
     d0 = engine.acquire_grads(0);
     for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));

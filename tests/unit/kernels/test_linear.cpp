@@ -1,13 +1,19 @@
 // Tests linear_forward / linear_backward: forward (with and without bias, overwrite
 // and accumulate) against a naive loop in double and float; float64 central-
 // difference checks of dx, dw, db (bias, no bias, accumulate forward); the
-// conventions dx OVERWRITTEN, dw/db ACCUMULATED, empty dx/db skipped; shape errors.
+// conventions dx OVERWRITTEN, dw/db ACCUMULATED, empty dx/db skipped; shape errors;
+// accumulate == false: dw/db overwritten (NaNs there do not propagate), bit for bit
+// what accumulating into zeros gives, for every storage type and path.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernel_test_util.hpp"
+#include "kernels/half_scratch.hpp"
 #include "kernels/linear.hpp"
 
 namespace shardtrain {
@@ -145,6 +151,57 @@ TEST(Linear, FloatBackwardMatchesDouble) {
   EXPECT_LE(test::max_scaled_error(dxf, dx), 1e-6);
   EXPECT_LE(test::max_scaled_error(dwf, dw), 1e-6);
   EXPECT_LE(test::max_scaled_error(dbf, db), 1e-6);
+}
+
+// accumulate == false on every path (double: the plain GEMM; float and bf16 on
+// an AVX512-BF16 CPU: oneDNN with beta 0; f16 and bf16 elsewhere: the fp32 block
+// path): dw and db start as NaN, and must come out equal to accumulating into
+// zeros (== on the values: +0 and -0 count as equal), with dx as before. n = 0
+// writes zeros. Shapes span several blocks of the 16-bit path.
+template <class T>
+void check_overwrite(std::int64_t n, std::int64_t k, std::int64_t m, const std::string& label) {
+  SCOPED_TRACE(label);
+  auto x = cast_vector<T>(test::random_vector(n * k, 21)), w = cast_vector<T>(test::random_vector(m * k, 22));
+  auto dy = cast_vector<T>(test::random_vector(n * m, 23));
+  const T nan = T(std::nanf(""));
+  std::vector<float> scratch(static_cast<std::size_t>(linear_half_scratch_elems(n, k, m)) + 1);
+  half_scratch_bind(scratch.data(), scratch.size());  // the 16-bit paths' fp32 blocks
+  struct Unbind { ~Unbind() { half_scratch_bind(nullptr, 0); } } unbind;
+  std::vector<T> dx_a(n * k), dw_a(m * k, T(0.0f)), db_a(m, T(0.0f));
+  std::vector<T> dx_o(n * k), dw_o(m * k, nan), db_o(m, nan);
+  linear_backward<T>(cview2(x, n, k), cview2(w, m, k), cview2(dy, n, m), view2(dx_a, n, k), view2(dw_a, m, k),
+                     view1(db_a), /*accumulate=*/true);
+  linear_backward<T>(cview2(x, n, k), cview2(w, m, k), cview2(dy, n, m), view2(dx_o, n, k), view2(dw_o, m, k),
+                     view1(db_o), /*accumulate=*/false);
+  auto val = [](T v) -> double {
+    if constexpr (std::is_same_v<T, double>) return v;
+    else return static_cast<double>(static_cast<float>(v));
+  };
+  auto same = [&](const std::vector<T>& a, const std::vector<T>& b, const char* what) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!(val(a[i]) == val(b[i]))) {
+        ADD_FAILURE() << what << "[" << i << "]: accumulated into zeros " << val(a[i]) << ", overwritten "
+                      << val(b[i]);
+        return;
+      }
+  };
+  same(dw_a, dw_o, "dw");
+  same(db_a, db_o, "db");
+  same(dx_a, dx_o, "dx");
+}
+
+template <class T>
+void check_overwrite_all(const std::string& type) {
+  check_overwrite<T>(6, 5, 4, type + " small");
+  check_overwrite<T>(300, 70, 260, type + " several blocks");
+  check_overwrite<T>(0, 5, 4, type + " n = 0 writes zeros");
+}
+
+TEST(Linear, OverwriteEqualsAccumulatingIntoZeros) {
+  check_overwrite_all<double>("double");
+  check_overwrite_all<float>("float");
+  check_overwrite_all<f16>("f16");
+  check_overwrite_all<bf16>("bf16");
 }
 
 TEST(Linear, ShapeMismatchThrows) {
