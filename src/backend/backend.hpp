@@ -50,6 +50,8 @@ class VectorOps {
   virtual void fill_zero(P* x, std::int64_t n) = 0;
   // dst += src, element by element in fp32, rounded to P once.
   virtual void accumulate(const P* src, P* dst, std::int64_t n) = 0;
+  // dst = src (ranges do not overlap).
+  virtual void copy(const P* src, P* dst, std::int64_t n) = 0;
   // x[0] = +inf (the test hook that plants an overflow).
   virtual void set_inf(P* x) = 0;
   // Sum of squares (in double, a fixed order) of g[lo, hi) restricted to the

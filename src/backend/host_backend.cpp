@@ -50,6 +50,7 @@ class HostVectorOps final : public VectorOps<P> {
     const std::size_t len = static_cast<std::size_t>(n);
     shardtrain::accumulate<P>(CView1<P>(src, len), View1<P>(dst, len));
   }
+  void copy(const P* src, P* dst, std::int64_t n) override { std::copy(src, src + n, dst); }
   void set_inf(P* x) override { x[0] = P(std::numeric_limits<float>::infinity()); }
   double sum_of_squares(const ParamLayout& layout, const P* g, std::int64_t lo, std::int64_t hi) override {
     // Tensor by tensor (kernels/adamw.hpp): lane sums within a tensor, tensors in layout order.

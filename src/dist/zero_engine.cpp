@@ -99,6 +99,7 @@ ZeroEngine<P>::ZeroEngine(ModelState<P>& state, const Options& options, Communic
     for (int g = first; g <= last; ++g) m_span_of_group[g] = static_cast<int>(m_spans.size());
     m_spans.push_back(std::move(sp));
   }
+  m_shard_written.assign(m_spans.size(), char(1));  // until begin_step: accumulate, as before
 
   std::vector<std::int64_t> sizes;
   for (int s = 0; s < num_buckets(); ++s) sizes.push_back(span_size(s));
@@ -175,9 +176,16 @@ void ZeroEngine<P>::complete_grad_buffer(Buffer& b) {
   const Span& sp = m_spans[b.span];
   const std::int64_t count = static_cast<std::int64_t>(sp.counts[m_comm.rank()]);
   if (count > 0) {
-    // The reduced block sits at the rank's own place in the buffer (in place).
-    m_ops.accumulate(b.data.data() + sp.own_displ, m_state.grads_at(std::max(sp.lo, m_lo)), count);
+    // The reduced block sits at the rank's own place in the buffer (in place). The
+    // step's first reduction of the span writes the shard's gradients, later ones
+    // (micro-batches) add to them: the bits of adding to zeros, without the zeros.
+    P* dst = m_state.grads_at(std::max(sp.lo, m_lo));
+    if (m_shard_written[b.span])
+      m_ops.accumulate(b.data.data() + sp.own_displ, dst, count);
+    else
+      m_ops.copy(b.data.data() + sp.own_displ, dst, count);
   }
+  m_shard_written[b.span] = 1;
   b.span = -1;
 }
 
@@ -222,9 +230,18 @@ template <class P>
 void ZeroEngine<P>::begin_step() {
   Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradZero);
   const std::span<P> grads = m_state.grads();
-  m_ops.fill_zero(grads.data(), static_cast<std::int64_t>(grads.size()));
-  // Stages 2-3 stage the model's gradients in buckets, zeroed when taken.
-  if (m_stage < 2) std::fill(m_grads_written.begin(), m_grads_written.end(), char(0));
+  if (m_stage < 2) {
+    m_ops.fill_zero(grads.data(), static_cast<std::int64_t>(grads.size()));
+    std::fill(m_grads_written.begin(), m_grads_written.end(), char(0));
+    return;
+  }
+  // Stages 2-3 stage the model's gradients in buckets (zeroed when taken, which
+  // resets m_grads_written), and each span's first reduction of the step
+  // overwrites its part of the shard; the shard is zeroed once, for what no span
+  // covers (padding).
+  if (!m_shard_zeroed) m_ops.fill_zero(grads.data(), static_cast<std::int64_t>(grads.size()));
+  m_shard_zeroed = true;
+  std::fill(m_shard_written.begin(), m_shard_written.end(), char(0));
 }
 
 template <class P>

@@ -82,7 +82,9 @@ class ZeroEngine final : public ParamProvider<P> {
   bool grads_zero(int group) const override;
   void prefetch(int group) override;
 
-  // Zeroes the gradient accumulators; call before the first micro-batch of a step.
+  // Starts a step's gradients: stages 0-1 zero them; stages 2-3 let each span's
+  // first reduction overwrite the shard's part (zeroing the shard only the first
+  // time). Call before the first micro-batch of a step.
   void begin_step();
   // Completes every gradient reduction of the step; returns the global squared
   // L2 norm of the gradient (identical on every rank; inf or NaN when any
@@ -151,6 +153,10 @@ class ZeroEngine final : public ParamProvider<P> {
   // Per group: 1 once grads_ready reported it since its gradient memory was last
   // zeroed (begin_step, or its bucket's take_grad_buffer); 1 before any begin_step.
   std::vector<char> m_grads_written;
+  // Stages 2-3, per span: 1 once a reduction of the step has written its part of
+  // the shard's gradients (the next one adds); reset by begin_step.
+  std::vector<char> m_shard_written;
+  bool m_shard_zeroed = false;  // the shard's gradients were zeroed once (stages 2-3)
   bool m_plant_overflow = false;
 };
 

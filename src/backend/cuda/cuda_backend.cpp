@@ -86,6 +86,11 @@ class CudaVectorOps final : public VectorOps<P> {
     if (n > 0) SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(x, 0, static_cast<std::size_t>(n) * sizeof(P), m_stream));
   }
   void accumulate(const P* src, P* dst, std::int64_t n) override { cuda::accumulate(dev(src), dev(dst), n, m_stream); }
+  void copy(const P* src, P* dst, std::int64_t n) override {
+    if (n > 0)
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(P), cudaMemcpyDeviceToDevice,
+                                            m_stream));
+  }
   void set_inf(P* x) override {
     const P inf(std::numeric_limits<float>::infinity());
     SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(x, &inf, sizeof(P), cudaMemcpyHostToDevice, m_stream));
@@ -176,6 +181,7 @@ class NoDoubleOps final : public VectorOps<double> {
  public:
   void fill_zero(double*, std::int64_t) override { fail(); }
   void accumulate(const double*, double*, std::int64_t) override { fail(); }
+  void copy(const double*, double*, std::int64_t) override { fail(); }
   void set_inf(double*) override { fail(); }
   double sum_of_squares(const ParamLayout&, const double*, std::int64_t, std::int64_t) override { fail(); }
   std::int64_t first_non_finite(const double*, std::int64_t) override { fail(); }

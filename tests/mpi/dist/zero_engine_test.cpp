@@ -13,6 +13,7 @@
 #include <cmath>
 #include <tuple>
 #include <type_traits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -97,42 +98,46 @@ void serve_and_reduce(int stage, double bucket_mb) {
   // when its storage is zeroed for it (the first micro-batch; every micro-batch at
   // stages 2-3, whose buckets are staged afresh), and then the storage is zeros.
   EXPECT_FALSE(engine.grads_zero(0)) << "before any begin_step";
-  engine.begin_step();
-  const float w = static_cast<float>(comm.rank() + 1);
-  auto add = [](P& x, float y) { x = P(static_cast<float>(x) + y); };
-  auto check_zero = [&](int g, const P* d, int micro) {
-    const bool want = micro == 0 || stage >= 2;
-    EXPECT_EQ(engine.grads_zero(g), want) << "stage " << stage << " micro-batch " << micro << " group " << g;
-    if (!engine.grads_zero(g)) return;
-    const auto [a, b] = layout.group_range(g);
-    for (std::int64_t i = a; i < b; ++i)
-      ASSERT_EQ(static_cast<float>(d[i - a]), 0.0f) << "grads_zero(" << g << ") but element " << i << " is not";
-  };
-  for (int micro = 0; micro < 2; ++micro) {
-    const auto [a0, b0] = layout.group_range(0);
-    P* d0 = engine.acquire_grads(0);
-    check_zero(0, d0, micro);
-    for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));
-    for (int g = layout.num_groups() - 1; g >= 1; --g) {
+  // Two steps of the same gradients: the second must not see the first's.
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    engine.begin_step();
+    const float w = static_cast<float>(comm.rank() + 1);
+    auto add = [](P& x, float y) { x = P(static_cast<float>(x) + y); };
+    auto check_zero = [&](int g, const P* d, int micro) {
+      const bool want = micro == 0 || stage >= 2;
+      EXPECT_EQ(engine.grads_zero(g), want) << "stage " << stage << " micro-batch " << micro << " group " << g;
+      if (!engine.grads_zero(g)) return;
       const auto [a, b] = layout.group_range(g);
-      P* d = engine.acquire_grads(g);
-      check_zero(g, d, micro);
-      for (std::int64_t i = a; i < b; ++i) add(d[i - a], w * grad_of(i));
-      engine.grads_ready(g);
-      EXPECT_FALSE(engine.grads_zero(g)) << "after grads_ready(" << g << ")";
+      for (std::int64_t i = a; i < b; ++i)
+        ASSERT_EQ(static_cast<float>(d[i - a]), 0.0f) << "grads_zero(" << g << ") but element " << i << " is not";
+    };
+    for (int micro = 0; micro < 2; ++micro) {
+      const auto [a0, b0] = layout.group_range(0);
+      P* d0 = engine.acquire_grads(0);
+      check_zero(0, d0, micro);
+      for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));
+      for (int g = layout.num_groups() - 1; g >= 1; --g) {
+        const auto [a, b] = layout.group_range(g);
+        P* d = engine.acquire_grads(g);
+        check_zero(g, d, micro);
+        for (std::int64_t i = a; i < b; ++i) add(d[i - a], w * grad_of(i));
+        engine.grads_ready(g);
+        EXPECT_FALSE(engine.grads_zero(g)) << "after grads_ready(" << g << ")";
+      }
+      d0 = engine.acquire_grads(0);
+      for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));
+      engine.grads_ready(0);
     }
-    d0 = engine.acquire_grads(0);
-    for (std::int64_t i = a0; i < b0; ++i) add(d0[i - a0], 0.5f * w * grad_of(i));
-    engine.grads_ready(0);
+    const double norm2 = engine.finish_gradients();
+    const double ranks_sum = 2.0 * n * (n + 1) / 2.0;  // two micro-batches of sum(r + 1)
+    double expected = 0.0;
+    for (const auto& e : layout.entries())
+      for (std::int64_t i = e.offset; i < e.offset + e.numel; ++i)
+        expected += ranks_sum * ranks_sum * static_cast<double>(grad_of(i)) * grad_of(i);
+    EXPECT_NEAR(norm2, expected, norm_tol * expected);
+    EXPECT_EQ(engine.first_non_finite_gradient(), -1);
   }
-  const double norm2 = engine.finish_gradients();
-  const double ranks_sum = 2.0 * n * (n + 1) / 2.0;  // two micro-batches of sum(r + 1)
-  double expected = 0.0;
-  for (const auto& e : layout.entries())
-    for (std::int64_t i = e.offset; i < e.offset + e.numel; ++i)
-      expected += ranks_sum * ranks_sum * static_cast<double>(grad_of(i)) * grad_of(i);
-  EXPECT_NEAR(norm2, expected, norm_tol * expected);
-  EXPECT_EQ(engine.first_non_finite_gradient(), -1);
 
   // One AdamW step (fp32 master weights for 16-bit P); afterwards every rank
   // sees the same parameters for every group.

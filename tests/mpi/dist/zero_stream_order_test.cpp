@@ -116,6 +116,7 @@ class RecordingOps final : public VectorOps<P> {
   RecordingOps(VectorOps<P>& inner, Trace& t) : m_in(inner), m_t(t) {}
   void fill_zero(P* x, std::int64_t n) override { k("fill_zero", {r(x, n)}); m_in.fill_zero(x, n); }
   void accumulate(const P* s, P* d, std::int64_t n) override { k("accumulate", {r(s, n), r(d, n)}); m_in.accumulate(s, d, n); }
+  void copy(const P* s, P* d, std::int64_t n) override { k("copy", {r(s, n), r(d, n)}); m_in.copy(s, d, n); }
   void set_inf(P* x) override { k("set_inf", {r(x, 1)}); m_in.set_inf(x); }
   double sum_of_squares(const ParamLayout& l, const P* g, std::int64_t lo, std::int64_t hi) override {
     k("sum_of_squares", {r(g, hi - lo)});
