@@ -8,14 +8,25 @@
 //   slice is a contiguous (T, hd) matrix; probs(b,h,t,s) = softmax over the
 //   unmasked s (s < len_b, and s <= t when causal) of q.k / sqrt(hd), exactly 0
 //   where masked.
-// workspace (attention_workspace_elems = T*T + T*hd), scratch valid only during one call:
-//   forward:  [ K^T (hd,T) | unused ] of the (b, h) pair being processed;
-//   backward: [ dP / dS (T,T) | V^T (hd,T) ] of the (b, h) pair being processed.
-// The (b, h) pairs are processed one after another from the host: each issues its
-// products (small_gemm, kernels/small_gemm.hpp: register tiles, no packing, every
-// element one fma chain over the inner index) and one row-parallel softmax kernel,
-// which keeps the (T,T) block hot in cache and makes the workspace independent of
-// B and H. Operands inside qkv/out/dout/dqkv are addressed in place with their row
+// workspace (attention_workspace_elems = slots * (T*T + T*hd)), scratch valid only
+// during one call, one piece of T*T + T*hd per slot (slots = attention_pair_slots):
+//   forward:  [ K^T (hd,T) | unused ] of the (b, h) pair the slot is processing;
+//   backward: [ dP / dS (T,T) | V^T (hd,T) ] of the (b, h) pair the slot is processing.
+// Each (b, h) pair issues its products (small_gemm, kernels/small_gemm.hpp: register
+// tiles, no packing, every element one fma chain over the inner index) and its
+// softmax rows, which keeps the (T,T) block hot in cache and makes the workspace
+// independent of B and H (beyond the slots). How the pairs are spread
+// (for_each_pair):
+//   - one slot (Serial Kokkos, one thread, or B*H = 1): the pairs one after another
+//     from the host, each softmax a row-parallel Kokkos kernel (as before issue 36);
+//   - more than one thread: slots = min(threads, B*H), one parallel_for iteration
+//     per slot running the pairs slot, slot + slots, ... in order on its thread with
+//     its own workspace piece (its own 16-bit tiles), the softmax rows a plain loop.
+//     Every pair's arithmetic is the one-slot arithmetic (the same row functions and
+//     small_gemm calls), and no sum runs across pairs, so the results are bitwise
+//     the same at every thread count and as the Serial build's (test
+//     AttentionPairs.* in tests/unit/kernels/test_attention.cpp).
+// Operands inside qkv/out/dout/dqkv are addressed in place with their row
 // stride (C or 3C); P^T and dS^T are P and dS read with swapped strides; K^T and
 // V^T are transposed into the workspace (small_gemm wants B's rows contiguous):
 //   forward:  S = (1/sqrt(hd)) Q K^T -> probs (softmax in place), out[b,:,h] = P V
@@ -46,8 +57,8 @@
 //             rounded once into the q/k/v columns of dqkv[b, :, h].
 // So the 16-bit results are the fp32 kernel's per-head math on the 16-bit inputs
 // (the backward on the 16-bit saved probs), each output rounded once. Per head, not
-// per sequence: the scratch is 7*T*hd + 2*T^2 floats (forward uses 4*T*hd + T^2 of
-// it) instead of growing with H (GPT-2 small, T = 1024: 10 MB). Where the 16-bit
+// per sequence: the scratch is 7*T*hd + 2*T^2 floats per slot (forward uses 4*T*hd +
+// T^2 of each) instead of growing with H (GPT-2 small, T = 1024: 10 MB a slot). Where the 16-bit
 // time goes at the 12-layer GPT's shape (B 8, T 128, C 512, H 8; perf, forward and
 // backward): small_gemm about 40%, the softmax rows about 14%, the widening and
 // rounding passes (convert) about 17%, split heads and the widening transposes
@@ -116,13 +127,41 @@ void check_lengths(const char* op, const Dims& d, CView1<std::int32_t> lengths) 
                          std::to_string(lengths(b)) + " is not in [1, " + std::to_string(d.t) + "]");
 }
 
-// Valid keys of sequence b.
-std::int64_t valid_len(CView1<std::int32_t> lengths, std::int64_t b, std::int64_t nt) {
-  return lengths.extent(0) == 0 ? nt : static_cast<std::int64_t>(lengths(b));
+// One pair's workspace (fp32 / double), sequence length t and head size hd: [ (T,T) | (hd,T) ].
+std::int64_t workspace_elems_for(std::int64_t t, std::int64_t hd) { return t * t + t * hd; }
+
+const std::string kLabelForwardPairs = "Attention::forward_pairs";
+const std::string kLabelBackwardPairs = "Attention::backward_pairs";
+
+// Pairs processed at once (attention_pair_slots): the host execution space's
+// threads, at most the B*H pairs; 1 with Serial Kokkos or one thread (then the pairs
+// run one after another and only their softmax rows are threaded).
+std::int64_t pair_slots(const Dims& d) {
+  const std::int64_t threads = ExecSpace().concurrency();
+  const std::int64_t pairs = d.b * d.h;
+  return threads > 1 && pairs > 1 ? (threads < pairs ? threads : pairs) : 1;
 }
 
-// attention_workspace_elems for sequence length t and head size hd: [ (T,T) | (hd,T) ].
-std::int64_t workspace_elems_for(std::int64_t t, std::int64_t hd) { return t * t + t * hd; }
+// Runs fn(slot, bh, rows_threaded) once for every pair bh = b*H + h in [0, pairs)
+// (label: the parallel_for's, when slots > 1).
+// slots == 1: from the host thread, bh in order, slot 0, rows_threaded = true.
+// Otherwise one parallel_for iteration per slot, which runs the pairs bh = slot,
+// slot + slots, ... in order on one thread with rows_threaded = false; slot s owns
+// the s-th piece of the workspace (and of the 16-bit scratch), so no two threads
+// ever share one. Which thread runs a slot does not matter: each pair's arithmetic
+// reads only the pair's inputs and its slot's piece and writes only the pair's
+// outputs, and nothing is summed across pairs, so the results are bitwise the same
+// at every thread count.
+template <class F>
+void for_each_pair(const std::string& label, std::int64_t pairs, std::int64_t slots, const F& fn) {
+  if (slots == 1) {
+    for (std::int64_t bh = 0; bh < pairs; ++bh) fn(std::int64_t{0}, bh, true);
+    return;
+  }
+  Kokkos::parallel_for(label, range(slots), [&](const std::int64_t slot) {
+    for (std::int64_t bh = slot; bh < pairs; bh += slots) fn(slot, bh, false);
+  });
+}
 
 // Rows [r0, nt) of a (T, hd) head slice with row stride ld set to 0.
 template <class T>
@@ -189,10 +228,14 @@ void split_heads(const Dims& d, const T* src, T* saved) {
 
 // Forward of one (sequence, head) pair in compute type T (float or double):
 // q (T, hd) and v (T, hd) contiguous, kt = K^T (hd, T); writes the probabilities
-// pp (T, T) and y (T, hd) with row stride ldy. len: the valid keys.
+// pp (T, T) and y (T, hd) with row stride ldy. len: the valid keys. rows_threaded:
+// the softmax rows are a Kokkos parallel_for (pairs one after another), else a plain
+// loop on the calling thread (pairs in parallel, for_each_pair); each row's
+// arithmetic is the same either way.
 template <class T>
 void forward_head(const T* qh, const T* kt, const T* vh, T* pp, T* yh, std::int64_t ldy,
-                  std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale) {
+                  std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale,
+                  bool rows_threaded) {
   const std::int64_t rb = causal ? kRowBlock : nt;  // rows per block
   // S[r0:r1, 0:kc] = scale Q[r0:r1] K[0:kc]^T with kc = min(r1, len) (causal) or len:
   // masked blocks are neither computed nor read.
@@ -201,9 +244,13 @@ void forward_head(const T* qh, const T* kt, const T* vh, T* pp, T* yh, std::int6
     small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, scale, qh + r0 * hd, hd, 1, kt, nt,
                   pp + r0 * nt, nt);
   }
-  Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+  const auto row = [=](const std::int64_t t) {
     causal_softmax_row(pp + t * nt, causal && t + 1 < len ? t + 1 : len, nt);
-  });
+  };
+  if (rows_threaded)
+    Kokkos::parallel_for(kLabelSoftmax, range(nt), KOKKOS_LAMBDA(const std::int64_t t) { row(t); });
+  else
+    for (std::int64_t t = 0; t < nt; ++t) row(t);
   // Y[r0:r1] = P[r0:r1, 0:kc] V[0:kc]
   for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
     const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
@@ -215,11 +262,12 @@ void forward_head(const T* qh, const T* kt, const T* vh, T* pp, T* yh, std::int6
 // Backward of one (sequence, head) pair in compute type T: q, k (T, hd) contiguous,
 // vt = V^T (hd, T), pp = the probabilities (T, T), dy (T, hd) with row stride ldy;
 // writes dq, dk, dv (T, hd) with row stride ld (rows >= len of dk and dv are 0);
-// dpp: (T, T) workspace (dP, then dS).
+// dpp: (T, T) workspace (dP, then dS). rows_threaded: as forward_head's.
 template <class T>
 void backward_head(const T* qh, const T* kh, const T* vt, const T* pp, const T* dyh,
                    std::int64_t ldy, T* dqh, T* dkh, T* dvh, std::int64_t ld, T* dpp,
-                   std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale) {
+                   std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale,
+                   bool rows_threaded) {
   const std::int64_t rb = causal ? kRowBlock : nt;  // rows (key rows) per block
   // Key-row blocks [c0, c1) (c1 <= len) take the query rows [c0, T) when causal
   // (P, dS are 0 above the diagonal), all rows otherwise; A = P^T or dS^T is read
@@ -236,9 +284,13 @@ void backward_head(const T* qh, const T* kh, const T* vt, const T* pp, const T* 
     small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, T(1), dyh + r0 * ldy, ldy, 1, vt, nt,
                   dpp + r0 * nt, nt);
   }
-  Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) {
+  const auto row = [=](const std::int64_t t) {
     causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, causal && t + 1 < len ? t + 1 : len, nt);
-  });
+  };
+  if (rows_threaded)
+    Kokkos::parallel_for(kLabelSoftmaxGrad, range(nt), KOKKOS_LAMBDA(const std::int64_t t) { row(t); });
+  else
+    for (std::int64_t t = 0; t < nt; ++t) row(t);
   for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dQ = dS K
     const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
     small_gemm<T>(r1 - r0, hd, key_cols(causal, r1, len), T(1), dpp + r0 * nt, nt, 1, kh, hd,
@@ -272,12 +324,9 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
   check_host("attention_forward");
   const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
   const HalfAttentionTiles tiles{nt, hd};
-  Scratch scratch(tiles.elems(), "attention_forward");  // before any output is written
-  float* qt = scratch.take(nt * hd);
-  float* ktt = scratch.take(hd * nt);
-  float* vt = scratch.take(nt * hd);
-  float* yt = scratch.take(nt * hd);
-  float* pt = scratch.take(nt * nt);
+  const std::int64_t slots = pair_slots(d);
+  // One slot's tiles per concurrent pair, taken before any output is written.
+  float* base = Scratch(slots * tiles.elems(), "attention_forward").take(slots * tiles.elems());
   split_heads(d, qkv.data(), saved.data());
   const std::int64_t head_elems = nt * hd;
   const std::int64_t qkv_elems = d.b * nt * nc;  // one of q, k, v in saved
@@ -285,19 +334,25 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
   const H* k = q + qkv_elems;
   const H* v = k + qkv_elems;
   H* probs = saved.data() + 3 * qkv_elems;
+  H* y = out.data();
+  const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (std::int64_t b = 0; b < d.b; ++b) {
-    const std::int64_t len = valid_len(lengths, b, nt);
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const std::int64_t bh = b * nh + h;
-      to_f32(q + bh * head_elems, qt, head_elems);
-      transpose(k + bh * head_elems, nt, hd, ktt);
-      to_f32(v + bh * head_elems, vt, head_elems);
-      forward_head<float>(qt, ktt, vt, pt, yt, hd, nt, hd, len, d.causal, scale);
-      from_f32(pt, probs + bh * nt * nt, nt * nt);
-      store_block(yt, nt, hd, out.data() + b * nt * nc + h * hd, nc);
-    }
-  }
+  for_each_pair(kLabelForwardPairs, d.b * nh, slots,
+                [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
+    float* qt = base + slot * tiles.elems();  // the slot's forward tiles
+    float* ktt = qt + nt * hd;
+    float* vt = ktt + hd * nt;
+    float* yt = vt + nt * hd;
+    float* pt = yt + nt * hd;
+    const std::int64_t b = bh / nh, h = bh % nh;
+    const std::int64_t len = lens == nullptr ? nt : lens[b];
+    to_f32(q + bh * head_elems, qt, head_elems);
+    transpose(k + bh * head_elems, nt, hd, ktt);
+    to_f32(v + bh * head_elems, vt, head_elems);
+    forward_head<float>(qt, ktt, vt, pt, yt, hd, nt, hd, len, d.causal, scale, rows_threaded);
+    from_f32(pt, probs + bh * nt * nt, nt * nt);
+    store_block(yt, nt, hd, y + b * nt * nc + h * hd, nc);
+  });
 }
 
 // Shapes checked by attention_backward; B, T, C > 0.
@@ -308,47 +363,52 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
   check_host("attention_backward");
   const std::int64_t nt = d.t, nc = d.c, nh = d.h, hd = d.hd;
   const HalfAttentionTiles tiles{nt, hd};
-  Scratch scratch(tiles.elems(), "attention_backward");
-  float* qt = scratch.take(nt * hd);
-  float* kt = scratch.take(nt * hd);
-  float* vtt = scratch.take(hd * nt);
-  float* dyt = scratch.take(nt * hd);
-  float* dqkvt = scratch.take(3 * nt * hd);
-  float* pt = scratch.take(nt * nt);
-  float* dpp = scratch.take(nt * nt);
+  const std::int64_t slots = pair_slots(d);
+  float* base = Scratch(slots * tiles.elems(), "attention_backward").take(slots * tiles.elems());
   const std::int64_t head_elems = nt * hd;
   const std::int64_t qkv_elems = d.b * nt * nc;
   const H* q = saved.data();
   const H* k = q + qkv_elems;
   const H* v = k + qkv_elems;
   const H* probs = v + qkv_elems;
+  const H* dy = dout.data();
+  H* dx = dqkv.data();
+  const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (std::int64_t b = 0; b < d.b; ++b) {
-    const std::int64_t len = valid_len(lengths, b, nt);
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const std::int64_t bh = b * nh + h;
-      to_f32(q + bh * head_elems, qt, head_elems);
-      to_f32(k + bh * head_elems, kt, head_elems);
-      transpose(v + bh * head_elems, nt, hd, vtt);
-      to_f32(probs + bh * nt * nt, pt, nt * nt);
-      load_block(dout.data() + b * nt * nc + h * hd, nc, nt, hd, dyt);
-      backward_head<float>(qt, kt, vtt, pt, dyt, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, dpp,
-                           nt, hd, len, d.causal, scale);
-      for (std::int64_t t = 0; t < nt; ++t) {
-        H* row = dqkv.data() + (b * nt + t) * 3 * nc + h * hd;
-        for (std::int64_t part = 0; part < 3; ++part)  // dq, dk, dv
-          from_f32(dqkvt + (3 * t + part) * hd, row + part * nc, hd);
-      }
+  for_each_pair(kLabelBackwardPairs, d.b * nh, slots,
+                [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
+    float* qt = base + slot * tiles.elems();  // the slot's backward tiles
+    float* kt = qt + nt * hd;
+    float* vtt = kt + nt * hd;
+    float* dyt = vtt + hd * nt;
+    float* dqkvt = dyt + nt * hd;
+    float* pt = dqkvt + 3 * nt * hd;
+    float* dpp = pt + nt * nt;
+    const std::int64_t b = bh / nh, h = bh % nh;
+    const std::int64_t len = lens == nullptr ? nt : lens[b];
+    to_f32(q + bh * head_elems, qt, head_elems);
+    to_f32(k + bh * head_elems, kt, head_elems);
+    transpose(v + bh * head_elems, nt, hd, vtt);
+    to_f32(probs + bh * nt * nt, pt, nt * nt);
+    load_block(dy + b * nt * nc + h * hd, nc, nt, hd, dyt);
+    backward_head<float>(qt, kt, vtt, pt, dyt, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, dpp, nt,
+                         hd, len, d.causal, scale, rows_threaded);
+    for (std::int64_t t = 0; t < nt; ++t) {
+      H* row = dx + (b * nt + t) * 3 * nc + h * hd;
+      for (std::int64_t part = 0; part < 3; ++part)  // dq, dk, dv
+        from_f32(dqkvt + (3 * t + part) * hd, row + part * nc, hd);
     }
-  }
+  });
 }
 
 }  // namespace
 
+std::int64_t attention_pair_slots(const AttentionShape& s) { return pair_slots(check_shape(s)); }
+
 std::int64_t attention_half_scratch_elems(const AttentionShape& s) {
   const Dims d = check_shape(s);
   if (d.b == 0 || d.t == 0 || d.c == 0) return 0;
-  return HalfAttentionTiles{d.t, d.hd}.elems();
+  return pair_slots(d) * HalfAttentionTiles{d.t, d.hd}.elems();
 }
 
 std::int64_t attention_saved_elems(const AttentionShape& s) {
@@ -358,7 +418,7 @@ std::int64_t attention_saved_elems(const AttentionShape& s) {
 
 std::int64_t attention_workspace_elems(const AttentionShape& s) {
   const Dims d = check_shape(s);
-  return workspace_elems_for(d.t, d.hd);
+  return pair_slots(d) * workspace_elems_for(d.t, d.hd);
 }
 
 template <class T>
@@ -387,16 +447,19 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
     const T* v = k + qkv_elems;
     T* probs = saved.data() + 3 * qkv_elems;
     const T scale = T(1) / std::sqrt(T(hd));
-    T* kt = workspace.data();  // (hd, T): K^T of the pair
-    for (std::int64_t b = 0; b < d.b; ++b) {
-      const std::int64_t len = valid_len(lengths, b, nt);
-      for (std::int64_t h = 0; h < nh; ++h) {
-        const std::int64_t bh = b * nh + h;
-        transpose(k + bh * head_elems, nt, hd, kt);
-        forward_head<T>(q + bh * head_elems, kt, v + bh * head_elems, probs + bh * nt * nt,
-                        out.data() + b * nt * nc + h * hd, nc, nt, hd, len, d.causal, scale);
-      }
-    }
+    const std::int64_t slots = pair_slots(d), slot_elems = workspace_elems_for(nt, hd);
+    T* ws = workspace.data();
+    T* y = out.data();
+    const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
+    for_each_pair(kLabelForwardPairs, d.b * nh, slots,
+                  [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
+      T* kt = ws + slot * slot_elems;  // (hd, T): K^T of the pair
+      const std::int64_t b = bh / nh, h = bh % nh;
+      const std::int64_t len = lens == nullptr ? nt : lens[b];
+      transpose(k + bh * head_elems, nt, hd, kt);
+      forward_head<T>(q + bh * head_elems, kt, v + bh * head_elems, probs + bh * nt * nt,
+                      y + b * nt * nc + h * hd, nc, nt, hd, len, d.causal, scale, rows_threaded);
+    });
   }
 }
 
@@ -426,21 +489,25 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
     const T* k = q + qkv_elems;
     const T* v = k + qkv_elems;
     const T* probs = v + qkv_elems;
-    T* dpp = workspace.data();  // (T, T): dP, then dS, of the pair
-    T* vt = dpp + nt * nt;       // (hd, T): V^T of the pair
     const T scale = T(1) / std::sqrt(T(hd));
     const std::int64_t ld = 3 * nc;  // row stride of dqkv
-    for (std::int64_t b = 0; b < d.b; ++b) {
-      const std::int64_t len = valid_len(lengths, b, nt);
-      for (std::int64_t h = 0; h < nh; ++h) {
-        const std::int64_t bh = b * nh + h;
-        T* dqh = dqkv.data() + b * nt * ld + h * hd;
-        transpose(v + bh * head_elems, nt, hd, vt);
-        backward_head<T>(q + bh * head_elems, k + bh * head_elems, vt, probs + bh * nt * nt,
-                         dout.data() + b * nt * nc + h * hd, nc, dqh, dqh + nc, dqh + 2 * nc, ld,
-                         dpp, nt, hd, len, d.causal, scale);
-      }
-    }
+    const std::int64_t slots = pair_slots(d), slot_elems = workspace_elems_for(nt, hd);
+    T* ws = workspace.data();
+    T* dx = dqkv.data();
+    const T* dy = dout.data();
+    const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
+    for_each_pair(kLabelBackwardPairs, d.b * nh, slots,
+                  [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
+      T* dpp = ws + slot * slot_elems;  // (T, T): dP, then dS, of the pair
+      T* vt = dpp + nt * nt;             // (hd, T): V^T of the pair
+      const std::int64_t b = bh / nh, h = bh % nh;
+      const std::int64_t len = lens == nullptr ? nt : lens[b];
+      T* dqh = dx + b * nt * ld + h * hd;
+      transpose(v + bh * head_elems, nt, hd, vt);
+      backward_head<T>(q + bh * head_elems, k + bh * head_elems, vt, probs + bh * nt * nt,
+                       dy + b * nt * nc + h * hd, nc, dqh, dqh + nc, dqh + 2 * nc, ld, dpp, nt, hd, len,
+                       d.causal, scale, rows_threaded);
+    });
   }
 }
 

@@ -12,12 +12,16 @@
 // `saved` holds what backward needs (q, k, v permuted to (B,H,T,hd) and the
 // probabilities (B,H,T,T)); `workspace` is scratch valid only during the call.
 // Per (b, h) the products are GEMMs on contiguous (T, hd) / (T, T) slices.
-// backward OVERWRITES dqkv. Deterministic.
+// backward OVERWRITES dqkv. Deterministic: bitwise the same results at every Kokkos
+// thread count. With more than one host thread the (b, h) pairs run in parallel,
+// attention_pair_slots at a time, each slot with its own piece of the workspace (and
+// of the 16-bit scratch); with Serial Kokkos or one thread they run one after another
+// (attention.cpp).
 // T = f16 / bf16: `saved` has the same layout and number of elements of T as for
 // float (q, k, v, probs stored in T; q, k, v are the inputs' bits); the math runs in
-// fp32, one (sequence, head) pair at a time, on tiles widened from 16 bits, and
-// each output is rounded once (attention.cpp); `workspace` is not used (its size is
-// still checked) — the fp32 tiles live in the 16-bit scratch arena.
+// fp32, per (sequence, head) pair, on tiles widened from 16 bits, and each output is
+// rounded once (attention.cpp); `workspace` is not used (its size is still checked)
+// — the fp32 tiles live in the 16-bit scratch arena.
 #pragma once
 
 #include "core/half.hpp"
@@ -34,7 +38,15 @@ struct AttentionShape {
 };
 
 std::int64_t attention_saved_elems(const AttentionShape& s);      // 3*B*T*C + B*H*T*T
+// attention_pair_slots(s) * (T*T + T*hd): one piece per concurrent pair.
 std::int64_t attention_workspace_elems(const AttentionShape& s);
+
+// (sequence, head) pairs a call processes at once: min(Kokkos' host concurrency,
+// B*H) when the host space runs more than one thread and B*H > 1, else 1. The
+// workspace and 16-bit scratch sizes are this many pairs' (call after
+// Kokkos::initialize: before it, an OpenMP Kokkos reports one thread). Serial
+// Kokkos or one thread: 1, and the sizes are the single pair's as before.
+std::int64_t attention_pair_slots(const AttentionShape& s);
 
 // lengths: per-sequence valid lengths (B entries in [1, T]); empty = all T valid.
 // backward must get the forward's lengths.
@@ -58,8 +70,9 @@ SHARDTRAIN_DECLARE_ATTENTION(bf16)
 #undef SHARDTRAIN_DECLARE_ATTENTION
 
 // Floats of 16-bit scratch (half_scratch.hpp) that attention_forward and
-// attention_backward with T = f16 / bf16 need: 7*T*hd + 2*T*T (one (sequence,
-// head) pair), independent of B and H. float and double calls need none.
+// attention_backward with T = f16 / bf16 need: attention_pair_slots(s) *
+// (7*T*hd + 2*T*T) (one (sequence, head) pair's tiles per slot); independent of B
+// and H once B*H reaches the thread count. float and double calls need none.
 std::int64_t attention_half_scratch_elems(const AttentionShape& s);
 
 }  // namespace shardtrain

@@ -25,9 +25,12 @@
 //    kernels other than the cross entropy backward (their *_half_scratch_elems
 //    are 0);
 //  - NOT thread-safe and not re-entrant: every 16-bit kernel call uses the buffer
-//    from its start, so two calls must never overlap in time. That holds with the
-//    Serial backend (kernels run one after another on the host thread) and one
-//    model per process, which is how shardtrain runs on CPUs;
+//    from its start, so two calls must never overlap in time. That holds because
+//    kernels run one after another from the rank's host thread (Serial or OpenMP
+//    Kokkos) and there is one model per process, which is how shardtrain runs on
+//    CPUs. Inside one call a kernel may split its scratch between its own threads
+//    in disjoint pieces (attention: one (sequence, head) pair's tiles per thread,
+//    attention_half_scratch_elems counts them);
 //  - the arena does not own the memory. Binding again replaces the binding,
 //    half_scratch_bind(nullptr, 0) unbinds; the owner unbinds before freeing it. The
 //    buffer must not overlap any view passed to a kernel.

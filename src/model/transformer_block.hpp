@@ -78,7 +78,8 @@ std::int64_t transformer_block_saved_elems(const TransformerBlockShape& s);
 template <class T>
 TransformerBlockActs<T> transformer_block_carve(T* base, const TransformerBlockShape& s);
 
-// Scratch shared by all blocks: qkv (BT, 3C) | attention workspace | dres (BT, C)
+// Scratch shared by all blocks: qkv (BT, 3C) | attention workspace (attention_workspace_elems:
+// one (T*T + T*hd) piece per concurrent (sequence, head) pair) | dres (BT, C)
 // | dsmall (BT, C) | dbig1 (BT, 4C) | dbig2 (BT, 4C). A model's own backward may
 // use dres, dsmall, dbig1 and dbig2 outside the block calls.
 template <class T>

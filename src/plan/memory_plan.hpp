@@ -12,7 +12,10 @@
 //   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,
 //   2 Psi + 14 Psi/N, 16 Psi/N; Psi = padded parameter count), communication: ZeroEngine's buckets,
 //   activations and workspace: gpt_activation_plan (classifiers: their
-//   ClassifierCosts, model/classifier.hpp), data: the input buffers (classifiers
+//   ClassifierCosts, model/classifier.hpp; attention's share of the workspace and
+//   of the 16-bit scratch is one piece per (sequence, head) pair processed at once,
+//   attention_pair_slots: one with Serial Kokkos or one thread, else up to the
+//   Kokkos host threads, kernels/attention.hpp), data: the input buffers (classifiers
 //   with data.in_memory: plus the data set held in memory),
 //   ckpt_staging: with checkpoint.async and a schedule, the staged copy of the
 //   checkpoint's state shard (12 or 14 bytes per shard element).

@@ -7,7 +7,19 @@
 // direct reference, masked probabilities exactly 0, float64 gradient checks
 // (non-causal with and without lengths, causal with lengths), length checks,
 // the 16-bit path against fp32, and causal with all-T lengths == no lengths.
+// The (sequence, head) pairs in parallel (issue 36; run at 1, 2 and 4 Kokkos threads
+// by the kokkos-omp tests): every pair of a B x H call is bitwise the same as that
+// pair alone (a one-sequence, one-head call, which runs on one slot), forward and
+// backward, float, double, f16 and bf16, causal, padded and bidirectional; and the
+// workspace and 16-bit scratch sizes are attention_pair_slots pairs', each slot
+// writing its own piece. A workspace piece shared by two threads (planted: every slot
+// given slot 0's piece) fails it: the piece check always, the bitwise comparison when
+// the threads' pairs overlap in time.
 #include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstring>
 
 #include <cmath>
 #include <limits>
@@ -17,6 +29,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/half_scratch.hpp"
+#include "kernels/types.hpp"
 
 namespace shardtrain {
 namespace {
@@ -363,6 +376,160 @@ void half_matches_float(double tol) {
 TEST(AttentionMask, SixteenBitMatchesFloat) {
   half_matches_float<bf16>(1e-2);
   half_matches_float<f16>(2e-3);
+}
+
+// ---- the (sequence, head) pairs in parallel -----------------------------------
+
+TEST(AttentionPairs, SlotsAndSizes) {
+  const std::int64_t threads = ExecSpace().concurrency();
+  for (const AttentionShape& s : {AttentionShape{4, 24, 16, 4}, AttentionShape{1, 24, 16, 1},
+                                  AttentionShape{1, 24, 16, 2}, AttentionShape{0, 24, 16, 4}}) {
+    const std::int64_t pairs = s.batch * s.n_head, hd = s.channels / s.n_head, T = s.seq_len;
+    const std::int64_t want = threads > 1 && pairs > 1 ? std::min(threads, pairs) : 1;
+    EXPECT_EQ(attention_pair_slots(s), want) << "B" << s.batch << " H" << s.n_head;
+    EXPECT_EQ(attention_workspace_elems(s), want * (T * T + T * hd));
+    EXPECT_EQ(attention_half_scratch_elems(s), s.batch == 0 ? 0 : want * (7 * T * hd + 2 * T * T));
+  }
+}
+
+// n values in [-1.5, 1.5] that every T holds (rounded through float, then T).
+template <class T>
+std::vector<T> values_for(std::int64_t n, std::uint64_t seed) {
+  return cast_vector<T>(cast_vector<float>(test::random_vector(n, seed, -1.5, 1.5)));
+}
+
+template <class T>
+bool same_bits(const T* a, const T* b, std::int64_t n) {
+  return std::memcmp(a, b, static_cast<std::size_t>(n) * sizeof(T)) == 0;
+}
+
+// The whole call against each pair alone: out, probs and dqkv bitwise equal.
+template <class T>
+void pairs_match_single_pair_calls(const AttentionShape& s, const std::vector<std::int32_t>& lengths,
+                                   const char* label) {
+  const std::int64_t B = s.batch, nT = s.seq_len, C = s.channels, H = s.n_head, hd = C / H;
+  const auto qkv = values_for<T>(B * nT * 3 * C, 300 + nT);
+  const auto dout = values_for<T>(B * nT * C, 301 + nT);
+  std::vector<float> scratch;
+  if constexpr (is_half_v<T>) {
+    scratch.resize(static_cast<std::size_t>(attention_half_scratch_elems(s)));
+    half_scratch_bind(scratch.data(), scratch.size());
+  }
+  const auto all = run_forward_masked<T>(s, qkv, lengths);
+  const auto dall = run_backward_masked<T>(s, all.saved, dout, lengths, T(-1.0f));
+  const AttentionShape one{1, nT, hd, 1, s.causal};
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h) {
+      std::vector<T> qkv1(nT * 3 * hd), dout1(nT * hd);
+      for (std::int64_t t = 0; t < nT; ++t) {
+        for (std::int64_t part = 0; part < 3; ++part)
+          std::copy_n(qkv.begin() + (b * nT + t) * 3 * C + part * C + h * hd, hd,
+                      qkv1.begin() + t * 3 * hd + part * hd);
+        std::copy_n(dout.begin() + (b * nT + t) * C + h * hd, hd, dout1.begin() + t * hd);
+      }
+      const std::vector<std::int32_t> len1 =
+          lengths.empty() ? std::vector<std::int32_t>{} : std::vector<std::int32_t>{lengths[b]};
+      const auto r = run_forward_masked<T>(one, qkv1, len1);
+      const auto dr = run_backward_masked<T>(one, r.saved, dout1, len1, T(-1.0f));
+      const T* probs = all.saved.data() + 3 * B * nT * C + (b * H + h) * nT * nT;
+      ASSERT_TRUE(same_bits(probs, r.saved.data() + 3 * nT * hd, nT * nT))
+          << label << ": probs of pair b=" << b << " h=" << h << " differ from the pair alone";
+      for (std::int64_t t = 0; t < nT; ++t) {
+        ASSERT_TRUE(same_bits(all.out.data() + (b * nT + t) * C + h * hd, r.out.data() + t * hd, hd))
+            << label << ": out of pair b=" << b << " h=" << h << " row " << t;
+        for (std::int64_t part = 0; part < 3; ++part)
+          ASSERT_TRUE(same_bits(dall.data() + (b * nT + t) * 3 * C + part * C + h * hd,
+                                dr.data() + t * 3 * hd + part * hd, hd))
+              << label << ": d" << "qkv"[part] << " of pair b=" << b << " h=" << h << " row " << t;
+      }
+    }
+  if constexpr (is_half_v<T>) half_scratch_bind(nullptr, 0);
+}
+
+// Enough pairs (24 to 64) and long enough ones (T up to 128) that the threads' pairs
+// overlap in time; each case is repeated so that a race has several chances to show.
+// (A race needs the threads to run at once: on a busy machine it may not show,
+// which EverySlotUsesItsOwnPiece below does not depend on.)
+template <class T>
+void pairs_cases() {
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    pairs_match_single_pair_calls<T>(AttentionShape{8, 128, 64, 8, true}, {}, "causal B8 T128 H8");
+    pairs_match_single_pair_calls<T>(AttentionShape{4, 96, 48, 6, true}, {96, 37, 1, 70},
+                                     "causal B4 T96 H6 lengths 96,37,1,70");
+    pairs_match_single_pair_calls<T>(AttentionShape{3, 67, 32, 8, false}, {67, 20, 5},
+                                     "bidirectional B3 T67 H8 lengths 67,20,5");
+  }
+}
+
+TEST(AttentionPairs, EachPairIsBitwiseThePairAloneFloat) { pairs_cases<float>(); }
+TEST(AttentionPairs, EachPairIsBitwiseThePairAloneDouble) { pairs_cases<double>(); }
+TEST(AttentionPairs, EachPairIsBitwiseThePairAloneBf16) { pairs_cases<bf16>(); }
+TEST(AttentionPairs, EachPairIsBitwiseThePairAloneF16) { pairs_cases<f16>(); }
+
+// Each slot writes its own piece of the workspace (float: forward K^T, backward dP and
+// V^T) and of the 16-bit scratch (bf16: the pair's tiles): with more than one slot, a
+// piece left as it was filled means two slots shared one (planted: every slot given
+// slot 0's piece fails here at any timing).
+bool piece_written(const std::vector<float>& v, std::int64_t lo, std::int64_t n, float fill) {
+  for (std::int64_t i = lo; i < lo + n; ++i)
+    if (std::memcmp(&v[i], &fill, sizeof(float)) != 0) return true;
+  return false;
+}
+
+TEST(AttentionPairs, EverySlotUsesItsOwnPiece) {
+  const AttentionShape s{4, 32, 32, 4};  // 16 pairs, hd 8
+  const std::int64_t B = s.batch, nT = s.seq_len, C = s.channels, hd = C / s.n_head;
+  const std::int64_t slots = attention_pair_slots(s);
+  const float fill = -12345.0f;
+  const auto qkv = values_for<float>(B * nT * 3 * C, 340);
+  const auto dout = values_for<float>(B * nT * C, 341);
+  std::vector<float> saved(attention_saved_elems(s)), out(B * nT * C), dqkv(B * nT * 3 * C);
+  const std::int64_t piece = nT * nT + nT * hd;
+  ASSERT_EQ(attention_workspace_elems(s), slots * piece);
+  std::vector<float> ws(attention_workspace_elems(s), fill);
+  attention_forward<float>(s, cview3(qkv, B, nT, 3 * C), view1(saved), view1(ws), view3(out, B, nT, C));
+  for (std::int64_t slot = 0; slot < slots; ++slot)
+    EXPECT_TRUE(piece_written(ws, slot * piece, piece, fill)) << "forward: slot " << slot << " of " << slots;
+  std::fill(ws.begin(), ws.end(), fill);
+  attention_backward<float>(s, cview3(dout, B, nT, C), cview1(saved), view1(ws), view3(dqkv, B, nT, 3 * C));
+  for (std::int64_t slot = 0; slot < slots; ++slot)
+    EXPECT_TRUE(piece_written(ws, slot * piece, piece, fill)) << "backward: slot " << slot << " of " << slots;
+
+  const auto qkvh = cast_vector<bf16>(qkv);
+  const auto douth = cast_vector<bf16>(dout);
+  std::vector<bf16> savedh(saved.size()), wsh(attention_workspace_elems(s)), outh(out.size()),
+      dqkvh(dqkv.size());
+  const std::int64_t tiles = 7 * nT * hd + 2 * nT * nT;
+  ASSERT_EQ(attention_half_scratch_elems(s), slots * tiles);
+  std::vector<float> scratch(attention_half_scratch_elems(s), fill);
+  half_scratch_bind(scratch.data(), scratch.size());
+  attention_forward<bf16>(s, cview3(qkvh, B, nT, 3 * C), view1(savedh), view1(wsh), view3(outh, B, nT, C));
+  for (std::int64_t slot = 0; slot < slots; ++slot)
+    EXPECT_TRUE(piece_written(scratch, slot * tiles, tiles, fill)) << "bf16 forward: slot " << slot;
+  std::fill(scratch.begin(), scratch.end(), fill);
+  attention_backward<bf16>(s, cview3(douth, B, nT, C), cview1(savedh), view1(wsh), view3(dqkvh, B, nT, 3 * C));
+  for (std::int64_t slot = 0; slot < slots; ++slot)
+    EXPECT_TRUE(piece_written(scratch, slot * tiles, tiles, fill)) << "bf16 backward: slot " << slot;
+  half_scratch_bind(nullptr, 0);
+}
+
+// One float of workspace or 16-bit scratch less than the slots need throws.
+TEST(AttentionPairs, TooSmallForTheSlotsThrows) {
+  const AttentionShape s{4, 24, 16, 4};
+  const auto qkv = values_for<float>(4 * 24 * 3 * 16, 330);
+  std::vector<float> saved(attention_saved_elems(s)), out(4 * 24 * 16);
+  std::vector<float> ws(attention_workspace_elems(s) - 1);
+  EXPECT_THROW(attention_forward<float>(s, cview3(qkv, 4, 24, 48), view1(saved), view1(ws),
+                                        view3(out, 4, 24, 16)),
+               Error);
+  const auto qkvh = cast_vector<bf16>(qkv);
+  std::vector<bf16> savedh(saved.size()), wsh(attention_workspace_elems(s)), outh(out.size());
+  std::vector<float> scratch(attention_half_scratch_elems(s) - 1);
+  half_scratch_bind(scratch.data(), scratch.size());
+  EXPECT_THROW(attention_forward<bf16>(s, cview3(qkvh, 4, 24, 48), view1(savedh), view1(wsh),
+                                       view3(outh, 4, 24, 16)),
+               Error);
+  half_scratch_bind(nullptr, 0);
 }
 
 }  // namespace

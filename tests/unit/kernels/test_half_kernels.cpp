@@ -983,9 +983,11 @@ TEST(HalfScratch, SizesAreBoundedByTiles) {
   big.batch = 1000;
   EXPECT_EQ(attention_half_scratch_elems(kAtt), attention_half_scratch_elems(big));
   EXPECT_EQ(linear_half_scratch_elems(0, kLinK, kLinM), 0);
-  // GPT-2 small shapes stay small: attention at T = 1024 is the largest (10 MB).
+  // GPT-2 small shapes stay small: attention at T = 1024 is the largest (10 MB per
+  // pair slot: one slot per Kokkos host thread, attention.hpp).
   const AttentionShape gpt2{8, 1024, 768, 12};
-  EXPECT_EQ(attention_half_scratch_elems(gpt2), 7 * 1024 * 64 + 2 * 1024 * 1024);
+  EXPECT_EQ(attention_half_scratch_elems(gpt2),
+            attention_pair_slots(gpt2) * (7 * 1024 * 64 + 2 * 1024 * 1024));
   EXPECT_LE(cross_entropy_half_scratch_elems(50257), 2 * 50257);
   EXPECT_LE(linear_half_scratch_elems(8192, 3072, 768), 2 * 1024 * 1024);
 }
