@@ -127,6 +127,15 @@ void check_lengths(const char* op, const Dims& d, CView1<std::int32_t> lengths) 
                          std::to_string(lengths(b)) + " is not in [1, " + std::to_string(d.t) + "]");
 }
 
+// The valid-length array (nullptr when lengths is empty: every sequence is full),
+// and the valid keys of sequence b under it.
+const std::int32_t* lengths_or_null(CView1<std::int32_t> lengths) {
+  return lengths.extent(0) == 0 ? nullptr : lengths.data();
+}
+std::int64_t valid_len(const std::int32_t* lens, std::int64_t b, std::int64_t nt) {
+  return lens == nullptr ? nt : static_cast<std::int64_t>(lens[b]);
+}
+
 // One pair's workspace (fp32 / double), sequence length t and head size hd: [ (T,T) | (hd,T) ].
 std::int64_t workspace_elems_for(std::int64_t t, std::int64_t hd) { return t * t + t * hd; }
 
@@ -305,15 +314,34 @@ void backward_head(const T* qh, const T* kh, const T* vt, const T* pp, const T* 
   zero_rows(dkh, ld, len, nt, hd);
 }
 
-// fp32 tiles of one (sequence, head) pair for the 16-bit path.
+// fp32 tiles of one (sequence, head) pair for the 16-bit path, one slot's piece
+// (elems() floats, the larger, backward's, so one size serves both) carved as
 //   forward:  q | K^T | v | y (each T hd) | probs (T^2);
 //   backward: q | k | V^T | dy (each T hd) | dqkv (T, 3hd) | probs | dP/dS (each T^2).
-// Both calls take elems() (the larger, backward's), so one size serves both.
 struct HalfAttentionTiles {
   std::int64_t t, hd;
   std::int64_t forward_elems() const { return 4 * t * hd + t * t; }
   std::int64_t backward_elems() const { return 7 * t * hd + 2 * t * t; }
   std::int64_t elems() const { return backward_elems(); }
+
+  struct Forward { float *q, *kt, *v, *y, *p; };
+  struct Backward { float *q, *k, *vt, *dy, *dqkv, *p, *dp; };
+  // The tiles of slot `slot` in the slots' pieces starting at base.
+  Forward forward_at(float* base, std::int64_t slot) const {
+    float* at = base + slot * elems();
+    auto take = [&at](std::int64_t n) { float* r = at; at += n; return r; };
+    Forward f;
+    f.q = take(t * hd), f.kt = take(hd * t), f.v = take(t * hd), f.y = take(t * hd), f.p = take(t * t);
+    return f;
+  }
+  Backward backward_at(float* base, std::int64_t slot) const {
+    float* at = base + slot * elems();
+    auto take = [&at](std::int64_t n) { float* r = at; at += n; return r; };
+    Backward g;
+    g.q = take(t * hd), g.k = take(t * hd), g.vt = take(hd * t), g.dy = take(t * hd), g.dqkv = take(3 * t * hd);
+    g.p = take(t * t), g.dp = take(t * t);
+    return g;
+  }
 };
 
 // Shapes checked by attention_forward; B, T, C > 0.
@@ -335,23 +363,19 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
   const H* v = k + qkv_elems;
   H* probs = saved.data() + 3 * qkv_elems;
   H* y = out.data();
-  const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
+  const std::int32_t* lens = lengths_or_null(lengths);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for_each_pair(kLabelForwardPairs, d.b * nh, slots,
                 [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
-    float* qt = base + slot * tiles.elems();  // the slot's forward tiles
-    float* ktt = qt + nt * hd;
-    float* vt = ktt + hd * nt;
-    float* yt = vt + nt * hd;
-    float* pt = yt + nt * hd;
+    const HalfAttentionTiles::Forward f = tiles.forward_at(base, slot);
     const std::int64_t b = bh / nh, h = bh % nh;
-    const std::int64_t len = lens == nullptr ? nt : lens[b];
-    to_f32(q + bh * head_elems, qt, head_elems);
-    transpose(k + bh * head_elems, nt, hd, ktt);
-    to_f32(v + bh * head_elems, vt, head_elems);
-    forward_head<float>(qt, ktt, vt, pt, yt, hd, nt, hd, len, d.causal, scale, rows_threaded);
-    from_f32(pt, probs + bh * nt * nt, nt * nt);
-    store_block(yt, nt, hd, y + b * nt * nc + h * hd, nc);
+    to_f32(q + bh * head_elems, f.q, head_elems);
+    transpose(k + bh * head_elems, nt, hd, f.kt);
+    to_f32(v + bh * head_elems, f.v, head_elems);
+    forward_head<float>(f.q, f.kt, f.v, f.p, f.y, hd, nt, hd, valid_len(lens, b, nt), d.causal, scale,
+                        rows_threaded);
+    from_f32(f.p, probs + bh * nt * nt, nt * nt);
+    store_block(f.y, nt, hd, y + b * nt * nc + h * hd, nc);
   });
 }
 
@@ -373,26 +397,20 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
   const H* probs = v + qkv_elems;
   const H* dy = dout.data();
   H* dx = dqkv.data();
-  const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
+  const std::int32_t* lens = lengths_or_null(lengths);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for_each_pair(kLabelBackwardPairs, d.b * nh, slots,
                 [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
-    float* qt = base + slot * tiles.elems();  // the slot's backward tiles
-    float* kt = qt + nt * hd;
-    float* vtt = kt + nt * hd;
-    float* dyt = vtt + hd * nt;
-    float* dqkvt = dyt + nt * hd;
-    float* pt = dqkvt + 3 * nt * hd;
-    float* dpp = pt + nt * nt;
+    const HalfAttentionTiles::Backward g = tiles.backward_at(base, slot);
     const std::int64_t b = bh / nh, h = bh % nh;
-    const std::int64_t len = lens == nullptr ? nt : lens[b];
-    to_f32(q + bh * head_elems, qt, head_elems);
-    to_f32(k + bh * head_elems, kt, head_elems);
-    transpose(v + bh * head_elems, nt, hd, vtt);
-    to_f32(probs + bh * nt * nt, pt, nt * nt);
-    load_block(dy + b * nt * nc + h * hd, nc, nt, hd, dyt);
-    backward_head<float>(qt, kt, vtt, pt, dyt, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, dpp, nt,
-                         hd, len, d.causal, scale, rows_threaded);
+    to_f32(q + bh * head_elems, g.q, head_elems);
+    to_f32(k + bh * head_elems, g.k, head_elems);
+    transpose(v + bh * head_elems, nt, hd, g.vt);
+    to_f32(probs + bh * nt * nt, g.p, nt * nt);
+    load_block(dy + b * nt * nc + h * hd, nc, nt, hd, g.dy);
+    float* dqkvt = g.dqkv;
+    backward_head<float>(g.q, g.k, g.vt, g.p, g.dy, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, g.dp, nt,
+                         hd, valid_len(lens, b, nt), d.causal, scale, rows_threaded);
     for (std::int64_t t = 0; t < nt; ++t) {
       H* row = dx + (b * nt + t) * 3 * nc + h * hd;
       for (std::int64_t part = 0; part < 3; ++part)  // dq, dk, dv
@@ -450,15 +468,15 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
     const std::int64_t slots = pair_slots(d), slot_elems = workspace_elems_for(nt, hd);
     T* ws = workspace.data();
     T* y = out.data();
-    const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
+    const std::int32_t* lens = lengths_or_null(lengths);
     for_each_pair(kLabelForwardPairs, d.b * nh, slots,
                   [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
       T* kt = ws + slot * slot_elems;  // (hd, T): K^T of the pair
       const std::int64_t b = bh / nh, h = bh % nh;
-      const std::int64_t len = lens == nullptr ? nt : lens[b];
       transpose(k + bh * head_elems, nt, hd, kt);
       forward_head<T>(q + bh * head_elems, kt, v + bh * head_elems, probs + bh * nt * nt,
-                      y + b * nt * nc + h * hd, nc, nt, hd, len, d.causal, scale, rows_threaded);
+                      y + b * nt * nc + h * hd, nc, nt, hd, valid_len(lens, b, nt), d.causal, scale,
+                      rows_threaded);
     });
   }
 }
@@ -495,13 +513,13 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
     T* ws = workspace.data();
     T* dx = dqkv.data();
     const T* dy = dout.data();
-    const std::int32_t* lens = lengths.extent(0) == 0 ? nullptr : lengths.data();
+    const std::int32_t* lens = lengths_or_null(lengths);
     for_each_pair(kLabelBackwardPairs, d.b * nh, slots,
                   [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
       T* dpp = ws + slot * slot_elems;  // (T, T): dP, then dS, of the pair
       T* vt = dpp + nt * nt;             // (hd, T): V^T of the pair
       const std::int64_t b = bh / nh, h = bh % nh;
-      const std::int64_t len = lens == nullptr ? nt : lens[b];
+      const std::int64_t len = valid_len(lens, b, nt);
       T* dqh = dx + b * nt * ld + h * hd;
       transpose(v + bh * head_elems, nt, hd, vt);
       backward_head<T>(q + bh * head_elems, k + bh * head_elems, vt, probs + bh * nt * nt,
