@@ -669,6 +669,38 @@ void write_safetensors(CheckpointReader& ckpt, const std::string& vector, const 
   partial.commit();
 }
 
+// Hugging Face's config.json for a --names gpt2 export, written to `path`
+// (OUT's folder, so that GPT2LMHeadModel.from_pretrained(folder) finds it beside
+// model.safetensors): GPT2Config's keys from the export's metadata, no dropout
+// (ours has none), the tanh GELU ("gelu_new"), the LM head tied to wte, and
+// GPT-2's <|endoftext|> id only for a gpt2-tokenized data set (null otherwise).
+// Written as path.partial and renamed into place, like OUT.
+void write_hf_config(const Metadata& metadata, const std::string& path) {
+  auto get = [&](const std::string& k) -> std::string {
+    for (const auto& [key, v] : metadata)
+      if (key == k) return v;
+    return "";
+  };
+  const std::string tokenizer = get("tokenizer");
+  const std::string eot = tokenizer == "gpt2" ? "50256" : "null";
+  std::string text = "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n";
+  for (const char* k : {"vocab_size", "n_positions", "n_ctx", "n_embd", "n_layer", "n_head", "layer_norm_epsilon"})
+    text += fmt::format("  \"{}\": {},\n", k, get(k));
+  text += "  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n"
+          "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+          "  \"initializer_range\": 0.02,\n  \"scale_attn_weights\": true,\n"
+          "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
+          "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n  \"torch_dtype\": \"float32\",\n";
+  text += fmt::format("  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n", eot, eot);
+  text += fmt::format("  \"shardtrain_tokenizer\": \"{}\",\n  \"shardtrain_step\": {}\n}}\n",
+                      tokenizer.empty() ? "unknown" : tokenizer, get("step"));
+  PartialFile partial(path);
+  std::FILE* f = create_output(partial.tmp(), path);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) SHARDTRAIN_FAIL(path + ": write failed: " + std::strerror(errno));
+  partial.commit();
+}
+
 // The export format: --format, or else from OUT's extension.
 std::string export_format(const std::string& out, const std::string& format) {
   if (!format.empty()) return format;
@@ -735,6 +767,15 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
       if (std::none_of(metadata.begin(), metadata.end(), [&](const auto& x) { return x.first == kv.first; }))
         metadata.push_back(std::move(kv));
     write_safetensors(ckpt, vector, entries, metadata, out);
+    if (name_style == "gpt2") {
+      const std::filesystem::path dir = std::filesystem::path(out).parent_path();
+      const std::string config = (dir / "config.json").string();
+      write_hf_config(metadata, config);
+      fmt::print("{}: Hugging Face GPT2Config for {}{}\n", config, out,
+                 std::filesystem::path(out).filename() == "model.safetensors"
+                     ? " (GPT2LMHeadModel.from_pretrained reads the folder)"
+                     : " (rename it model.safetensors for GPT2LMHeadModel.from_pretrained(folder))");
+    }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   fmt::print("{}: {} parameter{} of {} at step {} ({} float32 values, {}), {:.2f} s\n", out, tensors.size(),
@@ -823,8 +864,10 @@ int run(int argc, char** argv) {
       "transformer.ln_f.{weight,bias}; the four Linear weights transposed to Conv1D's (in, out); "
       "lm_head.weight is left out, being tied to transformer.wte.weight (tied_weights in the "
       "metadata, as Hugging Face's own GPT-2 files do); the metadata adds vocab_size, n_positions, "
-      "n_ctx, n_embd, n_layer, n_head, layer_norm_epsilon and activation_function. A checkpoint of "
-      "another model type is refused.");
+      "n_ctx, n_embd, n_layer, n_head, layer_norm_epsilon and activation_function. --names gpt2 also "
+      "writes config.json in OUT's folder (replacing one there): GPT2Config's keys for that model (no "
+      "dropout, gelu_new, tied LM head), so that transformers' GPT2LMHeadModel.from_pretrained(folder) "
+      "loads it when OUT is named model.safetensors. A checkpoint of another model type is refused.");
 
   SampleCommand sample_cmd;
   CLI::App* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint or its export");

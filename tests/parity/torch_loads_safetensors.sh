@@ -9,6 +9,9 @@
 #    checkpoint itself (torch_loads_weights.sh's check), and clearly below the
 #    loss from random weights; and its pass over the validation split
 #    (gpt_torch.py eval) gives our trainer's final validation loss (relative 1e-5);
+#  - the config.json written beside it, read with the file by share/gpu/hf_check.py
+#    (transformers' GPT2LMHeadModel on the GPU machine; its plain-PyTorch stand-in
+#    here) gives the same loss (relative 1e-4), and fails on a transposed weight;
 #  - a GPT-2 file with a tensor missing, or with a wrong shape, is refused
 #    naming the tensor, and so is one whose offsets leave a gap;
 #  - default names: bitwise the `trainer-ckpt export` .h5 of the same checkpoint;
@@ -57,6 +60,46 @@ echo "validation loss: our trainer $ours, PyTorch on the GPT-2 safetensors expor
 [[ -n $ours && -n $theirs ]] || die "no validation loss from the trainer ($ours) or the reference ($theirs)"
 awk -v a="$ours" -v b="$theirs" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; exit !(d <= 1e-5) }' ||
   die "PyTorch on the export does not reach our trainer's validation loss"
+
+# The export as Hugging Face's GPT2LMHeadModel.from_pretrained(folder) reads it:
+# model.safetensors with config.json beside it (written by the export), checked
+# by share/gpu/hf_check.py. transformers is not installed here, so its stand-in
+# runs: a GPT-2 from config.json and the tensors under their Hugging Face names
+# and layouts; it must reach our trainer's validation loss (relative 1e-4; the
+# GPU machine runs the same script with transformers). Planted error: attention
+# c_proj of layer 0 transposed in the file (square, so no shape check sees it):
+# the loss check must fail.
+hf_check=$here/../../share/gpu/hf_check.py
+mkdir -p "$work/hf"
+"$ckpt_tool" export "$ckpt" "$work/hf/model.safetensors" --format safetensors --names gpt2 > "$work/hf.log" ||
+  die "trainer-ckpt export into $work/hf failed"
+[[ -f $work/hf/config.json ]] || die "export --names gpt2 wrote no config.json beside model.safetensors"
+/usr/bin/python3 - "$work/hf/config.json" <<'PY' || die "config.json does not describe the tiny GPT as GPT2Config"
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = {"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 32, "n_positions": 16, "activation_function": "gelu_new",
+        "tie_word_embeddings": True, "resid_pdrop": 0.0, "layer_norm_epsilon": 1e-5}
+bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+sys.exit(f"config.json: {bad}" if bad else 0)
+PY
+/usr/bin/python3 "$hf_check" "$work/hf" "$data" --expect "$ours" --client stand-in --threads 1 | tee "$work/hf_check.log" ||
+  die "share/gpu/hf_check.py (stand-in) does not reach our trainer's validation loss on the export"
+mkdir -p "$work/hf_planted"
+cp "$work/hf/config.json" "$work/hf_planted/"
+/usr/bin/python3 - "$work/hf/model.safetensors" "$work/hf_planted/model.safetensors" <<'PY'
+import json, sys
+import numpy as np
+d = bytearray(open(sys.argv[1], "rb").read())
+n = int.from_bytes(d[:8], "little")
+t = json.loads(d[8:8 + n])["transformer.h.0.attn.c_proj.weight"]
+b, e = (8 + n + x for x in t["data_offsets"])
+d[b:e] = np.ascontiguousarray(np.frombuffer(bytes(d[b:e]), "<f4").reshape(t["shape"]).T).tobytes()
+open(sys.argv[2], "wb").write(d)
+PY
+rc=0
+/usr/bin/python3 "$hf_check" "$work/hf_planted" "$data" --expect "$ours" --client stand-in --threads 1 > "$work/hf_planted.log" || rc=$?
+cat "$work/hf_planted.log"
+[[ $rc -eq 1 ]] || die "hf_check.py passed (rc $rc) an export with layer 0's attention c_proj transposed"
 
 # Broken GPT-2 files, made by editing a good one's header: each is refused by name.
 /usr/bin/python3 - "$work/gpt2.safetensors" "$work" <<'PY'
