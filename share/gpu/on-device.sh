@@ -1,23 +1,21 @@
 #!/usr/bin/env bash
-# Runs the one-GPU device tests of the carried CUDA build on the GPU machine.
-# Run it THERE, from the repository root of the copy, with the bundle folder that
-# share/gpu/prepare.sh wrote carried along (default <repo>/gpu-bundle).
+# The GPU session's one call (issue 32): runs on the GPU machine, from the repository
+# root of the copy, with the bundle folder that share/gpu/prepare.sh wrote carried along
+# (default <repo>/gpu-bundle), and brings back everything in at most 8 files.
 #
-#   share/gpu/on-device.sh [--sanitize] [--no-measure] [--only REGEX] [--budget SECONDS]
+#   share/gpu/on-device.sh [--budget SECONDS] [--only REGEX] [--no-measure] [--no-sanitize]
 #                          [--bundle DIR] [--out DIR] [--setup-only]
 #
-#   --sanitize     first run each test under compute-sanitizer --tool memcheck, then
-#                  --tool racecheck (if compute-sanitizer is installed), then plainly
-#   --no-measure   do not call the measurements hook tests/bench/gpu/measure.sh
+#   --budget S     the whole script ends within S seconds (default 540); every phase has
+#                  its own deadline that leaves room for the phases after it, and one that
+#                  does not fit is reported NOT RUN(time budget)
 #   --only REGEX   only the gpu tests whose name matches (ctest -R)
-#   --budget S     the whole script ends within S seconds (default 510: < 9 minutes);
-#                  phases that do not fit are reported NOT RUN
+#   --no-measure   no measurement (tests/bench/gpu/measure.sh)
+#   --no-sanitize  no compute-sanitizer phase
 #   --out DIR      results folder (default $OUT/gpu-run, or ./gpu-run when OUT is unset)
-#   --setup-only   unpack, relocate, report the environment; run no test
-#   --measure-only unpack, relocate, then only the measurements hook, with the whole
-#                  budget (a second call of a GPU session, after the tests)
+#   --setup-only   unpack, relocate, report the environment; run nothing
 #
-# Steps: unpack the .debs with dpkg -x into ${SHARDTRAIN_GPU_PREFIX:-/tmp/shardtrain-gpu-prefix};
+# Setup: unpack the .debs with dpkg -x into ${SHARDTRAIN_GPU_PREFIX:-/tmp/shardtrain-gpu-prefix};
 # delete the Open MPI plugins whose libraries are not carried (dropped.tsv); link the
 # carried sonames into PREFIX/links (class stack always; class system only where the
 # image lacks the soname, so a carried libcurl/libssl never shadows the image's);
@@ -25,14 +23,30 @@
 # restore the build tree (same absolute path when the copy is where it was built,
 # otherwise <repo>/<same relative path> with the source, build and mpiexec paths
 # rewritten in CTestTestfile.cmake and the other text files of the tree); report the
-# environment; run `ctest -L gpu -LE gpu2` (label gpu2: needs two GPUs, see
-# tests/gpu/CMakeLists.txt); run the measurements hook if present.
-# Results (at most 8 files, each < 16 MiB): summary.txt (one line per test: name, mode,
-# result, seconds), environment.txt, setup.log, ctest.log, memcheck.log, racecheck.log,
-# measure.log, measure.txt (the hook's own file). Exit: 0 every selected test and the hook
-# passed; 1 a test or the hook failed or did not run; 2 setup problem (.deb, library).
-# Never runs ldconfig and writes nothing outside PREFIX, the restored build tree and
-# the results folder.
+# environment (environment.txt: nvidia-smi, versions, ldd of every binary).
+# Then the plan, each phase with its deadline (default budget 540 s):
+#   a. one environment line (GPU, driver, the CUDA/cuBLAS/cuDNN/NCCL libraries used and
+#      the image's wheels) and a smoke of a few seconds: nccl_probe under mpiexec and one
+#      kernel test. A library that does not load stops the run here, with the summary
+#      saying which; no CUDA device (this machine's rehearsal) runs the tests only to
+#      their no-device messages and skips the GPU measurements;
+#   b. every one-GPU test, `ctest -L gpu -LE gpu2 -j 3`, each with its own timeout (at
+#      most 150 s; the CTest files' TIMEOUT properties are lowered to it). Label gpu2
+#      (two GPUs) is listed NOT RUN;
+#   c. measurements (tests/bench/gpu/measure.sh): the 124M GPT in bf16, ours against
+#      PyTorch eager and torch.compile (150 s), the fp32 quickstart GPU against host and
+#      the checkpoint crossings (75 s), Hugging Face GPT2LMHeadModel on our safetensors
+#      export (45 s; on the host when there is no device);
+#   d. compute-sanitizer memcheck and racecheck on the kernel tests without their
+#      GPT-2-sized cases, only when at least 150 s remain;
+#   e. the 124M GPT in fp32 and fp16, in what is left.
+# Results, rewritten after each phase (a call cut short still brings back what ran):
+# summary.txt (the environment line, then one line per smoke, test and phase: name,
+# phase, result, seconds), environment.txt, setup.log, ctest.log, measure.md (the
+# tables and verdicts), measure.log, measure-logs.tar.xz, sanitizer.log.
+# Exit: 0 nothing failed; 1 a test, a check or a phase failed; 2 setup problem (.deb,
+# library, the runtime does not load). Never runs ldconfig and writes nothing outside
+# PREFIX, the restored build tree and the results folder.
 set -euo pipefail
 t_start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -40,18 +54,17 @@ helper=$root/share/gpu/device_helper.py
 bundle=${SHARDTRAIN_GPU_BUNDLE:-$root/gpu-bundle}
 prefix=${SHARDTRAIN_GPU_PREFIX:-/tmp/shardtrain-gpu-prefix}
 run=""
-sanitize=0 measure=1 only="" budget=510 setup_only=0 measure_only=0
+sanitize=1 measure=1 only="" budget=540 setup_only=0
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --sanitize) sanitize=1; shift ;;
+    --no-sanitize) sanitize=0; shift ;;
     --no-measure) measure=0; shift ;;
     --only) only=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
     --bundle) bundle=$2; shift 2 ;;
     --out) run=$2; shift 2 ;;
     --setup-only) setup_only=1; shift ;;
-    --measure-only) measure_only=1; measure=1; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "on-device.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -59,12 +72,11 @@ if [[ -z "$run" ]]; then
   if [[ -n "${OUT:-}" ]]; then run=$OUT/gpu-run; else run=$root/gpu-run; fi
 fi
 deadline=$((t_start + budget))
-ours=(summary.txt environment.txt setup.log ctest.log memcheck.log racecheck.log measure.log measure.txt
-      measure-extra.tar.gz sanitizer-logs.tar.gz)
+ours=(summary.txt environment.txt setup.log ctest.log measure.md measure.log measure-logs.tar.xz sanitizer.log)
 mkdir -p "$run"
 for f in "$run"/* "$run"/.[!.]*; do
   [[ -e "$f" ]] || continue
-  n=$(basename "$f"); n=${n%.gz}
+  n=$(basename "$f"); n=${n%.gz}; n=${n%.tmp}
   [[ " ${ours[*]} " == *" $n "* ]] || { echo "on-device.sh: error: results folder $run holds $(basename "$f"), not ours: use an empty folder (--out)" >&2; exit 2; }
   rm -f "$f"
 done
@@ -330,9 +342,28 @@ echo "ldd problems: $ldd_problems" >> "$env_txt"
 say "environment: $(grep -m1 -E '^[^,]+, [0-9.]+, ' "$env_txt" || echo 'no GPU listed by nvidia-smi'); ${#bins[@]} binaries, ldd problems: $ldd_problems"
 say "setup took $((SECONDS - t_start)) s"
 
-# --- 6. tests ----------------------------------------------------------------------------------------------------
+# --- 6. the plan: smoke, tests, measurements, sanitizer ------------------------------------------------------------
+# Every phase has its own deadline and leaves room for the phases after it; the
+# summary is rewritten after each phase (and on exit), so a call cut short still
+# brings back what ran.
 sum_lines=()
-add_sum() { sum_lines+=("$(printf '%s\t%s\t%s\t%s' "$1" "$2" "$3" "$4")"); }
+add_sum() { sum_lines+=("$(printf '%s\t%s\t%s\t%s' "$1" "$2" "$3" "$4")"); write_summary; }
+env_line=""
+stop_reason=""
+no_device=0
+write_summary() {
+  {
+    echo "# shardtrain on-device run $(date -u +%Y-%m-%dT%H:%M:%SZ): commit $(manifest git_commit)"
+    echo "# env: ${env_line:-not read yet}"
+    echo "# plan: budget $budget s; took $((SECONDS - t_start)) s so far${only:+; --only $only}; measurements $( ((measure)) && echo on || echo off); sanitizer $( ((sanitize)) && echo 'if >= 150 s remain' || echo off)"
+    echo "# setup problems: ${#problems[@]}${problems[*]:+: ${problems[*]}}"
+    [[ -n $stop_reason ]] && echo "# STOPPED EARLY: $stop_reason"
+    (( no_device )) && echo "# NO CUDA DEVICE: the tests ran only to their no-device messages (each binary loads its libraries); the GPU measurements were not run"
+    echo "# name<TAB>phase<TAB>result<TAB>seconds"
+    printf '%s\n' "${sum_lines[@]}"
+  } > "$summary.tmp" && mv "$summary.tmp" "$summary"
+}
+trap 'write_summary' EXIT
 verdict() {  # RC OUTPUT-FILE -> result word
   local rc=$1 f=$2 lib
   if lib=$(grep -o 'error while loading shared libraries: [^:]*' "$f" 2>/dev/null | head -n 1) && [[ -n "$lib" ]]; then
@@ -345,68 +376,92 @@ verdict() {  # RC OUTPUT-FILE -> result word
   else echo "FAIL(rc $rc)"
   fi
 }
+left() { echo $((deadline - SECONDS)); }
+# The deadline of a phase that may take CAP seconds and must leave RESERVE for the later ones (seconds since start).
+phase_end() { local e=$((SECONDS + $1)) r=$((deadline - $2)); (( e < r )) && echo "$e" || echo "$r"; }
+
+# 6a. environment line, then a smoke of a few seconds: NCCL's bootstrap and one kernel test.
+gpu_line=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+pipv=$(timeout 60 python3 -m pip show nvidia-cuda-runtime nvidia-cublas nvidia-cudnn-cu13 nvidia-nccl-cu13 torch 2>/dev/null |
+  awk '/^Name:/ { n = $2 } /^Version:/ { printf "%s%s %s", sep, n, $2; sep = ", " }')
+libv=""
+for so in $(printf '%s\n' "${!cuda_found[@]}" | sort); do libv+="${libv:+, }$(basename "$(readlink -f "${cuda_found[$so]}/$so")")"; done
+env_line="GPU ${gpu_line:-none (nvidia-smi: none)}; driver CUDA $(timeout 20 nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1 | awk '{print $3}'); built with $(manifest nvcc | grep -o 'release [0-9.]*'), cuDNN $(manifest cudnn | cut -d' ' -f1), NCCL $(manifest nccl | cut -d' ' -f1); libraries used: ${libv:-none}; wheels: ${pipv:-none}"
+say "env: $env_line"
+smoke_cmds=("nccl_probe|$ompi_bin/mpiexec -n 1 $build/tests/cuda_build/nccl_probe"
+            "kernel_test|$build/tests/gpu/gpu_pointwise_kernels_test --gtest_filter=PointwiseKernels/0.ReluMatchesHostBitwise")
+smoke_nodev=0 smoke_lib=""
+if (( !setup_only )); then
+  for sc in "${smoke_cmds[@]}"; do
+    n=${sc%%|*} c=${sc#*|}
+    t0=$SECONDS rc=0
+    # shellcheck disable=SC2086
+    timeout -k 3 20 $c > "$prefix/work/smoke.txt" 2>&1 || rc=$?
+    r=$(verdict "$rc" "$prefix/work/smoke.txt")
+    { echo "smoke $n: $c -> $r"; sed 's/^/    /' "$prefix/work/smoke.txt" | tail -n 15; } >> "$setup_log"
+    say "smoke $n: $r ($((SECONDS - t0)) s)"
+    add_sum "smoke:$n" smoke "$r" "$((SECONDS - t0))"
+    [[ $r == "FAIL(no CUDA device)" ]] && smoke_nodev=$((smoke_nodev + 1))
+    [[ $r == "FAIL(library missing: "* && -z $smoke_lib ]] && smoke_lib=${r#FAIL(library missing: } && smoke_lib=${smoke_lib%)}
+  done
+  if [[ -n $smoke_lib ]]; then
+    stop_reason="the carried runtime does not load ($smoke_lib missing; environment.txt lists each binary's libraries): no test or measurement run"
+    problem "$stop_reason"
+  elif (( smoke_nodev == ${#smoke_cmds[@]} )); then
+    no_device=1
+    say "no CUDA device: the tests run only to their no-device messages; the GPU measurements are skipped"
+  fi
+fi
+
 ctest_sel=(-L gpu -LE gpu2)
 [[ -n "$only" ]] && ctest_sel+=(-R "$only")
 mapfile -t selected < <(cd "$build" && ctest -N "${ctest_sel[@]}" 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
 mapfile -t two_gpu < <(cd "$build" && ctest -N -L gpu2 ${only:+-R "$only"} 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
-for t in "${two_gpu[@]}"; do add_sum "$t" - "NOT RUN(needs 2 GPUs: label gpu2)" 0; done
 say "selected ${#selected[@]} one-GPU tests (ctest ${ctest_sel[*]}): ${selected[*]:-none}"
-(( ${#selected[@]} || measure_only )) || problem "no test selected"
-hook=$root/tests/bench/gpu/measure.sh
-measure_reserve=0
-[[ $measure == 1 && -f "$hook" ]] && measure_reserve=90
-plain_deadline=$((deadline - measure_reserve - 15))
+(( ${#selected[@]} )) || problem "no test selected"
+# What the phases after the tests need (s): 124M bf16 speed 150, correctness 75, Hugging Face check 45.
+cap_speed=150 cap_correct=75 cap_hf=45
+(( measure && !no_device )) || { cap_speed=0; cap_correct=0; }
+(( measure )) || cap_hf=0
+mwork=$prefix/work/measure
+mrun() {  # NAME PHASE-END measure.sh arguments...: one call of the measurements script
+  local name=$1 end=$2; shift 2
+  local secs=$((end - SECONDS)) t0=$SECONDS rc=0
+  if (( secs < 20 )); then add_sum "$name" measure "NOT RUN(time budget)" 0; return; fi
+  say "measure $name: $* ($secs s)"
+  echo "===== $name: measure.sh $* (deadline in $secs s)" >> "$run/measure.log"
+  (cd "$root" && MPIEXEC=$ompi_bin/mpiexec PYTHON=${PYTHON:-python3} timeout -k 10 "$((secs + 5))" \
+    bash "$root/tests/bench/gpu/measure.sh" "$build" "$run" --work "$mwork" --deadline "$(( $(date +%s) + secs ))" "$@") \
+    >> "$run/measure.log" 2>&1 || rc=$?
+  local r; r=$(verdict "$rc" "$run/measure.log")
+  (( rc == 3 )) && r="PARTIAL(time budget)"
+  add_sum "$name" measure "$r" "$((SECONDS - t0))"
+}
 
 if (( setup_only )); then
   say "--setup-only: no test run"
+elif [[ -n $stop_reason ]]; then
+  for t in "${selected[@]}"; do add_sum "$t" plain "NOT RUN(runtime does not load)" 0; done
 else
-  if (( sanitize && !measure_only )); then
-    cs=$(command -v compute-sanitizer || true); [[ -z "$cs" && -x /usr/local/cuda/bin/compute-sanitizer ]] && cs=/usr/local/cuda/bin/compute-sanitizer
-    if [[ -z "$cs" ]]; then
-      say "--sanitize: compute-sanitizer not found (PATH, /usr/local/cuda/bin): sanitizer runs skipped"
-      for t in "${selected[@]}"; do add_sum "$t" sanitize "NOT RUN(no compute-sanitizer)" 0; done
-    elif ! command -v python3 >/dev/null 2>&1; then
-      say "--sanitize: python3 not found (needed to read ctest --show-only=json-v1): sanitizer runs skipped"
-    else
-      scripts=$prefix/work/tests
-      (cd "$build" && ctest --show-only=json-v1 "${ctest_sel[@]}" > "$prefix/work/tests.json")
-      python3 "$helper" test-scripts "$prefix/work/tests.json" "$scripts"
-      # Leave the plain run at least 180 s.
-      san_deadline=$((plain_deadline - 180))
-      for tool in memcheck racecheck; do
-        log=$run/$tool.log
-        : > "$log"
-        for t in "${selected[@]}"; do
-          budget_t=$((san_deadline - SECONDS)); (( budget_t > 150 )) && budget_t=150
-          if (( budget_t < 15 )); then add_sum "$t" "$tool" "NOT RUN(time budget)" 0; continue; fi
-          echo "===== $t under compute-sanitizer --tool $tool (timeout $budget_t s)" >> "$log"
-          t0=$SECONDS
-          rc=0
-          timeout -k 10 "$budget_t" "$scripts/$t.sh" "$cs" --tool "$tool" --error-exitcode 86 --print-limit 50 \
-            > "$prefix/work/out.txt" 2>&1 || rc=$?
-          cat "$prefix/work/out.txt" >> "$log"
-          r=$(verdict "$rc" "$prefix/work/out.txt")
-          echo "===== $t: $r ($((SECONDS - t0)) s)" >> "$log"
-          add_sum "$t" "$tool" "$r" "$((SECONDS - t0))"
-          say "$tool: $t: $r ($((SECONDS - t0)) s)"
-        done
-      done
-    fi
-  fi
-
-  # Plain ctest. Tests with a TIMEOUT property keep it (300 s for the mpi ones);
-  # --stop-time and the outer timeout end everything at the plain-phase deadline.
-  plain_left=$((plain_deadline - SECONDS))
-  if (( measure_only )); then
-    say "--measure-only: no test run"
-  elif (( plain_left < 20 )); then
+  for t in "${two_gpu[@]}"; do add_sum "$t" - "NOT RUN(needs 2 GPUs: label gpu2)" 0; done
+  # 6b. every one-GPU test, 3 at a time, each with its own timeout: the TIMEOUT
+  # properties of the restored CTest files are lowered to it (ctest --timeout
+  # alone leaves tests that have one, e.g. the MPI tests' 300 s, untouched).
+  tests_end=$(phase_end 260 $((cap_speed + cap_correct + cap_hf + 10)))
+  plain_left=$((tests_end - SECONDS))
+  if (( plain_left < 20 )); then
     for t in "${selected[@]}"; do add_sum "$t" plain "NOT RUN(time budget)" 0; done
   else
-    per=$(( plain_left < 180 ? plain_left : 180 ))
+    per=$(( plain_left < 150 ? plain_left : 150 ))
+    (( no_device )) && per=30
+    while IFS= read -r -d '' f; do
+      sed -i -E "s/ TIMEOUT \"[0-9.]+\"/ TIMEOUT \"$per\"/g" "$f"
+    done < <(find "$build/tests" -name CTestTestfile.cmake -print0)
     stop=$(date -d "@$(( $(date +%s) + plain_left - 5 ))" +%H:%M:%S)
-    say "ctest ${ctest_sel[*]} (per-test timeout $per s, stop at $stop, $plain_left s left)"
+    jobs=${SHARDTRAIN_GPU_TEST_JOBS:-3}
+    say "ctest ${ctest_sel[*]} -j $jobs (per-test timeout $per s, stop at $stop, $plain_left s left)"
     rc=0
-    (cd "$build" && timeout -k 10 "$plain_left" ctest "${ctest_sel[@]}" -V --timeout "$per" --stop-time "$stop" \
+    (cd "$build" && timeout -k 10 "$plain_left" ctest "${ctest_sel[@]}" -V -j "$jobs" --timeout "$per" --stop-time "$stop" \
       --no-tests=error) > "$run/ctest.log" 2>&1 || rc=$?
     declare -A tnum=()
     while IFS=$'\t' read -r num name secs; do
@@ -416,70 +471,83 @@ else
       if [[ "$st" == *" Passed "* ]]; then trc=0
       elif [[ "$st" == *Timeout* ]]; then trc=124
       else trc=1; fi
-      add_sum "$name" plain "$(verdict "$trc" "$prefix/work/out-$num.txt")" "$secs"
+      sum_lines+=("$(printf '%s\t%s\t%s\t%s' "$name" plain "$(verdict "$trc" "$prefix/work/out-$num.txt")" "$secs")")
     done < <(sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#([0-9]+): ([^ ]+) .* ([0-9.]+) sec.*$/\1\t\2\t\3/p' "$run/ctest.log")
     for t in "${selected[@]}"; do
-      [[ -n "${tnum[$t]:-}" ]] || add_sum "$t" plain "NOT RUN(ctest rc $rc; see ctest.log)" 0
+      [[ -n "${tnum[$t]:-}" ]] || sum_lines+=("$(printf '%s\t%s\t%s\t%s' "$t" plain "NOT RUN(ctest rc $rc; see ctest.log)" 0)")
     done
+    write_summary
   fi
 
-  # Measurements hook (written by someone else; called only if it exists).
-  if (( measure )); then
-    if [[ -f "$hook" ]]; then
-      mleft=$((deadline - SECONDS - 15))
-      if (( mleft < 30 )); then
-        add_sum measure.sh hook "NOT RUN(time budget)" 0
-      else
-        say "measurements hook $hook ($mleft s)"
-        t0=$SECONDS rc=0
-        (cd "$root" && SHARDTRAIN_BUILD_DIR=$build SHARDTRAIN_SOURCE_DIR=$root SHARDTRAIN_GPU_RUN_DIR=$run \
-          SHARDTRAIN_MEASURE_OUT=$run/measure.txt SHARDTRAIN_MEASURE_SECONDS=$mleft MPIEXEC=$ompi_bin/mpiexec \
-          timeout -k 10 "$mleft" bash "$hook") > "$run/measure.log" 2>&1 || rc=$?
-        add_sum measure.sh hook "$(verdict "$rc" "$run/measure.log")" "$((SECONDS - t0))"
-      fi
+  # 6c. measurements (tests/bench/gpu/measure.sh), most important first.
+  if (( !measure )); then
+    say "--no-measure: no measurement"
+  elif (( no_device )); then
+    add_sum measure:speed-124M-bf16 measure "NOT RUN(no CUDA device)" 0
+    add_sum measure:correctness measure "NOT RUN(no CUDA device)" 0
+    mrun measure:hf "$(phase_end 90 0)" --parts hf
+  else
+    mrun measure:speed-124M-bf16 "$(phase_end "$cap_speed" $((cap_correct + cap_hf)))" --parts speed --precisions bf16 --models big
+    mrun measure:correctness "$(phase_end "$cap_correct" "$cap_hf")" --parts correctness
+    mrun measure:hf "$(phase_end "$cap_hf" 0)" --parts hf
+  fi
+
+  # 6d. compute-sanitizer on the kernel tests (without their GPT-2-sized cases), only if at least 150 s remain.
+  if (( sanitize && !no_device )); then
+    cs=$(command -v compute-sanitizer || true); [[ -z "$cs" && -x /usr/local/cuda/bin/compute-sanitizer ]] && cs=/usr/local/cuda/bin/compute-sanitizer
+    if (( $(left) < 150 )); then
+      add_sum sanitizer sanitize "NOT RUN(time budget: $(left) s left, 150 needed)" 0
+    elif [[ -z "$cs" ]]; then
+      add_sum sanitizer sanitize "NOT RUN(no compute-sanitizer)" 0
     else
-      say "no measurements hook at ${hook#"$root"/}: skipped"
+      scripts=$prefix/work/tests
+      (cd "$build" && ctest --show-only=json-v1 -L gpu -LE 'gpu2|mpi' ${only:+-R "$only"} > "$prefix/work/tests.json")
+      python3 "$helper" test-scripts "$prefix/work/tests.json" "$scripts"
+      mapfile -t kernel_tests < <(cut -f1 "$scripts/tests.tsv")
+      san_end=$(phase_end $(( $(left) - 40 )) 40)
+      log=$run/sanitizer.log
+      : > "$log"
+      for tool in memcheck racecheck; do
+        for t in "${kernel_tests[@]}"; do
+          budget_t=$((san_end - SECONDS)); (( budget_t > 90 )) && budget_t=90
+          if (( budget_t < 15 )); then add_sum "$t" "$tool" "NOT RUN(time budget)" 0; continue; fi
+          echo "===== $t under compute-sanitizer --tool $tool (timeout $budget_t s)" >> "$log"
+          t0=$SECONDS rc=0
+          GTEST_FILTER='-*Gpt2Size*:*TwoToThe31*' timeout -k 10 "$budget_t" "$scripts/$t.sh" "$cs" --tool "$tool" \
+            --error-exitcode 86 --print-limit 50 > "$prefix/work/out.txt" 2>&1 || rc=$?
+          tail -c 200000 "$prefix/work/out.txt" >> "$log"
+          r=$(verdict "$rc" "$prefix/work/out.txt")
+          echo "===== $t: $r ($((SECONDS - t0)) s)" >> "$log"
+          add_sum "$t" "$tool" "$r" "$((SECONDS - t0))"
+        done
+      done
+    fi
+  fi
+
+  # 6e. fp32 and fp16 speed of the 124M GPT in what is left.
+  if (( measure && !no_device )); then
+    if (( $(left) >= 60 )); then
+      mrun measure:speed-124M-fp32-fp16 "$(phase_end $(( $(left) - 10 )) 10)" --parts speed --precisions fp32,fp16 --models big
+    else
+      add_sum measure:speed-124M-fp32-fp16 measure "NOT RUN(time budget)" 0
     fi
   fi
 fi
 
-# --- 7. results: summary, at most 8 files, each < 16 MiB ------------------------------------------------------
-{
-  echo "# shardtrain on-device run $(date -u +%Y-%m-%dT%H:%M:%SZ): commit $(manifest git_commit)"
-  echo "# gpu: $(grep -m1 -E '^[^,]+, [0-9.]+, ' "$env_txt" || echo 'none listed by nvidia-smi')"
-  echo "# mode: $( ((sanitize)) && echo 'sanitize+plain' || echo plain)${only:+, --only $only}; ${#selected[@]} one-GPU tests selected; took $((SECONDS - t_start)) s of $budget"
-  echo "# setup problems: ${#problems[@]}${problems[*]:+: ${problems[*]}}"
-  echo "# test<TAB>mode<TAB>result<TAB>seconds"
-  printf '%s\n' "${sum_lines[@]}"
-} > "$summary"
-shopt -s nullglob
-extra=()
+# --- 7. results: at most 8 files, each < 16 MiB ------------------------------------------------------------------
+write_summary
 for f in "$run"/*; do
-  case $(basename "$f") in
-    summary.txt|environment.txt|setup.log|ctest.log|memcheck.log|racecheck.log|measure.log|measure.txt) ;;
-    *) extra+=("$(basename "$f")") ;;
-  esac
-done
-if (( ${#extra[@]} )); then  # the hook wrote more than measure.txt: keep it as one archive
-  tar -czf "$prefix/work/extra.tgz" -C "$run" "${extra[@]}" && rm -rf "${extra[@]/#/$run/}" &&
-    mv "$prefix/work/extra.tgz" "$run/measure-extra.tar.gz"
-fi
-files=("$run"/*)
-if (( ${#files[@]} > 8 )); then
-  tar -czf "$prefix/work/logs.tgz" -C "$run" memcheck.log racecheck.log 2>/dev/null && rm -f "$run/memcheck.log" "$run/racecheck.log" &&
-    mv "$prefix/work/logs.tgz" "$run/sanitizer-logs.tar.gz"
-fi
-for f in "$run"/*; do
-  [[ "$f" == *.gz ]] && continue
+  [[ "$f" == *.gz || "$f" == *.xz ]] && continue
   sz=$(stat -c %s "$f")
   if (( sz > 15 * 1024 * 1024 )); then  # keep the head and the tail
     { head -c $((7 * 1024 * 1024)) "$f"; printf '\n[... %s bytes cut by on-device.sh ...]\n' "$sz"; tail -c $((7 * 1024 * 1024)) "$f"; } > "$f.cut" && mv "$f.cut" "$f"
   fi
-  (( sz > 4 * 1024 * 1024 )) && gzip -9 "$f"
+  (( sz > 4 * 1024 * 1024 )) && [[ $f != "$summary" ]] && gzip -9 "$f"
 done
-echo "on-device.sh: results in $run ($(ls "$run" | wc -l) files):"
+echo "on-device.sh: results in $run ($(ls "$run" | wc -l) files), $((SECONDS - t_start)) s of $budget:"
 cat "$summary"
+[[ -f $run/measure.md ]] && { echo; cat "$run/measure.md"; }
 if (( ${#problems[@]} )); then exit 2; fi
 if (( setup_only )); then exit 0; fi
-grep -v '^#' "$summary" | awk -F'\t' '($2 == "plain" || $2 == "hook") && $3 != "PASS" { bad = 1 } END { exit bad }' || exit 1
+grep -v '^#' "$summary" | awk -F'\t' '$3 ~ /^(FAIL|TIMEOUT|SANITIZER|NOT RUN\((ctest|runtime|no CUDA))/ { bad = 1 } END { exit bad }' || exit 1
 exit 0

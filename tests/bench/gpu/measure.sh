@@ -1,49 +1,70 @@
 #!/usr/bin/env bash
-# tests/bench/gpu/measure.sh: issue 20's GPU measurements, written to run on the
-# GPU machine after share/gpu/on-device.sh has set up the carried build (it calls
-# this script); also runs here on the CPU (--cpu-smoke) to check the script itself.
+# tests/bench/gpu/measure.sh: the GPU measurements of issue 32, run on the GPU
+# machine by share/gpu/on-device.sh (one part at a time, each under the time the
+# plan gives it); also runs here on the CPU (--cpu-smoke) to check the script.
 #
-#   measure.sh BUILD_DIR OUT_DIR [--cpu-smoke] [--steps N] [--only fp32|bf16|fp16]
-#   measure.sh        (as share/gpu/on-device.sh's hook: SHARDTRAIN_BUILD_DIR, and the
-#                      report at SHARDTRAIN_MEASURE_OUT, its logs beside it)
+#   measure.sh BUILD_DIR OUT_DIR [--parts LIST] [--precisions LIST] [--models LIST]
+#              [--steps N] [--deadline EPOCH_S] [--work DIR] [--cpu-smoke]
 #
-# 1. Speed and memory, one GPU, one rank: the quickstart GPT and a GPT-2-124M-sized
-#    GPT (inputs/gpt2_124m.toml: L 12, d 768, H 12, T 1024, batch 16, synthetic
-#    uniform tokens, vocabulary 50,304) in fp32, bf16 and fp16, ours against
-#    PyTorch (share/reference/gpt_torch.py: eager and torch.compile, fused SDPA
-#    attention, autocast over fp32 weights as PyTorch users train), interleaved
-#    per precision: ours, eager, compile. Per run: median ms/step over the steps
-#    after the first 5, tokens/s, MFU against the device's dense peak for that
-#    precision, and peak device memory from nvidia-smi (polled every 100 ms: an
-#    independent high-water of the whole process, CUDA context included) beside
-#    our tracked allocator's peak and our plan.
-# 2. Correctness: the fp32 quickstart curve on the GPU against the host trainer's
-#    over 100 steps (relative 1e-4 per step), and a checkpoint written on the GPU
-#    resumed on the host and the reverse (losses after the resume within 1e-4 of
-#    an uninterrupted host run).
-# Results: OUT_DIR/measure.md (the table, the commands, the device line) and
-# OUT_DIR/measure-logs.tar.xz. Exit 0 when every run completed and the
-# correctness checks passed; 1 otherwise (the table is written either way).
+#   --parts       comma-separated, in this order (default speed,correctness,hf):
+#     speed       one GPU, one rank, per precision and model: ours, PyTorch eager,
+#                 PyTorch torch.compile (share/reference/gpt_torch.py: fused SDPA
+#                 attention, autocast over fp32 weights, fused AdamW, as PyTorch users
+#                 train), interleaved. Per run: median ms/step over the steps after
+#                 the first 5, tokens/s, MFU against the device's dense peak for that
+#                 precision, the GPU's memory.used high-water (nvidia-smi every 100
+#                 ms: the whole process, CUDA context included) beside our tracked
+#                 peak and our plan (PyTorch: its allocator's peak). For the 124M bf16
+#                 model a verdict line: ours against eager (goal: at least its
+#                 tokens/s) and our ratio to torch.compile.
+#     correctness the fp32 quickstart on the GPU against the host trainer over 100
+#                 steps (relative 1e-4 per step); a checkpoint written on the GPU at
+#                 step 50 resumed on the host, and the reverse (losses after the
+#                 resume within 1e-4 of the uninterrupted host run).
+#     hf          Hugging Face's GPT2LMHeadModel on our export: the quickstart
+#                 checkpoint at step 100 (the GPU run of the correctness part when
+#                 it is there, else a host run made here) exported with
+#                 `trainer-ckpt export --format safetensors --names gpt2` (which
+#                 writes config.json beside it), loaded by share/gpu/hf_check.py;
+#                 its loss over the whole validation split against our trainer's
+#                 final validation loss (relative 1e-4). transformers when it
+#                 imports, else hf_check.py's plain-PyTorch stand-in (the report
+#                 says which).
+#   --precisions  for speed: fp32,bf16,fp16 (default bf16,fp32,fp16)
+#   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
+#                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
+#                 quickstart GPT on Moby Dick); default big,qs
+#   --steps N     training steps per speed run (default 20)
+#   --deadline S  the epoch second by which every run must have ended: each run's
+#                 timeout is what is left (less 5 s, at most its own cap); a run that
+#                 does not fit is reported NOT RUN (time budget)
+#   --work DIR    scratch shared by calls (runs, checkpoints, data); default a new
+#                 temporary folder, removed at the end
+#   --cpu-smoke   the script's own check on a CPU: small shapes, the host trainer,
+#                 PyTorch on the CPU, parts speed (fp32) and hf
+# Results: OUT_DIR/measure.md (appended to by each call: the device line, tables,
+# verdicts, commands) and OUT_DIR/measure-logs.tar.xz (every run's log so far).
+# Rows and verdicts are written as each run ends, so a killed call leaves them.
+# Exit 0 every run completed and every check passed; 1 a run or check failed; 3
+# nothing failed but a run did not fit in the time.
 # Environment: MPIEXEC (default mpirun), PYTHON (default python3), MOBYDICK (the
 # quickstart's data set; default BUILD_DIR/data/mobydick.h5, then the bundle's
-# gpu-bundle/data/mobydick.h5, else a synthetic 83-token set is made and the
-# table says so).
+# gpu-bundle/data/mobydick.h5, else a synthetic 83-token set and the report says so).
 set -uo pipefail
 usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; exit 2; }
-report=""
-if [[ $# -eq 0 && -n ${SHARDTRAIN_BUILD_DIR:-} && -n ${SHARDTRAIN_MEASURE_OUT:-} ]]; then
-  set -- "$SHARDTRAIN_BUILD_DIR" "$(dirname "$SHARDTRAIN_MEASURE_OUT")"
-  report=$SHARDTRAIN_MEASURE_OUT
-fi
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=30 only=""
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
     --steps) steps=$2; shift ;;
-    --only) only=$2; shift ;;
+    --parts) parts=$2; shift ;;
+    --precisions) precisions=$2; shift ;;
+    --models) models=$2; shift ;;
+    --deadline) deadline=$2; shift ;;
+    --work) work=$2; shift ;;
     *) echo "measure.sh: unknown argument $1" >&2; usage ;;
   esac
   shift
@@ -53,34 +74,40 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 source "$root/tests/support/process_memory.sh"  # check_process_memory
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
-work=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain-measure.XXXXXX")
-trainer=$build/trainer
+own_work=0
+if [[ -z $work ]]; then work=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain-measure.XXXXXX"); own_work=1; fi
+mkdir -p "$work" && work=$(cd "$work" && pwd)
+trainer=$build/trainer ckpt_tool=$build/trainer-ckpt
 [[ -x $trainer ]] || { echo "measure.sh: $trainer is not an executable" >&2; exit 2; }
 mpiexec=${MPIEXEC:-mpirun}
 python=${PYTHON:-python3}
-[[ -n $report ]] || report=$out/measure.md
-failures=0
+report=$out/measure.md
+failures=0 notrun=0
 note() { echo "$*" | tee -a "$report"; }
 fail() { note "FAIL: $*"; failures=$((failures + 1)); }
+(( deadline > 0 )) || deadline=$(( $(date +%s) + 100000 ))
+# Seconds a run may take: at most CAP, and what is left before the deadline less 5 s.
+budget() { local left=$(( deadline - $(date +%s) - 5 )); (( left < $1 )) && echo "$left" || echo "$1"; }
 
 device=cuda torch_device=cuda
-precisions=(fp32 bf16 fp16)
-[[ -n $only ]] && precisions=("$only")
+[[ -n $parts ]] || parts=speed,correctness,hf
+[[ -n $precisions ]] || precisions=bf16,fp32,fp16
 big=(n_layer=12 n_head=12 d_model=768 seq_len=1024 batch=16)
-if [[ $smoke == 1 ]]; then  # the script's own check on a CPU: small shapes, host trainer, torch on CPU
+if [[ $smoke == 1 ]]; then
   device=cpu torch_device=cpu
   big=(n_layer=2 n_head=4 d_model=64 seq_len=64 batch=4)
-  precisions=(fp32)
-  [[ $steps == 30 ]] && steps=8
+  precisions=fp32 parts=$(echo "$parts" | tr , '\n' | grep -vx correctness | paste -sd, -)
+  [[ $steps == 20 ]] && steps=8
 fi
 val() { local k=$1; shift; for kv in "$@"; do [[ ${kv%%=*} == "$k" ]] && echo "${kv#*=}"; done; }
+has() { [[ ,$1, == *,$2,* ]]; }
 
 # --- the device and its dense peak (TFLOP/s) per precision ---------------------
 gpu="none (--cpu-smoke)"
 peak_fp32=0 peak_16=0
 if [[ $smoke == 0 ]]; then
-  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
-  [[ -n $gpu ]] || { echo "measure.sh: nvidia-smi finds no GPU" >&2; exit 1; }
+  gpu=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  [[ -n $gpu ]] || { echo "measure.sh: nvidia-smi finds no GPU" | tee -a "$report" >&2; exit 1; }
   case $gpu in  # NVIDIA's datasheets: dense (no sparsity) FP32 (no TF32), and BF16/FP16 tensor cores
     *H100*PCIe*) peak_fp32=51 peak_16=756 ;;
     *H100*|*H200*) peak_fp32=67 peak_16=989 ;;
@@ -88,19 +115,22 @@ if [[ $smoke == 0 ]]; then
     *) echo "measure.sh: no peak table entry for '$gpu'; MFU left empty" >&2 ;;
   esac
 fi
-{
-  echo "# GPU measurements ($(date -u '+%Y-%m-%d %H:%M UTC'))"
-  echo
-  echo "- device: $gpu"
-  echo "- commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown); trainer: $trainer"
-  echo "- command: tests/bench/gpu/measure.sh $build $out$([[ $smoke == 1 ]] && echo ' --cpu-smoke') --steps $steps"
-  echo "- torch: $("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1)"
-  echo "- peaks used for MFU (dense, TFLOP/s): fp32 $peak_fp32, bf16/fp16 $peak_16"
-  echo
-} > "$report"
+if [[ ! -s $report ]]; then
+  {
+    echo "# GPU measurements ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo
+    echo "- device: $gpu"
+    echo "- commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || sed -n 's/^git_commit: //p' "$root/gpu-bundle/manifest.txt" 2>/dev/null || echo unknown); trainer: $trainer"
+    echo "- torch: $(timeout 60 "$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1)"
+    echo "- peaks used for MFU (dense, TFLOP/s): fp32 $peak_fp32, bf16/fp16 $peak_16"
+  } > "$report"
+fi
+note ""
+note "- $(date -u +%H:%M:%S) measure.sh --parts $parts$(has "$parts" speed && echo " --precisions $precisions --models $models --steps $steps")$([[ $smoke == 1 ]] && echo ' --cpu-smoke') (deadline in $(( deadline - $(date +%s) )) s)"
 
 # --- data ---------------------------------------------------------------------
 synthetic() {  # FILE VOCAB TOKENS: uniform random tokens in the shardtrain-tokens format
+  [[ -s $1 ]] && return 0
   "$python" - "$@" <<'EOF'
 import sys, h5py, numpy as np
 path, vocab, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -108,7 +138,7 @@ rng = np.random.default_rng(1234)
 tokens = rng.integers(0, vocab, size=n, dtype=np.int64).astype(np.uint16 if vocab <= 65536 else np.int32)
 nval = max(1, n // 64)
 s = h5py.string_dtype("utf-8")
-with h5py.File(path, "w") as f:
+with h5py.File(path + ".tmp", "w") as f:
     f.attrs.create("format", "shardtrain-tokens", dtype=s)
     f.attrs["format_version"] = np.int64(1)
     f.attrs.create("tokenizer", "byte" if vocab == 256 else "char", dtype=s)
@@ -118,79 +148,108 @@ with h5py.File(path, "w") as f:
     f.create_dataset("train/tokens", data=tokens[:-nval])
     f.create_dataset("val/tokens", data=tokens[-nval:])
     f.create_dataset("vocab", data=[f"<{i}>" for i in range(vocab)], dtype=s)
+import os
+os.replace(path + ".tmp", path)
 EOF
 }
 big_data=$work/synthetic50304.h5
-synthetic "$big_data" 50304 $((4 * 1024 * 1024)) || { echo "measure.sh: cannot write $big_data (python3 with h5py?)" >&2; exit 1; }
 qs_data=${MOBYDICK:-$build/data/mobydick.h5}
 [[ -f $qs_data || -n ${MOBYDICK:-} ]] || qs_data=$root/gpu-bundle/data/mobydick.h5  # share/gpu/prepare.sh carries it
 qs_what="Moby Dick (characters)"
 if [[ ! -f $qs_data ]]; then
   qs_data=$work/synthetic83.h5 qs_what="synthetic uniform tokens, vocabulary 83 (Moby Dick's size; $build/data/mobydick.h5 not found)"
-  synthetic "$qs_data" 83 $((1024 * 1024)) || exit 1
+  synthetic "$qs_data" 83 $((1024 * 1024)) || { fail "cannot write $qs_data (python3 with h5py?)"; exit 1; }
 fi
 
-# --- runs ------------------------------------------------------------------------
 # Peak memory.used of the GPU while PID runs, polled every 100 ms, into FILE (MiB).
 poll_memory() {
   local pid=$1 file=$2 peak=0 m
   while kill -0 "$pid" 2>/dev/null; do
-    m=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+    m=$(timeout 5 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
     [[ $m =~ ^[0-9]+$ ]] && (( m > peak )) && peak=$m
     sleep 0.1
   done
   echo "$peak" > "$file"
 }
-baseline_mib=0
-[[ $smoke == 0 ]] && baseline_mib=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-
 # Median of the numbers on stdin after skipping the first SKIP.
 median() {
   awk -v skip="$1" 'NR > skip' | sort -g |
     awk '{ v[n++] = $1 } END { if (!n) { print "nan"; exit } print (n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) }'
 }
 
-rows=()
-# ours NAME MODEL(qs|big) PRECISION
-ours() {
-  local name=$1 model=$2 prec=$3 input data log=$work/$1.log
-  if [[ $model == qs ]]; then
-    input=$root/inputs/quickstart.toml data=$qs_data
-    set -- --set train.steps=$steps --set train.log_every=1 --set train.eval_every=0 --set train.eval_windows=16
-  else
-    input=$root/inputs/gpt2_124m.toml data=$big_data
-    set -- --set train.steps=$steps --set model.n_layer="$(val n_layer "${big[@]}")" \
-      --set model.n_head="$(val n_head "${big[@]}")" --set model.d_model="$(val d_model "${big[@]}")" \
-      --set model.seq_len="$(val seq_len "${big[@]}")" --set train.batch_size="$(val batch "${big[@]}")" \
-      --set train.micro_batch="$(val batch "${big[@]}")"
-  fi
-  local cmd=("$mpiexec" -n 1 "$trainer" "$input" --set data.path="$data" --set train.run_dir="$work/run_$name"
-             --set train.device="$device" --set precision.mode="$prec" --set checkpoint.every_steps=0 "$@")
-  echo "\$ ${cmd[*]}" > "$log"
-  "${cmd[@]}" >> "$log" 2>&1 &
-  local pid=$!
-  [[ $smoke == 0 ]] && poll_memory "$pid" "$work/$name.mem" &
-  wait "$pid" || { fail "$name: the trainer failed (last lines below)"; tail -5 "$log" | tee -a "$report"; return; }
+# --- speed ------------------------------------------------------------------------
+declare -A flops ms_of
+baseline_mib=0
+# Runs "$@" (the rest of the command line) in the background under `timeout SECS`,
+# its output in LOG, polling the GPU's memory into MEMFILE; returns its status.
+timed() {
+  local secs=$1 log=$2 memfile=$3; shift 3
+  echo "\$ $*" > "$log"
+  timeout -k 10 "$secs" "$@" >> "$log" 2>&1 &
+  local pid=$! rc=0
+  [[ $smoke == 0 ]] && poll_memory "$pid" "$memfile" &
+  wait "$pid" || rc=$?
   wait
-  # On the host the process's VmHWM is what the plan predicts (within 10%); on a
-  # device the tracked plan is device memory, not the process's RSS.
-  if [[ $device == cpu ]]; then
-    (check_process_memory "$log") > "$work/$name.process_memory" 2>&1 ||
-      fail "$name: $(tail -1 "$work/$name.process_memory")"
+  return $rc
+}
+model_args() {  # MODEL -> the trainer's input file and --set list (prints one per line)
+  if [[ $1 == qs ]]; then
+    printf '%s\n' "$root/inputs/quickstart.toml" --set data.path="$qs_data" --set train.micro_batch=16
+  else
+    printf '%s\n' "$root/inputs/gpt2_124m.toml" --set data.path="$big_data" \
+      --set model.n_layer="$(val n_layer "${big[@]}")" --set model.n_head="$(val n_head "${big[@]}")" \
+      --set model.d_model="$(val d_model "${big[@]}")" --set model.seq_len="$(val seq_len "${big[@]}")" \
+      --set train.batch_size="$(val batch "${big[@]}")" --set train.micro_batch="$(val batch "${big[@]}")"
+  fi
+}
+tokens_per_step() { [[ $1 == qs ]] && echo $((16 * 64)) || echo $(($(val batch "${big[@]}") * $(val seq_len "${big[@]}"))); }
+row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
+  local name=$1 who=$2 prec=$3 model=$4 ms=$5 mem=$6 tracked=$7 plan=$8
+  local peak=$peak_16; [[ $prec == fp32 ]] && peak=$peak_fp32
+  awk -v n="$name" -v w="$who" -v p="$prec" -v ms="$ms" -v tok="$(tokens_per_step "$model")" -v gf="${flops[$model]:-}" \
+      -v peak="$peak" -v mem="$mem" -v base="$baseline_mib" -v tr="$tracked" -v pl="$plan" 'BEGIN {
+    ok = ms + 0 > 0
+    tps = ok ? tok / (ms / 1000) : 0
+    tf = (gf != "" && ok) ? gf / ms : 0            # GFLOP per ms = TFLOP/s
+    mfu = (tf > 0 && peak > 0) ? sprintf("%.1f%%", 100 * tf / peak) : "-"
+    m = (mem ~ /^[0-9]+$/ && mem > 0) ? mem - base : "-"
+    tft = (tf > 0) ? sprintf("%.1f", tf) : "-"
+    if (pl == "") pl = "-"
+    if (tr == "") tr = "-"
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, w, p, ok ? sprintf("%.2f", ms) : ms,
+           ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
+  }' | tee -a "$report"
+}
+ours() {  # MODEL PREC CAP
+  local model=$1 prec=$2 name=ours_$1_$2 log=$work/ours_$1_$2.log secs
+  secs=$(budget "$3")
+  if (( secs < 15 )); then row "$name" ours "$prec" "$model" "NOT RUN (time budget)" - - -; notrun=$((notrun + 1)); return; fi
+  mapfile -t margs < <(model_args "$model")
+  local sets=(--set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 --set train.eval_windows=1
+              --set train.device="$device" --set precision.mode="$prec" --set checkpoint.every_steps=0)
+  rm -rf "$work/run_$name"
+  local cmd=("$mpiexec" -n 1 "$trainer" "${margs[@]}" --set train.run_dir="$work/run_$name" "${sets[@]}")
+  if ! timed "$secs" "$log" "$work/$name.mem" "${cmd[@]}"; then
+    row "$name" ours "$prec" "$model" "FAILED or TIMEOUT ($secs s)" - - -
+    fail "$name: the trainer failed or ran out of its $secs s (last lines below)"; tail -5 "$log" | tee -a "$report"; return
+  fi
+  if [[ $device == cpu ]]; then  # on the host the process's VmHWM is what the plan predicts
+    (check_process_memory "$log") > "$work/$name.process_memory" 2>&1 || fail "$name: $(tail -1 "$work/$name.process_memory")"
   fi
   local csv=$work/run_$name/metrics.csv
   # Step time: elapsed_s differences between steps without a validation pass.
   local ms; ms=$(awk -F, 'NR > 1 { if (prev != "" && $3 == "") print ($7 - prev) * 1000; prev = $7 }' "$csv" | median 5)
-  local flop; flop=$("$trainer" --plan "$input" --set data.path="$data" "${@}" 2>/dev/null |
-    sed -n 's/^compute per step: \([0-9.e+]*\) GFLOP.*/\1/p' | head -1)
   local tracked plan
-  tracked=$(awk -F, 'NR == 2 { print $NF / 1048576 }' "$work/run_$name/memory.csv" 2>/dev/null)
-  plan=$(awk -F, '$1 == "plan" { print $NF / 1048576 }' "$work/run_$name/memory.csv" 2>/dev/null)
-  rows+=("$name|ours|$prec|$ms|$flop|$(cat "$work/$name.mem" 2>/dev/null || echo -)|${tracked:--}|${plan:--}|${cmd[*]}")
+  tracked=$(awk -F, 'NR == 2 { printf "%.0f", $NF / 1048576 }' "$work/run_$name/memory.csv" 2>/dev/null)
+  plan=$(awk -F, '$1 == "plan" { printf "%.0f", $NF / 1048576 }' "$work/run_$name/memory.csv" 2>/dev/null)
+  ms_of[$name]=$ms
+  row "$name" ours "$prec" "$model" "$ms" "$(cat "$work/$name.mem" 2>/dev/null || echo -)" "$tracked" "$plan"
+  cmds+=("$name: \`${cmd[*]}\`")
 }
-# torch NAME MODEL PRECISION MODE(eager|compile)
-torch_run() {
-  local name=$1 model=$2 prec=$3 mode=$4 data log=$work/$1.log
+torch_run() {  # MODEL PREC MODE(eager|compile) CAP
+  local model=$1 prec=$2 mode=$3 name=torch_$3_$1_$2 log=$work/torch_$3_$1_$2.log secs data
+  secs=$(budget "$4")
+  if (( secs < 15 )); then row "$name" "torch-$mode" "$prec" "$model" "NOT RUN (time budget)" - - -; notrun=$((notrun + 1)); return; fi
   local -a shape
   if [[ $model == qs ]]; then
     data=$qs_data shape=(--n-layer 4 --n-head 4 --d-model 128 --seq-len 64 --batch 16)
@@ -201,103 +260,143 @@ torch_run() {
   fi
   local cmd=("$python" "$root/share/reference/gpt_torch.py" train "$data" "${shape[@]}" --steps "$steps"
              --device "$torch_device" --precision "$prec")
-  [[ $smoke == 0 ]] && cmd+=(--sdpa)  # Debian's PyTorch 1.13 (the smoke run) has no SDPA
+  [[ $smoke == 0 ]] && cmd+=(--sdpa --threads 8)  # Debian's PyTorch 1.13 (the smoke run) has no SDPA
   [[ $mode == compile ]] && cmd+=(--compile)
-  echo "\$ ${cmd[*]}" > "$log"
-  PYTHONUNBUFFERED=1 "${cmd[@]}" >> "$log" 2>&1 &
-  local pid=$!
-  [[ $smoke == 0 ]] && poll_memory "$pid" "$work/$name.mem" &
-  wait "$pid" || { fail "$name: PyTorch failed (last lines below)"; tail -5 "$log" | tee -a "$report"; return; }
-  wait
+  if ! PYTHONUNBUFFERED=1 timed "$secs" "$log" "$work/$name.mem" "${cmd[@]}"; then
+    row "$name" "torch-$mode" "$prec" "$model" "FAILED or TIMEOUT ($secs s)" - - -
+    fail "$name: PyTorch failed or ran out of its $secs s (last lines below)"; tail -5 "$log" | tee -a "$report"; return
+  fi
   local ms; ms=$(awk '$1 == "step" { print $6 }' "$log" | median 5)
-  local torch_peak; torch_peak=$(awk '$1 == "peak_cuda_mib" { print $2 }' "$log")
-  rows+=("$name|torch-$mode|$prec|$ms||$(cat "$work/$name.mem" 2>/dev/null || echo -)|${torch_peak:--}||${cmd[*]}")
+  local torch_peak; torch_peak=$(awk '$1 == "peak_cuda_mib" { printf "%.0f", $2 }' "$log")
+  ms_of[$name]=$ms
+  row "$name" "torch-$mode" "$prec" "$model" "$ms" "$(cat "$work/$name.mem" 2>/dev/null || echo -)" "${torch_peak:--}" -
+  cmds+=("$name: \`${cmd[*]}\`")
+}
+verdict_big_bf16() {
+  local o=${ms_of[ours_big_bf16]:-} e=${ms_of[torch_eager_big_bf16]:-} c=${ms_of[torch_compile_big_bf16]:-}
+  [[ -n $o ]] || { note "- 124M bf16 verdict: no measurement of ours"; return; }
+  if [[ -n $e ]]; then
+    local r; r=$(awk -v o="$o" -v e="$e" 'BEGIN { printf "%.3f", e / o }')
+    if awk -v r="$r" 'BEGIN { exit !(r >= 1) }'; then
+      note "- 124M bf16: ours/eager tokens/s = $r (goal >= 1): PASS"
+    else
+      fail "124M bf16: ours/eager tokens/s = $r (goal >= 1)"
+    fi
+  else
+    note "- 124M bf16: no PyTorch eager measurement to compare with"
+  fi
+  [[ -n $c ]] && note "- 124M bf16: ours/torch.compile tokens/s = $(awk -v o="$o" -v c="$c" 'BEGIN { printf "%.3f", c / o }')"
 }
 
-start=$SECONDS
-for prec in "${precisions[@]}"; do
-  for model in big qs; do
-    ours "ours_${model}_$prec" "$model" "$prec"
-    torch_run "torch_eager_${model}_$prec" "$model" "$prec" eager
-    [[ $smoke == 0 ]] && torch_run "torch_compile_${model}_$prec" "$model" "$prec" compile
-  done
-  echo "measure.sh: $prec done after $((SECONDS - start)) s" >&2
-done
-
-# --- the table ----------------------------------------------------------------------
-tokens_per_step() { [[ $1 == *_qs_* ]] && echo $((16 * 64)) || echo $(($(val batch "${big[@]}") * $(val seq_len "${big[@]}"))); }
-{
-  echo "## Speed and memory (1 GPU, 1 rank; median ms/step after the first 5 of $steps steps)"
-  echo
-  echo "Quickstart data: $qs_what. 124M data: synthetic uniform tokens, vocabulary 50,304."
-  echo "GPU memory: nvidia-smi memory.used high-water minus the $baseline_mib MiB in use before the runs."
-  echo
-  echo "| run | who | precision | ms/step | tokens/s | model TFLOP/s | MFU | GPU memory peak (MiB) | tracked / torch allocator peak (MiB) | plan (MiB) |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
-} >> "$report"
-declare -A flops
-for r in "${rows[@]}"; do IFS='|' read -r name who prec ms flop _ <<< "$r"; [[ -n $flop ]] && flops[${name#ours_}]=$flop; done
-for r in "${rows[@]}"; do
-  IFS='|' read -r name who prec ms flop mem tracked plan cmd <<< "$r"
-  key=${name#ours_}; key=${key#torch_eager_}; key=${key#torch_compile_}
-  flop=${flops[$key]:-}
-  peak=$peak_16; [[ $prec == fp32 ]] && peak=$peak_fp32
-  awk -v n="$name" -v w="$who" -v p="$prec" -v ms="$ms" -v tok="$(tokens_per_step "$name")" -v gf="$flop" \
-      -v peak="$peak" -v mem="$mem" -v base="$baseline_mib" -v tr="$tracked" -v pl="$plan" 'BEGIN {
-    tps = ms > 0 ? tok / (ms / 1000) : 0
-    tf = (gf != "" && ms > 0) ? gf / ms : 0            # GFLOP per ms = TFLOP/s
-    mfu = (tf > 0 && peak > 0) ? sprintf("%.1f%%", 100 * tf / peak) : "-"
-    m = (mem ~ /^[0-9]+$/ && mem > 0) ? mem - base : "-"
-    tft = (tf > 0) ? sprintf("%.1f", tf) : "-"
-    if (pl == "") pl = "-"
-    printf "| %s | %s | %s | %.2f | %.0f | %s | %s | %s | %s | %s |\n", n, w, p, ms, tps, tft, mfu, m, tr, pl
-  }' >> "$report"
-done
-echo >> "$report"
-echo "Model FLOPs per step are the trainer's own count (\`trainer --plan\`, the same model for PyTorch's rows)." >> "$report"
-
-# --- correctness ---------------------------------------------------------------------
-if [[ $smoke == 0 ]]; then
+cmds=()
+if has "$parts" speed; then
+  [[ $smoke == 0 ]] && baseline_mib=$(timeout 20 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  if has "$models" big; then synthetic "$big_data" 50304 $((4 * 1024 * 1024)) || fail "cannot write $big_data (python3 with h5py?)"; fi
   note ""
-  note "## Correctness"
-  qs() {  # NAME DEVICE extra
-    local name=$1 dev=$2; shift 2
-    "$mpiexec" -n 1 "$trainer" "$root/inputs/quickstart.toml" --set data.path="$qs_data" --set train.run_dir="$work/$name" \
-      --set train.device="$dev" --set train.log_every=1 --set train.eval_every=0 --set train.eval_windows=16 "$@" \
-      > "$work/$name.log" 2>&1 || fail "$name failed"
-  }
-  losses() { awk -F, 'NR > 1 && $2 != "" { print $1, $2 }' "$1/metrics.csv"; }
-  compare() {  # A B FROM_STEP TOL WHAT
-    local r
-    r=$(join <(losses "$work/$1") <(losses "$work/$2") | awk -v from="$3" '$1 > from {
-        d = $2 - $3; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3); if (r > w) w = r; n++ } END { printf "%d %.3g", n, w }')
-    local n=${r% *} worst=${r#* }
-    if [[ $n -gt 0 ]] && awk -v w="$worst" -v t="$4" 'BEGIN { exit !(w <= t) }'; then
-      note "- $5: $n steps compared, worst relative loss difference $worst (bound $4): pass"
-    else
-      fail "$5: $n steps compared, worst relative loss difference $worst (bound $4)"
-    fi
-  }
-  qs qs_cpu cpu --set train.steps=100
-  qs qs_cuda cuda --set train.steps=100
-  compare qs_cuda qs_cpu 0 1e-4 "fp32 quickstart, GPU against host, 100 steps"
-  qs gpu_to_cpu cuda --set train.steps=100 --set checkpoint.every_steps=50 --stop-after-step 50
-  qs gpu_to_cpu cpu --set train.steps=100 --set checkpoint.every_steps=50
-  grep -q 'resumed from' "$work/gpu_to_cpu.log" || fail "the host run did not resume the GPU checkpoint"
-  compare gpu_to_cpu qs_cpu 50 1e-4 "checkpoint written on the GPU at step 50, resumed on the host"
-  qs cpu_to_gpu cpu --set train.steps=100 --set checkpoint.every_steps=50 --stop-after-step 50
-  qs cpu_to_gpu cuda --set train.steps=100 --set checkpoint.every_steps=50
-  grep -q 'resumed from' "$work/cpu_to_gpu.log" || fail "the GPU run did not resume the host checkpoint"
-  compare cpu_to_gpu qs_cpu 50 1e-4 "checkpoint written on the host at step 50, resumed on the GPU"
+  note "### Speed and memory (1 GPU, 1 rank; median ms/step after the first 5 of $steps steps)"
+  note ""
+  note "Quickstart data: $qs_what. 124M data: synthetic uniform tokens, vocabulary 50,304. GPU memory: nvidia-smi memory.used high-water minus the ${baseline_mib} MiB in use before. Model FLOPs per step: the trainer's own count (\`trainer --plan\`), the same for PyTorch's rows."
+  note ""
+  note "| run | who | precision | ms/step | tokens/s | model TFLOP/s | MFU | GPU memory peak (MiB) | tracked / torch allocator peak (MiB) | plan (MiB) |"
+  note "|---|---|---|---|---|---|---|---|---|---|"
+  IFS=, read -ra plist <<< "$precisions"
+  IFS=, read -ra mlist <<< "$models"
+  for model in "${mlist[@]}"; do
+    mapfile -t margs < <(model_args "$model")
+    flops[$model]=$(timeout 60 "$trainer" --plan "${margs[@]}" 2>/dev/null |
+      sed -n 's/^compute per step: \([0-9.e+]*\) GFLOP.*/\1/p' | head -1)
+  done
+  for prec in "${plist[@]}"; do
+    for model in "${mlist[@]}"; do
+      # Caps: ours and eager start in seconds; torch.compile compiles first (tens of seconds).
+      ours "$model" "$prec" 90
+      torch_run "$model" "$prec" eager 60
+      [[ $smoke == 0 ]] && torch_run "$model" "$prec" compile 150
+      [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
+    done
+  done
 fi
 
-{
-  echo
-  echo "## Commands"
-  for r in "${rows[@]}"; do IFS='|' read -r name _ _ _ _ _ _ _ cmd <<< "$r"; echo "- $name: \`$cmd\`"; done
-} >> "$report"
-tar -C "$work" -cJf "$out/measure-logs.tar.xz" --exclude='*.h5' --exclude='checkpoints' . 2>/dev/null
-rm -rf "$work"
-echo "measure.sh: $failures failure(s) in $((SECONDS - start)) s; report $report" >&2
-cat "$report"
-[[ $failures -eq 0 ]]
+# --- correctness -----------------------------------------------------------------------
+qs() {  # NAME DEVICE CAP extra...: the fp32 quickstart, 1 rank, every step logged
+  local name=$1 dev=$2 secs; secs=$(budget "$3"); shift 3
+  if (( secs < 10 )); then note "NOT RUN (time budget): $name"; notrun=$((notrun + 1)); return 1; fi
+  timeout -k 10 "$secs" "$mpiexec" -n 1 "$trainer" "$root/inputs/quickstart.toml" --set data.path="$qs_data" \
+    --set train.run_dir="$work/$name" --set train.device="$dev" --set train.log_every=1 --set train.eval_every=0 \
+    --set train.eval_windows=16 --set train.micro_batch=16 "$@" >> "$work/$name.log" 2>&1 ||
+    { fail "$name ($dev) failed or ran out of its $secs s: $(tail -2 "$work/$name.log" | tr '\n' ' ')"; return 1; }
+}
+losses() { awk -F, 'NR > 1 && $2 != "" { print $1, $2 }' "$1/metrics.csv"; }
+compare() {  # A B FROM_STEP TOL WHAT
+  local r
+  r=$(join <(losses "$work/$1" | sort -k1,1) <(losses "$work/$2" | sort -k1,1) | sort -n | awk -v from="$3" '$1 > from {
+      d = $2 - $3; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3); if (r > w) w = r; n++ } END { printf "%d %.3g", n, w }')
+  local n=${r% *} worst=${r#* }
+  if [[ $n -gt 0 ]] && awk -v w="$worst" -v t="$4" 'BEGIN { exit !(w <= t) }'; then
+    note "- $5: $n steps compared, worst relative loss difference $worst (bound $4): pass"
+  else
+    fail "$5: $n steps compared, worst relative loss difference $worst (bound $4)"
+  fi
+}
+if has "$parts" correctness; then
+  note ""
+  note "### Correctness (fp32 quickstart, 1 rank; data: $qs_what)"
+  ckpt_sets=(--set checkpoint.every_steps=50)
+  if qs qs_cpu cpu 60 --set train.steps=100 "${ckpt_sets[@]}" && qs qs_cuda cuda 60 --set train.steps=100 "${ckpt_sets[@]}"; then
+    compare qs_cuda qs_cpu 0 1e-4 "fp32 quickstart, GPU against host, 100 steps"
+  fi
+  if qs gpu_to_cpu cuda 40 --set train.steps=100 "${ckpt_sets[@]}" --stop-after-step 50 &&
+     qs gpu_to_cpu cpu 40 --set train.steps=100 "${ckpt_sets[@]}"; then
+    grep -q 'resumed from' "$work/gpu_to_cpu.log" || fail "the host run did not resume the GPU checkpoint"
+    compare gpu_to_cpu qs_cpu 50 1e-4 "checkpoint written on the GPU at step 50, resumed on the host"
+  fi
+  if qs cpu_to_gpu cpu 40 --set train.steps=100 "${ckpt_sets[@]}" --stop-after-step 50 &&
+     qs cpu_to_gpu cuda 40 --set train.steps=100 "${ckpt_sets[@]}"; then
+    grep -q 'resumed from' "$work/cpu_to_gpu.log" || fail "the GPU run did not resume the host checkpoint"
+    compare cpu_to_gpu qs_cpu 50 1e-4 "checkpoint written on the host at step 50, resumed on the GPU"
+  fi
+fi
+
+# --- Hugging Face transformers on our export ------------------------------------------------
+if has "$parts" hf; then
+  note ""
+  note "### Hugging Face GPT2LMHeadModel on \`trainer-ckpt export --format safetensors --names gpt2\`"
+  src=qs_cuda
+  if [[ ! -f $work/qs_cuda/checkpoints/latest ]]; then
+    src=hf_host
+    rm -rf "$work/hf_host"
+    note "- no GPU-trained quickstart checkpoint in $work (the correctness part did not run): a host run instead"
+    qs hf_host cpu 60 --set train.steps=100 --set checkpoint.every_steps=50 || src=""
+  fi
+  if [[ -n $src ]]; then
+    ck=$work/$src/checkpoints/$(cat "$work/$src/checkpoints/latest")
+    ours_val=$(awk -F, 'NR > 1 && $1 == 100 && $3 != "" { print $3 }' "$work/$src/metrics.csv")
+    rm -rf "$work/hf"; mkdir -p "$work/hf"
+    if ! timeout 60 "$ckpt_tool" export "$ck" "$work/hf/model.safetensors" --format safetensors --names gpt2 > "$work/hf_export.log" 2>&1; then
+      fail "trainer-ckpt export --names gpt2 of $ck: $(tail -2 "$work/hf_export.log" | tr '\n' ' ')"
+    elif [[ -z $ours_val ]]; then
+      fail "no validation loss at step 100 in $work/$src/metrics.csv"
+    else
+      secs=$(budget 120)
+      rc=0
+      timeout -k 5 "$secs" "$python" "$root/share/gpu/hf_check.py" "$work/hf" "$qs_data" --expect "$ours_val" \
+        > "$work/hf_check.log" 2>&1 || rc=$?
+      grep '^hf_check: ' "$work/hf_check.log" | sed "s|^|- ($src, step 100) |" | tee -a "$report"
+      (( rc == 0 )) || fail "hf_check.py exited $rc (log: hf_check.log in measure-logs.tar.xz)$( ((rc == 124)) && echo ": ran out of its $secs s")"
+      cmds+=("hf: \`$ckpt_tool export $ck $work/hf/model.safetensors --format safetensors --names gpt2\`; \`$python share/gpu/hf_check.py $work/hf $qs_data --expect $ours_val\`")
+    fi
+  fi
+fi
+
+if (( ${#cmds[@]} )); then
+  note ""
+  note "Commands of this call:"
+  for c in "${cmds[@]}"; do note "- $c"; done
+fi
+tar -C "$work" -cJf "$out/measure-logs.tar.xz.tmp" --exclude='*.h5' --exclude='checkpoints' --exclude='*.safetensors' . 2>/dev/null &&
+  mv "$out/measure-logs.tar.xz.tmp" "$out/measure-logs.tar.xz"
+(( own_work )) && rm -rf "$work"
+echo "measure.sh: $failures failure(s), $notrun run(s) not run for time; report $report" >&2
+(( failures == 0 )) || exit 1
+(( notrun == 0 )) || exit 3
+exit 0

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CTest gpu_measure_script_smoke: measure.sh --cpu-smoke must finish, and its
 # table must hold one row per run (ours and PyTorch eager, both models) with a
-# positive ms/step, and ours a tracked memory peak, so that a broken parser (or
-# awk code only gawk understands) fails here rather than on a GPU.
+# positive ms/step, and ours a tracked memory peak, and the hf part (host
+# quickstart checkpoint, GPT-2 export, share/gpu/hf_check.py's stand-in) must
+# pass, so that a broken parser (or awk code only gawk understands) fails here
+# rather than on a GPU.
 # Arguments: BUILD_DIR OUT_DIR.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,5 +20,6 @@ for run in ours_big_fp32 torch_eager_big_fp32 ours_qs_fp32 torch_eager_qs_fp32; 
     awk -v t="$tracked" 'BEGIN { exit !(t + 0 > 0) }' || { echo "$row"; echo "FAIL: $run: no tracked peak"; exit 1; }
   fi
 done
+grep -q 'hf_check: PASS: client stand-in' "$report" || { cat "$report"; echo "FAIL: no passing hf_check line (the hf part)"; exit 1; }
 [[ -s $2/measure-logs.tar.xz ]] || { echo "FAIL: no log archive"; exit 1; }
-echo "ok: measure.sh --cpu-smoke wrote a row for each of the 4 runs"
+echo "ok: measure.sh --cpu-smoke wrote a row for each of the 4 runs and the hf part passed"
