@@ -3,7 +3,12 @@
 # in a private mount namespace where this machine's own copies of the carried
 # packages are hidden, and checks that every one-GPU test (ctest -L gpu -LE gpu2)
 # gets as far as the no-CUDA-device message with all its libraries loaded from the
-# bundle, the CUDA dirs, or the base system (glibc, libstdc++, libgcc).
+# bundle, the CUDA dirs, or the base system (glibc, libstdc++, libgcc); that the whole
+# plan runs to its end: the smoke reaches the no-device message, the GPU measurements
+# are skipped, the Hugging Face check (host quickstart, GPT-2 export, hf_check.py's
+# stand-in with PROOF_PYTHON, default /usr/bin/python3, the one process shown the
+# hidden OpenBLAS that Debian's PyTorch links) passes; and that
+# on-device.sh takes under PROOF_LIMIT_S seconds (default 90).
 #
 #   share/gpu/namespace-proof.sh [--bundle DIR] [--drop-deb PACKAGE] [--keep]
 #
@@ -113,7 +118,17 @@ while read -r r; do
   mount -t tmpfs -o size=64m,mode=755 h-pkg-farm "$farm"
   python3 "$helper" farm "$r" "$side" "$farm" "$scratch/hidden.txt" | sed "s/^/  /"
   mount --bind "$farm" "$r"; mount -o remount,bind,ro "$r"
+  [[ $r == /usr/lib/x86_64-linux-gnu ]] && libside=$side
 done < "$scratch/roots.txt"
+# The GPU machine'"'"'s Python brings its own PyTorch and libraries. Here its stand-in is
+# this machine'"'"'s python3 with Debian'"'"'s PyTorch, which links libblas.so.3 (OpenBLAS, a
+# carried package, so hidden): that one process is shown the hidden folder'"'"'s side copy.
+cat > "$scratch/python3-host" <<WRAP
+#!/bin/bash
+export LD_LIBRARY_PATH=${libside:-/nonexistent}/openblas-pthread:${libside:-/nonexistent}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+exec ${PROOF_PYTHON:-/usr/bin/python3} "\$@"
+WRAP
+chmod +x "$scratch/python3-host"
 echo "inside the namespace:"
 for f in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/lib/x86_64-linux-gnu/libcurl.so.4 /usr/lib/x86_64-linux-gnu/libhdf5_openmpi.so.103 \
          /usr/lib/x86_64-linux-gnu/libblas.so.3 /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orterun /etc/openmpi/openmpi-mca-params.conf; do
@@ -122,8 +137,10 @@ done
 echo "  the original build tree without the bundle (ldd '"$build_old"'/trainer): $(ldd '"$build_old"'/trainer 2>&1 | grep -c "not found") libraries not found"
 cd "$scratch/repo"
 rc=0
-SHARDTRAIN_GPU_PREFIX=$scratch/prefix share/gpu/on-device.sh --no-measure --out "$scratch/out/gpu-run" || rc=$?
-echo "on-device.sh exit code: $rc"
+t0=$(date +%s)
+PYTHON=$scratch/python3-host SHARDTRAIN_GPU_PREFIX=$scratch/prefix share/gpu/on-device.sh --out "$scratch/out/gpu-run" || rc=$?
+echo $(( $(date +%s) - t0 )) > "$scratch/ondevice_seconds"
+echo "on-device.sh exit code: $rc, $(cat "$scratch/ondevice_seconds") s"
 '
 t0=$SECONDS
 set +e
@@ -137,7 +154,8 @@ echo
 echo "namespace-proof.sh: verdict (results in $scratch/out/gpu-run):"
 rc=0
 if [[ -f "$scratch/out/gpu-run/summary.txt" ]]; then
-  python3 "$helper" verdict "$scratch/out/gpu-run" "$scratch/hidden.txt" "$visible_sonames" "$expected" || rc=$?
+  python3 "$helper" verdict "$scratch/out/gpu-run" "$scratch/hidden.txt" "$visible_sonames" "$expected" \
+    "$(cat "$scratch/ondevice_seconds" 2>/dev/null || echo 9999)" "${PROOF_LIMIT_S:-90}" || rc=$?
 else
   echo "VERDICT: FAIL: on-device.sh left no summary"; rc=1
 fi

@@ -381,12 +381,13 @@ left() { echo $((deadline - SECONDS)); }
 phase_end() { local e=$((SECONDS + $1)) r=$((deadline - $2)); (( e < r )) && echo "$e" || echo "$r"; }
 
 # 6a. environment line, then a smoke of a few seconds: NCCL's bootstrap and one kernel test.
-gpu_line=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+gpu_line=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1 || true)
 pipv=$(timeout 60 python3 -m pip show nvidia-cuda-runtime nvidia-cublas nvidia-cudnn-cu13 nvidia-nccl-cu13 torch 2>/dev/null |
-  awk '/^Name:/ { n = $2 } /^Version:/ { printf "%s%s %s", sep, n, $2; sep = ", " }')
+  awk '/^Name:/ { n = $2 } /^Version:/ { printf "%s%s %s", sep, n, $2; sep = ", " }' || true)
 libv=""
 for so in $(printf '%s\n' "${!cuda_found[@]}" | sort); do libv+="${libv:+, }$(basename "$(readlink -f "${cuda_found[$so]}/$so")")"; done
-env_line="GPU ${gpu_line:-none (nvidia-smi: none)}; driver CUDA $(timeout 20 nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1 | awk '{print $3}'); built with $(manifest nvcc | grep -o 'release [0-9.]*'), cuDNN $(manifest cudnn | cut -d' ' -f1), NCCL $(manifest nccl | cut -d' ' -f1); libraries used: ${libv:-none}; wheels: ${pipv:-none}"
+drv_cuda=$(timeout 20 nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1 | awk '{print $3}' || true)
+env_line="GPU ${gpu_line:-none (nvidia-smi: none)}; driver's CUDA ${drv_cuda:-none}; built with $(manifest nvcc | grep -o 'release [0-9.]*'), cuDNN $(manifest cudnn | cut -d' ' -f1), NCCL $(manifest nccl | cut -d' ' -f1); libraries used: ${libv:-none}; wheels: ${pipv:-none}"
 say "env: $env_line"
 smoke_cmds=("nccl_probe|$ompi_bin/mpiexec -n 1 $build/tests/cuda_build/nccl_probe"
             "kernel_test|$build/tests/gpu/gpu_pointwise_kernels_test --gtest_filter=PointwiseKernels/0.ReluMatchesHostBitwise")

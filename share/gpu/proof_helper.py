@@ -116,7 +116,7 @@ def farm(root, side, farm_dir, hidden_txt):
     print(f"farm {root}: {n_link} entries linked, {n_hidden} hidden")
 
 
-def verdict(outdir, hidden_txt, visible_sonames, expected):
+def verdict(outdir, hidden_txt, visible_sonames, expected, seconds=None, limit=90):
     hidden = {l.strip() for l in open(hidden_txt) if l.strip()}
     visible = {v for v in visible_sonames.split(",") if v}
     expected = [t for t in expected.split(",") if t]
@@ -166,6 +166,32 @@ def verdict(outdir, hidden_txt, visible_sonames, expected):
                     bad.append(f"{cur}: {so} from the system ({path}), neither base nor left visible")
     print("  resolved to the system: " + " ".join(sorted(from_system)) +
           f" (allowed: glibc, libstdc++, libgcc and the left-visible {' '.join(sorted(visible)) or 'none'})")
+    # The plan's phases without a device: the smoke reaches the no-device message (so
+    # the run goes on rather than stopping for a runtime that does not load), the GPU
+    # measurements are skipped, the Hugging Face check runs on the host and passes.
+    phases = {}
+    for l in summary:
+        f = l.split("\t")
+        if len(f) == 4 and f[1] in ("smoke", "measure"):
+            phases[f[0]] = f[2]
+    print("smoke and measurement phases:")
+    for name, want in (("smoke:nccl_probe", "FAIL(no CUDA device)"), ("smoke:kernel_test", "FAIL(no CUDA device)"),
+                       ("measure:speed-124M-bf16", "NOT RUN(no CUDA device)"), ("measure:hf", "PASS")):
+        got = phases.get(name, "NOT IN SUMMARY")
+        print(f"  {'ok  ' if got == want else 'FAIL'} {name}: {got}")
+        if got != want:
+            bad.append(f"{name}: {got} (expected {want})")
+    if not any(l.startswith("# NO CUDA DEVICE") for l in summary):
+        bad.append("summary.txt does not say that there was no CUDA device")
+    md = os.path.join(run, "measure.md")
+    hf = [l for l in open(md).read().splitlines() if "hf_check: PASS" in l] if os.path.exists(md) else []
+    print("  " + (hf[0] if hf else "measure.md: no passing hf_check line"))
+    if not hf:
+        bad.append("measure.md has no passing hf_check line")
+    if seconds is not None:
+        print(f"on-device.sh took {seconds} s (limit {limit} s)")
+        if seconds >= limit:
+            bad.append(f"on-device.sh took {seconds} s, the rehearsal's limit is {limit} s")
     for pat in ("mca_base_component_repository_open: unable to open", "error while loading shared libraries"):
         n = ctest.count(pat)
         if n:
@@ -176,7 +202,8 @@ def verdict(outdir, hidden_txt, visible_sonames, expected):
             print("  - " + b)
         return 1
     print(f"VERDICT: PASS: all {len(expected)} one-GPU tests reached the no-device message with every library "
-          "loaded from the bundle, the CUDA dirs or the base system; nothing resolved to a hidden system copy")
+          "loaded from the bundle, the CUDA dirs or the base system; nothing resolved to a hidden system copy; "
+          "the Hugging Face check passed on the host" + (f"; on-device.sh took {seconds} s" if seconds is not None else ""))
     return 0
 
 
@@ -188,6 +215,8 @@ def main():
         farm(a[1], a[2], a[3], a[4])
     elif len(a) == 5 and a[0] == "verdict":
         sys.exit(verdict(a[1], a[2], a[3], a[4]))
+    elif len(a) == 7 and a[0] == "verdict":
+        sys.exit(verdict(a[1], a[2], a[3], a[4], int(a[5]), int(a[6])))
     else:
         sys.exit(__doc__)
 
