@@ -669,9 +669,9 @@ void write_safetensors(CheckpointReader& ckpt, const std::string& vector, const 
   partial.commit();
 }
 
-// Hugging Face's config.json for a --names gpt2 export, written to `path`
-// (OUT's folder, so that GPT2LMHeadModel.from_pretrained(folder) finds it beside
-// model.safetensors): GPT2Config's keys from the export's metadata, no dropout
+// Hugging Face's config.json for a --names gpt2 export named model.safetensors,
+// written to `path` (OUT's folder, so that GPT2LMHeadModel.from_pretrained(folder)
+// finds both): GPT2Config's keys from the export's metadata, no dropout
 // (ours has none), the tanh GELU ("gelu_new"), the LM head tied to wte, and
 // GPT-2's <|endoftext|> id only for a gpt2-tokenized data set (null otherwise).
 // Written as path.partial and renamed into place, like OUT.
@@ -767,14 +767,14 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
       if (std::none_of(metadata.begin(), metadata.end(), [&](const auto& x) { return x.first == kv.first; }))
         metadata.push_back(std::move(kv));
     write_safetensors(ckpt, vector, entries, metadata, out);
-    if (name_style == "gpt2") {
-      const std::filesystem::path dir = std::filesystem::path(out).parent_path();
-      const std::string config = (dir / "config.json").string();
+    if (name_style == "gpt2" && std::filesystem::path(out).filename() == "model.safetensors") {
+      const std::string config = (std::filesystem::path(out).parent_path() / "config.json").string();
       write_hf_config(metadata, config);
-      fmt::print("{}: Hugging Face GPT2Config for {}{}\n", config, out,
-                 std::filesystem::path(out).filename() == "model.safetensors"
-                     ? " (GPT2LMHeadModel.from_pretrained reads the folder)"
-                     : " (rename it model.safetensors for GPT2LMHeadModel.from_pretrained(folder))");
+      fmt::print("{}: Hugging Face GPT2Config beside {} (GPT2LMHeadModel.from_pretrained reads the folder)\n",
+                 config, out);
+    } else if (name_style == "gpt2") {
+      fmt::print("note: an OUT named model.safetensors also gets config.json beside it, for Hugging Face's "
+                 "GPT2LMHeadModel.from_pretrained(folder)\n");
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -864,10 +864,11 @@ int run(int argc, char** argv) {
       "transformer.ln_f.{weight,bias}; the four Linear weights transposed to Conv1D's (in, out); "
       "lm_head.weight is left out, being tied to transformer.wte.weight (tied_weights in the "
       "metadata, as Hugging Face's own GPT-2 files do); the metadata adds vocab_size, n_positions, "
-      "n_ctx, n_embd, n_layer, n_head, layer_norm_epsilon and activation_function. --names gpt2 also "
-      "writes config.json in OUT's folder (replacing one there): GPT2Config's keys for that model (no "
-      "dropout, gelu_new, tied LM head), so that transformers' GPT2LMHeadModel.from_pretrained(folder) "
-      "loads it when OUT is named model.safetensors. A checkpoint of another model type is refused.");
+      "n_ctx, n_embd, n_layer, n_head, layer_norm_epsilon and activation_function. With --names gpt2 "
+      "and OUT named model.safetensors, config.json is written beside it (replacing one there): "
+      "GPT2Config's keys for that model (no dropout, gelu_new, tied LM head), so that transformers' "
+      "GPT2LMHeadModel.from_pretrained(folder) loads the folder. A checkpoint of another model type is "
+      "refused.");
 
   SampleCommand sample_cmd;
   CLI::App* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint or its export");

@@ -74,6 +74,7 @@ mkdir -p "$work/hf"
 "$ckpt_tool" export "$ckpt" "$work/hf/model.safetensors" --format safetensors --names gpt2 > "$work/hf.log" ||
   die "trainer-ckpt export into $work/hf failed"
 [[ -f $work/hf/config.json ]] || die "export --names gpt2 wrote no config.json beside model.safetensors"
+[[ ! -e $work/config.json ]] || die "export --names gpt2 to gpt2.safetensors (not model.safetensors) wrote $work/config.json"
 /usr/bin/python3 - "$work/hf/config.json" <<'PY' || die "config.json does not describe the tiny GPT as GPT2Config"
 import json, sys
 c = json.load(open(sys.argv[1]))
