@@ -26,8 +26,9 @@
 # environment (environment.txt: nvidia-smi, versions, ldd of every binary).
 # Then the plan, each phase with its deadline (default budget 540 s):
 #   a. one environment line (GPU, driver, the CUDA/cuBLAS/cuDNN/NCCL libraries used and
-#      the image's wheels) and a smoke of a few seconds: nccl_probe under mpiexec and one
-#      kernel test. A library that does not load stops the run here, with the summary
+#      the image's wheels) and a smoke of a few seconds: the trainer's --version (every
+#      carried library loads), nccl_probe under mpiexec and one kernel test. A library
+#      that does not load stops the run here, with the summary
 #      saying which; no CUDA device (this machine's rehearsal) runs the tests only to
 #      their no-device messages and skips the GPU measurements;
 #   b. every one-GPU test, `ctest -L gpu -LE gpu2 -j 3`, each with its own timeout (at
@@ -389,7 +390,8 @@ for so in $(printf '%s\n' "${!cuda_found[@]}" | sort); do libv+="${libv:+, }$(ba
 drv_cuda=$(timeout 20 nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1 | awk '{print $3}' || true)
 env_line="GPU ${gpu_line:-none (nvidia-smi: none)}; driver's CUDA ${drv_cuda:-none}; built with $(manifest nvcc | grep -o 'release [0-9.]*'), cuDNN $(manifest cudnn | cut -d' ' -f1), NCCL $(manifest nccl | cut -d' ' -f1); libraries used: ${libv:-none}; wheels: ${pipv:-none}"
 say "env: $env_line"
-smoke_cmds=("nccl_probe|$ompi_bin/mpiexec -n 1 $build/tests/cuda_build/nccl_probe"
+smoke_cmds=("trainer_loads|$ompi_bin/mpiexec -n 1 $build/trainer --version"
+            "nccl_probe|$ompi_bin/mpiexec -n 1 $build/tests/cuda_build/nccl_probe"
             "kernel_test|$build/tests/gpu/gpu_pointwise_kernels_test --gtest_filter=PointwiseKernels/0.ReluMatchesHostBitwise")
 smoke_nodev=0 smoke_lib=""
 if (( !setup_only )); then
@@ -408,7 +410,7 @@ if (( !setup_only )); then
   if [[ -n $smoke_lib ]]; then
     stop_reason="the carried runtime does not load ($smoke_lib missing; environment.txt lists each binary's libraries): no test or measurement run"
     problem "$stop_reason"
-  elif (( smoke_nodev == ${#smoke_cmds[@]} )); then
+  elif (( smoke_nodev == 2 )); then  # nccl_probe and the kernel test (the trainer's --version needs no device)
     no_device=1
     say "no CUDA device: the tests run only to their no-device messages; the GPU measurements are skipped"
   fi

@@ -175,7 +175,8 @@ def verdict(outdir, hidden_txt, visible_sonames, expected, seconds=None, limit=9
         if len(f) == 4 and f[1] in ("smoke", "measure"):
             phases[f[0]] = f[2]
     print("smoke and measurement phases:")
-    for name, want in (("smoke:nccl_probe", "FAIL(no CUDA device)"), ("smoke:kernel_test", "FAIL(no CUDA device)"),
+    for name, want in (("smoke:trainer_loads", "PASS"), ("smoke:nccl_probe", "FAIL(no CUDA device)"),
+                       ("smoke:kernel_test", "FAIL(no CUDA device)"),
                        ("measure:speed-124M-bf16", "NOT RUN(no CUDA device)"), ("measure:hf", "PASS")):
         got = phases.get(name, "NOT IN SUMMARY")
         print(f"  {'ok  ' if got == want else 'FAIL'} {name}: {got}")
