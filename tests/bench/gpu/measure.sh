@@ -195,6 +195,14 @@ timed() {
   wait
   return $rc
 }
+what() { (( $1 == 124 || $1 == 137 )) && echo "TIMEOUT ($2 s)" || echo "FAILED (rc $1)"; }
+# The lines of LOG that say why: error lines (the trainer's, Python's), else its last 3.
+why() {
+  local last; last=$(awk '/^\$ / { n = NR } END { print n + 1 }' "$1")  # the last command's own lines
+  local e; e=$(tail -n "+$last" "$1" | grep -m 3 -iE 'error|exception|refus|out of memory' | cut -c1-400)
+  [[ -n $e ]] || e=$(tail -n "+$last" "$1" | tail -n 3 | cut -c1-400)
+  echo "$e" | tr '\n' ' '
+}
 model_args() {  # MODEL -> the trainer's input file and --set list (prints one per line)
   if [[ $1 == qs ]]; then
     printf '%s\n' "$root/inputs/quickstart.toml" --set data.path="$qs_data" --set train.micro_batch=16
@@ -232,9 +240,11 @@ ours() {  # MODEL PREC CAP
               --set train.device="$device" --set precision.mode="$prec" --set checkpoint.every_steps=0)
   rm -rf "$work/run_$name"
   local cmd=("$mpiexec" -n 1 "$trainer" "${margs[@]}" --set train.run_dir="$work/run_$name" "${sets[@]}")
-  if ! timed "$secs" "$log" "$work/$name.mem" "${cmd[@]}"; then
-    row "$name" ours "$prec" "$model" "FAILED or TIMEOUT ($secs s)" - - -
-    fail "$name: the trainer failed or ran out of its $secs s (last lines below)"; tail -5 "$log" | tee -a "$report"; return
+  local rc=0
+  timed "$secs" "$log" "$work/$name.mem" "${cmd[@]}" || rc=$?
+  if (( rc != 0 )); then
+    row "$name" ours "$prec" "$model" "$(what "$rc" "$secs")" - - -
+    fail "$name: $(what "$rc" "$secs"): $(why "$log")"; return
   fi
   if [[ $device == cpu ]]; then  # on the host the process's VmHWM is what the plan predicts
     (check_process_memory "$log") > "$work/$name.process_memory" 2>&1 || fail "$name: $(tail -1 "$work/$name.process_memory")"
@@ -265,9 +275,11 @@ torch_run() {  # MODEL PREC MODE(eager|compile) CAP
              --device "$torch_device" --precision "$prec")
   [[ $smoke == 0 ]] && cmd+=(--sdpa --threads 8)  # Debian's PyTorch 1.13 (the smoke run) has no SDPA
   [[ $mode == compile ]] && cmd+=(--compile)
-  if ! PYTHONUNBUFFERED=1 timed "$secs" "$log" "$work/$name.mem" "${cmd[@]}"; then
-    row "$name" "torch-$mode" "$prec" "$model" "FAILED or TIMEOUT ($secs s)" - - -
-    fail "$name: PyTorch failed or ran out of its $secs s (last lines below)"; tail -5 "$log" | tee -a "$report"; return
+  local rc=0
+  PYTHONUNBUFFERED=1 timed "$secs" "$log" "$work/$name.mem" "${cmd[@]}" || rc=$?
+  if (( rc != 0 )); then
+    row "$name" "torch-$mode" "$prec" "$model" "$(what "$rc" "$secs")" - - -
+    fail "$name: $(what "$rc" "$secs"): $(why "$log")"; return
   fi
   local ms; ms=$(awk '$1 == "step" { print $6 }' "$log" | median 5)
   local torch_peak; torch_peak=$(awk '$1 == "peak_cuda_mib" { printf "%.0f", $2 }' "$log")
@@ -324,10 +336,12 @@ fi
 qs() {  # NAME DEVICE CAP extra...: the fp32 quickstart, 1 rank, every step logged
   local name=$1 dev=$2 secs; secs=$(budget "$3"); shift 3
   if (( secs < 10 )); then note "NOT RUN (time budget): $name"; notrun=$((notrun + 1)); return 1; fi
-  timeout -k 10 "$secs" "$mpiexec" -n 1 "$trainer" "$root/inputs/quickstart.toml" --set data.path="$qs_data" \
-    --set train.run_dir="$work/$name" --set train.device="$dev" --set train.log_every=1 --set train.eval_every=0 \
-    --set train.eval_windows=16 --set train.micro_batch=16 "$@" >> "$work/$name.log" 2>&1 ||
-    { fail "$name ($dev) failed or ran out of its $secs s: $(tail -2 "$work/$name.log" | tr '\n' ' ')"; return 1; }
+  local cmd=("$mpiexec" -n 1 "$trainer" "$root/inputs/quickstart.toml" --set data.path="$qs_data"
+    --set train.run_dir="$work/$name" --set train.device="$dev" --set train.log_every=1 --set train.eval_every=0
+    --set train.eval_windows=16 --set train.micro_batch=16 "$@")
+  echo "\$ ${cmd[*]}" >> "$work/$name.log"
+  timeout -k 10 "$secs" "${cmd[@]}" >> "$work/$name.log" 2>&1 ||
+    { fail "$name ($dev) failed or ran out of its $secs s: $(why "$work/$name.log")"; return 1; }
 }
 losses() { awk -F, 'NR > 1 && $2 != "" { print $1, $2 }' "$1/metrics.csv"; }
 compare() {  # A B FROM_STEP TOL WHAT
@@ -345,6 +359,7 @@ if has "$parts" correctness; then
   note ""
   note "### Correctness (fp32 quickstart, 1 rank; data: $qs_what)"
   ckpt_sets=(--set checkpoint.every_steps=50)
+  for n in qs_cpu qs_cuda gpu_to_cpu cpu_to_gpu; do rm -rf "${work:?}/$n" "$work/$n.log"; done  # no resume from an earlier call
   if qs qs_cpu cpu 60 --set train.steps=100 "${ckpt_sets[@]}" && qs qs_cuda cuda 60 --set train.steps=100 "${ckpt_sets[@]}"; then
     compare qs_cuda qs_cpu 0 1e-4 "fp32 quickstart, GPU against host, 100 steps"
   fi
@@ -367,7 +382,7 @@ if has "$parts" hf; then
   src=qs_cuda
   if [[ ! -f $work/qs_cuda/checkpoints/latest ]]; then
     src=hf_host
-    rm -rf "$work/hf_host"
+    rm -rf "$work/hf_host" "$work/hf_host.log"
     note "- no GPU-trained quickstart checkpoint in $work (the correctness part did not run): a host run instead"
     qs hf_host cpu 60 --set train.steps=100 --set checkpoint.every_steps=50 || src=""
   fi
