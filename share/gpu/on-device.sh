@@ -28,7 +28,8 @@
 #   a. one environment line (GPU, driver, the CUDA/cuBLAS/cuDNN/NCCL libraries used and
 #      the image's wheels) and a smoke of a few seconds: the trainer's --version (every
 #      carried library loads), nccl_probe under mpiexec and one kernel test. A library
-#      that does not load stops the run here, with the summary
+#      that does not load, or a trainer --version that fails under mpiexec, stops the
+#      run here, with the summary
 #      saying which; no CUDA device (this machine's rehearsal) runs the tests only to
 #      their no-device messages and skips the GPU measurements;
 #   b. every one-GPU test, `ctest -L gpu -LE gpu2 -j 3`, each with its own timeout (at
@@ -393,7 +394,7 @@ say "env: $env_line"
 smoke_cmds=("trainer_loads|$ompi_bin/mpiexec -n 1 $build/trainer --version"
             "nccl_probe|$ompi_bin/mpiexec -n 1 $build/tests/cuda_build/nccl_probe"
             "kernel_test|$build/tests/gpu/gpu_pointwise_kernels_test --gtest_filter=PointwiseKernels/0.ReluMatchesHostBitwise")
-smoke_nodev=0 smoke_lib=""
+smoke_nodev=0 smoke_lib="" smoke_launch=""
 if (( !setup_only )); then
   for sc in "${smoke_cmds[@]}"; do
     n=${sc%%|*} c=${sc#*|}
@@ -406,9 +407,15 @@ if (( !setup_only )); then
     add_sum "smoke:$n" smoke "$r" "$((SECONDS - t0))"
     [[ $r == "FAIL(no CUDA device)" ]] && smoke_nodev=$((smoke_nodev + 1))
     [[ $r == "FAIL(library missing: "* && -z $smoke_lib ]] && smoke_lib=${r#FAIL(library missing: } && smoke_lib=${smoke_lib%)}
+    # The trainer's --version needs no device: any other failure is the MPI launch or the runtime.
+    [[ $n == trainer_loads && $r != PASS ]] &&
+      smoke_launch="$r: $(grep -m 2 -iE 'error|unable|fail|not found' "$prefix/work/smoke.txt" | cut -c1-300 | tr '\n' ' ')"
   done
   if [[ -n $smoke_lib ]]; then
     stop_reason="the carried runtime does not load ($smoke_lib missing; environment.txt lists each binary's libraries): no test or measurement run"
+    problem "$stop_reason"
+  elif [[ -n $smoke_launch ]]; then
+    stop_reason="mpiexec -n 1 trainer --version failed ($smoke_launch; setup.log has its output): no test or measurement run"
     problem "$stop_reason"
   elif (( smoke_nodev == 2 )); then  # nccl_probe and the kernel test (the trainer's --version needs no device)
     no_device=1
