@@ -439,11 +439,13 @@ mrun() {  # NAME PHASE-END measure.sh arguments...: one call of the measurements
   local secs=$((end - SECONDS)) t0=$SECONDS rc=0
   if (( secs < 20 )); then add_sum "$name" measure "NOT RUN(time budget)" 0; return; fi
   say "measure $name: $* ($secs s)"
-  echo "===== $name: measure.sh $* (deadline in $secs s)" >> "$run/measure.log"
+  local log=$prefix/work/measure-call.log
+  echo "===== $name: measure.sh $* (deadline in $secs s)" > "$log"
   (cd "$root" && MPIEXEC=$ompi_bin/mpiexec PYTHON=${PYTHON:-python3} timeout -k 10 "$((secs + 5))" \
     bash "$root/tests/bench/gpu/measure.sh" "$build" "$run" --work "$mwork" --deadline "$(( $(date +%s) + secs ))" "$@") \
-    >> "$run/measure.log" 2>&1 || rc=$?
-  local r; r=$(verdict "$rc" "$run/measure.log")
+    >> "$log" 2>&1 || rc=$?
+  cat "$log" >> "$run/measure.log"
+  local r; r=$(verdict "$rc" "$log")  # this call's output only
   (( rc == 3 )) && r="PARTIAL(time budget)"
   add_sum "$name" measure "$r" "$((SECONDS - t0))"
 }
