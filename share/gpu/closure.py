@@ -144,6 +144,9 @@ def main():
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--cuda-dir", action="append", default=[])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cuda-only", action="store_true",
+                    help="only cuda.tsv and glibc.txt (the other files get their headers alone): "
+                         "prepare.sh --no-debs, where nothing is carried")
     a = ap.parse_args()
     build = os.path.realpath(a.build_dir)
     cuda_dirs = [os.path.realpath(d) for d in a.cuda_dir if os.path.isdir(d)]
@@ -166,6 +169,23 @@ def main():
     root_set = set(roots)
     roots.append(mpiexec)
 
+    if a.cuda_only:
+        cuda = {}
+        for r in roots[:-1]:
+            for so, path in (ldd(r) or {}).items():
+                if path and in_cuda(path):
+                    cuda.setdefault(so, path)
+        write_headers_only(a.out)
+        with open(os.path.join(a.out, "cuda.tsv"), "w") as out:
+            out.write("# soname\tpath on the build machine (the device provides its own)\n")
+            for so in sorted(cuda):
+                out.write(f"{so}\t{os.path.realpath(cuda[so])}\n")
+        with open(os.path.join(a.out, "glibc.txt"), "w") as out:
+            for k, (v, p) in sorted(glibc_needs(sorted(root_set)).items()):
+                out.write(f"build-tree binaries: {k}_{v} (e.g. {p})\n")
+        print(f"closure.py --cuda-only: {len(roots) - 1} executables in the build tree; {len(cuda)} CUDA libraries; "
+              "no package carried")
+        return
     carried = {}               # package -> reason
     file_pkg = {}              # scanned file -> package ("ROOT" for build-tree executables)
     kept, dropped = [], []     # files whose libraries are followed / files on-device.sh deletes
@@ -277,6 +297,15 @@ def main():
     print(f"closure.py: {len(roots) - 1} executables in the build tree + {mpiexec}; "
           f"{len(kept)} ELF files followed, {len(dropped)} dropped; {len(carried)} packages "
           f"({len(stack)} stack, {len(carried) - len(stack)} system)")
+
+
+def write_headers_only(out_dir):
+    """packages.tsv, libs.tsv and dropped.tsv with their header lines alone (nothing carried)."""
+    for name, header in (("packages.tsv", "# package\tversion\tarch\tclass\twhy\n"),
+                         ("libs.tsv", "# soname\tpackage\tclass\tpath inside the package (link target on the device)\n"),
+                         ("dropped.tsv", "# path inside the package\tpackage\twhy on-device.sh deletes it\n")):
+        with open(os.path.join(out_dir, name), "w") as out:
+            out.write(header)
 
 
 _info_cache = {}

@@ -149,18 +149,25 @@ while IFS=$'\t' read -r so pkg class rel; do
 done < "$bundle/libs.tsv"
 say "linked $n_stack stack sonames and $n_missing system sonames the image lacks into $prefix/links; the image's own copy is used for $n_image (${image_used[*]:-none})"
 
-# Open MPI, relocated: mpirun/mpiexec (alternatives links dpkg -x does not make).
-ompi_bin=$prefix/usr/bin
-for n in mpirun mpiexec; do [[ -e "$ompi_bin/$n" ]] || ln -s orterun "$ompi_bin/$n"; done
-export OPAL_PREFIX=$prefix/usr
-export OPAL_SYSCONFDIR=$prefix/etc/openmpi
-export PMIX_MCA_mca_base_component_path=$prefix/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+if [[ "$(manifest carried_runtime)" == none ]]; then
+  # prepare.sh --no-debs: this machine's own Open MPI (the one the build used) and libraries.
+  ompi_bin=$(dirname "$(manifest mpiexec)")
+  [[ -x $ompi_bin/mpiexec ]] || problem "the bundle carries no runtime (prepare.sh --no-debs) and $ompi_bin/mpiexec is not here"
+  say "the bundle carries no runtime (prepare.sh --no-debs): this machine's own Open MPI ($ompi_bin) and libraries are used"
+else
+  # Open MPI, relocated: mpirun/mpiexec (alternatives links dpkg -x does not make).
+  ompi_bin=$prefix/usr/bin
+  for n in mpirun mpiexec; do [[ -e "$ompi_bin/$n" ]] || ln -s orterun "$ompi_bin/$n"; done
+  export OPAL_PREFIX=$prefix/usr
+  export OPAL_SYSCONFDIR=$prefix/etc/openmpi
+  export PMIX_MCA_mca_base_component_path=$prefix/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+  export HWLOC_PLUGINS_PATH=$prefix/hwloc-plugins   # empty: never load the image's hwloc plugins
+fi
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-export HWLOC_PLUGINS_PATH=$prefix/hwloc-plugins   # empty: never load the image's hwloc plugins
 if ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
   export OMPI_MCA_plm=${OMPI_MCA_plm:-isolated}    # one node: no remote launcher needed
 fi
@@ -240,7 +247,10 @@ else
   while IFS= read -r -d '' f; do
     if grep -qF -e "$build_old" -e "$src_old" -e "$mpiexec_old" "$f"; then sed -i "${subst[@]}" "$f"; nfix=$((nfix + 1)); fi
   done < <(find "$build" -type f ! -name "$bmark" -size -4M -exec grep -IlZ . {} + 2>/dev/null || true)
-  left_over=$( (grep -rlF --include=CTestTestfile.cmake -e "\"$mpiexec_old\"" "$build" 2>/dev/null || true) | wc -l)
+  left_over=0
+  if [[ "$new_mpiexec" != "$mpiexec_old" ]]; then
+    left_over=$( (grep -rlF --include=CTestTestfile.cmake -e "\"$mpiexec_old\"" "$build" 2>/dev/null || true) | wc -l)
+  fi
   if [[ "$src_old" != "$root" ]]; then
     left_over=$((left_over + $( (grep -rlF --include=CTestTestfile.cmake -e "$src_old/" "$build" 2>/dev/null || true) | wc -l)))
   fi

@@ -3,7 +3,7 @@
 # packages (see share/doc/gpu.md, "Carrying the build to a GPU machine").
 # Runs here, on the Debian 12 build machine; needs no GPU.
 #
-#   share/gpu/prepare.sh [--build-dir DIR] [--bundle DIR] [--jobs N]
+#   share/gpu/prepare.sh [--build-dir DIR] [--bundle DIR] [--jobs N] [--no-debs] [--no-build]
 #
 # 1. Builds target cuda-build (Release, -DSHARDTRAIN_ENABLE_CUDA=ON) in
 #    ${BUILD_DIR:-<repo>/build-gpu} with share/build.sh.
@@ -20,6 +20,13 @@
 # 4. Prints the folder's size and fails if it and the working tree together are
 #    over 64 MiB (what travels to the GPU machine).
 # Re-runnable: the build is incremental, .debs already there are kept.
+# --no-debs: carry no runtime (no download, empty packages.tsv and libs.tsv;
+#   manifest "carried_runtime: none"): on-device.sh then uses the machine's own
+#   Open MPI and libraries, for a GPU machine that has this project's Debian
+#   packages installed (share/install-deps.sh), and for CI's rehearsal of
+#   on-device.sh (tests/cuda_build/on_device_rehearsal.sh).
+# --no-build: pack the build tree as it is (step 1 skipped; it must hold a
+#   finished cuda-build: CI's rehearsal runs inside ctest of that tree).
 set -euo pipefail
 start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -27,12 +34,15 @@ build=${BUILD_DIR:-$root/build-gpu}
 bundle=${GPU_BUNDLE_DIR:-$root/gpu-bundle}
 jobs=${JOBS:-2}
 limit_kib=$((${GPU_CARRY_LIMIT_MIB:-64} * 1024))   # what travels: working tree + ignored folders
+no_debs=0 no_build=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
     --bundle) bundle=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --no-debs) no_debs=1; shift ;;
+    --no-build) no_build=1; shift ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "prepare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -77,11 +87,17 @@ fi
 if [[ "${CMAKE_CXX_COMPILER_LAUNCHER:-}${CMAKE_CUDA_COMPILER_LAUNCHER:-}" == *ccache* ]]; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}  # relative paths: a clean clone elsewhere hits the cache
 fi
-echo "prepare.sh: building cuda-build (Release, CUDA on, $jobs jobs) in $build with $nvcc"
 buildlog=$build/prepare-build.log
-if ! CUDACXX=$nvcc BUILD_DIR=$build TARGETS=cuda-build JOBS=$jobs "$root/share/build.sh" -DSHARDTRAIN_ENABLE_CUDA=ON >"$buildlog" 2>&1; then
-  tail -n 40 "$buildlog" >&2
-  die "the CUDA build failed (log: $buildlog)"
+if (( no_build )); then
+  [[ -f "$build/CMakeCache.txt" && -x "$build/trainer" ]] || die "--no-build: $build holds no finished CUDA build (CMakeCache.txt, trainer)"
+  grep -q '^SHARDTRAIN_ENABLE_CUDA:BOOL=ON' "$build/CMakeCache.txt" || die "--no-build: $build is not a CUDA build (SHARDTRAIN_ENABLE_CUDA)"
+  echo "prepare.sh: --no-build: packing $build as it is"
+else
+  echo "prepare.sh: building cuda-build (Release, CUDA on, $jobs jobs) in $build with $nvcc"
+  if ! CUDACXX=$nvcc BUILD_DIR=$build TARGETS=cuda-build JOBS=$jobs "$root/share/build.sh" -DSHARDTRAIN_ENABLE_CUDA=ON >"$buildlog" 2>&1; then
+    tail -n 40 "$buildlog" >&2
+    die "the CUDA build failed (log: $buildlog)"
+  fi
 fi
 build_s=$((SECONDS - t0))
 echo "prepare.sh: build done in ${build_s} s (log: $buildlog)"
@@ -99,11 +115,18 @@ for d in /usr/local/cuda /usr/local/cuda/lib /usr/local/cuda/lib64 \
          "$(dirname "$(cache SHARDTRAIN_CUDNN_LIBRARY)")" "$(dirname "$(cache SHARDTRAIN_NCCL_LIBRARY)")"; do
   [[ -d "$d" ]] && cuda_args+=(--cuda-dir "$d")
 done
-python3 "$root/share/gpu/closure.py" --build-dir "$build" --mpiexec "$mpiexec" "${cuda_args[@]}" --out "$meta"
+python3 "$root/share/gpu/closure.py" --build-dir "$build" --mpiexec "$mpiexec" "${cuda_args[@]}" --out "$meta" \
+  $( ((no_debs)) && echo --cuda-only)
 echo "prepare.sh: runtime packages (class stack: always used from the bundle; system: only where the image lacks the soname):"
 awk -F'\t' '!/^#/ { printf "  %-34s %-32s %-6s %s\n", $1, $2, $4, $5 }' "$meta/packages.tsv"
 
 # --- 3a. .debs ------------------------------------------------------------------------
+if (( no_debs )); then
+  rm -rf "$bundle/debs"; mkdir -p "$bundle/debs"
+  printf '# package\tversion carried\tarch\tclass\tdeb\tsha256\tversion installed here\n' > "$meta/packages-debs.tsv"
+  echo "prepare.sh: --no-debs: no runtime carried (the machine's own Open MPI and libraries will be used)"
+  debs_s=0
+else
 mkdir -p "$bundle/debs"
 declare -A want=() candidate=()
 while read -r p c; do candidate[$p]=$c; done < <(
@@ -154,6 +177,8 @@ for f in "$bundle/debs"/*.deb; do
 done
 debs_s=$((SECONDS - t0))
 
+fi
+
 # --- 3b. build tree ---------------------------------------------------------------------
 # Kept: executables, CTestTestfile.cmake files, CMakeCache.txt, generated sources and
 # anything else the tests may read. Left out: objects, static archives, CMakeFiles/
@@ -192,6 +217,7 @@ dirty=$(git -C "$root" status --porcelain --untracked-files=no | grep -q . && ec
 {
   echo "# shardtrain GPU bundle, written by share/gpu/prepare.sh; read by share/gpu/on-device.sh"
   echo "format: 1"
+  echo "carried_runtime: $( ((no_debs)) && echo none || echo debs)"
   echo "source_root: $root"
   echo "build_dir: $build"
   echo "build_dir_relative: $rel_build"
@@ -210,13 +236,13 @@ dirty=$(git -C "$root" status --porcelain --untracked-files=no | grep -q . && ec
   cat "$meta/glibc.txt"
   echo
   echo "## CUDA libraries the binaries link (not carried: the device provides them)"
-  grep -v '^#' "$meta/cuda.tsv"
+  grep -v '^#' "$meta/cuda.tsv" || true
   echo
   echo "## Packages (packages.tsv): package, version carried, arch, class, deb, version installed here"
-  grep -v '^#' "$bundle/packages.tsv" | cut -f1-5,7
+  grep -v '^#' "$bundle/packages.tsv" | cut -f1-5,7 || true
   echo
   echo "## Files on-device.sh deletes after unpacking (dropped.tsv)"
-  grep -v '^#' "$meta/dropped.tsv" | cut -f1,3
+  grep -v '^#' "$meta/dropped.tsv" | cut -f1,3 || true
 } > "$bundle/manifest.txt"
 rm -f "$bundle"/*.tmp
 
@@ -225,7 +251,7 @@ tree_kib=$(cd "$root" && git ls-files -co --exclude-standard -z | du -c --files0
 bundle_kib=$(du -sk "$bundle" | cut -f1)
 debs_kib=$(du -sk "$bundle/debs" | cut -f1)
 tar_kib=$(du -sk "$tarball" | cut -f1)
-npk=$(grep -vc '^#' "$bundle/packages.tsv")
+npk=$(grep -vc '^#' "$bundle/packages.tsv" || true)
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 echo "prepare.sh: bundle $bundle: $(mib "$bundle_kib") (debs/: $npk packages, $(mib "$debs_kib"); build-tree.tar.xz: $tree_files files, $(mib "$tar_kib"))"
 echo "prepare.sh: working tree as git sends it: $(mib "$tree_kib"); together $(mib $((bundle_kib + tree_kib))) of the $(mib "$limit_kib") that travel"
