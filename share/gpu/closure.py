@@ -175,14 +175,7 @@ def main():
             for so, path in (ldd(r) or {}).items():
                 if path and in_cuda(path):
                     cuda.setdefault(so, path)
-        write_headers_only(a.out)
-        with open(os.path.join(a.out, "cuda.tsv"), "w") as out:
-            out.write("# soname\tpath on the build machine (the device provides its own)\n")
-            for so in sorted(cuda):
-                out.write(f"{so}\t{os.path.realpath(cuda[so])}\n")
-        with open(os.path.join(a.out, "glibc.txt"), "w") as out:
-            for k, (v, p) in sorted(glibc_needs(sorted(root_set)).items()):
-                out.write(f"build-tree binaries: {k}_{v} (e.g. {p})\n")
+        write_tables(a.out, {}, set(), {}, [], cuda, [("build-tree binaries", sorted(root_set))])
         print(f"closure.py --cuda-only: {len(roots) - 1} executables in the build tree; {len(cuda)} CUDA libraries; "
               "no package carried")
         return
@@ -268,44 +261,42 @@ def main():
                 stack.add(m)
                 todo.append(m)
     stack.add(mp[0])
-    info = package_info(carried)
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "packages.tsv"), "w") as out:
-        out.write("# package\tversion\tarch\tclass\twhy (first library that pulled it in)\n")
-        for pkg in sorted(carried, key=lambda p: (p not in stack, p)):
-            i = info[pkg]
-            out.write(f"{pkg}\t{i['version']}\t{i['arch']}\t{'stack' if pkg in stack else 'system'}\t{carried[pkg]}\n")
-    with open(os.path.join(a.out, "libs.tsv"), "w") as out:
-        out.write("# soname\tpackage\tclass\tpath inside the package (link target on the device)\n")
-        for s in sorted(libs):
-            pkg, reg = libs[s]
-            out.write(f"{s}\t{pkg}\t{'stack' if pkg in stack else 'system'}\t{reg.lstrip('/')}\n")
-    with open(os.path.join(a.out, "dropped.tsv"), "w") as out:
-        out.write("# path inside the package\tpackage\twhy on-device.sh deletes it\n")
-        for f, pkg, why in sorted(dropped):
-            reg = (owners([f])[f] or (pkg, f))[1]
-            out.write(f"{reg.lstrip('/')}\t{pkg}\t{why}\n")
-    with open(os.path.join(a.out, "cuda.tsv"), "w") as out:
-        out.write("# soname\tpath on the build machine (the device provides its own)\n")
-        for s in sorted(cuda):
-            out.write(f"{s}\t{os.path.realpath(cuda[s])}\n")
     carried_files = [f for f in kept if f not in root_set]
-    with open(os.path.join(a.out, "glibc.txt"), "w") as out:
-        for label, files in (("build-tree binaries", sorted(root_set)), ("carried libraries and programs", carried_files)):
-            for k, (v, p) in sorted(glibc_needs(files).items()):
-                out.write(f"{label}: {k}_{v} (e.g. {p})\n")
+    write_tables(a.out, carried, stack, libs, dropped, cuda,
+                 [("build-tree binaries", sorted(root_set)), ("carried libraries and programs", carried_files)])
     print(f"closure.py: {len(roots) - 1} executables in the build tree + {mpiexec}; "
           f"{len(kept)} ELF files followed, {len(dropped)} dropped; {len(carried)} packages "
           f"({len(stack)} stack, {len(carried) - len(stack)} system)")
 
 
-def write_headers_only(out_dir):
-    """packages.tsv, libs.tsv and dropped.tsv with their header lines alone (nothing carried)."""
-    for name, header in (("packages.tsv", "# package\tversion\tarch\tclass\twhy\n"),
-                         ("libs.tsv", "# soname\tpackage\tclass\tpath inside the package (link target on the device)\n"),
-                         ("dropped.tsv", "# path inside the package\tpackage\twhy on-device.sh deletes it\n")):
-        with open(os.path.join(out_dir, name), "w") as out:
-            out.write(header)
+def write_tables(out_dir, carried, stack, libs, dropped, cuda, glibc_groups):
+    """packages.tsv, libs.tsv, dropped.tsv, cuda.tsv and glibc.txt in out_dir (with
+    --cuda-only the first three hold their header lines alone)."""
+    info = package_info(carried) if carried else {}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "packages.tsv"), "w") as out:
+        out.write("# package\tversion\tarch\tclass\twhy (first library that pulled it in)\n")
+        for pkg in sorted(carried, key=lambda p: (p not in stack, p)):
+            i = info[pkg]
+            out.write(f"{pkg}\t{i['version']}\t{i['arch']}\t{'stack' if pkg in stack else 'system'}\t{carried[pkg]}\n")
+    with open(os.path.join(out_dir, "libs.tsv"), "w") as out:
+        out.write("# soname\tpackage\tclass\tpath inside the package (link target on the device)\n")
+        for s in sorted(libs):
+            pkg, reg = libs[s]
+            out.write(f"{s}\t{pkg}\t{'stack' if pkg in stack else 'system'}\t{reg.lstrip('/')}\n")
+    with open(os.path.join(out_dir, "dropped.tsv"), "w") as out:
+        out.write("# path inside the package\tpackage\twhy on-device.sh deletes it\n")
+        for f, pkg, why in sorted(dropped):
+            reg = (owners([f])[f] or (pkg, f))[1]
+            out.write(f"{reg.lstrip('/')}\t{pkg}\t{why}\n")
+    with open(os.path.join(out_dir, "cuda.tsv"), "w") as out:
+        out.write("# soname\tpath on the build machine (the device provides its own)\n")
+        for s in sorted(cuda):
+            out.write(f"{s}\t{os.path.realpath(cuda[s])}\n")
+    with open(os.path.join(out_dir, "glibc.txt"), "w") as out:
+        for label, files in glibc_groups:
+            for k, (v, p) in sorted(glibc_needs(files).items()):
+                out.write(f"{label}: {k}_{v} (e.g. {p})\n")
 
 
 _info_cache = {}

@@ -17,7 +17,10 @@
       per test and binary; exits 1 unless every expected test reached the no-device
       message with every library resolved (bundle, CUDA dirs, or the base system:
       glibc, libstdc++, libgcc, and the VISIBLE_SONAMES), none from a hidden path,
-      no Open MPI plugin failing to load, no setup problem.
+      no Open MPI plugin failing to load, no setup problem, and plan's checks.
+  plan OUTDIR EXPECTED_TESTS SECONDS LIMIT
+      The checks of the whole plan without a device alone (plan_checks; CI's
+      tests/cuda_build/on_device_rehearsal.sh, where nothing is hidden).
 """
 import os
 import re
@@ -116,24 +119,23 @@ def farm(root, side, farm_dir, hidden_txt):
     print(f"farm {root}: {n_link} entries linked, {n_hidden} hidden")
 
 
-def verdict(outdir, hidden_txt, visible_sonames, expected, seconds=None, limit=90):
-    hidden = {l.strip() for l in open(hidden_txt) if l.strip()}
-    visible = {v for v in visible_sonames.split(",") if v}
-    expected = [t for t in expected.split(",") if t]
-    run = os.path.join(outdir)
+def plan_checks(run, expected, seconds=None, limit=90):
+    """What on-device.sh's whole plan must show without a device (both rehearsals:
+    namespace-proof.sh and CI's tests/cuda_build/on_device_rehearsal.sh): no setup
+    problem; every expected one-GPU test, and no other, reaching the no-device
+    message; the smoke's trainer --version passing and its two device commands
+    reaching that message (so the run goes on rather than stopping for a runtime
+    that does not load); the GPU measurements skipped and the summary saying why;
+    the Hugging Face check passing on the host; the whole call under LIMIT seconds.
+    Prints a line per item; returns the problems found."""
     bad = []
     summary = open(os.path.join(run, "summary.txt")).read().splitlines()
-    env = open(os.path.join(run, "environment.txt")).read().splitlines()
-    ctest = open(os.path.join(run, "ctest.log"), errors="replace").read() if os.path.exists(
-        os.path.join(run, "ctest.log")) else ""
     for l in summary:
         if l.startswith("# setup problems:") and not l.startswith("# setup problems: 0"):
             bad.append("on-device.sh reported setup problems: " + l[len("# setup problems: "):])
-    plain = {}
-    for l in summary:
-        f = l.split("\t")
-        if len(f) == 4 and f[1] == "plain":
-            plain[f[0]] = (f[2], f[3])
+    rows = [l.split("\t") for l in summary if not l.startswith("#")]
+    plain = {f[0]: (f[2], f[3]) for f in rows if len(f) == 4 and f[1] == "plain"}
+    phases = {f[0]: f[2] for f in rows if len(f) == 4 and f[1] in ("smoke", "measure")}
     print("tests (ctest -L gpu -LE gpu2, plain):")
     for t in expected:
         res, secs = plain.get(t, ("NOT IN SUMMARY", "-"))
@@ -144,6 +146,48 @@ def verdict(outdir, hidden_txt, visible_sonames, expected, seconds=None, limit=9
             bad.append(f"{t}: {res}")
     for t in sorted(set(plain) - set(expected)):
         bad.append(f"{t}: ran but is not a gpu1 test")
+    print("smoke and measurement phases:")
+    for name, want in (("smoke:trainer_loads", "PASS"), ("smoke:nccl_probe", "FAIL(no CUDA device)"),
+                       ("smoke:kernel_test", "FAIL(no CUDA device)"),
+                       ("measure:speed-124M-bf16", "NOT RUN(no CUDA device)"),
+                       ("measure:correctness", "NOT RUN(no CUDA device)"), ("measure:hf", "PASS")):
+        got = phases.get(name, "NOT IN SUMMARY")
+        print(f"  {'ok  ' if got == want else 'FAIL'} {name}: {got}")
+        if got != want:
+            bad.append(f"{name}: {got} (expected {want})")
+    if not any(l.startswith("# NO CUDA DEVICE") for l in summary):
+        bad.append("summary.txt does not say that there was no CUDA device")
+    md = os.path.join(run, "measure.md")
+    hf = [l for l in open(md).read().splitlines() if "hf_check: PASS" in l] if os.path.exists(md) else []
+    print("  " + (hf[0] if hf else "measure.md: no passing hf_check line"))
+    if not hf:
+        bad.append("measure.md has no passing hf_check line")
+    if seconds is not None:
+        print(f"on-device.sh took {seconds} s (limit {limit} s)")
+        if seconds >= limit:
+            bad.append(f"on-device.sh took {seconds} s, the rehearsal's limit is {limit} s")
+    return bad
+
+
+def report(bad, what):
+    if bad:
+        print("VERDICT: FAIL")
+        for b in bad:
+            print("  - " + b)
+        return 1
+    print("VERDICT: PASS: " + what)
+    return 0
+
+
+def verdict(outdir, hidden_txt, visible_sonames, expected, seconds=None, limit=90):
+    hidden = {l.strip() for l in open(hidden_txt) if l.strip()}
+    visible = {v for v in visible_sonames.split(",") if v}
+    expected = [t for t in expected.split(",") if t]
+    run = os.path.join(outdir)
+    env = open(os.path.join(run, "environment.txt")).read().splitlines()
+    ctest = open(os.path.join(run, "ctest.log"), errors="replace").read() if os.path.exists(
+        os.path.join(run, "ctest.log")) else ""
+    bad = plan_checks(run, expected, seconds, limit)
     print("libraries (ldd of every binary in the restored build tree):")
     cur = None
     from_system = set()
@@ -166,46 +210,14 @@ def verdict(outdir, hidden_txt, visible_sonames, expected, seconds=None, limit=9
                     bad.append(f"{cur}: {so} from the system ({path}), neither base nor left visible")
     print("  resolved to the system: " + " ".join(sorted(from_system)) +
           f" (allowed: glibc, libstdc++, libgcc and the left-visible {' '.join(sorted(visible)) or 'none'})")
-    # The plan's phases without a device: the smoke reaches the no-device message (so
-    # the run goes on rather than stopping for a runtime that does not load), the GPU
-    # measurements are skipped, the Hugging Face check runs on the host and passes.
-    phases = {}
-    for l in summary:
-        f = l.split("\t")
-        if len(f) == 4 and f[1] in ("smoke", "measure"):
-            phases[f[0]] = f[2]
-    print("smoke and measurement phases:")
-    for name, want in (("smoke:trainer_loads", "PASS"), ("smoke:nccl_probe", "FAIL(no CUDA device)"),
-                       ("smoke:kernel_test", "FAIL(no CUDA device)"),
-                       ("measure:speed-124M-bf16", "NOT RUN(no CUDA device)"), ("measure:hf", "PASS")):
-        got = phases.get(name, "NOT IN SUMMARY")
-        print(f"  {'ok  ' if got == want else 'FAIL'} {name}: {got}")
-        if got != want:
-            bad.append(f"{name}: {got} (expected {want})")
-    if not any(l.startswith("# NO CUDA DEVICE") for l in summary):
-        bad.append("summary.txt does not say that there was no CUDA device")
-    md = os.path.join(run, "measure.md")
-    hf = [l for l in open(md).read().splitlines() if "hf_check: PASS" in l] if os.path.exists(md) else []
-    print("  " + (hf[0] if hf else "measure.md: no passing hf_check line"))
-    if not hf:
-        bad.append("measure.md has no passing hf_check line")
-    if seconds is not None:
-        print(f"on-device.sh took {seconds} s (limit {limit} s)")
-        if seconds >= limit:
-            bad.append(f"on-device.sh took {seconds} s, the rehearsal's limit is {limit} s")
     for pat in ("mca_base_component_repository_open: unable to open", "error while loading shared libraries"):
         n = ctest.count(pat)
         if n:
             bad.append(f"ctest.log: {n} x '{pat}'")
-    if bad:
-        print("VERDICT: FAIL")
-        for b in bad:
-            print("  - " + b)
-        return 1
-    print(f"VERDICT: PASS: all {len(expected)} one-GPU tests reached the no-device message with every library "
-          "loaded from the bundle, the CUDA dirs or the base system; nothing resolved to a hidden system copy; "
-          "the Hugging Face check passed on the host" + (f"; on-device.sh took {seconds} s" if seconds is not None else ""))
-    return 0
+    return report(bad, f"all {len(expected)} one-GPU tests reached the no-device message with every library "
+                  "loaded from the bundle, the CUDA dirs or the base system; nothing resolved to a hidden system "
+                  "copy; the Hugging Face check passed on the host" +
+                  (f"; on-device.sh took {seconds} s" if seconds is not None else ""))
 
 
 def main():
@@ -218,6 +230,11 @@ def main():
         sys.exit(verdict(a[1], a[2], a[3], a[4]))
     elif len(a) == 7 and a[0] == "verdict":
         sys.exit(verdict(a[1], a[2], a[3], a[4], int(a[5]), int(a[6])))
+    elif len(a) == 5 and a[0] == "plan":
+        expected = [t for t in a[2].split(",") if t]
+        sys.exit(report(plan_checks(a[1], expected, int(a[3]), int(a[4])),
+                        f"on-device.sh's plan ran to its end without a device in {a[3]} s: smoke, "
+                        f"{len(expected)} one-GPU tests to the no-device message, Hugging Face check on the host"))
     else:
         sys.exit(__doc__)
 
