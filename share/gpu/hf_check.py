@@ -49,22 +49,14 @@ def die(msg, code=2):
 
 
 def read_safetensors(path):
-    """{name: float32 array} (numpy only: no safetensors package needed)."""
+    """{name: float32 array} as stored: the reference's numpy reader
+    (share/reference/gpt_torch.py read_safetensors_raw)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+    from gpt_torch import read_safetensors_raw
     try:
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(n))
-            data = f.read()
+        return read_safetensors_raw(path)[0]
     except (OSError, ValueError) as e:
         die(f"{path}: cannot read as safetensors: {e}")
-    header.pop("__metadata__", None)
-    out = {}
-    for name, t in header.items():
-        if t.get("dtype") != "F32":
-            die(f"{path}: {name} is {t.get('dtype')}, expected F32")
-        b, e = t["data_offsets"]
-        out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
-    return out
 
 
 def windows_of(data_path, T, limit):

@@ -159,24 +159,41 @@ def load(path):
     return model, tokens, targets
 
 
-def read_safetensors(path):
-    """{name: float32 array} of a safetensors file, and its __metadata__ (numpy
-    only: no safetensors package needed). GPT-2 names ("transformer.*", as
-    `trainer-ckpt export --names gpt2` writes them) become ours, their Conv1D
-    (in, out) weights transposed back to our (out, in)."""
+def read_safetensors_raw(path):
+    """{name: float32 array} of a safetensors file as stored (names and layouts
+    unchanged), and its __metadata__; numpy only, no safetensors package needed.
+    Raises ValueError naming the file for anything but F32 tensors or a malformed
+    header (share/gpu/hf_check.py reads exports through this too)."""
     import json
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise ValueError(f"{path}: the safetensors header is not JSON: {e}")
         data = f.read()
     meta = header.pop("__metadata__", {})
     out = {}
-    conv1d = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
     for name, t in header.items():
-        if t["dtype"] != "F32":
-            raise SystemExit(f"{path}: {name} is {t['dtype']}, expected F32")
+        if t.get("dtype") != "F32":
+            raise ValueError(f"{path}: {name} is {t.get('dtype')}, expected F32")
         b, e = t["data_offsets"]
-        value = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
+        out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
+    return out, meta
+
+
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file under our names, and its
+    __metadata__. GPT-2 names ("transformer.*", as `trainer-ckpt export --names
+    gpt2` writes them) become ours, their Conv1D (in, out) weights transposed back
+    to our (out, in)."""
+    try:
+        raw, meta = read_safetensors_raw(path)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    out = {}
+    conv1d = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+    for name, value in raw.items():
         if name.startswith("transformer."):
             name = name[len("transformer."):]
             if name.endswith(conv1d):
