@@ -25,7 +25,7 @@
 //     Every pair's arithmetic is the one-slot arithmetic (the same row functions and
 //     small_gemm calls), and no sum runs across pairs, so the results are bitwise
 //     the same at every thread count and as the Serial build's (test
-//     AttentionPairs.* in tests/unit/kernels/test_attention.cpp).
+//     AttentionPairs.* in tests/unit/kernels/attention_test.cpp).
 // Operands inside qkv/out/dout/dqkv are addressed in place with their row
 // stride (C or 3C); P^T and dS^T are P and dS read with swapped strides; K^T and
 // V^T are transposed into the workspace (small_gemm wants B's rows contiguous):

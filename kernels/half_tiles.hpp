@@ -32,7 +32,7 @@
 //  Consequence: a row-wise kernel's 16-bit output is bit for bit the fp32 kernel's
 //  output on the same (16-bit) inputs, rounded once (the direct kernels' parameter
 //  gradients included); GEMM-based outputs and GEMM parameter gradients differ from
-//  that only by fp32 summation order. test_half_kernels.cpp checks both.
+//  that only by fp32 summation order. half_tiles_test.cpp checks both.
 //
 // Tile geometry of the tiled kernels (what the *_half_scratch_elems functions size;
 // none depends on the number of rows N beyond one tile):

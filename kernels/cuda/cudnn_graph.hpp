@@ -5,7 +5,7 @@
 // alignment, virtual / by-value) and operations (matmul, pointwise with a mode,
 // reduction, reshape) with their input and output uids, in topological order.
 // It includes no cuDNN or CUDA header and is compiled in every build, so that the
-// graph is built and validated on the host (tests/unit/backend); the CUDA build
+// graph is built and validated on the host (tests/unit/kernels/cuda); the CUDA build
 // turns it into backend descriptors (kernels/cuda/cudnn_sdpa.cpp) mechanically.
 //
 // Attention semantics are those of kernels/attention.hpp: causal multi-head

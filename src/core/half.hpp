@@ -5,7 +5,7 @@
 // conversion, so these types have no arithmetic operators.
 //
 // Invariants (every one is checked exhaustively or on 1e6 random inputs by
-// tests/unit/kernels/test_half.cpp):
+// tests/unit/core/half_test.cpp):
 //  - Bit layouts. f16: sign(1) exponent(5, bias 15) mantissa(10). bf16: the top
 //    16 bits of an IEEE binary32 float, sign(1) exponent(8, bias 127) mantissa(7).
 //  - float -> 16 bits rounds to nearest, ties to even, for every float. The

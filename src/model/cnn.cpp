@@ -11,7 +11,7 @@
 // order, of the same kept gradients; where the maximum is not positive both
 // give +0. Only the stored argmax of such windows and the conv output (kept
 // without ReLU) differ from the textbook order, and nothing reads them but this
-// backward. Tested bit for bit against the textbook order (test_pool.cpp) and
+// backward. Tested bit for bit against the textbook order (tests/unit/kernels/pool_test.cpp) and
 // against the run before the change (losses, gradient norms, weight CRCs).
 #include "model/cnn.hpp"
 

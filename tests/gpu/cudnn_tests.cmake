@@ -3,7 +3,7 @@
 # graphs) against our CUDA attention kernels (kernels/cuda/attention.cuh), for
 # __half and __nv_bfloat16; one process, one device. Without a device it prints
 # why and exits 1 (never skips). The graph description itself is unit-tested on
-# the host (tests/unit/backend/cudnn_graph_test.cpp).
+# the host (tests/unit/kernels/cuda/cudnn_graph_test.cpp).
 add_executable(gpu_cudnn_sdpa_test cudnn_sdpa_test.cpp)
 target_link_libraries(gpu_cudnn_sdpa_test PRIVATE
   shardtrain_cuda_kernels shardtrain_cudnn_graph GTest::gtest CUDA::cudart CUDA::cublas CUDNN::cudnn)

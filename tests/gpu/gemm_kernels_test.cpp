@@ -8,7 +8,7 @@
 // as   relative error = ||dev - host||_2 / ||host||_2   over the whole buffer, with
 //   float: <= 1e-5 (GEMM, linear), <= 5e-5 (attention: longer chains, expf vs the
 //          host's polynomial exp);
-//   f16:   <= 1e-2;   bf16: <= 2e-2   (the bounds of tests/unit/kernels/test_half_kernels.cpp;
+//   f16:   <= 1e-2;   bf16: <= 2e-2   (the bounds of tests/unit/kernels/half_tiles_test.cpp;
 //          both sides accumulate in fp32 and round to 16 bits, in different orders).
 // Outputs an op overwrites are pre-filled with NaN (on both sides), outputs it
 // accumulates into (+=: linear y with accumulate, dw, db; GEMM C with beta != 0)

@@ -15,7 +15,7 @@
 //              and the host uses a polynomial exp: a few ulps, plus the
 //              cancellation of row sums, which is bounded by the buffer's scale);
 //   fp16/bf16: relative L2 error ||got - want|| / ||want|| <= 1e-2 / 2e-2, the
-//              bounds of the host 16-bit kernels' own test (test_half_kernels.cpp).
+//              bounds of the host 16-bit kernels' own test (tests/unit/kernels/half_tiles_test.cpp).
 // AdamW fp32 state (master weights, m, v) is compared with rtol 1e-5 whatever T.
 // Determinism: the backward reductions (embedding dwte / dwpe, layernorm dx / dw /
 // db) run twice from the same starting values and must be bitwise equal.

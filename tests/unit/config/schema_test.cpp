@@ -1,4 +1,4 @@
-// tests/unit/config/config_schema_test.cpp
+// tests/unit/config/schema_test.cpp
 // The schema's rows (config/schema.hpp) drive parsing, to_toml and the generated
 // doc: every key reads into its own field and only that one, to_toml writes the
 // keys of the model's type, and the doc template must place every section once.

@@ -1,4 +1,4 @@
-// tests/unit/config/config_to_toml_test.cpp
+// tests/unit/config/to_toml_test.cpp
 // to_toml writes every key, and parse_run_config(to_toml(c)) gives back c exactly,
 // floats bit for bit.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// tests/unit/backend/cudnn_graph_test.cpp
+// tests/unit/kernels/cuda/cudnn_graph_test.cpp
 // The cuDNN SDPA graph description (kernels/cuda/cudnn_graph.hpp), on the host:
 // the exact views of Q, K, V, O, Stats, dO, dQ, dK, dV into our packed buffers
 // for a shape whose numbers do not coincide (B=3, T=5, C=48, H=3, D=16); both

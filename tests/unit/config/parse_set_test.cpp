@@ -1,4 +1,4 @@
-// tests/unit/config/config_set_test.cpp
+// tests/unit/config/parse_set_test.cpp
 // `--set section.key=value` overrides: values are TOML (or bare strings), they win
 // over the file, and their errors name the argument instead of a file position.
 #include <gtest/gtest.h>

@@ -1,6 +1,8 @@
 // Tests conventions shared by all kernels: every Kokkos kernel launch carries a
 // "Op::method" label (checked through the Kokkos Tools callbacks while each kernel
 // runs once, in float, double, f16 and bf16), and no launch is left unnamed.
+// Named after kernels/types.hpp, whose ExecSpace every kernel launches on (one
+// test file per source: share/doc/architecture.md#tests-mirror-the-source).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// tests/unit/config/config_parse_test.cpp
+// tests/unit/config/parse_test.cpp
 // parse_run_config on files: a full valid config, defaults, and every class of
 // input error with its exact one-line "FILE:LINE:COL: message"; data.in_memory's
 // booleans ("on" / "off") and its errors.
