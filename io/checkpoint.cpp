@@ -28,6 +28,7 @@
 
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
+#include "core/state_vectors.hpp"
 #include "io/checkpoint_phase.hpp"
 #include "io/crc32.hpp"
 #include "io/h5_check.hpp"
@@ -56,7 +57,6 @@ constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // elements per bounded 
 // file declares sizes HDF5's own buffers; a deflated chunk of GiBs of zeros
 // costs only KiBs of file. h5py and h5repack choose chunks of at most ~1 MiB.
 constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{64} << 20;
-const char* const kVectorNames[] = {"master", "exp_avg", "exp_avg_sq", "params_fp16", "params_bf16"};
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -106,13 +106,15 @@ std::vector<CrcPiece> combine_pieces(MPI_Comm comm, const std::vector<CrcPiece>&
   return out;
 }
 
-H5Datatype make_type(CkptType t) {
+H5Datatype make_type(DType t) {
+  SHARDTRAIN_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16,
+                   "a checkpoint's state vectors hold float32, float16 or bfloat16");
   H5Datatype ft(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_IEEE_F32LE)));
-  if (t == CkptType::F16) {  // IEEE binary16: what h5py and numpy call float16
+  if (t == DType::F16) {  // IEEE binary16: what h5py and numpy call float16
     SHARDTRAIN_H5_CHECK(H5Tset_fields(ft, 15, 10, 5, 0, 10));
     SHARDTRAIN_H5_CHECK(H5Tset_size(ft, 2));
     SHARDTRAIN_H5_CHECK(H5Tset_ebias(ft, 15));
-  } else if (t == CkptType::BF16) {  // bfloat16: the top half of an fp32
+  } else if (t == DType::BF16) {  // bfloat16: the top half of an fp32
     SHARDTRAIN_H5_CHECK(H5Tset_fields(ft, 15, 7, 8, 0, 7));
     SHARDTRAIN_H5_CHECK(H5Tset_size(ft, 2));
     SHARDTRAIN_H5_CHECK(H5Tset_ebias(ft, 127));
@@ -120,19 +122,19 @@ H5Datatype make_type(CkptType t) {
   return ft;
 }
 
-// The CkptType of a file type, or nullopt when it is none of the three.
-std::optional<CkptType> type_of(hid_t t) {
+// The DType of a file type, or nullopt when it is none of the three.
+std::optional<DType> type_of(hid_t t) {
   if (H5Tget_class(t) != H5T_FLOAT) return std::nullopt;
   if (H5Tget_order(t) != H5T_ORDER_LE) return std::nullopt;
   size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
   if (H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0) return std::nullopt;
   const size_t size = H5Tget_size(t), bias = H5Tget_ebias(t);
   if (size == 4 && spos == 31 && esize == 8 && msize == 23 && bias == 127 && mpos == 0)
-    return CkptType::F32;
+    return DType::F32;
   if (size == 2 && spos == 15 && esize == 5 && msize == 10 && bias == 15 && mpos == 0)
-    return CkptType::F16;
+    return DType::F16;
   if (size == 2 && spos == 15 && esize == 8 && msize == 7 && bias == 127 && mpos == 0)
-    return CkptType::BF16;
+    return DType::BF16;
   return std::nullopt;
 }
 
@@ -305,17 +307,6 @@ void write_from_root(hid_t ds, hid_t mem_type, const void* data, bool root, bool
 
 }  // namespace
 
-std::string_view to_string(CkptType t) {
-  switch (t) {
-    case CkptType::F32: return "float32";
-    case CkptType::F16: return "float16";
-    case CkptType::BF16: return "bfloat16";
-  }
-  return "?";
-}
-
-std::size_t element_bytes(CkptType t) { return t == CkptType::F32 ? 4 : 2; }
-
 std::uint32_t checkpoint_meta_crc(const CheckpointMeta& m) {
   std::string text;
   auto i64 = [&text](const char* name, std::int64_t v) { text += std::string(name) + "=" + std::to_string(v) + "\n"; };
@@ -352,7 +343,7 @@ std::uint32_t checkpoint_meta_crc(const CheckpointMeta& m) {
 
 void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointMeta& like,
                         const std::vector<std::string>& tensor_names,
-                        const std::vector<std::pair<std::string, CkptType>>& vectors) {
+                        const std::vector<std::pair<std::string, DType>>& vectors) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -371,7 +362,7 @@ void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointM
   std::vector<CheckpointTensor> layout;
   for (std::size_t i = 0; i < tensor_names.size(); ++i)
     layout.push_back({tensor_names[i], {1}, static_cast<std::int64_t>(i), 1});
-  const std::vector<float> zeros(static_cast<std::size_t>(per_rank), 0.0f);  // 0.0f is 0 in every CkptType
+  const std::vector<float> zeros(static_cast<std::size_t>(per_rank), 0.0f);  // 0.0f is 0 in every DType
   std::vector<CheckpointVectorOut> out;
   for (const auto& [name, type] : vectors) out.push_back({name, type, zeros.data()});
   write_checkpoint(path, comm, meta, layout, out, per_rank * rank, per_rank * (rank + 1));
@@ -398,7 +389,7 @@ void write_at_offsets(const std::string& path, const std::vector<CheckpointVecto
   int err = 0;
   std::string what;
   for (std::size_t i = 0; i < vectors.size() && err == 0; ++i) {
-    const std::size_t eb = element_bytes(vectors[i].type);
+    const std::size_t eb = dtype_size(vectors[i].type);
     const auto* p = static_cast<const unsigned char*>(vectors[i].data);
     const std::uint64_t bytes = static_cast<std::uint64_t>(hi - lo) * eb;
     const std::uint64_t at = static_cast<std::uint64_t>(offsets[i] + lo * static_cast<std::int64_t>(eb));
@@ -484,7 +475,7 @@ void write_header(hid_t file, const CheckpointMeta& meta, const std::vector<Chec
 
 // /state/<name>: a contiguous 1-D dataset of `n` elements, its space allocated
 // now (so its file offset is fixed) and never filled (every element is written).
-H5Dataset create_state_dataset(hid_t state, const std::string& name, CkptType type, std::int64_t n) {
+H5Dataset create_state_dataset(hid_t state, const std::string& name, DType type, std::int64_t n) {
   H5Datatype t = make_type(type);
   const hsize_t dims = static_cast<hsize_t>(n);
   H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &dims, nullptr)));
@@ -500,7 +491,7 @@ void create_param_views(hid_t file, const std::vector<CheckpointTensor>& layout,
   H5Group params(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   const hsize_t n = static_cast<hsize_t>(padded_size);
   H5Dataspace src(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-  H5Datatype f32 = make_type(CkptType::F32);
+  H5Datatype f32 = make_type(DType::F32);
   for (const auto& e : layout) {
     std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
     H5Dataspace vs(dims.empty() ? SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
@@ -677,7 +668,7 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
   MPI_Comm_rank(comm, &rank);
   SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= meta.padded_size, "checkpoint shard out of range");
   CheckpointWriteStats stats;
-  for (const auto& v : vectors) stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * element_bytes(v.type);
+  for (const auto& v : vectors) stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * dtype_size(v.type);
   const auto t0 = Clock::now();
   // 1. create: rank 0 lays the file out with HDF5, in memory -- the header,
   //    every state dataset allocated (its offset is then fixed), the views; no
@@ -721,7 +712,7 @@ struct CheckpointReader::Impl {
   H5File file;
   CheckpointMeta meta;
   std::vector<CheckpointTensor> layout;
-  std::vector<std::pair<std::string, CkptType>> vectors;
+  std::vector<std::pair<std::string, DType>> vectors;
   std::map<std::string, std::uint32_t, std::less<>> stored_crc;  // by dataset path
   std::map<std::string, CrcPiece, std::less<>> read_pieces;      // vectors read, this rank's piece
 
@@ -896,8 +887,9 @@ struct CheckpointReader::Impl {
   }
 
   void read_vectors() {
-    for (const char* name : kVectorNames) {
-      const std::string p = std::string("/state/") + name;
+    for (const SavedVector& saved : kSavedVectors) {
+      const std::string name(saved.name);
+      const std::string p = "/state/" + name;
       if (H5Lexists(file, "/state", H5P_DEFAULT) <= 0) fail("missing group /state (not a complete shardtrain checkpoint)");
       if (H5Lexists(file, p.c_str(), H5P_DEFAULT) <= 0) continue;
       H5Dataset ds(H5Dopen2(file, p.c_str(), H5P_DEFAULT));
@@ -906,26 +898,24 @@ struct CheckpointReader::Impl {
       H5Dataspace s(H5Dget_space(ds));
       const auto type = t.valid() ? type_of(t) : std::nullopt;
       if (!type) fail(p + " must hold little-endian float32, float16 or bfloat16 values");
-      const bool f32 = p.find("params_") == std::string::npos;
-      if (f32 != (*type == CkptType::F32) ||
-          (!f32 && (std::string(name) == "params_fp16") != (*type == CkptType::F16)))
-        fail(p + " has element type " + std::string(to_string(*type)) + ", which does not fit its name");
+      if (*type != saved.type)
+        fail(p + " has element type " + std::string(numpy_name(*type)) + ", which does not fit its name");
       hsize_t len = 0;
       if (!s.valid() || H5Sget_simple_extent_ndims(s) != 1 || H5Sget_simple_extent_dims(s, &len, nullptr) < 0)
         fail(p + " must be 1-D");
       if (static_cast<std::int64_t>(len) != meta.padded_size)
         fail(p + " has " + std::to_string(len) + " elements; padded_size says " + std::to_string(meta.padded_size) +
              " (truncated or foreign file)");
-      check_storage(ds, p, element_bytes(*type));
+      check_storage(ds, p, dtype_size(*type));
       stored_crc[p] = crc_attr(ds, p);
       vectors.emplace_back(name, *type);
     }
-    for (const char* required : {"master", "exp_avg", "exp_avg_sq"})
-      if (stored_crc.count(std::string("/state/") + required) == 0)
-        fail(std::string("missing dataset /state/") + required + " (not a complete shardtrain checkpoint)");
+    for (const SavedVector& saved : kSavedVectors)
+      if (saved.required && stored_crc.count("/state/" + std::string(saved.name)) == 0)
+        fail("missing dataset /state/" + std::string(saved.name) + " (not a complete shardtrain checkpoint)");
   }
 
-  CkptType type_of_vector(std::string_view name) const {
+  DType type_of_vector(std::string_view name) const {
     for (const auto& [n, t] : vectors)
       if (n == name) return t;
     fail("no state vector '" + std::string(name) + "'");
@@ -935,7 +925,7 @@ struct CheckpointReader::Impl {
   void read_part(std::string_view name, std::int64_t lo, std::int64_t hi, unsigned char* dst, bool collective,
                  CrcPiece* crc) {
     const std::string p = "/state/" + std::string(name);
-    const CkptType type = type_of_vector(name);
+    const DType type = type_of_vector(name);
     H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT)));
     H5Datatype t = make_type(type);
     H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Dget_space(ds)));
@@ -943,7 +933,7 @@ struct CheckpointReader::Impl {
     H5Dataspace ms = memory_space(std::max<std::int64_t>(hi - lo, 0));
     H5PropList dxpl = xfer(collective);
     if (H5Dread(ds, t, ms, fs, dxpl, dst) < 0) fail(p + ": read failed: " + error_stack_text());
-    if (crc && hi > lo) crc->add(dst, static_cast<std::uint64_t>(hi - lo) * element_bytes(type));
+    if (crc && hi > lo) crc->add(dst, static_cast<std::uint64_t>(hi - lo) * dtype_size(type));
   }
 };
 
@@ -973,7 +963,7 @@ CheckpointReader::~CheckpointReader() = default;
 const std::string& CheckpointReader::path() const { return m->path; }
 const CheckpointMeta& CheckpointReader::meta() const { return m->meta; }
 const std::vector<CheckpointTensor>& CheckpointReader::layout() const { return m->layout; }
-const std::vector<std::pair<std::string, CkptType>>& CheckpointReader::vectors() const { return m->vectors; }
+const std::vector<std::pair<std::string, DType>>& CheckpointReader::vectors() const { return m->vectors; }
 bool CheckpointReader::has_vector(std::string_view name) const {
   for (const auto& v : m->vectors)
     if (v.first == name) return true;
@@ -983,7 +973,7 @@ bool CheckpointReader::has_vector(std::string_view name) const {
 void CheckpointReader::read_vector(std::string_view name, std::int64_t lo, std::int64_t hi, void* dst) {
   SHARDTRAIN_CHECK(0 <= lo && lo <= hi, "bad checkpoint read range");
   const std::int64_t len = m->meta.padded_size;
-  const std::size_t eb = element_bytes(m->type_of_vector(name));
+  const std::size_t eb = dtype_size(m->type_of_vector(name));
   auto* out = static_cast<unsigned char*>(dst);
   // File elements [a, b) are read; they start at dst[0] whenever there are any
   // (a == lo when lo < len). A rank whose range starts at or beyond the file's
@@ -1025,7 +1015,7 @@ void CheckpointReader::finish_reads() {
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string p = "/state/" + names[i];
     const std::uint64_t want_bytes = static_cast<std::uint64_t>(m->meta.padded_size) *
-                                     element_bytes(m->type_of_vector(names[i]));
+                                     dtype_size(m->type_of_vector(names[i]));
     SHARDTRAIN_CHECK(whole[i].bytes == want_bytes, "checkpoint reads did not cover " + p);
     const std::uint32_t want = m->stored_crc.at(p);
     if (whole[i].crc != want)

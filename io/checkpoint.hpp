@@ -31,6 +31,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.hpp"
+
 namespace shardtrain {
 
 // One tensor of the flat layout, as the file records it.
@@ -80,14 +82,12 @@ struct CheckpointMeta {
 // pattern), stored as the root attribute `meta_crc32`.
 std::uint32_t checkpoint_meta_crc(const CheckpointMeta& meta);
 
-// Element type of a state vector in the file (and in memory: no conversion).
-enum class CkptType { F32, F16, BF16 };
-
 // A state vector to write: `data` holds elements [lo, hi) of the global vector
-// (data[0] is element lo), in CkptType.
+// (data[0] is element lo), in `type` (F32, F16 or BF16: the file's element
+// type, and memory's: no conversion).
 struct CheckpointVectorOut {
-  std::string name;  // "master", "exp_avg", "exp_avg_sq", "params_fp16", "params_bf16"
-  CkptType type = CkptType::F32;
+  std::string name;  // a name of core/state_vectors.hpp kSavedVectors
+  DType type = DType::F32;
   const void* data = nullptr;
 };
 
@@ -147,7 +147,7 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
 // I/O failure.
 void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointMeta& like,
                         const std::vector<std::string>& tensor_names,
-                        const std::vector<std::pair<std::string, CkptType>>& vectors);
+                        const std::vector<std::pair<std::string, DType>>& vectors);
 
 // An open checkpoint. Construction validates the structure (format, schema,
 // attributes, layout table, every state vector's type and length) without
@@ -163,11 +163,11 @@ class CheckpointReader {
   const CheckpointMeta& meta() const;
   const std::vector<CheckpointTensor>& layout() const;
   // State vectors present, in file order, with their element type.
-  const std::vector<std::pair<std::string, CkptType>>& vectors() const;
+  const std::vector<std::pair<std::string, DType>>& vectors() const;
   bool has_vector(std::string_view name) const;
 
   // Collective. Reads elements [lo, hi) of vector `name` into dst (in its
-  // CkptType); elements at or beyond the vector's length read as zero. The
+  // DType); elements at or beyond the vector's length read as zero. The
   // ranks' [lo, hi) must tile [0, N) in rank order for some N (N may differ
   // from the file's length: another rank count pads differently); the last
   // rank also reads the file's tail beyond N, so the pieces cover the whole
@@ -190,9 +190,5 @@ class CheckpointReader {
   struct Impl;
   std::unique_ptr<Impl> m;
 };
-
-// Names ("float32", "float16", "bfloat16") and element sizes of the CkptTypes.
-std::string_view to_string(CkptType t);
-std::size_t element_bytes(CkptType t);
 
 }  // namespace shardtrain

@@ -23,36 +23,14 @@
 #include <span>
 #include <string>
 
+#include "core/dtype.hpp"
 #include "core/half.hpp"
 
 namespace shardtrain {
 
-// F16 and BF16 (core/half.hpp) are moved as 16-bit words; their reductions
-// convert each pair of elements to fp32, combine, and round back once.
-enum class DType { F32, F64, I32, I64, U8, F16, BF16 };
+// The element types (core/dtype.hpp): F16 and BF16 are moved as 16-bit words;
+// their reductions convert each pair of elements to fp32, combine, and round back once.
 enum class ReduceOp { Sum, Max, Min };
-
-constexpr std::size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-  }
-  return 0;
-}
-
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::F32; }
-template <> constexpr DType dtype_of<double>() { return DType::F64; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::I64; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
-template <> constexpr DType dtype_of<f16>() { return DType::F16; }
-template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
 
 // The kinds of collective the tally tells apart (blocking and non-blocking,
 // fixed and variable blocks together).

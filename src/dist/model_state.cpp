@@ -30,30 +30,45 @@ ModelState<P>::ModelState(const ParamLayout& layout, int zero_stage, int rank, M
   std::tie(m_lo, m_hi) = layout.shard_range(rank);
   MemorySpace* space = m_backend.memory();
   auto size = [](Range r) { return static_cast<std::size_t>(r.second - r.first); };
-  m_params = TrackedBuffer<P>(memory, MemCategory::Parameters, size(param_range()), space);
-  m_grads = TrackedBuffer<P>(memory, MemCategory::Gradients, size(grad_range()), space);
+  m_params = TrackedBuffer<P>(memory, category(StateVector::Params), size(param_range()), space);
+  m_grads = TrackedBuffer<P>(memory, category(StateVector::Grads), size(grad_range()), space);
   const std::size_t n = size(optimizer_range());
-  m_exp_avg = TrackedBuffer<float>(memory, MemCategory::OptimizerState, n, space);
-  m_exp_avg_sq = TrackedBuffer<float>(memory, MemCategory::OptimizerState, n, space);
-  if constexpr (kMaster) m_master = TrackedBuffer<float>(memory, MemCategory::OptimizerState, n, space);
+  m_exp_avg = TrackedBuffer<float>(memory, category(StateVector::ExpAvg), n, space);
+  m_exp_avg_sq = TrackedBuffer<float>(memory, category(StateVector::ExpAvgSq), n, space);
+  if constexpr (kMaster) m_master = TrackedBuffer<float>(memory, category(StateVector::Master), n, space);
 }
 
 template <class P>
 typename ModelState<P>::Range ModelState<P>::param_range() const {
-  if (m_stage == 3) return {m_lo, m_hi};
+  if (sharded(StateVector::Params, m_stage)) return {m_lo, m_hi};
   return {0, m_layout.padded_size()};
 }
 
 template <class P>
 typename ModelState<P>::Range ModelState<P>::grad_range() const {
-  if (m_stage >= 2) return {m_lo, m_hi};
+  if (sharded(StateVector::Grads, m_stage)) return {m_lo, m_hi};
   return {0, m_layout.padded_size()};
 }
 
 template <class P>
 typename ModelState<P>::Range ModelState<P>::optimizer_range() const {
-  if (m_stage == 0) return {0, m_layout.padded_size()};
-  return {m_lo, m_hi};
+  // master, exp_avg and exp_avg_sq: one rule (core/state_vectors.hpp)
+  static_assert(shard_from_stage(StateVector::Master) == shard_from_stage(StateVector::ExpAvg) &&
+                shard_from_stage(StateVector::ExpAvg) == shard_from_stage(StateVector::ExpAvgSq));
+  if (sharded(StateVector::ExpAvg, m_stage)) return {m_lo, m_hi};
+  return {0, m_layout.padded_size()};
+}
+
+template <class P>
+void* ShardView<P>::data(StateVector v) const {
+  switch (v) {
+    case StateVector::Params: return params.data();
+    case StateVector::Grads: return grads.data();
+    case StateVector::Master: return master.data();
+    case StateVector::ExpAvg: return exp_avg.data();
+    case StateVector::ExpAvgSq: return exp_avg_sq.data();
+  }
+  return nullptr;
 }
 
 template <class P>
@@ -105,14 +120,17 @@ void ModelState<P>::replicate_shard(Communicator& comm) {
   const auto n = static_cast<std::size_t>(s.size());
   // In place: the rank's block sits at its own place in the whole vector.
   auto gather = [&](auto* whole, const auto* shard, DType type) { comm.all_gather(shard, whole, n, type); };
-  if (m_stage <= 2) gather(params_at(0), s.params.data(), dtype_of<P>());
-  if (m_stage == 0) {
+  if (!sharded(StateVector::Params, m_stage)) gather(params_at(0), s.params.data(), dtype_of<P>());
+  if (!sharded(StateVector::ExpAvg, m_stage)) {
     gather(m_exp_avg.data(), s.exp_avg.data(), DType::F32);
     gather(m_exp_avg_sq.data(), s.exp_avg_sq.data(), DType::F32);
     if constexpr (kMaster) gather(m_master.data(), s.master.data(), DType::F32);
   }
 }
 
+template struct ShardView<float>;
+template struct ShardView<f16>;
+template struct ShardView<bf16>;
 template class ModelState<float>;
 template class ModelState<f16>;
 template class ModelState<bf16>;

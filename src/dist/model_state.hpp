@@ -1,14 +1,10 @@
 // shardtrain/dist/model_state.hpp
 // Owns the model state of one rank: every vector of the flat ParamLayout the
 // rank keeps under ZeRO stage s (Psi padded elements; the shard is
-// layout.shard_range(rank), a contiguous range):
-//   vector       type  category         stage 0  stage 1  stage 2  stage 3
-//   parameters   P     Parameters       whole    whole    whole    shard
-//   gradients    P     Gradients        whole    whole    shard    shard
-//   exp_avg      fp32  OptimizerState   whole    shard    shard    shard
-//   exp_avg_sq   fp32  OptimizerState   whole    shard    shard    shard
-//   master       fp32  OptimizerState   whole    shard    shard    shard  (P = f16/bf16 only)
-// A whole vector is the stage's replicated copy: every rank holds all of it and
+// layout.shard_range(rank), a contiguous range), by the table of
+// core/state_vectors.hpp (which vectors, their element types, which stages
+// keep each whole and which only the shard, the names a checkpoint saves
+// them under). A whole vector is the stage's replicated copy: every rank holds all of it and
 // the collectives keep it equal on every rank (ZeroEngine during training,
 // replicate_shard() after a checkpoint load). The memory plan
 // (plan/memory_plan.cpp) sizes the same table.
@@ -27,12 +23,14 @@
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "core/memory.hpp"
 #include "dist/communicator.hpp"
 #include "core/half.hpp"
 #include "core/param_layout.hpp"
+#include "core/state_vectors.hpp"
 
 namespace shardtrain {
 
@@ -46,7 +44,27 @@ struct ShardView {
   std::span<float> master;               // the fp32 weights (P = float: params itself)
   std::span<float> exp_avg, exp_avg_sq;  // AdamW's first and second moments
   std::int64_t size() const { return hi - lo; }
+  // The span of `v` (Master: params itself for P = float).
+  void* data(StateVector v) const;
 };
+
+// One vector of a view as a checkpoint saves it: its name and element type
+// (core/state_vectors.hpp) and its elements (backend memory).
+struct StateSpan {
+  const SavedVector* saved;
+  void* data;
+  std::size_t count;
+  std::size_t bytes() const { return count * dtype_size(saved->type); }
+};
+
+// What a checkpoint holds of view `s`, in file order (saved_vectors of P).
+template <class P>
+std::vector<StateSpan> saved_spans(const ShardView<P>& s) {
+  std::vector<StateSpan> out;
+  for (const SavedVector* v : saved_vectors(dtype_of<P>()))
+    out.push_back({v, s.data(v->vector), static_cast<std::size_t>(s.size())});
+  return out;
+}
 
 template <class P>
 class ModelState {
@@ -111,6 +129,9 @@ class ModelState {
   TrackedBuffer<float> m_master;     // optimizer_range(); empty for P = float
 };
 
+extern template struct ShardView<float>;
+extern template struct ShardView<f16>;
+extern template struct ShardView<bf16>;
 extern template class ModelState<float>;
 extern template class ModelState<f16>;
 extern template class ModelState<bf16>;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/state_vectors.hpp"
 #include "dist/zero_engine.hpp"
 
 namespace shardtrain {
@@ -68,22 +69,21 @@ MemoryPlan plan_model_state(const RunConfig& c, ParamLayout& layout, int world) 
   p.padded_parameters = layout.padded_size();
 
   // f: bytes of a stored element (parameters, gradients, activations); the
-  // optimizer keeps m and v in fp32, plus fp32 master weights for 16-bit models.
-  const bool half = c.precision.mode != "fp32";
-  p.element_bytes = half ? 2 : 4;
+  // state vectors a stage keeps are ModelState's table (core/state_vectors.hpp):
+  // the optimizer keeps m and v in fp32, plus fp32 master weights for 16-bit models.
+  const DType compute = precision_dtype(c.precision.mode).value();
+  p.element_bytes = static_cast<std::int64_t>(dtype_size(compute));
   const std::int64_t psi = layout.padded_size(), shard = layout.shard_size(), f = p.element_bytes;
-  const std::int64_t f32 = sizeof(float);
   const int s = p.zero_stage;
+  for (StateVector v : kStateVectors) p.bytes[static_cast<int>(category(v))] += stage_bytes(v, compute, s, psi, shard);
   auto set = [&p](MemCategory cat, std::int64_t b) { p.bytes[static_cast<int>(cat)] = b; };
-  set(MemCategory::Parameters, f * (s == 3 ? shard : psi));
-  set(MemCategory::Gradients, f * (s >= 2 ? shard : psi));
-  set(MemCategory::OptimizerState, (half ? 3 : 2) * f32 * (s == 0 ? psi : shard));
   set(MemCategory::Communication,
       f * zero_bucket_elems(layout, s, c.parallel.bucket_mb, static_cast<std::size_t>(f)));
   // checkpoint.async with a schedule: the staged copy of the checkpoint's state
   // shard (master, both moments and the 16-bit copy), train/background_checkpoint.hpp.
   const bool staged = c.checkpoint.async && (c.checkpoint.every_steps > 0 || c.checkpoint.every_minutes > 0);
-  set(MemCategory::CheckpointStaging, staged ? (3 * f32 + (half ? f : 0)) * shard : 0);
+  set(MemCategory::CheckpointStaging,
+      staged ? static_cast<std::int64_t>(saved_bytes_per_element(compute)) * shard : 0);
   p.batch_size = c.train.batch_size;
   return p;
 }

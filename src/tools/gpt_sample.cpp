@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "core/error.hpp"
+#include "core/state_vectors.hpp"
 #include "io/checkpoint.hpp"
 #include "io/weights_file.hpp"
 
@@ -24,10 +25,12 @@ GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt) {
   }
   const std::string type = root["model"]["type"].value_or(std::string("(none)"));
   if (type != "gpt") throw InputError(path + ": sample needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
-  if (!ckpt.has_vector("master")) throw InputError(path + ": no state vector 'master' (the fp32 weights)");
+  const std::string master(saved_name(StateVector::Master));  // the fp32 weights
+  if (!ckpt.has_vector(master)) throw InputError(path + ": no state vector '" + master + "' (the fp32 weights)");
   for (const auto& [name, t] : ckpt.vectors())
-    if (name == "master" && t != CkptType::F32)
-      throw InputError(path + ": state vector 'master' is " + std::string(to_string(t)) + ", expected float32");
+    if (name == master && t != DType::F32)
+      throw InputError(path + ": state vector '" + master + "' is " + std::string(numpy_name(t)) +
+                       ", expected float32");
   const auto& layout = ckpt.layout();
   auto find = [&](const std::string& name) {
     return std::find_if(layout.begin(), layout.end(), [&](const auto& t) { return t.name == name; });
@@ -41,7 +44,7 @@ GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt) {
       [&](const std::string& name) {
         const auto it = find(name);
         std::vector<float> f(static_cast<std::size_t>(it->numel));
-        ckpt.read_range("master", it->offset, it->offset + it->numel, f.data());
+        ckpt.read_range(master, it->offset, it->offset + it->numel, f.data());
         return f;
       }};
   return build_gpt_weights(path, root["model"]["n_head"].value_or(std::int64_t{0}),

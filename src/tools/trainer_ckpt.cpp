@@ -45,6 +45,7 @@
 
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
+#include "core/state_vectors.hpp"
 #include "core/mpi_world.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5_check.hpp"
@@ -182,10 +183,10 @@ int cmd_info(const std::string& path, bool config_only) {
   std::uint64_t state_bytes = 0;
   for (const auto& [name, type] : ckpt.vectors()) {
     const std::string ds = "/state/" + name;
-    const std::uint64_t bytes = static_cast<std::uint64_t>(m.padded_size) * element_bytes(type);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(m.padded_size) * dtype_size(type);
     state_bytes += bytes;
     const std::int64_t off = ckpt.data_offset(ds);
-    row(ds, fmt::format("{:<9} {} bytes ({}), file offset {}", to_string(type), bytes, human_bytes(bytes),
+    row(ds, fmt::format("{:<9} {} bytes ({}), file offset {}", numpy_name(type), bytes, human_bytes(bytes),
                         off >= 0 ? std::to_string(off) : std::string("-")));
   }
   std::error_code ec;
@@ -231,7 +232,7 @@ void cmd_verify(const std::string& path) {
     for (const auto& l : lines) fmt::print("{}\n", l);
     std::uint64_t bytes = 0;
     for (const auto& [name, type] : ckpt.vectors())
-      bytes += static_cast<std::uint64_t>(ckpt.meta().padded_size) * element_bytes(type);
+      bytes += static_cast<std::uint64_t>(ckpt.meta().padded_size) * dtype_size(type);
     if (damage.empty())
       fmt::print("{}: ok, {} datasets, {} of state checked in {:.2f} s on {} rank{}\n", path, lines.size(),
                  human_bytes(bytes), secs, world_size(), world_size() > 1 ? "s" : "");
@@ -799,7 +800,10 @@ int run(int argc, char** argv) {
       "splits the reading over the ranks.\nExit codes: 0 success, 2 bad input or usage (missing, "
       "foreign or damaged file, unknown name), 1 other failure.");
 
-  std::string ckpt_path, out_path, vector = "master", format, name_style = "ours";
+  std::string ckpt_path, out_path, vector(saved_name(StateVector::Master)), format, name_style = "ours";
+  std::vector<std::string> fp32_vectors;  // what export reads values from: master and the moments
+  for (const SavedVector& v : kSavedVectors)
+    if (v.type == DType::F32) fp32_vectors.emplace_back(v.name);
   bool config_only = false;
   std::vector<std::string> params;
 
@@ -838,7 +842,7 @@ int run(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)  // one name per --param, repeatable
       ->type_name("NAME");
   exp->add_option("--vector", vector, "State vector to read the values from")
-      ->check(CLI::IsMember({"master", "exp_avg", "exp_avg_sq"}))
+      ->check(CLI::IsMember(fp32_vectors))
       ->capture_default_str();
   exp->add_option("--format", format,
                   "Output format (default: from OUT's extension: .h5/.hdf5, .npy, .safetensors)")

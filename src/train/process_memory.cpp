@@ -19,6 +19,7 @@
 #include "backend/backend.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/state_vectors.hpp"
 #include "dist/zero_engine.hpp"
 #include "io/checkpoint.hpp"
 
@@ -115,10 +116,9 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
       for (const auto& e : layout.entries()) names.push_back(e.name);
     else
       names.push_back("probe");
-    std::vector<std::pair<std::string, CkptType>> vectors{
-        {"master", CkptType::F32}, {"exp_avg", CkptType::F32}, {"exp_avg_sq", CkptType::F32}};
-    if (config.precision.mode == "fp16") vectors.emplace_back("params_fp16", CkptType::F16);
-    if (config.precision.mode == "bf16") vectors.emplace_back("params_bf16", CkptType::BF16);
+    std::vector<std::pair<std::string, DType>> vectors;
+    for (const SavedVector* v : saved_vectors(precision_dtype(config.precision.mode).value()))
+      vectors.emplace_back(v->name, v->type);
     const std::int64_t rss = process_rss_bytes();
     warm_checkpoint_io(dir, comm.comm(), like, names, vectors);
     const std::int64_t peak = process_peak_rss_bytes();

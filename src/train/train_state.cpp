@@ -17,6 +17,7 @@
 
 #include "config/parse.hpp"
 #include "core/error.hpp"
+#include "core/state_vectors.hpp"
 #include "train/host_staging.hpp"
 #include "train/init_from.hpp"
 #include "train/weights_crc.hpp"
@@ -58,7 +59,7 @@ TrainState<P>::TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communica
   resume();
   if (cfg.checkpoint.async && m_ckpt.enabled()) {
     // The state shard as checkpoints hold it: master, both moments, the 16-bit copy.
-    const std::size_t per_element = 3 * sizeof(float) + (std::is_same_v<P, float> ? 0 : sizeof(P));
+    const std::size_t per_element = saved_bytes_per_element(dtype_of<P>());
     m_background = std::make_unique<BackgroundCheckpoint>(
         m_comm.comm(), memory, static_cast<std::size_t>(m_state.shard_view().size()) * per_element);
   }
@@ -100,27 +101,30 @@ template <class P>
 void TrainState<P>::load(CheckpointReader& reader) {
   const ShardView<P> s = m_state.shard_view();
   const std::size_t n = static_cast<std::size_t>(s.size());
-  // On a device the file is read into host buffers, checked, then copied over.
-  std::vector<unsigned char> st_master, st_m, st_v, st_p;
-  float* master = to_host(m_state.backend(), s.master.data(), n, st_master);
-  float* exp_avg = to_host(m_state.backend(), s.exp_avg.data(), n, st_m);
-  float* exp_avg_sq = to_host(m_state.backend(), s.exp_avg_sq.data(), n, st_v);
-  P* params = std::is_same_v<P, float> ? reinterpret_cast<P*>(master) : to_host(m_state.backend(), s.params.data(), n, st_p);
-  reader.read_vector("master", s.lo, s.hi, master);
-  reader.read_vector("exp_avg", s.lo, s.hi, exp_avg);
-  reader.read_vector("exp_avg_sq", s.lo, s.hi, exp_avg_sq);
-  if constexpr (!std::is_same_v<P, float>) {
+  // What the checkpoint holds of the shard: master, both moments, the 16-bit
+  // copy (an fp32 model's parameters are its master weights). On a device the
+  // file is read into host buffers, checked, then copied over.
+  const std::vector<StateSpan> spans = saved_spans(s);
+  std::vector<std::vector<unsigned char>> stage(spans.size());
+  std::vector<unsigned char*> host(spans.size());
+  for (std::size_t i = 0; i < spans.size(); ++i)
+    host[i] = to_host(m_state.backend(), static_cast<unsigned char*>(spans[i].data), spans[i].bytes(), stage[i]);
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const SavedVector& v = *spans[i].saved;
     // The 16-bit copy as saved; from another precision, the master rounded
-    // (which is what the saved copy is, bit for bit).
-    const char* name = std::is_same_v<P, f16> ? "params_fp16" : "params_bf16";
-    if (reader.has_vector(name)) reader.read_vector(name, s.lo, s.hi, params);
-    else convert(master, params, n);
+    // (which is what the saved copy is, bit for bit; master is read first).
+    if constexpr (!std::is_same_v<P, float>) {
+      if (v.vector == StateVector::Params && !reader.has_vector(v.name)) {
+        SHARDTRAIN_CHECK(spans[0].saved->vector == StateVector::Master, "the checkpoint's master weights come first");
+        convert(reinterpret_cast<const float*>(host[0]), reinterpret_cast<P*>(host[i]), n);
+        continue;
+      }
+    }
+    reader.read_vector(v.name, s.lo, s.hi, host[i]);
   }
   reader.finish_reads();  // every CRC, before anything is spread further
-  from_host(m_state.backend(), s.master.data(), master, n);
-  from_host(m_state.backend(), s.exp_avg.data(), exp_avg, n);
-  from_host(m_state.backend(), s.exp_avg_sq.data(), exp_avg_sq, n);
-  if constexpr (!std::is_same_v<P, float>) from_host(m_state.backend(), s.params.data(), params, n);
+  for (std::size_t i = 0; i < spans.size(); ++i)
+    from_host(m_state.backend(), static_cast<unsigned char*>(spans[i].data), host[i], spans[i].bytes());
   m_state.replicate_shard(m_state_comm);
 }
 
@@ -251,25 +255,6 @@ std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout) {
   return out;
 }
 
-// A state vector of the rank's shard as a checkpoint holds it: `data` is in
-// the backend's memory (the device's on GPUs).
-struct ShardVector {
-  const char* name;
-  CkptType type;
-  const void* data;
-  std::size_t bytes;
-};
-template <class P>
-std::vector<ShardVector> shard_vectors(const ShardView<P>& s) {
-  const std::size_t n = static_cast<std::size_t>(s.size());
-  std::vector<ShardVector> v{{"master", CkptType::F32, s.master.data(), n * sizeof(float)},
-                             {"exp_avg", CkptType::F32, s.exp_avg.data(), n * sizeof(float)},
-                             {"exp_avg_sq", CkptType::F32, s.exp_avg_sq.data(), n * sizeof(float)}};
-  if constexpr (std::is_same_v<P, f16>) v.push_back({"params_fp16", CkptType::F16, s.params.data(), n * sizeof(P)});
-  if constexpr (std::is_same_v<P, bf16>) v.push_back({"params_bf16", CkptType::BF16, s.params.data(), n * sizeof(P)});
-  return v;
-}
-
 // Rank 0's line for a committed checkpoint; `tail` follows the commit time.
 void print_commit(std::int64_t step, const std::string& path, const CheckpointWriteStats& w, double commit_s,
                   const std::string& tail) {
@@ -328,12 +313,14 @@ void TrainState<P>::save(std::int64_t done, const std::string& required_by) {
   const ShardView<P> s = m_state.shard_view();
   const CheckpointMeta meta = checkpoint_meta(done);
   const std::vector<CheckpointTensor> layout = checkpoint_tensors(m_state.layout());
-  const std::vector<ShardVector> shard = shard_vectors(s);
+  // The shard's vectors as a checkpoint holds them (dist/model_state.hpp saved_spans):
+  // `data` is in the backend's memory (the device's on GPUs).
+  const std::vector<StateSpan> shard = saved_spans(s);
   std::vector<std::vector<unsigned char>> host(shard.size());  // host copies of device state
   std::vector<CheckpointVectorOut> vectors;
   for (std::size_t i = 0; i < shard.size(); ++i)
-    vectors.push_back({shard[i].name, shard[i].type,
-                       to_host(m_state.backend(), static_cast<const unsigned char*>(shard[i].data), shard[i].bytes,
+    vectors.push_back({std::string(shard[i].saved->name), shard[i].saved->type,
+                       to_host(m_state.backend(), static_cast<const unsigned char*>(shard[i].data), shard[i].bytes(),
                                host[i])});
   std::string path;
   try {
@@ -362,13 +349,13 @@ void TrainState<P>::save_background(std::int64_t done, const std::string& requir
   const std::span<unsigned char> buffer = m_background->staging();
   std::size_t used = 0;
   std::vector<CheckpointVectorOut> vectors;
-  for (const ShardVector& v : shard_vectors(s)) {
-    SHARDTRAIN_CHECK(used + v.bytes <= buffer.size(), "checkpoint staging buffer too small");
+  for (const StateSpan& v : saved_spans(s)) {
+    SHARDTRAIN_CHECK(used + v.bytes() <= buffer.size(), "checkpoint staging buffer too small");
     unsigned char* at = buffer.data() + used;
-    if (m_state.backend().memory() == nullptr) std::memcpy(at, v.data, v.bytes);
-    else m_state.backend().copy_to_host(at, v.data, v.bytes);
-    vectors.push_back({v.name, v.type, at});
-    used += v.bytes;
+    if (m_state.backend().memory() == nullptr) std::memcpy(at, v.data, v.bytes());
+    else m_state.backend().copy_to_host(at, v.data, v.bytes());
+    vectors.push_back({std::string(v.saved->name), v.saved->type, at});
+    used += v.bytes();
   }
   const std::int64_t lo = s.lo, hi = s.hi;
   m_ckpt.checkpoint_started();
@@ -430,7 +417,8 @@ typename TrainState<P>::Boundary TrainState<P>::agree_at_boundary(double step_s)
   std::int64_t what = pending_stop_signal();
   if (m_comm.rank() == 0 && what == 0) {
     // Before the first checkpoint: its cost estimated at 100 MB/s plus half a second.
-    const double bytes = static_cast<double>(m_state.layout().padded_size()) * (12.0 + (std::is_same_v<P, float> ? 0 : 2));
+    const double bytes = static_cast<double>(m_state.layout().padded_size()) *
+                         static_cast<double>(saved_bytes_per_element(dtype_of<P>()));
     const double ckpt_s = m_ckpt.last_commit_seconds() > 0 ? m_ckpt.last_commit_seconds() : bytes / 100e6 + 0.5;
     if (m_guard.must_stop(step_s, ckpt_s)) what = kStopWallTime;
   }

@@ -116,11 +116,11 @@ int run(int argc, char** argv) {
   meta.version = "test";
 
   std::vector<CheckpointVectorOut> vectors = {
-      {"master", CkptType::F32, master.data()},
-      {"exp_avg", CkptType::F32, m.data()},
-      {"exp_avg_sq", CkptType::F32, v.data()},
+      {"master", DType::F32, master.data()},
+      {"exp_avg", DType::F32, m.data()},
+      {"exp_avg_sq", DType::F32, v.data()},
   };
-  if (bf16) vectors.push_back({"params_bf16", CkptType::BF16, half.data()});
+  if (bf16) vectors.push_back({"params_bf16", DType::BF16, half.data()});
   write_checkpoint(out, MPI_COMM_WORLD, meta, layout, vectors, lo, hi);
   if (rank == 0)
     std::printf("%s: %zu tensors, %lld parameters, padded %lld, %d rank(s)%s\n", out.c_str(), layout.size(),

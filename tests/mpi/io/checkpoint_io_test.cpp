@@ -103,7 +103,7 @@ std::uint32_t value_bits(int v, std::int64_t i, std::uint64_t seed) {
   return static_cast<std::uint16_t>(h >> 16);
 }
 
-CkptType type_of_vec(int v) { return v < 3 ? CkptType::F32 : v == 3 ? CkptType::F16 : CkptType::BF16; }
+DType type_of_vec(int v) { return v < 3 ? DType::F32 : v == 3 ? DType::F16 : DType::BF16; }
 
 std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
 std::uint32_t bits_of(f16 x) { return x.bits; }
@@ -128,10 +128,10 @@ Slices make_slices(std::int64_t lo, std::int64_t hi, std::uint64_t seed) {
 
 std::vector<CheckpointVectorOut> outs(const Slices& s, bool with16) {
   std::vector<CheckpointVectorOut> o;
-  for (int v = 0; v < 3; ++v) o.push_back({kNames[v], CkptType::F32, s.f32[v].data()});
+  for (int v = 0; v < 3; ++v) o.push_back({kNames[v], DType::F32, s.f32[v].data()});
   if (with16) {
-    o.push_back({"params_fp16", CkptType::F16, s.h.data()});
-    o.push_back({"params_bf16", CkptType::BF16, s.b.data()});
+    o.push_back({"params_fp16", DType::F16, s.h.data()});
+    o.push_back({"params_bf16", DType::BF16, s.b.data()});
   }
   return o;
 }
@@ -1236,7 +1236,7 @@ TEST_F(CheckpointIo, FlippedByteInStateVectorFailsChecksumOnEveryRank) {
       const auto [lo, hi] = tile(n, rank, world, variant);
       for (int v = 0; v < 5; ++v) {
         const auto n_el = static_cast<std::size_t>(hi - lo);
-        std::vector<unsigned char> buf(n_el * element_bytes(type_of_vec(v)));
+        std::vector<unsigned char> buf(n_el * dtype_size(type_of_vec(v)));
         r.read_vector(kNames[v], lo, hi, buf.data());
       }
       const std::string what = "N " + std::to_string(n) + " variant " + std::to_string(variant);
