@@ -1,5 +1,5 @@
 // shardtrain/config/suggest.cpp
-// Did-you-mean from the schema (suggest.hpp): edit distance or a shared prefix.
+// Did-you-mean from the schema (suggest.hpp): edit distance (core/text.hpp) or a shared prefix.
 #include "config/suggest.hpp"
 
 #include <fmt/format.h>
@@ -10,24 +10,10 @@
 #include <vector>
 
 #include "config/schema.hpp"
+#include "core/text.hpp"
 
 namespace shardtrain {
 namespace {
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 // Whether `typed` is close enough to `known` to suggest it: a small edit distance,
 // or one is a prefix (>= 3 characters) of the other ("seq_length" -> "seq_len").

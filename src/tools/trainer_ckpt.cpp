@@ -46,6 +46,7 @@
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
 #include "core/state_vectors.hpp"
+#include "core/text.hpp"
 #include "core/mpi_world.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5_check.hpp"
@@ -242,24 +243,6 @@ void cmd_verify(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------- export
-
-// Levenshtein distance, giving up (returning limit + 1) once it must exceed limit.
-std::size_t edit_distance(std::string_view a, std::string_view b, std::size_t limit) {
-  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return limit + 1;
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    std::size_t best = cur[0];
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      best = std::min(best, cur[j]);
-    }
-    if (best > limit) return limit + 1;
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 // "no parameter 'X'; close names: a, b" (up to 6, nearest first, then layout order).
 std::string unknown_parameter(const std::string& path, const std::string& name,
