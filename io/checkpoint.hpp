@@ -114,7 +114,7 @@ class IoDeadline;  // io/checkpoint_phase.hpp
 //   checksums  rank 0 writes each vector's CRC over its placeholder;
 //   fsync      every rank fsyncs the file.
 // HDF5 never touches the checkpoint's storage (a failed write inside HDF5
-// leaves the library broken; see checkpoint.cpp), no MPI call runs inside a
+// leaves the library broken; see checkpoint_write.cpp), no MPI call runs inside a
 // phase, so one rank's failure is known to every rank at the end of that
 // phase: every rank throws the same CheckpointIoError (failing rank, phase,
 // file, errno). HDF5 is called only under the HDF5 lock (io/h5_lock.hpp): a

@@ -188,6 +188,65 @@ std::optional<double> read_float_attr(hid_t file, const char* name, const std::s
   return v;
 }
 
+namespace {
+
+// Opens attribute `name` of `obj` and checks it is a scalar of `cls`.
+H5Attribute open_scalar_attr(const std::string& path, hid_t obj, const std::string& where, const char* name,
+                             H5T_class_t cls, const char* what, const char* missing_hint) {
+  const htri_t exists = H5Aexists(obj, name);
+  if (exists <= 0) bad_input(path, where + " has no attribute '" + name + "'" + missing_hint);
+  H5Attribute a(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!a.valid()) bad_input(path, where + " attribute '" + name + "' cannot be opened");
+  H5Dataspace s(H5Aget_space(a));
+  H5Datatype t(H5Aget_type(a));
+  if (!s.valid() || !t.valid() || H5Sget_simple_extent_type(s) != H5S_SCALAR || H5Tget_class(t) != cls)
+    bad_input(path, where + " attribute '" + name + "' must be a scalar " + what);
+  return a;
+}
+
+}  // namespace
+
+std::int64_t read_i64_attr(const std::string& path, hid_t obj, const std::string& where, const char* name,
+                           std::int64_t lo, std::int64_t hi, const char* missing_hint) {
+  H5Attribute a = open_scalar_attr(path, obj, where, name, H5T_INTEGER, "integer", missing_hint);
+  std::int64_t v = 0;
+  if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0) bad_input(path, where + " attribute '" + name + "' cannot be read");
+  if (v < lo || v > hi)
+    bad_input(path, where + " attribute '" + name + "' = " + std::to_string(v) + " is outside [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+double read_f64_attr(const std::string& path, hid_t obj, const std::string& where, const char* name,
+                     const char* missing_hint) {
+  H5Attribute a = open_scalar_attr(path, obj, where, name, H5T_FLOAT, "float", missing_hint);
+  double v = 0;
+  if (H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0) bad_input(path, where + " attribute '" + name + "' cannot be read");
+  return v;
+}
+
+std::string read_fixed_string_attr(const std::string& path, hid_t obj, const std::string& where,
+                                   const char* name, const char* missing_hint) {
+  H5Attribute a = open_scalar_attr(path, obj, where, name, H5T_STRING, "string", missing_hint);
+  H5Datatype ft(H5Aget_type(a));
+  const htri_t variable = H5Tis_variable_str(ft);
+  const std::size_t size = H5Tget_size(ft);
+  if (variable != 0 || size == 0 || size > kMaxAttrStringBytes)
+    bad_input(path, where + " attribute '" + name + "' must be a fixed-length string of at most " +
+                        std::to_string(kMaxAttrStringBytes) + " bytes");
+  // HDF5 converts strings only between types of the same character set: read in the file's.
+  const H5T_cset_t cset = H5Tget_cset(ft);
+  if (cset != H5T_CSET_ASCII && cset != H5T_CSET_UTF8)
+    bad_input(path, where + " attribute '" + name + "' has an unknown character set");
+  H5Datatype mt(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_size(mt, size + 1));
+  SHARDTRAIN_H5_CHECK(H5Tset_cset(mt, cset));
+  std::string v(size + 1, '\0');
+  if (H5Aread(a, mt, v.data()) < 0) bad_input(path, where + " attribute '" + name + "' cannot be read");
+  v.resize(std::strlen(v.c_str()));
+  return v;
+}
+
 void check_format(hid_t file, const std::string& path, const std::string& what, std::string_view format,
                   std::int64_t version) {
   const auto found = read_string_attr(file, "format", path);
@@ -245,7 +304,7 @@ std::string storage_problem(hid_t dcpl, std::size_t elem_bytes, std::uint64_t ma
     return "must be stored contiguous, compact or chunked (virtual storage is refused)";
   }
   if (H5Pget_external_count(dcpl) != 0) return "keeps its data in external files";
-  // shardtrain's writers (io/*_writer.cpp, io/h5_write.cpp, io/checkpoint.cpp)
+  // shardtrain's writers (io/*_writer.cpp, io/h5_write.cpp, io/checkpoint_write.cpp)
   // use no filter: a filter makes HDF5 inflate a whole chunk to read any part
   // of it (and some run code from plugins), so none is read.
   const int filters = H5Pget_nfilters(dcpl);

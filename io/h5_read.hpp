@@ -1,6 +1,6 @@
 // shardtrain/io/h5_read.hpp
 // Owns the checks io/'s data set readers (token_dataset.cpp, sample_dataset.cpp)
-// make on a file someone else wrote: opening it on every rank, reading root
+// and the checkpoint reader make on a file someone else wrote: opening it on every rank, reading
 // attributes, opening datasets by path, refusing storage HDF5 would allocate from
 // the file's own claims, and reading 1-D string datasets under a byte budget.
 // Invariants: every size that drives an allocation is bounded before the
@@ -53,6 +53,18 @@ std::optional<H5Attribute> open_array_attr(hid_t file, const char* name, const s
 std::optional<std::string> read_string_attr(hid_t file, const char* name, const std::string& path);
 std::optional<std::int64_t> read_int_attr(hid_t file, const char* name, const std::string& path);
 std::optional<double> read_float_attr(hid_t file, const char* name, const std::string& path);  // float or integer
+
+// A scalar attribute `name` of object `obj` (`where` in messages: "root group",
+// "/config") that must exist: "WHERE has no attribute 'NAME'" + `missing_hint`,
+// "WHERE attribute 'NAME' must be a scalar integer", "... is outside [LO, HI]",
+// "... cannot be read". A string must be fixed-length, at most 4096 bytes,
+// ASCII or UTF-8 (read up to its first NUL).
+std::int64_t read_i64_attr(const std::string& path, hid_t obj, const std::string& where, const char* name,
+                           std::int64_t lo, std::int64_t hi, const char* missing_hint);
+double read_f64_attr(const std::string& path, hid_t obj, const std::string& where, const char* name,
+                     const char* missing_hint);
+std::string read_fixed_string_attr(const std::string& path, hid_t obj, const std::string& where,
+                                   const char* name, const char* missing_hint);
 
 // Checks the root attributes 'format' (== `format`) and 'format_version'
 // (== `version`); `what` names the kind of file ("token data set") in messages.

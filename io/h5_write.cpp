@@ -1,6 +1,7 @@
 // The write-side helpers shared by io/'s writers (see h5_write.hpp).
 #include "io/h5_write.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -43,6 +44,28 @@ void write_scalar_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_t
   H5Dataspace scalar(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
   H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, file_type, scalar, H5P_DEFAULT, H5P_DEFAULT)));
   SHARDTRAIN_H5_CHECK(H5Awrite(a, mem_type, value));
+}
+
+void write_i64_attr(hid_t obj, const char* name, std::int64_t value) {
+  write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+void write_u32_attr(hid_t obj, const char* name, std::uint32_t value) {
+  write_scalar_attr(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
+}
+
+void write_f64_attr(hid_t obj, const char* name, double value) {
+  write_scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+void write_fixed_string_attr(hid_t obj, const char* name, const std::string& value, bool terminated) {
+  const std::size_t size = terminated ? value.size() + 1 : std::max<std::size_t>(value.size(), 1);
+  H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
+  SHARDTRAIN_H5_CHECK(H5Tset_size(t, size));
+  SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  std::string padded = value;
+  padded.resize(size, '\0');
+  write_scalar_attr(obj, name, t, t, padded.data());
 }
 
 void write_string_attr(hid_t obj, const char* name, const std::string& value) {

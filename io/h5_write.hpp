@@ -1,8 +1,8 @@
 // shardtrain/io/h5_write.hpp
 // Owns the write-side pieces io/'s serial data set writers (token_dataset_writer.cpp,
-// sample_dataset_writer.cpp) and the checkpoint writer share: creating the
-// temporary file a writer renames into place, renaming it durably, and writing
-// scalar root attributes.
+// sample_dataset_writer.cpp), the checkpoint writer and the tensor export
+// share: creating the temporary file a writer renames into place, renaming it
+// durably, and writing scalar attributes (every attribute io/ writes).
 // Invariants: every H5* return is checked (SHARDTRAIN_H5_CHECK); a file that
 // cannot be created is the user's problem and throws InputError naming the final
 // path; string attributes the data set writers make are variable-length UTF-8.
@@ -10,6 +10,7 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <string>
 
 #include "io/h5_check.hpp"
@@ -39,5 +40,18 @@ inline void write_scalar_attr(hid_t obj, const char* name, hid_t type, const voi
 
 // Writes `value` as the scalar variable-length UTF-8 string attribute `name` of `obj`.
 void write_string_attr(hid_t obj, const char* name, const std::string& value);
+
+// Scalar attributes of fixed types: a 64-bit or 32-bit little-endian integer,
+// a little-endian double.
+void write_i64_attr(hid_t obj, const char* name, std::int64_t value);
+void write_u32_attr(hid_t obj, const char* name, std::uint32_t value);
+void write_f64_attr(hid_t obj, const char* name, double value);
+
+// Writes `value` as a scalar fixed-length UTF-8 string attribute. With
+// `terminated` the type has room for the terminating NUL (value.size() + 1
+// bytes: a C reader sizing its buffer from the file type gets a terminated
+// string; the checkpoint's attributes); without, it is value.size() bytes (at
+// least 1), NUL-terminated only by padding (trainer-ckpt's exports).
+void write_fixed_string_attr(hid_t obj, const char* name, const std::string& value, bool terminated);
 
 }  // namespace shardtrain::h5

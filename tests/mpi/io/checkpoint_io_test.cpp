@@ -46,7 +46,7 @@ using h5::H5File;
 using h5::H5PropList;
 
 constexpr std::int64_t kN = 70001;  // odd, not a multiple of 3: no rank count 2, 3, 4 divides it
-constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // the reader's bounded piece (io/checkpoint.cpp)
+constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // the reader's bounded piece (io/checkpoint_format.hpp)
 const char* const kNames[] = {"master", "exp_avg", "exp_avg_sq", "params_fp16", "params_bf16"};
 
 int rank_of(MPI_Comm c) { int r = 0; MPI_Comm_rank(c, &r); return r; }
