@@ -7,8 +7,9 @@
 //   sample CKPT            text from a GPT checkpoint or its export (ckpt_sample.cpp, gpt_sample.*)
 // This file parses the command line, calls io/checkpoint.hpp and formats the
 // result; it knows nothing of the format beyond that API, except how to write
-// the three export formats (and, for --names gpt2, the model type and n_head
-// from the stored config text). Exit codes: 0 success, 2 bad input or usage (missing,
+// the .npy and safetensors exports (and, for --names gpt2, the model type and n_head
+// from the stored config text); the HDF5 export is written by io/checkpoint_export.hpp
+// (io/ is the only code that calls HDF5). Exit codes: 0 success, 2 bad input or usage (missing,
 // foreign or damaged file, unknown name, bad arguments), 1 any other failure.
 // Every error is one line "error: ..." on stderr, printed once.
 // MPI: works as a singleton. `info` and `export` run on rank 0 alone (other
@@ -19,8 +20,8 @@
 // complete, so OUT is never a half-written file; memory use of `export` is
 // bounded by one tensor row block (kChunkElements; twice that for a transposed
 // GPT-2 weight), not by the model size.
-// Length (~840 lines): one tool's subcommands (sample's body is in ckpt_sample.cpp) and its three export writers (HDF5,
-// .npy, safetensors); each is short, and they share the command line and error handling above.
+// Length (~840 lines): one tool's subcommands (sample's body is in ckpt_sample.cpp) and its three export writers (HDF5
+// through io/checkpoint_export.hpp, .npy, safetensors); each is short, and they share the command line and error handling above.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -49,7 +50,7 @@
 #include "core/text.hpp"
 #include "core/mpi_world.hpp"
 #include "io/checkpoint.hpp"
-#include "io/h5_check.hpp"
+#include "io/checkpoint_export.hpp"
 #include "io/token_dataset.hpp"
 #include "tools/gpt_sample.hpp"
 #include "version.hpp"
@@ -57,7 +58,6 @@
 namespace {
 
 using namespace shardtrain;
-using namespace shardtrain::h5;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kExitOk = 0;
@@ -355,78 +355,13 @@ void write_npy(CheckpointReader& ckpt, const std::string& vector, const Checkpoi
   partial.commit();
 }
 
-void put_string_attr(hid_t obj, const char* name, const std::string& v) {
-  H5Datatype t(SHARDTRAIN_H5_CHECK(H5Tcopy(H5T_C_S1)));
-  SHARDTRAIN_H5_CHECK(H5Tset_size(t, std::max<std::size_t>(v.size(), 1)));
-  SHARDTRAIN_H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
-  std::string padded = v;
-  padded.resize(std::max<std::size_t>(v.size(), 1), '\0');
-  H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
-  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)));
-  SHARDTRAIN_H5_CHECK(H5Awrite(a, t, padded.data()));
-}
-
-void put_int_attr(hid_t obj, const char* name, std::int64_t v) {
-  H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR)));
-  H5Attribute a(SHARDTRAIN_H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT)));
-  SHARDTRAIN_H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, &v));
-}
-
-// Writes one float32 dataset per tensor, named by the tensor, in its shape. A
-// tensor is copied in blocks of whole rows (first dimension), at most
-// kChunkElements at a time unless one row is larger.
-// `metadata` become root attributes too (integers as 64-bit integers, the rest as strings).
+// Writes one float32 dataset per tensor, named by the tensor, in its shape
+// (io/checkpoint_export.hpp), into OUT.partial, then renames it to OUT.
 void write_h5(CheckpointReader& ckpt, const std::string& vector, const std::vector<const CheckpointTensor*>& tensors,
               const std::vector<std::pair<std::string, std::string>>& metadata, const std::string& out) {
   PartialFile partial(out);
   std::fclose(create_output(partial.tmp(), out));  // a clear message when OUT cannot be created
-  {
-    H5File file(H5Fcreate(partial.tmp().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file.valid()) SHARDTRAIN_FAIL(out + ": cannot create HDF5 file: " + error_stack_text());
-    put_string_attr(file, "source_checkpoint", ckpt.path());
-    put_string_attr(file, "vector", vector);
-    put_int_attr(file, "step", ckpt.meta().step);
-    for (const auto& [k, v] : metadata) {
-      const bool integer = !v.empty() && v.size() < 19 && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
-      if (integer) put_int_attr(file, k.c_str(), std::stoll(v));
-      else put_string_attr(file, k.c_str(), v);
-    }
-    H5PropList lcpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
-    SHARDTRAIN_H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));  // names with '/' make groups
-    std::vector<float> buf;
-    for (const CheckpointTensor* t : tensors) {
-      std::vector<hsize_t> dims(t->shape.begin(), t->shape.end());
-      H5Dataspace fs(dims.empty() ? SHARDTRAIN_H5_CHECK(H5Screate(H5S_SCALAR))
-                                  : SHARDTRAIN_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()),
-                                                                         dims.data(), nullptr)));
-      H5Dataset ds(H5Dcreate2(file, t->name.c_str(), H5T_IEEE_F32LE, fs, lcpl, H5P_DEFAULT, H5P_DEFAULT));
-      if (!ds.valid())
-        throw InputError(out + ": cannot create dataset '" + t->name +
-                         "' (a parameter name HDF5 cannot use as a path?): " + error_stack_text());
-      if (t->numel == 0) continue;
-      const std::int64_t rows = dims.empty() ? 1 : t->shape[0];
-      const std::int64_t row_elems = t->numel / rows;
-      const std::int64_t block = std::max<std::int64_t>(1, kChunkElements / row_elems);
-      buf.resize(static_cast<std::size_t>(std::min(rows, block) * row_elems));
-      for (std::int64_t r = 0; r < rows; r += block) {
-        const std::int64_t k = std::min(block, rows - r);
-        const std::int64_t lo = t->offset + r * row_elems;
-        ckpt.read_range(vector, lo, lo + k * row_elems, buf.data());
-        const hsize_t mdim = static_cast<hsize_t>(k * row_elems);
-        H5Dataspace ms(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &mdim, nullptr)));
-        if (!dims.empty()) {
-          std::vector<hsize_t> start(dims.size(), 0), count(dims);
-          start[0] = static_cast<hsize_t>(r);
-          count[0] = static_cast<hsize_t>(k);
-          SHARDTRAIN_H5_CHECK(
-              H5Sselect_hyperslab(fs, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
-        }
-        // Memory holds little-endian float32 bytes as read, whatever the host order.
-        SHARDTRAIN_H5_CHECK(H5Dwrite(ds, H5T_IEEE_F32LE, ms, fs, H5P_DEFAULT, buf.data()));
-      }
-    }
-    SHARDTRAIN_H5_CLOSE(file);
-  }
+  export_tensors_h5(ckpt, vector, tensors, metadata, partial.tmp(), out, kChunkElements);
   partial.commit();
 }
 
