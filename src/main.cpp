@@ -194,7 +194,7 @@ int run_main(int argc, char** argv, std::vector<char*>& kokkos_args) {
     return code == 0 ? kExitOk : kExitBadInput;
   }
 
-  TrainerHooks hooks;
+  RunOptions hooks;
   if (!inject_overflow.empty() &&
       !parse_step_rank("--inject-overflow", inject_overflow, hooks.overflow_step, hooks.overflow_rank))
     return kExitBadInput;

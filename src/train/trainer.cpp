@@ -44,7 +44,7 @@
 #include "train/run_sample.hpp"
 #include "train/task.hpp"
 #include "train/task_factory.hpp"
-#include "train/test_hooks.hpp"
+#include "train/run_options.hpp"
 #include "train/train_state.hpp"
 #include "train/weights_crc.hpp"
 
@@ -113,7 +113,7 @@ namespace {
 template <class P>
 class Run final : public RunBase {
  public:
-  Run(const RunConfig& cfg, MPI_Comm world, const TrainerHooks& hooks, DeviceContext& device)
+  Run(const RunConfig& cfg, MPI_Comm world, const RunOptions& hooks, DeviceContext& device)
       : m_cfg(cfg),
         m_hooks(hooks),
         m_comm(world),
@@ -203,7 +203,7 @@ class Run final : public RunBase {
   std::string report(const CommTally& job, std::int64_t steps, RunDirectory* dir, std::string& full);
 
   const RunConfig& m_cfg;
-  TrainerHooks m_hooks;
+  RunOptions m_hooks;
   MpiCommunicator m_comm;         // host values: losses, flags, CRC pieces, memory report
   RunLock m_lock;                 // this job alone in its run directory (before anything is read or written there)
   Backend& m_backend;             // where model state and kernels live
@@ -522,7 +522,7 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
 }
 }  // namespace
 
-Trainer::Trainer(const RunConfig& config, MPI_Comm world, const TrainerHooks& hooks)
+Trainer::Trainer(const RunConfig& config, MPI_Comm world, const RunOptions& hooks)
     : m_device(bring_up(config, world)) {
   const std::string& mode = config.precision.mode;
   if (mode == "fp16") m_run = std::make_unique<Run<f16>>(config, world, hooks, *m_device);

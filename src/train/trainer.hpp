@@ -5,7 +5,7 @@
 // evaluates, logs progress and metrics, and reports memory. The work is split
 // by responsibility: the step loop (trainer.cpp), resume and save
 // (train_state), the reports (run_reports), the weights CRC (weights_crc),
-// the test hooks (test_hooks), device bring-up (dist/device_context).
+// the command line's run options and fault injections (run_options), device bring-up (dist/device_context).
 // Invariants: the sample stream depends only on (seed, global sample index),
 // never on the rank count, and resumes at the checkpoint's sample cursor;
 // a resumed run continues bitwise as the uninterrupted run would (same rank
@@ -21,7 +21,7 @@
 #include <optional>
 
 #include "config/run_config.hpp"
-#include "train/test_hooks.hpp"
+#include "train/run_options.hpp"
 
 namespace shardtrain {
 
@@ -51,7 +51,7 @@ class Trainer {
   // the input does not fit (e.g. a data set too short for the model), the same
   // way on every rank; Error for anything else. No collective runs after a
   // possible throw, so the caller may agree on the outcome with one all-reduce.
-  Trainer(const RunConfig& config, MPI_Comm world, const TrainerHooks& hooks = {});
+  Trainer(const RunConfig& config, MPI_Comm world, const RunOptions& hooks = {});
   ~Trainer();
   // Trains, evaluates, logs. An exception here may be rank-local: the caller
   // must abort the job rather than wait in a collective.

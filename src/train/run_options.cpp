@@ -1,5 +1,5 @@
-// The test hooks inside a training step (see test_hooks.hpp).
-#include "train/test_hooks.hpp"
+// The command-line run options acting inside a training step (run_options.hpp).
+#include "train/run_options.hpp"
 
 #include <chrono>
 #include <cmath>

@@ -1,5 +1,5 @@
-// shardtrain/train/test_hooks.hpp
-// Owns the run options and test hooks of the command line (TrainerHooks, never
+// shardtrain/train/run_options.hpp
+// Owns the run options and test hooks of the command line (RunOptions, never
 // from the input file) and, in StepHooks, the one place the step loop asks
 // them what to do at three points of a training step. The hooks only act on
 // the step and rank they name; a step without one does nothing more than the
@@ -13,7 +13,7 @@
 
 namespace shardtrain {
 
-struct TrainerHooks {
+struct RunOptions {
   // --profile: time every op of the training steps (core/profiler.hpp) and print
   // the per-op breakdown at the end of the job (also RUN_DIR/profile.txt).
   bool profile = false;
@@ -51,7 +51,7 @@ struct TrainerHooks {
 template <class P>
 class StepHooks {
  public:
-  StepHooks(const TrainerHooks& hooks, int rank, ZeroEngine<P>& zero, ModelState<P>& state)
+  StepHooks(const RunOptions& hooks, int rank, ZeroEngine<P>& zero, ModelState<P>& state)
       : m_hooks(hooks), m_rank(rank), m_zero(zero), m_state(state) {}
 
   // Before the micro-batches: --inject-overflow arms the engine's planted
@@ -68,7 +68,7 @@ class StepHooks {
     return hook_step == step && hook_rank == m_rank;
   }
 
-  TrainerHooks m_hooks;
+  RunOptions m_hooks;
   int m_rank;
   ZeroEngine<P>& m_zero;
   ModelState<P>& m_state;
