@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "core/error.hpp"
+#include "core/rng.hpp"
 #include "io/sample_dataset_writer.hpp"
 
 namespace shardtrain {
@@ -137,22 +138,13 @@ std::string strip_email_headers(std::string_view email) {
 
 // ---- split -------------------------------------------------------------------
 
-namespace {
-std::uint64_t splitmix64_mix(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 std::uint64_t split_hash(std::uint64_t seed, std::string_view key) {
   std::uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a 64
   for (const char c : key) {
     h ^= static_cast<unsigned char>(c);
     h *= 0x100000001B3ull;
   }
-  return splitmix64_mix(h ^ splitmix64_mix(seed));
+  return mix64(h ^ mix64(seed));
 }
 
 bool in_val_split(std::uint64_t seed, std::string_view key, double val_fraction) {

@@ -74,11 +74,6 @@ const std::string kLabelAddGrad = "Conv::add_weight_grad";
 // Alignment of the pieces of the oneDNN workspace.
 constexpr std::size_t kAlign = 64;
 
-template <class... V>
-bool contiguous(const V&... v) {
-  return (v.span_is_contiguous() && ...);
-}
-
 template <class V>
 std::string dims(const char* name, const V& v) {
   std::string s = std::string(name) + "(";

@@ -37,11 +37,6 @@ const std::string kLabelValidate = "CrossEntropy::validate_targets";
 const std::string kLabelForward = "CrossEntropy::forward";
 const std::string kLabelBackward = "CrossEntropy::backward";
 
-template <class... V>
-bool contiguous(const V&... v) {
-  return (v.span_is_contiguous() && ...);
-}
-
 std::int64_t count_bad_targets(const TokenIndex* tgt, std::int64_t n, std::int64_t vocab) {
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(

@@ -44,11 +44,6 @@ const std::string kLabelBackwardWpe = "Embedding::backward_wpe";
 
 constexpr std::int64_t kColBlock = 64;  // columns per block of the dwte / dwpe reductions
 
-template <class... V>
-bool contiguous(const V&... v) {
-  return (v.span_is_contiguous() && ...);
-}
-
 // Number of token ids outside [0, vocab).
 std::int64_t count_bad_tokens(const TokenIndex* tok, std::int64_t n, std::int64_t vocab) {
   std::int64_t bad = 0;

@@ -40,11 +40,6 @@ const std::string kLabelBackwardParams = "LayerNorm::backward_params";
 
 constexpr std::int64_t kColBlock = 64;  // columns per work item of the dw/db reduction
 
-template <class... V>
-bool contiguous(const V&... v) {
-  return (v.span_is_contiguous() && ...);
-}
-
 template <class S, class T = compute_t<S>>
 SHARDTRAIN_TARGET_CLONES
 void forward_row(const S* __restrict x, const S* __restrict w, const S* __restrict b,

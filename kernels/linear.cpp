@@ -40,11 +40,6 @@ const std::string kLabelBiasGrad = "Linear::backward_bias";
 
 constexpr std::int64_t kColBlock = 64;  // columns per work item of the db reduction
 
-template <class... V>
-bool contiguous(const V&... v) {
-  return (v.span_is_contiguous() && ...);
-}
-
 std::string dims(const char* name, std::size_t r, std::size_t c) {
   return std::string(name) + "(" + std::to_string(r) + "," + std::to_string(c) + ")";
 }

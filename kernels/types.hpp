@@ -42,4 +42,10 @@ bool extents_are(const V& v, std::int64_t e0, std::int64_t e1, std::int64_t e2, 
          static_cast<std::int64_t>(v.extent(2)) == e2 && static_cast<std::int64_t>(v.extent(3)) == e3;
 }
 
+// Whether every view is contiguous (the kernels' pointer paths require it).
+template <class... V>
+bool contiguous(const V&... v) {
+  return (v.span_is_contiguous() && ...);
+}
+
 }  // namespace shardtrain

@@ -6,14 +6,14 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/rng.hpp"
 
 namespace shardtrain {
 
 std::uint64_t SplitMix64::next() {
-  std::uint64_t z = (m_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  const std::uint64_t z = m_state;
+  m_state += 0x9E3779B97F4A7C15ull;  // the state after this output, as Steele et al.'s generator steps
+  return mix64(z);                   // which adds the same constant before mixing (core/rng.hpp)
 }
 
 Xoshiro256ss::Xoshiro256ss(std::uint64_t seed) {
