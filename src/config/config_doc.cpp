@@ -44,10 +44,13 @@ std::string type_cell(const KeySpec& k) {
     case 4:
       return "boolean";
     case 5:
+    case 7:  // an enum, written as one of its names
       return "string";
-    default:
+    case 6:
       return "array of integers";
   }
+  static_assert(std::variant_size_v<AnyConfigField> == 8, "type_cell: a cell for each field type");
+  return "";
 }
 
 std::string default_cell(const KeySpec& k) {
@@ -81,6 +84,7 @@ std::string range_cell(const KeySpec& k) {
         range = fmt::format("{} {}", k.numbers.lo_open ? ">" : "≥", show(k.numbers.lo));
       break;
     case 5:
+    case 7:
       if (k.choices.empty()) {
         if (k.range_doc.empty()) range = "non-empty";  // else range_doc says what it must be
       } else {
@@ -102,7 +106,7 @@ std::string range_cell(const KeySpec& k) {
 std::string used_by_cell(const KeySpec& k) {
   if (k.model_types.empty()) return "all";
   std::string out;
-  for (std::string_view t : k.model_types) out += fmt::format("{}{}", out.empty() ? "" : ", ", t);
+  for (ModelType t : k.model_types) out += fmt::format("{}{}", out.empty() ? "" : ", ", name_of(t));
   return out;
 }
 

@@ -102,8 +102,8 @@ void read_keys(Resolver& r, RunConfig& c, Diagnostics& diagnostics) {
     // A key of one model type only, given for another, is a mistake.
     if (!r.failed("model.type") && !used_by_model_type(k, c.model.type)) {
       std::string types;
-      for (std::string_view t : k.model_types) types += fmt::format("{}{}", types.empty() ? "" : "/", t);
-      r.report(o, key, fmt::format("is not used by model.type = \"{}\" (only by {})", c.model.type, types));
+      for (ModelType t : k.model_types) types += fmt::format("{}{}", types.empty() ? "" : "/", name_of(t));
+      r.report(o, key, fmt::format("is not used by model.type = \"{}\" (only by {})", name_of(c.model.type), types));
     }
     r.read(k, c);
   }
@@ -115,10 +115,10 @@ bool multiply_fits(std::int64_t a, std::int64_t b, std::int64_t& product) {
 
 // The checks that involve two keys, each reported at the key the user gave.
 void check_across_keys(Resolver& r, const RunConfig& c) {
-  if (c.model.type == "cnn" && !r.failed("model.conv_channels") && c.model.conv_channels.empty())
+  if (c.model.type == ModelType::Cnn && !r.failed("model.conv_channels") && c.model.conv_channels.empty())
     r.report(r.origin("model.conv_channels"), "model.conv_channels",
              "model.type = \"cnn\" needs at least one convolution (use model.type = \"mlp\" for none)");
-  const bool transformer = c.model.type == "gpt" || c.model.type == "encoder_classifier";
+  const bool transformer = is_transformer(c.model.type);
   if (transformer && !r.failed("model.n_head") && !r.failed("model.d_model") && c.model.d_model % c.model.n_head != 0) {
     auto [where, first] = r.pick("model.n_head", "model.d_model");
     if (first)

@@ -161,6 +161,10 @@ void Resolver::read(const KeySpec& k, RunConfig& config) {
           read_string(key, out, k);
         } else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
           read_int_list(key, out, k.ints, k.max_entries);
+        } else if constexpr (std::is_same_v<T, ModelType>) {
+          std::string name;  // one of the choices, which are the enum's names (schema.cpp checks it)
+          read_string(key, name, k);
+          if (!name.empty()) out = *model_type_named(name);
         } else {
           read_int(key, out, k.ints);
         }

@@ -12,12 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "core/model_type.hpp"
+
 namespace shardtrain {
 
 // [model]. Which keys apply depends on the type; a key given for a type that
 // does not use it is an error.
 struct ModelConfig {
-  std::string type = "gpt";
+  ModelType type = ModelType::Gpt;  // core/model_types.def
   // gpt, encoder_classifier:
   int n_layer = 4;
   int n_head = 4;

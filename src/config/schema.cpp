@@ -27,14 +27,15 @@ namespace {
 
 constexpr std::int64_t k_int_max = std::numeric_limits<int>::max();
 
-constexpr std::string_view k_model_types[] = {"gpt", "encoder_classifier", "mlp", "cnn"};
-constexpr std::string_view k_transformers[] = {"gpt", "encoder_classifier"};
-constexpr std::string_view k_encoder[] = {"encoder_classifier"};
-constexpr std::string_view k_gpt[] = {"gpt"};
-constexpr std::string_view k_encoder_cnn[] = {"encoder_classifier", "cnn"};
-constexpr std::string_view k_mlp_cnn[] = {"mlp", "cnn"};
-constexpr std::string_view k_cnn[] = {"cnn"};
-constexpr std::string_view k_classifiers[] = {"encoder_classifier", "mlp", "cnn"};
+// The model types that use a key (KeySpec::model_types).
+using enum ModelType;
+constexpr ModelType k_transformers[] = {Gpt, EncoderClassifier};
+constexpr ModelType k_encoder[] = {EncoderClassifier};
+constexpr ModelType k_gpt[] = {Gpt};
+constexpr ModelType k_encoder_cnn[] = {EncoderClassifier, Cnn};
+constexpr ModelType k_mlp_cnn[] = {Mlp, Cnn};
+constexpr ModelType k_cnn[] = {Cnn};
+constexpr ModelType k_classifiers[] = {EncoderClassifier, Mlp, Cnn};
 
 constexpr std::string_view k_pooling[] = {"cls", "mean"};
 constexpr std::string_view k_devices[] = {"auto", "cpu", "cuda"};
@@ -87,7 +88,7 @@ std::string check_resume(const RunConfig& c) {
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 constexpr KeySpec k_schema[] = {
     // [model]
-    {SHARDTRAIN_CONFIG_KEY(model, type), .choices = k_model_types,
+    {SHARDTRAIN_CONFIG_KEY(model, type), .choices = k_model_type_names,
      .doc = "`gpt`: GPT-2-style decoder, next-token loss. `encoder_classifier`: bidirectional transformer "
             "encoder (pre-LayerNorm blocks, attention masked to each document's length), pooled, a linear "
             "head. `mlp`: Linear-ReLU layers. `cnn`: conv-ReLU-max-pool stages, then Linear-ReLU-dropout "
@@ -101,7 +102,7 @@ constexpr KeySpec k_schema[] = {
     {SHARDTRAIN_CONFIG_KEY(model, seq_len), .ints = {2, k_int_max}, .written_when_set = true,
      .model_types = k_transformers,
      .derive = [](RunConfig& c) {
-       if (c.model.type != "gpt") c.model.seq_len = 0;  // 0: the data set's length
+       if (c.model.type != ModelType::Gpt) c.model.seq_len = 0;  // 0: the data set's length
      },
      .default_doc = "gpt `128`; encoder_classifier: the data set's",
      .doc = "gpt: context length T, in tokens. encoder_classifier: tokens of every document the model reads "
@@ -399,19 +400,19 @@ constexpr bool fits(const IntRange& r) {
 constexpr bool rows_are_consistent() {
   for (const KeySpec& k : k_schema) {
     const std::size_t type = k.field.index();  // AnyConfigField's order
-    const bool integer = type <= 2, number = type == 3, string = type == 5, list = type == 6;
+    const bool integer = type <= 2, number = type == 3, string = type == 5, list = type == 6, enumerated = type == 7;
     if (type == 0 && !fits<int>(k.ints)) throw "an int field's range must fit in int";
     if (type == 2 && !fits<std::uint64_t>(k.ints)) throw "an unsigned field's range must not go below 0";
     if ((integer || list) && k.ints.lo > k.ints.hi) throw "empty integer range";
     if (list != (k.max_entries > 0)) throw "max_entries is for integer arrays, and they need it";
-    if (!string && (!k.choices.empty() || !k.choices_note.empty())) throw "choices are for string keys";
+    if (!string && !enumerated && (!k.choices.empty() || !k.choices_note.empty()))
+      throw "choices are for string and enum keys";
+    if (enumerated && (k.choices.data() != std::data(k_model_type_names) || k.choices.size() != k_model_type_count))
+      throw "an enum key's choices are its enum's names (ModelType: k_model_type_names)";
     if (k.time_string && !number) throw "time_string is for float keys";
     if (k.written_when_set && !(integer || string)) throw "written_when_set is for integer and string keys";
     if (k.required && (k.derive || !k.default_doc.empty())) throw "a required key has no default";
     if (k.derive && k.default_doc.empty()) throw "a derived default needs its default_doc";
-    for (std::string_view t : k.model_types)
-      if (std::find(std::begin(k_model_types), std::end(k_model_types), t) == std::end(k_model_types))
-        throw "model_types must be values of model.type";
     if (k.doc.empty()) throw "every key is documented";
   }
   return k_schema[0].section == "model" && k_schema[0].key == "type";  // read first: other rows depend on it
@@ -448,7 +449,7 @@ const KeySpec* find_config_key(std::string_view section, std::string_view key) {
 
 std::string dotted_name(const KeySpec& k) { return fmt::format("{}.{}", k.section, k.key); }
 
-bool used_by_model_type(const KeySpec& k, std::string_view model_type) {
+bool used_by_model_type(const KeySpec& k, ModelType model_type) {
   return k.model_types.empty() ||
          std::find(k.model_types.begin(), k.model_types.end(), model_type) != k.model_types.end();
 }
@@ -466,6 +467,8 @@ std::string toml_value(const KeySpec& k, const RunConfig& config) {
           return toml_string(v);
         else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>)
           return int_list(v);
+        else if constexpr (std::is_same_v<T, ModelType>)
+          return toml_string(name_of(v));
         else
           return fmt::format("{}", v);  // an integer
       },

@@ -44,10 +44,12 @@ constexpr auto config_field() {
 }
 
 // The field types a key can have; the alternative is the key's type: integer (int,
-// int64, uint64), float (double), boolean, string, array of integers.
+// int64, uint64), float (double), boolean, string, array of integers, and an
+// enum written as a string (model.type: ModelType, its names the row's choices).
 using AnyConfigField =
     std::variant<ConfigField<int>, ConfigField<std::int64_t>, ConfigField<std::uint64_t>, ConfigField<double>,
-                 ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>>;
+                 ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
+                 ConfigField<ModelType>>;
 
 // Integer keys, and each entry of an integer array: lo <= v <= hi.
 struct IntRange {
@@ -70,12 +72,13 @@ struct KeySpec {
   IntRange ints;                              // integer keys; integer arrays: every entry
   NumberRange numbers;                        // float keys
   std::size_t max_entries = 0;                // integer arrays: at most this many entries
-  std::span<const std::string_view> choices;  // string keys: the allowed values (empty: any non-empty string)
+  std::span<const std::string_view> choices;  // string keys: the allowed values (empty: any non-empty string);
+                                              // enum keys: the enum's names, in its order
   std::string_view choices_note;              // said after the choices when a value is not one of them
   bool time_string = false;                   // float keys: also a Slurm --time string, in minutes
   bool required = false;                      // no default: the input must give it
   bool written_when_set = false;              // to_toml leaves it out while not positive or empty (derived when parsed)
-  std::span<const std::string_view> model_types;  // the model.type values that use it (empty: every type)
+  std::span<const ModelType> model_types;     // the model types that use it (empty: every type)
   // Fills the default when the key is not given, where it depends on other keys.
   void (*derive)(RunConfig&) = nullptr;
   // A check of the given value beyond its type and range, run after the cross-key
@@ -102,7 +105,7 @@ const KeySpec* find_config_key(std::string_view section, std::string_view key);
 std::string dotted_name(const KeySpec& k);
 
 // Whether model.type = `model_type` uses the key.
-bool used_by_model_type(const KeySpec& k, std::string_view model_type);
+bool used_by_model_type(const KeySpec& k, ModelType model_type);
 
 // The key's value in `config` as a TOML literal (as to_toml writes it).
 std::string toml_value(const KeySpec& k, const RunConfig& config);

@@ -90,7 +90,7 @@ MemoryPlan plan_model_state(const RunConfig& c, ParamLayout& layout, int world) 
 
 }  // namespace
 
-MemoryPlan plan_memory(const RunConfig& c, std::int64_t vocab, int world) {
+MemoryPlan plan_gpt_memory(const RunConfig& c, std::int64_t vocab, int world) {
   const GptDims dims = gpt_dims(c, vocab, world);
   ParamLayout layout = gpt_layout(dims);
   MemoryPlan p = plan_model_state(c, layout, world);
@@ -178,7 +178,7 @@ std::string format_plan(const MemoryPlan& p) {
                        p.process.before_model.size(), static_cast<double>(p.total()) / kMiB,
                        static_cast<double>(p.process.scratch()) / kMiB);
   }
-  if (p.model == "gpt") {
+  if (p.model == ModelType::Gpt) {
     out += format_schedule(p.recompute);
     out += fmt::format("  activations {:.3f} MiB per rank (policy \"none\" would need {:.3f} MiB)\n",
                        static_cast<double>(p.of(MemCategory::Activations)) / kMiB,
@@ -189,7 +189,7 @@ std::string format_plan(const MemoryPlan& p) {
                        p.step_flops / 1e9, p.batch_size, p.forward_flops_per_sequence / 1e6, p.recompute.extra_flops,
                        p.step_flops / 1e9 / p.world);
   } else {
-    out += fmt::format("  activations kept whole ({} has no recompute schedule)\n", p.model);
+    out += fmt::format("  activations kept whole ({} has no recompute schedule)\n", name_of(p.model));
     out += fmt::format("compute per step: {:.4g} GFLOP for the global batch of {} samples ({:.4g} MFLOP forward per "
                        "sample; x 3 for forward and backward), {:.4g} GFLOP per rank\n",
                        p.step_flops / 1e9, p.batch_size, p.forward_flops_per_sequence / 1e6,

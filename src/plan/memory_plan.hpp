@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model_type.hpp"
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
 #include "model/classifier.hpp"
@@ -58,7 +59,7 @@ struct MemoryPlan {
   int zero_stage = 0;
   std::string precision = "fp32";   // precision.mode
   std::int64_t element_bytes = 4;   // of parameters, gradients, activations
-  std::string model = "gpt";        // model.type
+  ModelType model = ModelType::Gpt;  // model.type
   std::int64_t max_batch = 0;       // samples per rank per micro-batch
   GptDims dims;                     // gpt only
   RecomputeSchedule recompute;      // gpt: the blocks' schedule; activations are sized by it
@@ -86,9 +87,12 @@ struct MemoryPlan {
 // The model dimensions a run uses (max_batch = min(micro_batch, ceil(batch_size / world))).
 GptDims gpt_dims(const RunConfig& config, std::int64_t vocab, int world);
 
-MemoryPlan plan_memory(const RunConfig& config, std::int64_t vocab, int world);
+// The plan of a GPT (its task's, train/gpt_task.cpp): model state, the activations
+// its recompute schedule keeps, workspace. Every model type's plan is its task's
+// (train/model_registry.hpp picks the task; train/task.hpp plan_run).
+MemoryPlan plan_gpt_memory(const RunConfig& config, std::int64_t vocab, int world);
 
-// The plan of a classifier (model.type mlp, cnn, encoder_classifier): model
+// The plan of a classifier (a model type whose row reads labelled samples): model
 // state from its layout (not finalized; finalized here for `world`), activations and
 // workspace from its costs, `data_bytes` of input buffers per rank.
 MemoryPlan plan_classifier_memory(const RunConfig& config, ParamLayout layout, const ClassifierCosts& costs,

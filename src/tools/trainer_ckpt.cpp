@@ -38,6 +38,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -46,6 +47,7 @@
 
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
+#include "core/model_type.hpp"
 #include "core/state_vectors.hpp"
 #include "core/text.hpp"
 #include "core/mpi_world.hpp"
@@ -400,15 +402,17 @@ toml::table stored_model_config(const CheckpointReader& ckpt) {
 Metadata model_metadata(const CheckpointReader& ckpt) {
   const toml::table model = stored_model_config(ckpt);
   const std::string type = model["type"].value_or(std::string("(none)"));
+  const std::optional<ModelType> known = model_type_named(type);
+  const bool transformer = known && is_transformer(*known);
   Metadata m{{"model_type", type}};
-  if (type == "gpt" || type == "encoder_classifier") {
+  if (transformer) {
     for (const char* k : {"n_layer", "n_head", "d_model", "seq_len"})
       if (const auto v = model[k].value<std::int64_t>()) m.emplace_back(k, std::to_string(*v));
     m.emplace_back("layernorm_eps", fmt::format("{}", model["layernorm_eps"].value_or(1e-5)));
   }
   const CheckpointMeta& meta = ckpt.meta();
   if (meta.data_vocab_size > 0) m.emplace_back("vocab_size", std::to_string(meta.data_vocab_size));
-  if (meta.seq_len > 0 && type != "gpt" && type != "encoder_classifier") m.emplace_back("seq_len", std::to_string(meta.seq_len));
+  if (meta.seq_len > 0 && !transformer) m.emplace_back("seq_len", std::to_string(meta.seq_len));
   m.emplace_back("data_path", meta.data_path);
   if (meta.data_vocab_size > 0 && std::filesystem::is_regular_file(meta.data_path)) {
     try {
@@ -431,7 +435,7 @@ std::vector<SafetensorsEntry> gpt2_entries(const CheckpointReader& ckpt, Metadat
   const std::string& path = ckpt.path();
   const toml::table model = stored_model_config(ckpt);
   const std::string type = model["type"].value_or(std::string("(none)"));
-  if (type != "gpt")
+  if (model_type_named(type) != ModelType::Gpt)
     throw InputError(path + ": --names gpt2 needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
   const std::int64_t n_head = model["n_head"].value_or(std::int64_t{0});
   const auto& layout = ckpt.layout();

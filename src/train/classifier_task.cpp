@@ -1,5 +1,6 @@
-// ClassifierTask: model.type mlp, cnn or encoder_classifier on a labelled-sample
-// data set (train/task.hpp, io/sample_dataset.hpp). data.in_memory is decided in
+// ClassifierTask: a model type whose row (train/model_registry.hpp) reads a
+// labelled-sample data set (train/task.hpp, io/sample_dataset.hpp): mlp, cnn,
+// encoder_classifier. data.in_memory is decided in
 // the constructor (so the plan, and `trainer --plan`, count the held bytes) and
 // the data set is read into memory in build(), after the process was measured
 // before the model, so its bytes are tracked (data category), not in that term.
@@ -14,10 +15,8 @@
 #include "core/error.hpp"
 #include "io/sample_dataset.hpp"
 #include "model/classifier.hpp"
-#include "model/cnn.hpp"
-#include "model/encoder_classifier.hpp"
-#include "model/mlp.hpp"
 #include "train/batch_sampler.hpp"
+#include "train/model_registry.hpp"
 #include "train/task_factory.hpp"
 
 namespace shardtrain {
@@ -37,10 +36,11 @@ class ClassifierTask final : public Task<P> {
  public:
   ClassifierTask(const RunConfig& cfg, MpiCommunicator& comm, int plan_world)
       : m_cfg(cfg), m_comm(comm), m_data(cfg.data.path, comm.comm()) {
-    const std::string& type = cfg.model.type;
+    const ModelRow& row = model_row(cfg.model.type);
+    const std::string_view type = name_of(cfg.model.type);
     const bool images = m_data.kind() == SampleKind::Image;
     const std::string& path = cfg.data.path;
-    if (type == "encoder_classifier" ? images : !images)
+    if (images != (row.data == ModelData::Images))
       throw InputError(fmt::format("{}: holds {} samples, but model.type = \"{}\" reads {}; import {} with "
                                    "trainer-data ({}), or choose a model for this data",
                                    path, images ? "image" : "token", type, images ? "token sequences" : "images",
@@ -54,61 +54,21 @@ class ClassifierTask final : public Task<P> {
                                    path, m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val)));
     m_classes = m_data.num_classes();
     m_row = m_data.sample_elems();
-    m_seq_len = images ? 0 : m_row;
     const std::int64_t mb = run_max_batch(cfg, plan_world);
-    const auto& shape = m_data.sample_shape();
-    if (type == "mlp") {
-      m_mlp = MlpDims{m_row, cfg.model.hidden, m_classes, mb};
-    } else if (type == "cnn") {
-      if (shape.size() != 3)
-        throw InputError(fmt::format("{}: model.type = \"cnn\" needs images of shape (C, H, W); the samples have "
-                                     "shape ({})", path, join(shape, ", ")));
-      m_cnn.in_channels = shape[0];
-      m_cnn.height = shape[1];
-      m_cnn.width = shape[2];
-      for (std::int64_t oc : cfg.model.conv_channels)
-        m_cnn.convs.push_back({oc, cfg.model.conv_kernel, cfg.model.conv_padding});
-      m_cnn.pool = cfg.model.pool;
-      m_cnn.hidden = cfg.model.hidden;
-      m_cnn.classes = m_classes;
-      m_cnn.dropout = cfg.model.dropout;
-      m_cnn.max_batch = mb;
-      m_cnn.dropout_seed = cfg.train.seed;
-      try {
-        cnn_check_dims(m_cnn);
-      } catch (const InputError& e) {
-        throw InputError(fmt::format("{}: the model.* keys do not fit the images of {}: {}", cfg.source_name, path,
-                                     e.what()));
-      }
-    } else {  // encoder_classifier
-      const std::int64_t t = cfg.model.seq_len > 0 ? cfg.model.seq_len : m_row;
-      if (t > m_row)
-        throw InputError(fmt::format("{}: model.seq_len = {}, but the documents of {} are {} tokens long; use at "
-                                     "most {} (or import with a larger trainer-data --seq-len)",
-                                     cfg.source_name, t, path, m_row, m_row));
-      if (cfg.model.pooling == "cls" && m_data.cls_id() < 0)
-        throw InputError(fmt::format("{}: model.pooling = \"cls\" needs a [CLS] token at position 0, but {} has "
-                                     "none; use pooling = \"mean\"", cfg.source_name, path));
-      m_seq_len = t;
-      m_enc.vocab = m_data.vocab_size();
-      m_enc.seq_len = t;
-      m_enc.n_layer = cfg.model.n_layer;
-      m_enc.channels = cfg.model.d_model;
-      m_enc.n_head = cfg.model.n_head;
-      m_enc.classes = m_classes;
-      m_enc.max_batch = mb;
-      m_enc.pooling = cfg.model.pooling == "mean" ? EncoderDims::Pooling::Mean : EncoderDims::Pooling::Cls;
-      m_enc.dropout = cfg.model.dropout;
-      m_enc.dropout_seed = cfg.train.seed;
-      encoder_check_dims(m_enc);
+    ClassifierSamples samples{path, images, m_data.sample_shape(), m_row, m_classes, 0, false};
+    if (!images) {
+      samples.vocab = m_data.vocab_size();
+      samples.has_cls = m_data.cls_id() >= 0;
     }
+    m_dims = row.classifier_dims(cfg, samples, mb);
+    m_seq_len = classifier_tokens(m_dims);
     // Input buffers: one micro-batch of rows as the file stores them, labels (and lengths).
     const std::int64_t row_bytes = images ? m_row * static_cast<std::int64_t>(sizeof(float))
                                           : m_row * static_cast<std::int64_t>(sizeof(TokenIndex)) + 4;
     // The CNN's oneDNN convolutions build code on first execution (several MiB):
     // run them once now, before the trainer measures the process before the
     // model, so that the predicted process peak holds that memory.
-    if (type == "cnn") cnn_warm_up_kernels<P>(m_cnn);
+    classifier_warm_up<P>(m_dims);
     // data.in_memory: both splits held in memory from build() on, planned here
     // as part of the data category.
     const std::int64_t held = m_data.in_memory_bytes();
@@ -131,22 +91,7 @@ class ClassifierTask final : public Task<P> {
   }
 
   TaskText describe() const override {
-    std::string model;
-    if (m_cfg.model.type == "mlp") {
-      std::vector<std::int64_t> widths{m_mlp.inputs};
-      widths.insert(widths.end(), m_mlp.hidden.begin(), m_mlp.hidden.end());
-      widths.push_back(m_classes);
-      model = fmt::format("MLP {}", join(widths, "-"));
-    } else if (m_cfg.model.type == "cnn") {
-      model = fmt::format("CNN conv {} k{} pad {} pool {} | fc {}{} -> {}", join(m_cfg.model.conv_channels, ","),
-                          m_cnn.convs[0].kernel, m_cnn.convs[0].padding, m_cnn.pool,
-                          m_cnn.hidden.empty() ? "none" : join(m_cnn.hidden, ","),
-                          m_cnn.dropout > 0 ? fmt::format(" dropout {:g}", m_cnn.dropout) : "", m_classes);
-    } else {
-      model = fmt::format("encoder L={} C={} H={} T={} V={} pooling {}{} -> {} classes", m_enc.n_layer,
-                          m_enc.channels, m_enc.n_head, m_enc.seq_len, m_enc.vocab, m_cfg.model.pooling,
-                          m_enc.dropout > 0 ? fmt::format(" dropout {:g}", m_enc.dropout) : "", m_classes);
-    }
+    const std::string model = describe_classifier(m_dims, m_cfg);
     return {model, fmt::format("batch {} samples, micro-batch {}", m_cfg.train.batch_size, this->max_batch()),
             fmt::format("data {} ({} train / {} val samples of shape ({}), {} classes; {})", m_cfg.data.path,
                         m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val),
@@ -159,23 +104,13 @@ class ClassifierTask final : public Task<P> {
   }
   std::vector<std::string> class_names() const override { return m_data.class_names(); }
 
-  ParamLayout make_layout() const override {
-    if (m_cfg.model.type == "cnn") return cnn_layout(m_cnn);
-    if (m_cfg.model.type == "encoder_classifier") return encoder_layout(m_enc);
-    return mlp_layout(m_mlp);
-  }
+  ParamLayout make_layout() const override { return classifier_layout(m_dims); }
   void init_params(const ParamLayout& layout, P* params, std::int64_t lo, std::int64_t hi) const override {
-    if (m_cfg.model.type == "cnn") cnn_init_params<P>(layout, m_cfg.train.seed, params, lo, hi);
-    else if (m_cfg.model.type == "encoder_classifier")
-      encoder_init_params<P>(layout, m_enc, m_cfg.model.init_std, m_cfg.train.seed, params, lo, hi);
-    else mlp_init_params<P>(layout, m_cfg.train.seed, params, lo, hi);
+    classifier_init_params<P>(m_dims, m_cfg, layout, params, lo, hi);
   }
   void build(const ParamLayout& layout, MemoryTracker& memory, Backend& backend,
              ParamProvider<P>& provider) override {
-    if (m_cfg.model.type == "cnn") m_model = std::make_unique<Cnn<P>>(m_cnn, layout, memory, &backend);
-    else if (m_cfg.model.type == "encoder_classifier")
-      m_model = std::make_unique<EncoderClassifier<P>>(m_enc, layout, m_cfg.model.layernorm_eps, memory, &backend);
-    else m_model = std::make_unique<Mlp<P>>(m_mlp, layout, memory, &backend);
+    m_model = make_classifier<P>(m_dims, m_cfg, layout, memory, backend);
     m_model->bind(provider);
     const std::int64_t mb = this->max_batch();
     if (m_seq_len == 0) {
@@ -234,11 +169,7 @@ class ClassifierTask final : public Task<P> {
   }
 
  private:
-  ClassifierCosts costs() const {
-    if (m_cfg.model.type == "cnn") return cnn_costs<P>(m_cnn);
-    if (m_cfg.model.type == "encoder_classifier") return encoder_costs<P>(m_enc);
-    return mlp_costs<P>(m_mlp);
-  }
+  ClassifierCosts costs() const { return classifier_costs<P>(m_dims); }
 
   // Reads samples index_of(first .. min(first + max_batch, hi) - 1) of `split`.
   template <class IndexOf>
@@ -272,9 +203,7 @@ class ClassifierTask final : public Task<P> {
   std::int64_t m_classes = 0;
   std::int64_t m_row = 0;      // elements of one sample as stored
   std::int64_t m_seq_len = 0;  // tokens per sample the model reads (<= m_row); 0: images
-  MlpDims m_mlp;
-  CnnDims m_cnn;
-  EncoderDims m_enc;
+  ClassifierDims m_dims;  // the model's, from its row (train/model_registry.hpp)
   std::unique_ptr<Classifier<P>> m_model;
   std::unique_ptr<SampleSampler> m_sampler;
   TrackedBuffer<float> m_values;

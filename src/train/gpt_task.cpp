@@ -78,7 +78,7 @@ class GptTask final : public Task<P> {
   GptTask(const RunConfig& cfg, MpiCommunicator& comm, int plan_world)
       : m_cfg(cfg), m_comm(comm), m_data(cfg.data.path, comm.comm()) {
     check_data_fits(cfg, m_data);
-    this->m_plan = plan_memory(cfg, m_data.vocab_size(), plan_world);
+    this->m_plan = plan_gpt_memory(cfg, m_data.vocab_size(), plan_world);
     m_dims = this->m_plan.dims;
     if (cfg.train.sample_every > 0) m_sample_prompt = sample_prompt_ids(cfg, m_data);
   }

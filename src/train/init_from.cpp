@@ -41,10 +41,10 @@ std::string data_text(const RunConfig& cfg, const DataIdentity& data) {
 std::vector<Source> match(const WeightsFile& file, const ParamLayout& layout, const RunConfig& cfg,
                           const DataIdentity& data, bool gpt2) {
   const std::string& path = file.path();
-  const bool gpt = cfg.model.type == "gpt";
+  const bool gpt = cfg.model.type == ModelType::Gpt;
   if (gpt2 && !gpt)
     throw InputError(fmt::format("{}: model.init_from: GPT-2 names (\"transformer.*\") fit a gpt; this model.type is "
-                                 "\"{}\"", path, cfg.model.type));
+                                 "\"{}\"", path, name_of(cfg.model.type)));
   // The vocabulary, before any shape: a gpt's wte rows are the data set's tokens.
   if (gpt && data.vocab_size > 0) {
     const std::string wte_name = gpt2 ? "transformer.wte.weight" : "wte.weight";

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "train/model_registry.hpp"
 #include "train/process_memory.hpp"
 #include "train/task_factory.hpp"
 
@@ -10,7 +11,7 @@ namespace shardtrain {
 
 template <class P>
 std::unique_ptr<Task<P>> make_task(const RunConfig& config, MpiCommunicator& comm, int plan_world) {
-  if (config.model.type == "gpt") return make_gpt_task<P>(config, comm, plan_world);
+  if (model_row(config.model.type).data == ModelData::TokenStream) return make_gpt_task<P>(config, comm, plan_world);
   return make_classifier_task<P>(config, comm, plan_world);
 }
 

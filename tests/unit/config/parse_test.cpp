@@ -38,7 +38,7 @@ TEST_F(ConfigParse, FullConfigSetsEveryField) {
       "[parallel]\nzero_stage = 0\n" +
       data_section();
   const RunConfig c = parse_run_config(text, "inputs/full.toml");
-  EXPECT_EQ(c.model.type, "gpt");
+  EXPECT_EQ(c.model.type, ModelType::Gpt);
   EXPECT_EQ(c.model.n_layer, 6);
   EXPECT_EQ(c.model.n_head, 6);
   EXPECT_EQ(c.model.d_model, 384);
@@ -492,7 +492,7 @@ TEST_F(ConfigParse, ErrorIsAnInputError) {
 TEST_F(ConfigParse, ClassifierModels) {
   const std::string data = data_section();
   const RunConfig mlp = parse_run_config("[model]\ntype = \"mlp\"\nhidden = [300, 100]\n" + data, "x.toml");
-  EXPECT_EQ(mlp.model.type, "mlp");
+  EXPECT_EQ(mlp.model.type, ModelType::Mlp);
   EXPECT_EQ(mlp.model.hidden, (std::vector<std::int64_t>{300, 100}));
   const RunConfig cnn = parse_run_config(
       "[model]\ntype = \"cnn\"\nconv_channels = [6, 16]\nconv_kernel = 3\nconv_padding = 1\npool = 1\n"

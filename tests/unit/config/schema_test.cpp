@@ -50,6 +50,8 @@ void change(const KeySpec& k, RunConfig& c, const std::string& path) {
               v = choice;
               return;
             }
+        } else if constexpr (std::is_same_v<T, ModelType>) {
+          v = v == ModelType::Gpt ? ModelType::Mlp : ModelType::Gpt;
         } else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
           v = v == std::vector<std::int64_t>{k.ints.lo} ? std::vector<std::int64_t>{k.ints.hi}
                                                         : std::vector<std::int64_t>{k.ints.lo};
@@ -65,7 +67,7 @@ TEST_F(ConfigSchema, EveryKeyReadsIntoItsOwnFieldAndNoOther) {
   for (const KeySpec& k : config_schema()) {
     SCOPED_TRACE(dotted_name(k));
     std::vector<std::string> set;
-    if (!k.model_types.empty()) set.push_back("model.type=\"" + std::string(k.model_types.front()) + "\"");
+    if (!k.model_types.empty()) set.push_back("model.type=\"" + std::string(name_of(k.model_types.front())) + "\"");
     if (dotted_name(k) == "recompute.budget_mb") set = {"recompute.policy=\"budget\"", "recompute.budget_mb=1"};
     const std::string text = "[data]\npath = \"" + m_data + "\"\n";
     RunConfig expected = parse_run_config(text, "inputs/x.toml", set);
@@ -79,7 +81,8 @@ TEST_F(ConfigSchema, EveryKeyReadsIntoItsOwnFieldAndNoOther) {
 }
 
 TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {
-  for (std::string type : {"gpt", "encoder_classifier", "mlp", "cnn"}) {
+  for (const ModelType model_type : k_model_type_values) {
+    const std::string type(name_of(model_type));
     SCOPED_TRACE(type);
     const RunConfig config = parse_run_config(
         "[model]\ntype = \"" + type + "\"\n[data]\npath = \"" + m_data + "\"\n", "inputs/x.toml");
@@ -90,7 +93,7 @@ TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {
       // A key written only when set (model.init_from, train.sample_prompt) is left out while it is empty.
       const bool unset = k.written_when_set && toml_value(k, config) == "\"\"";
       const bool expected =
-          used_by_model_type(k, type) && !unset && !(dotted_name(k) == "model.seq_len" && type != "gpt");
+          used_by_model_type(k, model_type) && !unset && !(dotted_name(k) == "model.seq_len" && type != "gpt");
       EXPECT_EQ(written, expected) << dotted_name(k) << " in\n" << text;
     }
   }

@@ -1,0 +1,55 @@
+// shardtrain/core/model_type.hpp
+// model.type as a value: the enum of core/model_types.def's lines and their
+// names. In core because the config (RunConfig::model.type), the checkpoint
+// files' metadata and trainer-ckpt all name it; what each type is (its dims,
+// layout, init, costs, plan and task) is its row in train/model_registry.hpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace shardtrain {
+
+enum class ModelType : unsigned char {
+#define SHARDTRAIN_MODEL_TYPE(id, name, transformer) id,
+#include "core/model_types.def"
+};
+
+// Every name, in the order of the enum (ModelType's value is the index).
+inline constexpr std::string_view k_model_type_names[] = {
+#define SHARDTRAIN_MODEL_TYPE(id, name, transformer) name,
+#include "core/model_types.def"
+};
+
+inline constexpr std::size_t k_model_type_count = std::size(k_model_type_names);
+
+// Every type, in the order of the enum.
+inline constexpr auto k_model_type_values = [] {
+  std::array<ModelType, k_model_type_count> out{};
+  for (std::size_t i = 0; i < k_model_type_count; ++i) out[i] = static_cast<ModelType>(i);
+  return out;
+}();
+
+// Whether each type is made of transformer blocks, in the order of the enum.
+inline constexpr bool k_model_type_transformer[] = {
+#define SHARDTRAIN_MODEL_TYPE(id, name, transformer) transformer,
+#include "core/model_types.def"
+};
+
+// Whether `t` is made of transformer blocks (it has model.n_layer, n_head,
+// d_model and seq_len).
+constexpr bool is_transformer(ModelType t) { return k_model_type_transformer[static_cast<std::size_t>(t)]; }
+
+// The name of `t` as input files, checkpoints and exports spell it ("gpt", ...).
+constexpr std::string_view name_of(ModelType t) { return k_model_type_names[static_cast<std::size_t>(t)]; }
+
+// The type spelled `name`, or nothing.
+constexpr std::optional<ModelType> model_type_named(std::string_view name) {
+  for (std::size_t i = 0; i < k_model_type_count; ++i)
+    if (k_model_type_names[i] == name) return static_cast<ModelType>(i);
+  return std::nullopt;
+}
+
+}  // namespace shardtrain
