@@ -142,16 +142,15 @@ TransformerBlockShape Gpt<T>::block_shape() const {
 }
 
 template <class T>
-void Gpt<T>::bind_group(int g, T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w,
-                        View1<T>& lnf_b, std::vector<BlockParams>& blocks) const {
-  const std::int64_t c = m_dims.channels;
+void Gpt<T>::bind_group(int g, T* base, T*& wte, T*& wpe, T*& lnf_w, T*& lnf_b,
+                        std::vector<BlockParams>& blocks) const {
   if (g == 0) {
-    wte = View2<T>(base + m_rel[0], m_dims.vocab, c);
-    wpe = View2<T>(base + m_rel[1], m_dims.seq_len, c);
+    wte = base + m_rel[0];
+    wpe = base + m_rel[1];
   } else if (g == lnf_group()) {
     const std::size_t e = m_rel.size() - 2;
-    lnf_w = View1<T>(base + m_rel[e], c);
-    lnf_b = View1<T>(base + m_rel[e + 1], c);
+    lnf_w = base + m_rel[e];
+    lnf_b = base + m_rel[e + 1];
   } else {
     blocks[g - 1] = transformer_block_params(base, m_rel.data() + 2 + (g - 1) * kBlockTensors);
   }
@@ -203,15 +202,15 @@ double Gpt<T>::forward(const TokenIndex* tokens, const TokenIndex* targets, std:
 
   acquire_params(0);  // kept until the tied LM head has used wte
   m_provider->prefetch(1);
-  if (work) m_ops->embedding_forward(m_tokens, m_wte.data(), m_wpe.data(), m_emb_out, batch, t, c, v);
+  if (work) m_ops->embedding_forward(m_tokens, m_wte, m_wpe, m_emb_out, batch, t, c, v);
   run_ops(0, static_cast<std::size_t>(m_schedule.forward_ops_in_pass), work, batch);
   const T* x = input_of(n);
   acquire_params(lnf_group());
   if (work)
-    m_ops->layernorm_forward(x, m_lnf_w.data(), m_lnf_b.data(), m_lnf_out, m_lnf_mean, m_lnf_rstd, bt, c, m_eps);
+    m_ops->layernorm_forward(x, m_lnf_w, m_lnf_b, m_lnf_out, m_lnf_mean, m_lnf_rstd, bt, c, m_eps);
   m_provider->release_params(lnf_group());
   if (work) {
-    m_ops->linear_forward(m_lnf_out, m_wte.data(), nullptr, m_logits, bt, c, v, false);
+    m_ops->linear_forward(m_lnf_out, m_wte, nullptr, m_logits, bt, c, v, false);
     m_ops->cross_entropy_forward(m_logits, m_targets, m_losses, bt, v);
   }
   m_provider->release_params(0);
@@ -354,7 +353,7 @@ void Gpt<T>::backward(T dloss) {
   acquire_grads(0);  // wte collects from the LM head now and from the embedding at the end
   // The LM head writes wte's gradient first (the embedding adds to it at the end).
   if (work)
-    m_ops->linear_backward(m_lnf_out, m_wte.data(), m_logits, dsmall, m_dwte.data(), nullptr, bt, c, v,
+    m_ops->linear_backward(m_lnf_out, m_wte, m_logits, dsmall, m_dwte, nullptr, bt, c, v,
                            /*accumulate=*/!m_provider->grads_zero(0));
   m_provider->release_params(0);
 
@@ -365,12 +364,12 @@ void Gpt<T>::backward(T dloss) {
   m_provider->prefetch(next_group(fp - 1));  // the first block the backward ops touch
   acquire_grads(lnf_group());
   if (work)
-    m_ops->layernorm_backward(x_last, m_lnf_w.data(), m_lnf_mean, m_lnf_rstd, dsmall, dres, m_dlnf_w.data(),
-                              m_dlnf_b.data(), bt, c);
+    m_ops->layernorm_backward(x_last, m_lnf_w, m_lnf_mean, m_lnf_rstd, dsmall, dres, m_dlnf_w,
+                              m_dlnf_b, bt, c);
   m_provider->grads_ready(lnf_group());
   m_provider->release_params(lnf_group());
   run_ops(fp, m_schedule.ops.size(), work, batch);
-  if (work) m_ops->embedding_backward(m_tokens, dres, m_dwte.data(), m_dwpe.data(), batch, t, c, v);
+  if (work) m_ops->embedding_backward(m_tokens, dres, m_dwte, m_dwpe, batch, t, c, v);
   m_provider->grads_ready(0);
   m_forward_done = false;
 }

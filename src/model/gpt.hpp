@@ -33,7 +33,6 @@
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
 #include "core/half.hpp"
-#include "kernels/types.hpp"
 #include "core/param_layout.hpp"
 #include "core/param_provider.hpp"
 #include "model/transformer_block.hpp"
@@ -132,8 +131,7 @@ class Gpt {
 
   static constexpr int kBlockTensors = kTransformerBlockTensors;
   // Binds the views of group g (parameters or gradients) to storage starting at `base`.
-  void bind_group(int g, T* base, View2<T>& wte, View2<T>& wpe, View1<T>& lnf_w, View1<T>& lnf_b,
-                  std::vector<BlockParams>& blocks) const;
+  void bind_group(int g, T* base, T*& wte, T*& wpe, T*& lnf_w, T*& lnf_b, std::vector<BlockParams>& blocks) const;
   void acquire_params(int g);
   void acquire_grads(int g);
   int lnf_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
@@ -153,8 +151,10 @@ class Gpt {
   std::unique_ptr<FlatParams<T>> m_flat;       // owned provider of bind(params, grads)
   std::unique_ptr<ModelOps<T>> m_ops;          // the layer kernels of the backend
 
-  View2<T> m_wte, m_wpe; View1<T> m_lnf_w, m_lnf_b;          // parameters
-  View2<T> m_dwte, m_dwpe; View1<T> m_dlnf_w, m_dlnf_b;      // gradients
+  // The embeddings' and the final LayerNorm's tensors in the bound storage:
+  // wte (V, C), wpe (T, C), ln_f weight and bias (C); the ops take pointers.
+  T *m_wte = nullptr, *m_wpe = nullptr, *m_lnf_w = nullptr, *m_lnf_b = nullptr;       // parameters
+  T *m_dwte = nullptr, *m_dwpe = nullptr, *m_dlnf_w = nullptr, *m_dlnf_b = nullptr;   // gradients
   std::vector<BlockParams> m_blocks, m_dblocks;
 
   TrackedBuffer<T> m_acts;       // Activations: embeddings out, blocks, head
