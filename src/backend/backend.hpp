@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "core/precision.hpp"
 #include "core/memory.hpp"
 #include "core/profiler.hpp"
 #include "core/half.hpp"
@@ -75,8 +76,7 @@ class Backend {
   virtual BackendKind kind() const = 0;
   // One line for the run's header: "host (Kokkos Serial)", "CUDA device 0 (NVIDIA H100 ...)".
   virtual std::string describe() const = 0;
-  // The arithmetic limit of one rank for models stored as `precision` ("fp32",
-  // "bf16", "fp16") with `threads` threads per rank, measured now on the calling
+  // The arithmetic limit of one rank for models stored as `precision` with `threads` threads per rank, measured now on the calling
   // thread (the host: this core's FMA or bf16 dot-product chains,
   // kernels/core_peak.hpp): the denominator of the FLOP floor that --plan and
   // --profile print. gflops = 0 when the backend has no probe.
@@ -84,7 +84,7 @@ class Backend {
     double gflops = 0;
     std::string what;  // e.g. "fp32 FMA (avx512) 265.0 GFLOP/s per core x 1 thread"
   };
-  virtual ComputePeak compute_peak(const std::string& precision, int threads) {
+  virtual ComputePeak compute_peak(PrecisionMode precision, int threads) {
     (void)precision;
     (void)threads;
     return {0.0, "no peak probe for " + describe()};

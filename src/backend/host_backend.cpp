@@ -117,9 +117,9 @@ class HostBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::Host; }
   std::string describe() const override { return "host (" + host_kokkos_describe() + "; " + cpu_compute_describe() + ")"; }
-  ComputePeak compute_peak(const std::string& precision, int threads) override {
+  ComputePeak compute_peak(PrecisionMode precision, int threads) override {
     const CorePeak p = measure_core_peak();
-    const bool bf16 = precision == "bf16" && cpu_bf16_native() && p.bf16_gflops > 0;
+    const bool bf16 = precision == PrecisionMode::Bf16 && cpu_bf16_native() && p.bf16_gflops > 0;
     const double per_core = bf16 ? p.bf16_gflops : p.fp32_gflops;
     return {per_core * threads,
             fmt::format("{} {:.1f} GFLOP/s per core x {} thread{}", bf16 ? "bf16 dot-product (avx512_bf16)"

@@ -44,12 +44,13 @@ std::string type_cell(const KeySpec& k) {
     case 4:
       return "boolean";
     case 5:
-    case 7:  // an enum, written as one of its names
+    case 7:  // the enums, written as one of their names
+    case 8:
       return "string";
     case 6:
       return "array of integers";
   }
-  static_assert(std::variant_size_v<AnyConfigField> == 8, "type_cell: a cell for each field type");
+  static_assert(std::variant_size_v<AnyConfigField> == 9, "type_cell: a cell for each field type");
   return "";
 }
 
@@ -85,6 +86,7 @@ std::string range_cell(const KeySpec& k) {
       break;
     case 5:
     case 7:
+    case 8:
       if (k.choices.empty()) {
         if (k.range_doc.empty()) range = "non-empty";  // else range_doc says what it must be
       } else {

@@ -161,10 +161,12 @@ void Resolver::read(const KeySpec& k, RunConfig& config) {
           read_string(key, out, k);
         } else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
           read_int_list(key, out, k.ints, k.max_entries);
-        } else if constexpr (std::is_same_v<T, ModelType>) {
+        } else if constexpr (std::is_enum_v<T>) {
           std::string name;  // one of the choices, which are the enum's names (schema.cpp checks it)
           read_string(key, name, k);
-          if (!name.empty()) out = *model_type_named(name);
+          if (name.empty()) return;
+          const auto names = enum_names(T{});
+          out = static_cast<T>(std::find(names.begin(), names.end(), name) - names.begin());
         } else {
           read_int(key, out, k.ints);
         }

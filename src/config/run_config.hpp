@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/model_type.hpp"
+#include "core/precision.hpp"
 
 namespace shardtrain {
 
@@ -96,7 +97,7 @@ struct ParallelConfig {
 // 16 bits, with fp32 master weights and moments in the optimizer; fp16 also
 // scales the loss (optim/loss_scaler.hpp).
 struct PrecisionConfig {
-  std::string mode = "fp32";
+  PrecisionMode mode = PrecisionMode::Fp32;
   double init_scale = 65536.0;
   std::int64_t growth_interval = 2000;
   double growth_factor = 2.0;

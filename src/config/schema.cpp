@@ -42,7 +42,6 @@ constexpr std::string_view k_devices[] = {"auto", "cpu", "cuda"};
 constexpr std::string_view k_in_memory[] = {"auto", "on", "off"};
 constexpr std::string_view k_optimizers[] = {"adamw"};
 constexpr std::string_view k_schedules[] = {"cosine", "constant"};
-constexpr std::string_view k_precisions[] = {"fp32", "fp16", "bf16"};
 constexpr std::string_view k_recompute_policies[] = {"none", "full", "sqrt", "budget"};
 
 // "runs/<stem of the input file>", or "runs/run" when the name has no stem.
@@ -285,7 +284,7 @@ constexpr KeySpec k_schema[] = {
             "a checkpoint is in flight."},
 
     // [precision]
-    {SHARDTRAIN_CONFIG_KEY(precision, mode), .choices = k_precisions,
+    {SHARDTRAIN_CONFIG_KEY(precision, mode), .choices = k_precision_names,
      .doc = "Storage precision of parameters, activations and gradients. `\"fp16\"` and `\"bf16\"` store "
             "them in 16 bits and compute in fp32: on a CPU with AVX512-BF16, bf16 GEMMs run natively on the bf16 "
             "operands (fp32 accumulation) and bf16 is the fastest mode; fp16 GEMMs, and bf16 ones on other CPUs, "
@@ -400,15 +399,24 @@ constexpr bool fits(const IntRange& r) {
 constexpr bool rows_are_consistent() {
   for (const KeySpec& k : k_schema) {
     const std::size_t type = k.field.index();  // AnyConfigField's order
-    const bool integer = type <= 2, number = type == 3, string = type == 5, list = type == 6, enumerated = type == 7;
+    const bool integer = type <= 2, number = type == 3, string = type == 5, list = type == 6, enumerated = type >= 7;
     if (type == 0 && !fits<int>(k.ints)) throw "an int field's range must fit in int";
     if (type == 2 && !fits<std::uint64_t>(k.ints)) throw "an unsigned field's range must not go below 0";
     if ((integer || list) && k.ints.lo > k.ints.hi) throw "empty integer range";
     if (list != (k.max_entries > 0)) throw "max_entries is for integer arrays, and they need it";
     if (!string && !enumerated && (!k.choices.empty() || !k.choices_note.empty()))
       throw "choices are for string and enum keys";
-    if (enumerated && (k.choices.data() != std::data(k_model_type_names) || k.choices.size() != k_model_type_count))
-      throw "an enum key's choices are its enum's names (ModelType: k_model_type_names)";
+    if (enumerated && !std::visit(
+                          [&k](const auto& field) {
+                            using T = std::remove_cvref_t<decltype(field.get(std::declval<const RunConfig&>()))>;
+                            if constexpr (std::is_enum_v<T>)
+                              return k.choices.data() == enum_names(T{}).data() &&
+                                     k.choices.size() == enum_names(T{}).size();
+                            else
+                              return false;
+                          },
+                          k.field))
+      throw "an enum key's choices are its enum's names (enum_names)";
     if (k.time_string && !number) throw "time_string is for float keys";
     if (k.written_when_set && !(integer || string)) throw "written_when_set is for integer and string keys";
     if (k.required && (k.derive || !k.default_doc.empty())) throw "a required key has no default";
@@ -467,8 +475,8 @@ std::string toml_value(const KeySpec& k, const RunConfig& config) {
           return toml_string(v);
         else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>)
           return int_list(v);
-        else if constexpr (std::is_same_v<T, ModelType>)
-          return toml_string(name_of(v));
+        else if constexpr (std::is_enum_v<T>)
+          return toml_string(enum_names(T{})[static_cast<std::size_t>(v)]);
         else
           return fmt::format("{}", v);  // an integer
       },

@@ -44,12 +44,13 @@ constexpr auto config_field() {
 }
 
 // The field types a key can have; the alternative is the key's type: integer (int,
-// int64, uint64), float (double), boolean, string, array of integers, and an
-// enum written as a string (model.type: ModelType, its names the row's choices).
+// int64, uint64), float (double), boolean, string, array of integers, and the
+// enums written as a string (model.type, precision.mode: their names, enum_names,
+// are the row's choices).
 using AnyConfigField =
     std::variant<ConfigField<int>, ConfigField<std::int64_t>, ConfigField<std::uint64_t>, ConfigField<double>,
                  ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
-                 ConfigField<ModelType>>;
+                 ConfigField<ModelType>, ConfigField<PrecisionMode>>;
 
 // Integer keys, and each entry of an integer array: lo <= v <= hi.
 struct IntRange {

@@ -2,7 +2,7 @@
 // Owns the one element-type enum: what a collective moves (dist/communicator.hpp),
 // what a state vector holds (core/state_vectors.hpp) and what a checkpoint
 // stores (io/checkpoint.hpp) are all a DType, and a run's precision.mode
-// ("fp32" | "fp16" | "bf16") names one through precision_dtype.
+// (core/precision.hpp) names one through precision_dtype.
 // F16 and BF16 (core/half.hpp) are 16-bit words; no Kokkos, no MPI, no HDF5.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/half.hpp"
+#include "core/precision.hpp"
 
 namespace shardtrain {
 
@@ -54,13 +55,14 @@ template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
 template <> constexpr DType dtype_of<f16>() { return DType::F16; }
 template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
 
-// The compute type a precision.mode names ("fp32" -> F32, "fp16" -> F16,
-// "bf16" -> BF16), or nullopt for any other string.
-constexpr std::optional<DType> precision_dtype(std::string_view mode) {
-  if (mode == "fp32") return DType::F32;
-  if (mode == "fp16") return DType::F16;
-  if (mode == "bf16") return DType::BF16;
-  return std::nullopt;
+// The compute type of a precision.mode: F32, F16, BF16.
+constexpr DType precision_dtype(PrecisionMode mode) {
+  switch (mode) {
+    case PrecisionMode::Fp16: return DType::F16;
+    case PrecisionMode::Bf16: return DType::BF16;
+    case PrecisionMode::Fp32: break;
+  }
+  return DType::F32;
 }
 
 }  // namespace shardtrain

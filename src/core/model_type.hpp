@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace shardtrain {
@@ -51,5 +52,8 @@ constexpr std::optional<ModelType> model_type_named(std::string_view name) {
     if (k_model_type_names[i] == name) return static_cast<ModelType>(i);
   return std::nullopt;
 }
+
+// The names of an enum the config reads from a string (config/schema.hpp).
+constexpr std::span<const std::string_view> enum_names(ModelType) { return k_model_type_names; }
 
 }  // namespace shardtrain

@@ -71,7 +71,7 @@ MemoryPlan plan_model_state(const RunConfig& c, ParamLayout& layout, int world) 
   // f: bytes of a stored element (parameters, gradients, activations); the
   // state vectors a stage keeps are ModelState's table (core/state_vectors.hpp):
   // the optimizer keeps m and v in fp32, plus fp32 master weights for 16-bit models.
-  const DType compute = precision_dtype(c.precision.mode).value();
+  const DType compute = precision_dtype(c.precision.mode);
   p.element_bytes = static_cast<std::int64_t>(dtype_size(compute));
   const std::int64_t psi = layout.padded_size(), shard = layout.shard_size(), f = p.element_bytes;
   const int s = p.zero_stage;
@@ -96,7 +96,7 @@ MemoryPlan plan_gpt_memory(const RunConfig& c, std::int64_t vocab, int world) {
   MemoryPlan p = plan_model_state(c, layout, world);
   p.dims = dims;
   p.max_batch = dims.max_batch;
-  const bool half = c.precision.mode != "fp32";
+  const bool half = c.precision.mode != PrecisionMode::Fp32;
   const std::int64_t f = p.element_bytes, f32 = sizeof(float);
   auto set = [&p](MemCategory cat, std::int64_t b) { p.bytes[static_cast<int>(cat)] = b; };
   const auto acts = gpt_activation_plan(p.dims);
@@ -150,7 +150,7 @@ MemoryPlan plan_classifier_memory(const RunConfig& c, ParamLayout layout, const 
 std::string format_plan(const MemoryPlan& p) {
   std::string out = fmt::format(
       "memory plan per rank: {} ranks, ZeRO stage {}, {}, {} parameters ({} padded), micro-batch {}\n",
-      p.world, p.zero_stage, p.precision, p.num_parameters, p.padded_parameters, p.max_batch);
+      p.world, p.zero_stage, name_of(p.precision), p.num_parameters, p.padded_parameters, p.max_batch);
   for (int c = 0; c < MemoryTracker::kCategories; ++c)
     out += fmt::format("  {:<16} {:>12.3f} MiB\n", to_string(static_cast<MemCategory>(c)),
                        static_cast<double>(p.bytes[c]) / kMiB);

@@ -57,7 +57,7 @@ struct MemoryPlan {
   std::int64_t padded_parameters = 0;
   int world = 1;
   int zero_stage = 0;
-  std::string precision = "fp32";   // precision.mode
+  PrecisionMode precision = PrecisionMode::Fp32;  // precision.mode
   std::int64_t element_bytes = 4;   // of parameters, gradients, activations
   ModelType model = ModelType::Gpt;  // model.type
   std::int64_t max_batch = 0;       // samples per rank per micro-batch

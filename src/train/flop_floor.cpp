@@ -8,7 +8,7 @@
 
 namespace shardtrain {
 
-FlopFloor measure_flop_floor(MPI_Comm comm, Backend& backend, const std::string& precision, int threads,
+FlopFloor measure_flop_floor(MPI_Comm comm, Backend& backend, PrecisionMode precision, int threads,
                              double flops_per_rank) {
   SHARDTRAIN_MPI_CHECK(MPI_Barrier(comm));
   const Backend::ComputePeak mine = backend.compute_peak(precision, threads);

@@ -25,7 +25,7 @@ struct FlopFloor {
   std::string what;             // what was measured (the slowest rank's description)
 };
 
-FlopFloor measure_flop_floor(MPI_Comm comm, Backend& backend, const std::string& precision, int threads,
+FlopFloor measure_flop_floor(MPI_Comm comm, Backend& backend, PrecisionMode precision, int threads,
                              double flops_per_rank);
 
 // --plan's floor (no device is brought up for a plan): the host's when the run

@@ -99,7 +99,7 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
     // element per tensor.
     CheckpointMeta like;
     like.zero_stage = config.parallel.zero_stage;
-    like.precision = config.precision.mode;
+    like.precision = name_of(config.precision.mode);
     // Strings of a fixed size, so that the probe moves the same bytes in every
     // job of a configuration (the wire-accounting tests compare two jobs that
     // differ in their run directory); the config text is about 2 KiB.
@@ -117,7 +117,7 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
     else
       names.push_back("probe");
     std::vector<std::pair<std::string, DType>> vectors;
-    for (const SavedVector* v : saved_vectors(precision_dtype(config.precision.mode).value()))
+    for (const SavedVector* v : saved_vectors(precision_dtype(config.precision.mode)))
       vectors.emplace_back(v->name, v->type);
     const std::int64_t rss = process_rss_bytes();
     warm_checkpoint_io(dir, comm.comm(), like, names, vectors);

@@ -42,9 +42,11 @@ MemoryPlan plan_and_measure(const RunConfig& config, MpiCommunicator& comm, int 
 
 MemoryPlan plan_run(const RunConfig& config, MPI_Comm comm, int world) {
   MpiCommunicator c(comm);
-  const std::string& mode = config.precision.mode;
-  if (mode == "fp16") return plan_and_measure<f16>(config, c, world);
-  if (mode == "bf16") return plan_and_measure<bf16>(config, c, world);
+  switch (config.precision.mode) {
+    case PrecisionMode::Fp16: return plan_and_measure<f16>(config, c, world);
+    case PrecisionMode::Bf16: return plan_and_measure<bf16>(config, c, world);
+    case PrecisionMode::Fp32: break;
+  }
   return plan_and_measure<float>(config, c, world);
 }
 

@@ -144,7 +144,7 @@ void TrainState<P>::resume() {
       m_last_good_step = meta.step;
       m_samples = meta.samples_seen;
       m_updates = meta.optimizer_updates;
-      if (m_scaler.enabled() && meta.precision == "fp16") {
+      if (m_scaler.enabled() && precision_named(meta.precision) == PrecisionMode::Fp16) {
         // Clamped to this run's precision.* keys, which may have changed.
         const auto& c = m_scaler.config();
         LossScalerState st{std::clamp(meta.loss_scale, c.min_scale, 3.4028234663852886e38),
@@ -158,7 +158,7 @@ void TrainState<P>::resume() {
         m_resume_note = fmt::format("resumed from {}: step {}, {} samples ({} tokens) seen; written by {} "
                    "at ZeRO stage {} in {}, now {} at stage {} in {}{}",
                    path, meta.step, meta.samples_seen, meta.tokens_seen, ranks(meta.world_size), meta.zero_stage,
-                   meta.precision, ranks(m_comm.size()), m_cfg.parallel.zero_stage, m_cfg.precision.mode,
+                   meta.precision, ranks(m_comm.size()), m_cfg.parallel.zero_stage, name_of(m_cfg.precision.mode),
                    m_scaler.enabled() ? fmt::format("; loss scale {:g}", m_scaler.scale()) : std::string());
         if (!m_ckpt.resume_reason().empty())
           m_resume_note += fmt::format("\nresume: checkpoint.resume = \"auto\": {}{}", m_ckpt.resume_reason(),
@@ -227,7 +227,7 @@ CheckpointMeta TrainState<P>::checkpoint_meta(std::int64_t done) const {
   meta.sampler_seed = m_cfg.train.seed;
   meta.world_size = m_comm.size();
   meta.zero_stage = m_cfg.parallel.zero_stage;
-  meta.precision = m_cfg.precision.mode;
+  meta.precision = name_of(m_cfg.precision.mode);
   meta.alignment = m_state.layout().alignment();
   meta.padded_size = m_state.layout().padded_size();
   const LossScalerState st = m_scaler.state();

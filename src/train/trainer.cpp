@@ -163,7 +163,7 @@ class Run final : public RunBase {
  private:
   static LossScalerConfig scaler_config(const PrecisionConfig& p) {
     LossScalerConfig c;
-    c.enabled = p.mode == "fp16";
+    c.enabled = p.mode == PrecisionMode::Fp16;
     c.init_scale = p.init_scale;
     c.growth_factor = p.growth_factor;
     c.backoff_factor = p.backoff_factor;
@@ -286,7 +286,7 @@ void Run<P>::handle_overflow(std::int64_t step) {
         "step {}: {} ({}); {} has no loss scaling to recover with: lower optim.lr, or use "
         "precision.mode = \"fp16\" only with its loss scaler",
         step + 1, first >= 0 ? "gradient overflow (inf/NaN)" : "loss overflow (inf/NaN)", where,
-        m_cfg.precision.mode));
+        name_of(m_cfg.precision.mode)));
   const auto decision = m_scaler.update(true);
   if (is_root()) {
     fmt::print("{}; {}\n", m_scaler.describe(decision, step + 1), where);
@@ -335,11 +335,11 @@ TrainResult Run<P>::run() {
     dir.emplace(m_cfg, m_train->start_step());
     const TaskText text = m_task->describe();
     fmt::print("shardtrain: {} ranks, ZeRO stage {}, {} | {} | {} parameters | {} | {}\n", m_comm.size(),
-               m_cfg.parallel.zero_stage, m_cfg.precision.mode, text.model, m_layout->num_parameters(), text.batch,
+               m_cfg.parallel.zero_stage, name_of(m_cfg.precision.mode), text.model, m_layout->num_parameters(), text.batch,
                text.data);
     fmt::print("{}", format_plan(m_plan));
     fmt::print("compute: {}\n", m_backend.describe());
-    if (m_cfg.precision.mode == "bf16" && m_backend.kind() == BackendKind::Host && !host_bf16_native())
+    if (m_cfg.precision.mode == PrecisionMode::Bf16 && m_backend.kind() == BackendKind::Host && !host_bf16_native())
       fmt::print("warning: precision.mode = \"bf16\" on a CPU without AVX512-BF16: every GEMM converts its bf16 "
                  "operands to fp32 tiles, so this run is slower than fp32 (precision.mode = \"fp32\"); bf16 "
                  "still halves the memory of parameters, gradients and activations\n");
@@ -524,9 +524,9 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
 
 Trainer::Trainer(const RunConfig& config, MPI_Comm world, const RunOptions& hooks)
     : m_device(bring_up(config, world)) {
-  const std::string& mode = config.precision.mode;
-  if (mode == "fp16") m_run = std::make_unique<Run<f16>>(config, world, hooks, *m_device);
-  else if (mode == "bf16") m_run = std::make_unique<Run<bf16>>(config, world, hooks, *m_device);
+  const PrecisionMode mode = config.precision.mode;
+  if (mode == PrecisionMode::Fp16) m_run = std::make_unique<Run<f16>>(config, world, hooks, *m_device);
+  else if (mode == PrecisionMode::Bf16) m_run = std::make_unique<Run<bf16>>(config, world, hooks, *m_device);
   else m_run = std::make_unique<Run<float>>(config, world, hooks, *m_device);
 }
 Trainer::~Trainer() = default;

@@ -325,13 +325,13 @@ TEST_F(ConfigParse, PrecisionKeys) {
   const RunConfig c = parse_run_config(
       "[precision]\nmode = \"fp16\"\ninit_scale = 1024\ngrowth_interval = 10\nhysteresis = 1\n"
       "min_scale = 0.5\nmax_consecutive_skips = 7\n" + data_section(), "x.toml");
-  EXPECT_EQ(c.precision.mode, "fp16");
+  EXPECT_EQ(c.precision.mode, PrecisionMode::Fp16);
   EXPECT_EQ(c.precision.init_scale, 1024.0);
   EXPECT_EQ(c.precision.growth_interval, 10);
   EXPECT_EQ(c.precision.hysteresis, 1);
   EXPECT_EQ(c.precision.min_scale, 0.5);
   EXPECT_EQ(c.precision.max_consecutive_skips, 7);
-  EXPECT_EQ(parse_run_config(data_section(), "x.toml").precision.mode, "fp32");
+  EXPECT_EQ(parse_run_config(data_section(), "x.toml").precision.mode, PrecisionMode::Fp32);
   EXPECT_EQ(error_of("[precision]\nmode = \"fp8\"\n" + data_section()),
             "inputs/x.toml:2:8: precision.mode: must be \"fp32\" or \"fp16\" or \"bf16\", got \"fp8\"");
   EXPECT_EQ(error_of("[precision]\nmin_scale = 4096\ninit_scale = 1024\n" + data_section()),
