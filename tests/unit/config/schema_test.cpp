@@ -50,8 +50,8 @@ void change(const KeySpec& k, RunConfig& c, const std::string& path) {
               v = choice;
               return;
             }
-        } else if constexpr (std::is_same_v<T, ModelType>) {
-          v = v == ModelType::Gpt ? ModelType::Mlp : ModelType::Gpt;
+        } else if constexpr (std::is_enum_v<T>) {  // the next of its names
+          v = static_cast<T>((static_cast<std::size_t>(v) + 1) % enum_names(T{}).size());
         } else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
           v = v == std::vector<std::int64_t>{k.ints.lo} ? std::vector<std::int64_t>{k.ints.hi}
                                                         : std::vector<std::int64_t>{k.ints.lo};
