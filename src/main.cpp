@@ -29,7 +29,7 @@
 #include "config/parse.hpp"
 #include "core/error.hpp"
 #include "core/mpi_world.hpp"
-#include "dist/mpi/agreement.hpp"
+#include "parallel/mpi/agreement.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/flop_floor.hpp"
 #include "train/lifecycle.hpp"
@@ -58,7 +58,7 @@ bool parse_step_rank(const char* option, const std::string& value, std::int64_t&
   return true;
 }
 
-// Runs `fn` on every rank and agrees on the outcome (dist/mpi/agreement.hpp). If
+// Runs `fn` on every rank and agrees on the outcome (parallel/mpi/agreement.hpp). If
 // any rank threw, the lowest such rank prints its message and every rank returns
 // the same exit code. `fn` must not start a collective after a point where it may
 // throw on a subset of ranks.

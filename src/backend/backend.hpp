@@ -2,7 +2,7 @@
 // Owns the choice of where a run computes. A Backend is the host (Kokkos
 // kernels, host memory; host_backend()) or one CUDA device (kernels/cuda,
 // device memory, a compute stream; backend/cuda/cuda_backend.hpp, CUDA build
-// only). The model (model/gpt), the ZeRO engine (dist/zero_engine) and AdamW
+// only). The model (model/gpt), the ZeRO engine (parallel/zero_engine) and AdamW
 // (optim/adamw) are written once against this interface:
 //  - memory(): where parameters, gradients, optimizer state, activations,
 //    workspace and bucket buffers live (TrackedBuffer's MemorySpace);

@@ -86,7 +86,7 @@ struct OptimConfig {
 };
 
 struct ParallelConfig {
-  int zero_stage = 0;  // dist/zero_engine.hpp
+  int zero_stage = 0;  // parallel/zero_engine.hpp
   bool overlap = true;
   double bucket_mb = 4.0;
   double collective_timeout_s = 300.0;  // 0 = off

@@ -2,7 +2,7 @@
 // Owns the check macros for the CUDA build: every CUDA runtime, NCCL, cuBLAS and
 // cuDNN call goes through one of them. A failure throws shardtrain::Error whose
 // what() reads
-//   "src/dist/nccl/nccl_communicator.cpp:123: rank 0: cudaStreamCreate(&s) failed:
+//   "src/parallel/nccl/nccl_communicator.cpp:123: rank 0: cudaStreamCreate(&s) failed:
 //    error 35 cudaErrorInsufficientDriver: CUDA driver version is insufficient ..."
 // i.e. file:line, the MPI rank (MPI_COMM_WORLD; "rank ?" before MPI_Init or after
 // MPI_Finalize), the call as written and the library's own error name and text.

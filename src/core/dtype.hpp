@@ -1,5 +1,5 @@
 // shardtrain/core/dtype.hpp
-// Owns the one element-type enum: what a collective moves (dist/communicator.hpp),
+// Owns the one element-type enum: what a collective moves (parallel/communicator.hpp),
 // what a state vector holds (core/state_vectors.hpp) and what a checkpoint
 // stores (io/checkpoint.hpp) are all a DType, and a run's precision.mode
 // (core/precision.hpp) names one through precision_dtype.

@@ -1,6 +1,6 @@
 // shardtrain/core/poll_thread.hpp
 // A thread that calls a check every `period` until its owner destroys it: the
-// scaffold shared by the collective watchdog (dist/watchdog.hpp) and the
+// scaffold shared by the collective watchdog (parallel/watchdog.hpp) and the
 // checkpoint I/O deadline (io/checkpoint_phase.hpp).
 // Invariants: the check runs on the poll thread with mutex() held, so state the
 // owner guards with mutex() cannot change during a check; the destructor stops

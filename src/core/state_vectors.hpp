@@ -1,7 +1,7 @@
 // shardtrain/core/state_vectors.hpp
 // Owns the names of the model state's vectors: what a rank keeps of each under
 // a ZeRO stage and in which element type, and which of them a checkpoint saves
-// under which name. dist/model_state.hpp (the vectors themselves and their
+// under which name. parallel/model_state.hpp (the vectors themselves and their
 // spans), plan/memory_plan.cpp (their bytes), the checkpoint's save, load and
 // I/O probe (train/), its reader (io/) and trainer-ckpt
 // read this table; nobody else spells a vector's name or its stage rule.

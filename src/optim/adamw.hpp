@@ -3,7 +3,7 @@
 // one contiguous range [lo, hi) of the flat vector: the whole vector at ZeRO
 // stage 0, the rank's shard at stages 1-3 (ModelState::optimizer_view()).
 // Stateless: the fp32 weights and both moments are ModelState's
-// (dist/model_state.hpp); AdamW holds only its hyper-parameters and the layout.
+// (parallel/model_state.hpp); AdamW holds only its hyper-parameters and the layout.
 // For a model stored in 16 bits (f16/bf16) the update runs on the fp32 master
 // weights and the model's copy is the master rounded to 16 bits (round to
 // nearest even); an fp32 model's parameters are its weights, updated in place.
@@ -15,7 +15,7 @@
 
 #include "backend/backend.hpp"
 #include "config/run_config.hpp"
-#include "dist/model_state.hpp"
+#include "parallel/model_state.hpp"
 #include "core/param_layout.hpp"
 
 namespace shardtrain {

@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/state_vectors.hpp"
-#include "dist/zero_engine.hpp"
+#include "parallel/zero_engine.hpp"
 
 namespace shardtrain {
 

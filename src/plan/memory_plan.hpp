@@ -7,7 +7,7 @@
 // its activations also against the model's measured high-water (how far the
 // recompute stack rose: Gpt::activation_high_water_bytes), which allocation
 // alone cannot show.
-//   parameters, gradients, optimizer state: ModelState (dist/model_state.hpp) by stage
+//   parameters, gradients, optimizer state: ModelState (parallel/model_state.hpp) by stage
 //   (fp32: stage 0 16 Psi, 1 8 Psi + 8 Psi/N, 2 4 Psi + 12 Psi/N, 3 16 Psi/N;
 //   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,
 //   2 Psi + 14 Psi/N, 16 Psi/N; Psi = padded parameter count), communication: ZeroEngine's buckets,

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "core/error.hpp"
-#include "dist/mpi/agreement.hpp"
+#include "parallel/mpi/agreement.hpp"
 #include "io/checkpoint_phase.hpp"
 
 namespace shardtrain {

@@ -23,7 +23,7 @@
 // finish() (the join) waits only for writers that are done or still in I/O,
 // which the checkpoint I/O deadline watches (as it watches the HDF5 lock the
 // training thread may wait on meanwhile). While a write is in flight the
-// collective watchdog allows checkpoint.io_timeout_s more (dist/watchdog.hpp).
+// collective watchdog allows checkpoint.io_timeout_s more (parallel/watchdog.hpp).
 //
 // Invariants: at most one write is in flight. The staging buffer is
 // allocated once (tracked, MemCategory::CheckpointStaging, as the plan sizes

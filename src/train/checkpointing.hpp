@@ -37,7 +37,7 @@
 // checkpoint I/O deadline (checkpoint.io_timeout_s) this object owns.
 // Invariants: every public call is collective over the communicator; rank 0
 // does the file-system work and broadcasts its outcome (on_root,
-// checkpoint_phase, dist/mpi/agreement.hpp), so every rank returns the same
+// checkpoint_phase, parallel/mpi/agreement.hpp), so every rank returns the same
 // result or throws the same error; the lineage (below) is the same on every
 // rank. A fresh run (resume = "never") refuses a directory that already holds
 // checkpoints.
@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "config/run_config.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_phase.hpp"
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "dist/communicator.hpp"
+#include "parallel/communicator.hpp"
 
 namespace shardtrain {
 

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "dist/mpi/agreement.hpp"
+#include "parallel/mpi/agreement.hpp"
 #include "io/weights_file.hpp"
 #include "train/host_staging.hpp"
 

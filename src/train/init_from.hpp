@@ -26,8 +26,8 @@
 #include <string>
 
 #include "config/run_config.hpp"
-#include "dist/model_state.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/model_state.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "train/task.hpp"
 
 namespace shardtrain {

@@ -20,7 +20,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/state_vectors.hpp"
-#include "dist/zero_engine.hpp"
+#include "parallel/zero_engine.hpp"
 #include "io/checkpoint.hpp"
 
 namespace shardtrain {

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "config/run_config.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "core/param_layout.hpp"
 #include "plan/memory_plan.hpp"
 

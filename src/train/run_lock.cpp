@@ -19,7 +19,7 @@
 
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
-#include "dist/mpi/agreement.hpp"
+#include "parallel/mpi/agreement.hpp"
 
 namespace shardtrain {
 

@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "dist/model_state.hpp"
-#include "dist/zero_engine.hpp"
+#include "parallel/model_state.hpp"
+#include "parallel/zero_engine.hpp"
 
 namespace shardtrain {
 

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "dist/mpi/agreement.hpp"
+#include "parallel/mpi/agreement.hpp"
 
 namespace shardtrain {
 
@@ -204,7 +204,7 @@ double ring_bytes(Collective kind, double payload, double n) {
 
 // Per rank and per step of this job: the payload per kind of collective, the
 // ring figure for that payload, the model's wire bytes (the bytes the rank
-// sends under the algorithm Open MPI picks: MpiCommunicator, dist/mpi/wire_model.hpp)
+// sends under the algorithm Open MPI picks: MpiCommunicator, parallel/mpi/wire_model.hpp)
 // with the algorithm named where they differ from the ring figure, and ZeRO's
 // theory k Psi (N-1)/N elements, Psi the padded parameter count: k = 2 for
 // stages 0-1 (all-reduce; or reduce-scatter + all-gather), M + 1 for stage 2

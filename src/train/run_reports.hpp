@@ -16,8 +16,8 @@
 
 #include "core/memory.hpp"
 #include "core/profiler.hpp"
-#include "dist/communicator.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "core/param_layout.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/flop_floor.hpp"

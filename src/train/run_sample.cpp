@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "dist/mpi/agreement.hpp"
+#include "parallel/mpi/agreement.hpp"
 #include "train/host_staging.hpp"
 
 namespace shardtrain {

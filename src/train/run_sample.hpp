@@ -9,15 +9,15 @@
 // Memory: rank 0 holds the fp32 vector and the model in double while it samples
 // (12 bytes per parameter, beyond the memory plan); other ranks one fp32 copy of
 // their shard (stage 3).
-// Collective over `comm` (the gather is dist/mpi/agreement.hpp's, on its
+// Collective over `comm` (the gather is parallel/mpi/agreement.hpp's, on its
 // MPI_Comm: outside the Communicator's tally, as the report gathers are).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "dist/model_state.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/model_state.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "train/task.hpp"
 
 namespace shardtrain {

@@ -28,7 +28,7 @@
 #include "backend/backend.hpp"
 #include "config/run_config.hpp"
 #include "core/memory.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "core/param_layout.hpp"
 #include "core/param_provider.hpp"
 #include "plan/memory_plan.hpp"

@@ -313,7 +313,7 @@ void TrainState<P>::save(std::int64_t done, const std::string& required_by) {
   const ShardView<P> s = m_state.shard_view();
   const CheckpointMeta meta = checkpoint_meta(done);
   const std::vector<CheckpointTensor> layout = checkpoint_tensors(m_state.layout());
-  // The shard's vectors as a checkpoint holds them (dist/model_state.hpp saved_spans):
+  // The shard's vectors as a checkpoint holds them (parallel/model_state.hpp saved_spans):
   // `data` is in the backend's memory (the device's on GPUs).
   const std::vector<StateSpan> shard = saved_spans(s);
   std::vector<std::vector<unsigned char>> host(shard.size());  // host copies of device state

@@ -18,8 +18,8 @@
 #include <string>
 
 #include "config/run_config.hpp"
-#include "dist/model_state.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/model_state.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "io/checkpoint.hpp"
 #include "optim/loss_scaler.hpp"
 #include "train/background_checkpoint.hpp"

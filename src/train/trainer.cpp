@@ -4,7 +4,7 @@
 // metrics rows, asking the train state at each step boundary whether to save
 // or stop and the test hooks at their three points of a step. Resume and save
 // are train/train_state's, the end-of-job reports train/run_reports', device
-// bring-up dist/device_context's.
+// bring-up parallel/device_context's.
 #include "train/trainer.hpp"
 
 #include <algorithm>
@@ -23,11 +23,11 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/profiler.hpp"
-#include "dist/device_context.hpp"
-#include "dist/model_state.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
-#include "dist/watchdog.hpp"
-#include "dist/zero_engine.hpp"
+#include "parallel/device_context.hpp"
+#include "parallel/model_state.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
+#include "parallel/watchdog.hpp"
+#include "parallel/zero_engine.hpp"
 #include "core/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "optim/loss_scaler.hpp"

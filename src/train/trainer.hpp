@@ -5,7 +5,7 @@
 // evaluates, logs progress and metrics, and reports memory. The work is split
 // by responsibility: the step loop (trainer.cpp), resume and save
 // (train_state), the reports (run_reports), the weights CRC (weights_crc),
-// the command line's run options and fault injections (run_options), device bring-up (dist/device_context).
+// the command line's run options and fault injections (run_options), device bring-up (parallel/device_context).
 // Invariants: the sample stream depends only on (seed, global sample index),
 // never on the rank count, and resumes at the checkpoint's sample cursor;
 // a resumed run continues bitwise as the uninterrupted run would (same rank

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "dist/communicator.hpp"
-#include "dist/model_state.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/model_state.hpp"
 
 namespace shardtrain {
 

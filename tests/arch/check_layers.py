@@ -11,10 +11,10 @@
 #     only core,
 #   - any cycle between folders exists (each edge of one cycle is shown with one include).
 # Folders: src/<name>/** is <name>, kernels/** is kernels, io/** is io; src/main.cpp is `main`.
-# Subfolders (backend/cuda, dist/mpi, dist/nccl, kernels/cuda) belong to their folder, as the
+# Subfolders (backend/cuda, parallel/mpi, parallel/nccl, kernels/cuda) belong to their folder, as the
 # doc says: they take its row of the table, and a folder and its own subfolders may include
 # each other. The graph is printed with each subfolder as its own node, and every violation
-# names the subfolders of its include (e.g. `main -> dist (dist/mpi)`).
+# names the subfolders of its include (e.g. `main -> parallel (parallel/mpi)`).
 # An include is resolved like the compiler does here (next to the file, then src/, then the
 # repository root); one that names no file in the tree (a system or generated header such as
 # version.hpp) is not an edge.
@@ -33,7 +33,7 @@ ROW = re.compile(r"^\|\s*`([^`]+)`(?:\s*\(`main\.cpp`\))?\s*\|")
 
 
 def node_of(rel):
-    """The folder or subfolder of a file: core, dist/mpi, kernels/cuda, main, ..."""
+    """The folder or subfolder of a file: core, parallel/mpi, kernels/cuda, main, ..."""
     parts = rel.split("/")
     if parts[0] == "src":
         return "/".join(parts[1:-1]) if len(parts) > 2 else "main"

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 
 namespace {
 

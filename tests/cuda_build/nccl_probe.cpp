@@ -18,7 +18,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
-#include "dist/nccl/nccl_communicator.hpp"
+#include "parallel/nccl/nccl_communicator.hpp"
 
 namespace {
 

@@ -20,7 +20,7 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "core/memory.hpp"
-#include "dist/nccl/nccl_communicator.hpp"
+#include "parallel/nccl/nccl_communicator.hpp"
 #include "model/cnn.hpp"
 
 namespace shardtrain {

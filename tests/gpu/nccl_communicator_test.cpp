@@ -19,8 +19,8 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "device_fill.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
-#include "dist/nccl/nccl_communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
+#include "parallel/nccl/nccl_communicator.hpp"
 #include "device_buffer.hpp"
 
 namespace shardtrain {

@@ -27,7 +27,7 @@
 #include "core/memory.hpp"
 #include "device_buffer.hpp"
 #include "device_fill.hpp"
-#include "dist/nccl/nccl_communicator.hpp"
+#include "parallel/nccl/nccl_communicator.hpp"
 
 namespace shardtrain {
 namespace {

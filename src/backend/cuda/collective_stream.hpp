@@ -2,8 +2,8 @@
 // Owns what the CUDA backend needs of the communicator that moves its memory:
 // the device the communicator chose, and the two device-side orderings between
 // the backend's compute stream and the stream collectives run on. The NCCL
-// communicator (dist/nccl/nccl_communicator.hpp) implements it; declaring it
-// here keeps backend/ below dist/ (the backend never names a communicator).
+// communicator (parallel/nccl/nccl_communicator.hpp) implements it; declaring it
+// here keeps backend/ below parallel/ (the backend never names a communicator).
 // Neither ordering blocks the host.
 #pragma once
 

@@ -1,7 +1,7 @@
 // shardtrain/backend/cuda/cuda_backend.hpp
 // Owns the CUDA backend (CUDA build only, target shardtrain_cuda_backend): one
 // device per rank, the one chosen by the communicator it is built on (a
-// CollectiveStream: the NcclCommunicator of dist/nccl, which
+// CollectiveStream: the NcclCommunicator of parallel/nccl, which
 // checked the devices and agreed on the outcome before anything was allocated:
 // no device, or fewer than the node's ranks, is an Error on every rank, exit 1).
 // Streams: one compute stream (non-blocking) for every kernel and copy; the

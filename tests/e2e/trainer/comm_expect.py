@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Exact per-rank payload of a training step of the tiny GPT, recomputed from the
 layout the trainer prints ('communication layout: ...') and ZeRO's schedule
-(src/dist/zero_engine.cpp, src/model/gpt.cpp), then compared with every rank's
+(src/parallel/zero_engine.cpp, src/model/gpt.cpp), then compared with every rank's
 'rank R: payload ... [...]' line. Independent of the engine's counters.
 
 usage: comm_expect.py LOG N_LAYER [--drop-cached] [--full-gather-payload]

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "dist/mpi/mpi_communicator.hpp"
+#include "parallel/mpi/mpi_communicator.hpp"
 #include "train/classification_metrics.hpp"
 
 namespace shardtrain {

@@ -10,7 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "dist/model_state.hpp"
+#include "parallel/model_state.hpp"
 #include "core/param_layout.hpp"
 #include "optim/adamw.hpp"
 
