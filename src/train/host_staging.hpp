@@ -23,7 +23,17 @@ T* to_host(Backend& backend, T* p, std::size_t n, std::vector<unsigned char>& st
   return reinterpret_cast<T*>(stage.data());
 }
 
-// Writes back what to_host gave (`host`) to p; nothing on the host backend,
+// n elements at backend pointer p that the host is about to overwrite whole (a
+// checkpoint's load), then write back by from_host: p itself on the host
+// backend, else room in `stage`, not filled from the device (nothing there is read).
+template <class T>
+T* for_host_overwrite(Backend& backend, T* p, std::size_t n, std::vector<unsigned char>& stage) {
+  if (backend.memory() == nullptr) return p;
+  stage.resize(n * sizeof(T));
+  return reinterpret_cast<T*>(stage.data());
+}
+
+// Writes back what to_host or for_host_overwrite gave (`host`) to p; nothing on the host backend,
 // where `host` is p.
 template <class T>
 void from_host(Backend& backend, T* p, const T* host, std::size_t n) {

@@ -103,12 +103,14 @@ void TrainState<P>::load(CheckpointReader& reader) {
   const std::size_t n = static_cast<std::size_t>(s.size());
   // What the checkpoint holds of the shard: master, both moments, the 16-bit
   // copy (an fp32 model's parameters are its master weights). On a device the
-  // file is read into host buffers, checked, then copied over.
+  // file is read into host buffers (not first filled from the device: every
+  // byte is overwritten), checked, then copied over.
   const std::vector<StateSpan> spans = saved_spans(s);
   std::vector<std::vector<unsigned char>> stage(spans.size());
   std::vector<unsigned char*> host(spans.size());
   for (std::size_t i = 0; i < spans.size(); ++i)
-    host[i] = to_host(m_state.backend(), static_cast<unsigned char*>(spans[i].data), spans[i].bytes(), stage[i]);
+    host[i] = for_host_overwrite(m_state.backend(), static_cast<unsigned char*>(spans[i].data), spans[i].bytes(),
+                                 stage[i]);
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const SavedVector& v = *spans[i].saved;
     // The 16-bit copy as saved; from another precision, the master rounded
