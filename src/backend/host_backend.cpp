@@ -401,4 +401,37 @@ template std::unique_ptr<ModelOps<double>> make_model_ops<double>(Backend&, cons
 template std::unique_ptr<ModelOps<f16>> make_model_ops<f16>(Backend&, const ModelOpsLimits&, MemoryTracker&);
 template std::unique_ptr<ModelOps<bf16>> make_model_ops<bf16>(Backend&, const ModelOpsLimits&, MemoryTracker&);
 
+namespace op_sizes {
+
+std::int64_t attention_saved(const AttnShape& s) {
+  return attention_saved_elems(AttentionShape{s.batch, s.seq_len, s.channels, s.n_head});
+}
+std::int64_t attention_workspace(const AttnShape& s) {
+  return attention_workspace_elems(AttentionShape{s.batch, s.seq_len, s.channels, s.n_head});
+}
+template <class T>
+std::int64_t conv2d_workspace(const Conv2dShape& s) {
+  return conv2d_workspace_elems<T>(s);
+}
+std::int64_t conv2d_half_scratch(const Conv2dShape& s) { return conv2d_half_scratch_elems(s); }
+std::int64_t linear_half_scratch(std::int64_t rows, std::int64_t in, std::int64_t out) {
+  return linear_half_scratch_elems(rows, in, out);
+}
+std::int64_t cross_entropy_half_scratch(std::int64_t vocab) { return cross_entropy_half_scratch_elems(vocab); }
+template <class T>
+void warm_up_conv2d(const Conv2dShape& s) {
+  conv2d_warm_up<T>(s);
+}
+
+#define SHARDTRAIN_INSTANTIATE(T)                                   \
+  template std::int64_t conv2d_workspace<T>(const Conv2dShape&); \
+  template void warm_up_conv2d<T>(const Conv2dShape&);
+SHARDTRAIN_INSTANTIATE(float)
+SHARDTRAIN_INSTANTIATE(double)
+SHARDTRAIN_INSTANTIATE(f16)
+SHARDTRAIN_INSTANTIATE(bf16)
+#undef SHARDTRAIN_INSTANTIATE
+
+}  // namespace op_sizes
+
 }  // namespace shardtrain

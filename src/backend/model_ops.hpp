@@ -51,6 +51,27 @@ struct AttnShape {  // multi-head attention over packed qkv (B, T, 3C), kernels/
   const std::int32_t* lengths = nullptr;  // HOST: valid keys per sequence, in [1, T]; nullptr: all T
 };
 
+// What a model asks the op table for before it has one (its plan and costs
+// are computed first): the sizes, in elements, of the buffers it passes to the
+// ops (saved state, workspace, the host 16-bit paths' fp32 scratch), as every
+// backend's kernels lay them out (the host kernels' layouts, which the CUDA
+// kernels share: kernels/cuda/attention.cuh), and the host convolutions' code
+// built ahead of the process measurement. A model sizes what it allocates by
+// these, never by a kernel's header. Defined in host_backend.cpp.
+namespace op_sizes {
+std::int64_t attention_saved(const AttnShape& s);      // attention_forward's `saved`
+std::int64_t attention_workspace(const AttnShape& s);  // attention_forward/backward's `workspace`
+template <class T>
+std::int64_t conv2d_workspace(const Conv2dShape& s);   // conv2d_forward/backward's `workspace`
+std::int64_t conv2d_half_scratch(const Conv2dShape& s);                           // ModelOpsLimits::half_scratch_elems
+std::int64_t linear_half_scratch(std::int64_t rows, std::int64_t in, std::int64_t out);  // likewise
+std::int64_t cross_entropy_half_scratch(std::int64_t vocab);                      // likewise
+// Builds the host's oneDNN convolution primitives of `s` now (model/cnn.hpp
+// cnn_warm_up_kernels says why); nothing for a shape without them.
+template <class T>
+void warm_up_conv2d(const Conv2dShape& s);
+}  // namespace op_sizes
+
 // One entry of the op table: a function pointer and the object it is bound to
 // (the backend's HostModelOps / CudaModelOps, or the --profile wrapper), called
 // like a method: entry(args...) is one indirect call, as a virtual call is.

@@ -20,7 +20,6 @@
 #include <type_traits>
 
 #include "core/error.hpp"
-#include "kernels/conv2d.hpp"  // conv2d_workspace_elems, conv2d_warm_up, conv2d_half_scratch_elems
 #include "core/half.hpp"
 #include "model/param_init.hpp"
 
@@ -114,7 +113,7 @@ CnnPlan cnn_plan(const CnnDims& d) {
 template <class T>
 std::int64_t cnn_conv_workspace(const CnnPlan& p) {
   std::int64_t elems = 0;
-  for (const CnnStage& s : p.stages) elems = std::max(elems, conv2d_workspace_elems<T>(s.conv));
+  for (const CnnStage& s : p.stages) elems = std::max(elems, op_sizes::conv2d_workspace<T>(s.conv));
   return elems;
 }
 
@@ -153,13 +152,13 @@ ModelOpsLimits cnn_ops_limits(const CnnDims& d) {
   limits.vocab = d.classes;
   limits.max_input_elems = d.max_batch * d.in_channels * d.height * d.width;
   for (const CnnStage& s : p.stages)
-    limits.half_scratch_elems = std::max(limits.half_scratch_elems, conv2d_half_scratch_elems(s.conv));
+    limits.half_scratch_elems = std::max(limits.half_scratch_elems, op_sizes::conv2d_half_scratch(s.conv));
   return limits;
 }
 
 template <class T>
 void cnn_warm_up_kernels(const CnnDims& d) {
-  for (const CnnStage& s : cnn_plan(d).stages) conv2d_warm_up<T>(s.conv);
+  for (const CnnStage& s : cnn_plan(d).stages) op_sizes::warm_up_conv2d<T>(s.conv);
 }
 
 template <class T>
@@ -228,10 +227,10 @@ Conv2dShape Cnn<T>::conv_at(const CnnStage& s, std::int64_t batch) const {
   // The workspace was sized at max_batch; oneDNN's scratchpad could in principle
   // need more at a smaller batch (kernels/conv2d.hpp sizes for that): fail loudly
   // rather than let a kernel run past the buffer.
-  SHARDTRAIN_CHECK(conv2d_workspace_elems<T>(conv) <= m_conv_workspace,
+  SHARDTRAIN_CHECK(op_sizes::conv2d_workspace<T>(conv) <= m_conv_workspace,
                    "cnn: conv workspace of " + std::to_string(m_conv_workspace) + " elements sized at micro-batch " +
                        std::to_string(m_dims.max_batch) + " is too small at micro-batch " + std::to_string(batch) +
-                       " (needs " + std::to_string(conv2d_workspace_elems<T>(conv)) + ")");
+                       " (needs " + std::to_string(op_sizes::conv2d_workspace<T>(conv)) + ")");
   return conv;
 }
 

@@ -15,7 +15,8 @@
 // place: the ReLU mask is recovered from the dropped output, since dropped
 // elements have zero gradient anyway), the logits (overwritten by their
 // gradient in backward) and the per-sample losses. Workspace: the largest
-// conv2d_workspace_elems<T> of the convs at max_batch (kernels/conv2d.hpp: for
+// op_sizes::conv2d_workspace<T> of the convs at max_batch (backend/model_ops.hpp,
+// the host kernels' layout in kernels/conv2d.hpp: for
 // float and native bf16 the channels-last copies of a block of samples, oneDNN's
 // scratchpad and the fp32 dw / db staging, for double an im2col block; bounded by
 // the shapes, not by the batch) and two
@@ -81,7 +82,7 @@ struct CnnPlan {
 };
 CnnPlan cnn_plan(const CnnDims& d);
 
-// Elements of T of the conv workspace: the largest conv2d_workspace_elems<T> of
+// Elements of T of the conv workspace: the largest op_sizes::conv2d_workspace<T> of
 // the plan's convs (at max_batch, so enough for every smaller micro-batch).
 template <class T>
 std::int64_t cnn_conv_workspace(const CnnPlan& p);
@@ -96,11 +97,11 @@ template <class T>
 void cnn_init_params(const ParamLayout& layout, std::uint64_t seed, T* params, std::int64_t lo, std::int64_t hi);
 
 // The ModelOps limits the model creates its ops with (incl. half_scratch_elems =
-// the largest conv2d_half_scratch_elems).
+// the largest op_sizes::conv2d_half_scratch).
 ModelOpsLimits cnn_ops_limits(const CnnDims& d);
 
 // Runs every conv of the model once on a small zero batch through the host
-// kernels (kernels/conv2d.hpp conv2d_warm_up), so that oneDNN's lazily built
+// kernels (op_sizes::warm_up_conv2d, backend/model_ops.hpp), so that oneDNN's lazily built
 // code and buffers exist before the trainer measures the process before the
 // model (train/process_memory.cpp): they are then part of "RSS before the
 // model" in the predicted process peak, as the rest of the libraries' code is.

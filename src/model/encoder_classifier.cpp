@@ -8,9 +8,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/cross_entropy.hpp"  // cross_entropy_half_scratch_elems
 #include "core/half.hpp"
-#include "kernels/linear.hpp"         // linear_half_scratch_elems
 
 namespace shardtrain {
 
@@ -80,8 +78,8 @@ void encoder_init_params(const ParamLayout& layout, const EncoderDims& d, double
 ModelOpsLimits encoder_ops_limits(const EncoderDims& d) {
   ModelOpsLimits l{d.max_batch, d.seq_len, d.channels, d.n_head, d.vocab};
   // The head: Linear(C, K) over B rows and cross-entropy over K classes.
-  l.half_scratch_elems = std::max(linear_half_scratch_elems(d.max_batch, d.channels, d.classes),
-                                  cross_entropy_half_scratch_elems(d.classes));
+  l.half_scratch_elems = std::max(op_sizes::linear_half_scratch(d.max_batch, d.channels, d.classes),
+                                  op_sizes::cross_entropy_half_scratch(d.classes));
   return l;
 }
 

@@ -8,15 +8,15 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
-#include "kernels/attention.hpp"  // attention_saved_elems / attention_workspace_elems: the layouts
 #include "core/half.hpp"
 
 namespace shardtrain {
 
 namespace {
 
-AttentionShape attention_shape(const TransformerBlockShape& s, std::int64_t batch) {
-  return AttentionShape{batch, s.seq_len, s.channels, s.n_head};
+// The attention of a micro-batch of `batch` sequences, for sizing its buffers.
+AttnShape attention_shape(const TransformerBlockShape& s, std::int64_t batch) {
+  return AttnShape{batch, s.seq_len, s.channels, s.n_head};
 }
 
 AttnShape attn_shape(const TransformerBlockShape& s, const TransformerBlockRun& run) {
@@ -90,7 +90,7 @@ TransformerBlockParams<T> transformer_block_params(T* base, const std::int64_t* 
 std::int64_t transformer_block_saved_elems(const TransformerBlockShape& s) {
   const std::int64_t bt = s.max_batch * s.seq_len, c = s.channels;
   // ln1 mean/rstd/out, attention saved, att_out, resid1, ln2 mean/rstd/out, fc_pre, fc_act, out
-  return 2 * bt + bt * c + attention_saved_elems(attention_shape(s, s.max_batch)) + bt * c + bt * c + 2 * bt +
+  return 2 * bt + bt * c + op_sizes::attention_saved(attention_shape(s, s.max_batch)) + bt * c + bt * c + 2 * bt +
          bt * c + 2 * bt * 4 * c + bt * c;
 }
 
@@ -101,7 +101,7 @@ TransformerBlockActs<T> transformer_block_carve(T* base, const TransformerBlockS
   auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
   TransformerBlockActs<T> a;
   a.ln1_mean = carve(bt); a.ln1_rstd = carve(bt); a.ln1_out = carve(bt * c);
-  a.att_saved = carve(attention_saved_elems(attention_shape(s, s.max_batch)));
+  a.att_saved = carve(op_sizes::attention_saved(attention_shape(s, s.max_batch)));
   a.att_out = carve(bt * c);
   a.resid1 = carve(bt * c);
   a.ln2_mean = carve(bt); a.ln2_rstd = carve(bt); a.ln2_out = carve(bt * c);
@@ -114,7 +114,7 @@ TransformerBlockActs<T> transformer_block_carve(T* base, const TransformerBlockS
 std::int64_t transformer_block_workspace_elems(const TransformerBlockShape& s) {
   const std::int64_t bt = s.max_batch * s.seq_len, c = s.channels;
   // qkv (forward) | attention workspace | dres | dsmall | dbig1 | dbig2
-  return bt * 3 * c + attention_workspace_elems(attention_shape(s, s.max_batch)) + bt * c + bt * c + 2 * bt * 4 * c;
+  return bt * 3 * c + op_sizes::attention_workspace(attention_shape(s, s.max_batch)) + bt * c + bt * c + 2 * bt * 4 * c;
 }
 
 template <class T>
@@ -123,7 +123,7 @@ TransformerBlockWork<T> transformer_block_workspace(T* base, const TransformerBl
   TransformerBlockWork<T> w;
   w.qkv = base;
   w.att = w.qkv + bt * 3 * c;
-  w.dres = w.att + attention_workspace_elems(attention_shape(s, s.max_batch));
+  w.dres = w.att + op_sizes::attention_workspace(attention_shape(s, s.max_batch));
   w.dsmall = w.dres + bt * c;
   w.dbig1 = w.dsmall + bt * c;
   w.dbig2 = w.dbig1 + bt * 4 * c;
