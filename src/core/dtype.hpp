@@ -55,7 +55,21 @@ template <> constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
 template <> constexpr DType dtype_of<f16>() { return DType::F16; }
 template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
 
-// The compute type of a precision.mode: F32, F16, BF16.
+// f.template operator()<P>() with P the storage type of `mode` (float, f16,
+// bf16): the one place a run's precision becomes the type its layers are
+// compiled for (the trainer's Run<P>, plan_run's task).
+template <class F>
+decltype(auto) with_storage_type(PrecisionMode mode, F&& f) {
+  switch (mode) {
+    case PrecisionMode::Fp16: return f.template operator()<f16>();
+    case PrecisionMode::Bf16: return f.template operator()<bf16>();
+    case PrecisionMode::Fp32: break;
+  }
+  return f.template operator()<float>();
+}
+
+// The compute type of a precision.mode: F32, F16, BF16 (dtype_of the type
+// with_storage_type picks).
 constexpr DType precision_dtype(PrecisionMode mode) {
   switch (mode) {
     case PrecisionMode::Fp16: return DType::F16;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/dtype.hpp"
 #include "train/model_registry.hpp"
 #include "train/process_memory.hpp"
 #include "train/task_factory.hpp"
@@ -42,12 +43,8 @@ MemoryPlan plan_and_measure(const RunConfig& config, MpiCommunicator& comm, int 
 
 MemoryPlan plan_run(const RunConfig& config, MPI_Comm comm, int world) {
   MpiCommunicator c(comm);
-  switch (config.precision.mode) {
-    case PrecisionMode::Fp16: return plan_and_measure<f16>(config, c, world);
-    case PrecisionMode::Bf16: return plan_and_measure<bf16>(config, c, world);
-    case PrecisionMode::Fp32: break;
-  }
-  return plan_and_measure<float>(config, c, world);
+  return with_storage_type(config.precision.mode,
+                           [&]<class P>() { return plan_and_measure<P>(config, c, world); });
 }
 
 std::int64_t run_max_batch(const RunConfig& c, int world) {

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/profiler.hpp"
@@ -524,10 +525,8 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
 
 Trainer::Trainer(const RunConfig& config, MPI_Comm world, const RunOptions& hooks)
     : m_device(bring_up(config, world)) {
-  const PrecisionMode mode = config.precision.mode;
-  if (mode == PrecisionMode::Fp16) m_run = std::make_unique<Run<f16>>(config, world, hooks, *m_device);
-  else if (mode == PrecisionMode::Bf16) m_run = std::make_unique<Run<bf16>>(config, world, hooks, *m_device);
-  else m_run = std::make_unique<Run<float>>(config, world, hooks, *m_device);
+  with_storage_type(config.precision.mode,
+                    [&]<class P>() { m_run = std::make_unique<Run<P>>(config, world, hooks, *m_device); });
 }
 Trainer::~Trainer() = default;
 TrainResult Trainer::run() { return m_run->run(); }
