@@ -12,7 +12,7 @@ namespace shardtrain {
 namespace ckpt {
 
 std::string check_precision(const std::string& precision) {
-  if (precision_named(precision)) return {};
+  if (enum_named<PrecisionMode>(precision)) return {};
   return "is '" + precision + "', expected fp32, fp16 or bf16";
 }
 

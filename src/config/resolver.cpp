@@ -164,9 +164,7 @@ void Resolver::read(const KeySpec& k, RunConfig& config) {
         } else if constexpr (std::is_enum_v<T>) {
           std::string name;  // one of the choices, which are the enum's names (schema.cpp checks it)
           read_string(key, name, k);
-          if (name.empty()) return;
-          const auto names = enum_names(T{});
-          out = static_cast<T>(std::find(names.begin(), names.end(), name) - names.begin());
+          if (!name.empty()) out = *enum_named<T>(name);
         } else {
           read_int(key, out, k.ints);
         }

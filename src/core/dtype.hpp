@@ -59,7 +59,7 @@ template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
 // bf16): the one place a run's precision becomes the type its layers are
 // compiled for (the trainer's Run<P>, plan_run's task).
 template <class F>
-decltype(auto) with_storage_type(PrecisionMode mode, F&& f) {
+constexpr decltype(auto) with_storage_type(PrecisionMode mode, F&& f) {
   switch (mode) {
     case PrecisionMode::Fp16: return f.template operator()<f16>();
     case PrecisionMode::Bf16: return f.template operator()<bf16>();
@@ -68,15 +68,9 @@ decltype(auto) with_storage_type(PrecisionMode mode, F&& f) {
   return f.template operator()<float>();
 }
 
-// The compute type of a precision.mode: F32, F16, BF16 (dtype_of the type
-// with_storage_type picks).
+// The compute type of a precision.mode: the DType of its storage type.
 constexpr DType precision_dtype(PrecisionMode mode) {
-  switch (mode) {
-    case PrecisionMode::Fp16: return DType::F16;
-    case PrecisionMode::Bf16: return DType::BF16;
-    case PrecisionMode::Fp32: break;
-  }
-  return DType::F32;
+  return with_storage_type(mode, []<class P>() { return dtype_of<P>(); });
 }
 
 }  // namespace shardtrain

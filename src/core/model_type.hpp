@@ -1,6 +1,6 @@
 // shardtrain/core/model_type.hpp
 // model.type as a value: the enum of core/model_types.def's lines and their
-// names. In core because the config (RunConfig::model.type), the checkpoint
+// names (name_of, enum_named: core/named_enum.hpp). In core because the config (RunConfig::model.type), the checkpoint
 // files' metadata and trainer-ckpt all name it; what each type is (its dims,
 // layout, init, costs, plan and task) is its row in train/model_registry.hpp.
 #pragma once
@@ -10,6 +10,8 @@
 #include <optional>
 #include <span>
 #include <string_view>
+
+#include "core/named_enum.hpp"
 
 namespace shardtrain {
 
@@ -43,17 +45,8 @@ inline constexpr bool k_model_type_transformer[] = {
 // d_model and seq_len).
 constexpr bool is_transformer(ModelType t) { return k_model_type_transformer[static_cast<std::size_t>(t)]; }
 
-// The name of `t` as input files, checkpoints and exports spell it ("gpt", ...).
-constexpr std::string_view name_of(ModelType t) { return k_model_type_names[static_cast<std::size_t>(t)]; }
-
-// The type spelled `name`, or nothing.
-constexpr std::optional<ModelType> model_type_named(std::string_view name) {
-  for (std::size_t i = 0; i < k_model_type_count; ++i)
-    if (k_model_type_names[i] == name) return static_cast<ModelType>(i);
-  return std::nullopt;
-}
-
-// The names of an enum the config reads from a string (config/schema.hpp).
+// The names, as input files, checkpoints and exports spell them: name_of(t) and
+// enum_named<ModelType>(name) (core/named_enum.hpp).
 constexpr std::span<const std::string_view> enum_names(ModelType) { return k_model_type_names; }
 
 }  // namespace shardtrain

@@ -12,6 +12,8 @@
 #include <span>
 #include <string_view>
 
+#include "core/named_enum.hpp"
+
 namespace shardtrain {
 
 enum class PrecisionMode : unsigned char { Fp32, Fp16, Bf16 };
@@ -19,16 +21,7 @@ enum class PrecisionMode : unsigned char { Fp32, Fp16, Bf16 };
 // Every name, in the order of the enum, as input files and checkpoints spell them.
 inline constexpr std::string_view k_precision_names[] = {"fp32", "fp16", "bf16"};
 
-constexpr std::string_view name_of(PrecisionMode p) { return k_precision_names[static_cast<std::size_t>(p)]; }
-
-// The mode spelled `name`, or nothing.
-constexpr std::optional<PrecisionMode> precision_named(std::string_view name) {
-  for (std::size_t i = 0; i < std::size(k_precision_names); ++i)
-    if (k_precision_names[i] == name) return static_cast<PrecisionMode>(i);
-  return std::nullopt;
-}
-
-// The names of an enum the config reads from a string (config/schema.hpp).
+// name_of(p) and enum_named<PrecisionMode>(name) read them (core/named_enum.hpp).
 constexpr std::span<const std::string_view> enum_names(PrecisionMode) { return k_precision_names; }
 
 }  // namespace shardtrain

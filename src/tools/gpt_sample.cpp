@@ -25,7 +25,7 @@ GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt) {
                      std::string(e.description()));
   }
   const std::string type = root["model"]["type"].value_or(std::string("(none)"));
-  if (model_type_named(type) != ModelType::Gpt) throw InputError(path + ": sample needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
+  if (enum_named<ModelType>(type) != ModelType::Gpt) throw InputError(path + ": sample needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
   const std::string master(saved_name(StateVector::Master));  // the fp32 weights
   if (!ckpt.has_vector(master)) throw InputError(path + ": no state vector '" + master + "' (the fp32 weights)");
   for (const auto& [name, t] : ckpt.vectors())
@@ -57,7 +57,7 @@ GptSampleWeights load_gpt_sample_weights(const WeightsFile& file) {
   bool gpt2 = false;
   for (const WeightsTensor& t : file.tensors()) gpt2 = gpt2 || t.name.rfind("transformer.", 0) == 0;
   const std::string type = file.metadata_or("model_type", gpt2 ? "gpt" : "");
-  if (model_type_named(type) != ModelType::Gpt)
+  if (enum_named<ModelType>(type) != ModelType::Gpt)
     throw InputError(path + ": sample needs a GPT's weights; " +
                      (type.empty() ? std::string("the file records no model_type (export it with trainer-ckpt export)")
                                    : "the file's model_type is \"" + type + "\""));

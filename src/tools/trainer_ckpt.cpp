@@ -402,7 +402,7 @@ toml::table stored_model_config(const CheckpointReader& ckpt) {
 Metadata model_metadata(const CheckpointReader& ckpt) {
   const toml::table model = stored_model_config(ckpt);
   const std::string type = model["type"].value_or(std::string("(none)"));
-  const std::optional<ModelType> known = model_type_named(type);
+  const std::optional<ModelType> known = enum_named<ModelType>(type);
   const bool transformer = known && is_transformer(*known);
   Metadata m{{"model_type", type}};
   if (transformer) {
@@ -435,7 +435,7 @@ std::vector<SafetensorsEntry> gpt2_entries(const CheckpointReader& ckpt, Metadat
   const std::string& path = ckpt.path();
   const toml::table model = stored_model_config(ckpt);
   const std::string type = model["type"].value_or(std::string("(none)"));
-  if (model_type_named(type) != ModelType::Gpt)
+  if (enum_named<ModelType>(type) != ModelType::Gpt)
     throw InputError(path + ": --names gpt2 needs a GPT checkpoint; this one's model.type is \"" + type + "\"");
   const std::int64_t n_head = model["n_head"].value_or(std::int64_t{0});
   const auto& layout = ckpt.layout();

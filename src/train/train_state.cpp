@@ -146,7 +146,7 @@ void TrainState<P>::resume() {
       m_last_good_step = meta.step;
       m_samples = meta.samples_seen;
       m_updates = meta.optimizer_updates;
-      if (m_scaler.enabled() && precision_named(meta.precision) == PrecisionMode::Fp16) {
+      if (m_scaler.enabled() && enum_named<PrecisionMode>(meta.precision) == PrecisionMode::Fp16) {
         // Clamped to this run's precision.* keys, which may have changed.
         const auto& c = m_scaler.config();
         LossScalerState st{std::clamp(meta.loss_scale, c.min_scale, 3.4028234663852886e38),
