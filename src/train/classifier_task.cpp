@@ -25,12 +25,6 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-std::string join(const std::vector<std::int64_t>& v, const char* sep) {
-  std::string out;
-  for (std::size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? sep : "", v[i]);
-  return out;
-}
-
 template <class P>
 class ClassifierTask final : public Task<P> {
  public:
@@ -95,7 +89,7 @@ class ClassifierTask final : public Task<P> {
     return {model, fmt::format("batch {} samples, micro-batch {}", m_cfg.train.batch_size, this->max_batch()),
             fmt::format("data {} ({} train / {} val samples of shape ({}), {} classes; {})", m_cfg.data.path,
                         m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val),
-                        join(m_data.sample_shape(), ", "), m_classes, m_data_source)};
+                        fmt::join(m_data.sample_shape(), ", "), m_classes, m_data_source)};
   }
   std::int64_t targets_per_sample() const override { return 1; }
   std::int64_t tokens_per_sample() const override { return m_seq_len; }

@@ -21,12 +21,6 @@ struct Overloaded : F... {
 template <class... F>
 Overloaded(F...) -> Overloaded<F...>;
 
-std::string join(const std::vector<std::int64_t>& v, const char* sep) {
-  std::string out;
-  for (std::size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? sep : "", v[i]);
-  return out;
-}
-
 ClassifierDims mlp_dims(const RunConfig& cfg, const ClassifierSamples& s, std::int64_t max_batch) {
   return MlpDims{s.row, cfg.model.hidden, s.classes, max_batch};
 }
@@ -34,7 +28,7 @@ ClassifierDims mlp_dims(const RunConfig& cfg, const ClassifierSamples& s, std::i
 ClassifierDims cnn_dims(const RunConfig& cfg, const ClassifierSamples& s, std::int64_t max_batch) {
   if (s.shape.size() != 3)
     throw InputError(fmt::format("{}: model.type = \"cnn\" needs images of shape (C, H, W); the samples have "
-                                 "shape ({})", s.path, join(s.shape, ", ")));
+                                 "shape ({})", s.path, fmt::join(s.shape, ", ")));
   CnnDims d;
   d.in_channels = s.shape[0];
   d.height = s.shape[1];
@@ -160,12 +154,13 @@ std::string describe_classifier(const ClassifierDims& dims, const RunConfig& con
                    std::vector<std::int64_t> widths{d.inputs};
                    widths.insert(widths.end(), d.hidden.begin(), d.hidden.end());
                    widths.push_back(d.classes);
-                   return fmt::format("MLP {}", join(widths, "-"));
+                   return fmt::format("MLP {}", fmt::join(widths, "-"));
                  },
                  [&](const CnnDims& d) {
                    return fmt::format("CNN conv {} k{} pad {} pool {} | fc {}{} -> {}",
-                                      join(config.model.conv_channels, ","), d.convs[0].kernel, d.convs[0].padding,
-                                      d.pool, d.hidden.empty() ? "none" : join(d.hidden, ","),
+                                      fmt::join(config.model.conv_channels, ","), d.convs[0].kernel, d.convs[0].padding,
+                                      d.pool,
+                                      d.hidden.empty() ? std::string("none") : fmt::format("{}", fmt::join(d.hidden, ",")),
                                       d.dropout > 0 ? fmt::format(" dropout {:g}", d.dropout) : "", d.classes);
                  },
                  [&](const EncoderDims& d) {
