@@ -2,9 +2,13 @@
 #include "io/crc32.hpp"
 
 #include <isa-l/crc.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace shardtrain {
 
@@ -16,6 +20,20 @@ std::uint32_t crc32_ieee(std::uint32_t crc, const void* p, std::size_t bytes) {
     done += n;
   }
   return crc;
+}
+
+std::uint32_t crc32_join(std::span<const std::uint32_t> crcs, std::size_t piece, std::size_t bytes) {
+  SHARDTRAIN_CHECK(piece > 0, "crc32_join: piece size must be positive");
+  const std::size_t n = (bytes + piece - 1) / piece;
+  SHARDTRAIN_CHECK(crcs.size() == n, "crc32_join: " + std::to_string(crcs.size()) + " piece CRCs for " +
+                                         std::to_string(bytes) + " bytes in pieces of " + std::to_string(piece) +
+                                         " (expected " + std::to_string(n) + ")");
+  if (n == 0) return 0;
+  uLong crc = crcs[0];
+  const uLong whole = crc32_combine_gen(static_cast<z_off_t>(piece));
+  for (std::size_t i = 1; i + 1 < n; ++i) crc = crc32_combine_op(crc, crcs[i], whole);
+  if (n > 1) crc = crc32_combine(crc, crcs[n - 1], static_cast<z_off_t>(bytes - (n - 1) * piece));
+  return static_cast<std::uint32_t>(crc);
 }
 
 }  // namespace shardtrain

@@ -97,6 +97,20 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
   // The host waits for every kernel queued so far.
   virtual void synchronize() = 0;
+  // The CRC-32s (zlib's crc32) of the consecutive `piece`-byte pieces of the `bytes`
+  // bytes at `p` in this backend's memory (the last piece may be shorter), into
+  // out[0, ceil(bytes / piece)), after the kernels queued before: a device backend
+  // hashes where the bytes are, so a CRC of the weights (train/weights_crc) moves
+  // 4 bytes per piece to the host instead of the weights; io/crc32.hpp crc32_join
+  // makes the whole buffer's CRC of them. Returns false, writing nothing, where the
+  // memory is the host's (the default): the caller hashes it in place.
+  virtual bool crc32_pieces(const void* p, std::size_t bytes, std::size_t piece, std::uint32_t* out) {
+    (void)p;
+    (void)bytes;
+    (void)piece;
+    (void)out;
+    return false;
+  }
 
   // Fences between the compute stream and the communicator's stream (no-ops on
   // the host, where a kernel has finished when it returns):

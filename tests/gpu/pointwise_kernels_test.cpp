@@ -1,5 +1,5 @@
 // Device tests of the pointwise/row CUDA ops (kernels/cuda: embedding, layernorm,
-// gelu, relu, cross_entropy, elementwise, adamw) against the Kokkos host kernels
+// gelu, relu, cross_entropy, elementwise, adamw, and the weights CRC's crc32) against the Kokkos host kernels
 // (kernels/*.hpp) and AdamW::step (src/optim/adamw.cpp), for T = float, f16, bf16.
 //
 // Method: random inputs (fixed seeds) are rounded to T once; the host kernel and
@@ -45,6 +45,7 @@
 #include "core/memory.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/crc32.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
@@ -59,6 +60,7 @@
 #include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
 #include "core/param_layout.hpp"
+#include "io/crc32.hpp"
 #include "optim/adamw.hpp"
 #include "device_buffer.hpp"
 #include "device_compare.hpp"
@@ -624,6 +626,42 @@ TYPED_TEST(PointwiseKernels, ElementwisePastTwoToThe31ElementsMatchesHost) {
   }
   accumulate<H>(CView1<H>(xs.data(), ns), View1<H>(acc_want.data(), ns));
   EXPECT_TRUE(bitwise_equal(acc_got, acc_want)) << "accumulate past 2^31 elements (sampled)";
+}
+
+// kernels/cuda/crc32 (the weights CRC of metrics.csv on a device): every piece's
+// CRC against ISA-L's (io/crc32.hpp) and the joined CRC (crc32_join) against the
+// whole range's: 16-byte loads (aligned start, piece a multiple of 16) and byte
+// loads (odd starts, a piece of 1000), pieces that do not divide the length,
+// lengths 0, 1, under one piece, and 64 MiB + 13 in 64 KiB pieces (the trainer's).
+TEST(DeviceCrc32, PiecesMatchIsaLAndJoinToTheWholeRange) {
+  std::mt19937 gen(77);
+  std::vector<unsigned char> host((std::size_t{64} << 20) + 64);
+  for (auto& b : host) b = static_cast<unsigned char>(gen());
+  DeviceBuffer<unsigned char> dev(host);
+  cudaStream_t stream = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Case {
+    std::size_t offset, bytes, piece;
+  };
+  const std::size_t big = (std::size_t{64} << 20) + 13;
+  const Case cases[] = {{0, 0, 64},         {0, 1, 64},        {0, 63, 64},          {0, 64, 64},
+                        {0, 65, 64},        {3, 1000, 64},     {5, 100'003, 1000},   {16, 100'000, 4096},
+                        {0, 5 * 65536, 65536}, {0, big, 65536}, {1, big, 65536}};
+  for (const Case& c : cases) {
+    const std::string tag = "offset " + std::to_string(c.offset) + " bytes " + std::to_string(c.bytes) +
+                            " piece " + std::to_string(c.piece);
+    const std::size_t n = (c.bytes + c.piece - 1) / c.piece;
+    DeviceBuffer<std::uint32_t> out(std::max<std::size_t>(n, 1));
+    cuda::crc32_pieces(dev.data() + c.offset, c.bytes, c.piece, out.data(), stream);
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<std::uint32_t> got = out.template download_range<std::uint32_t>(0, n);
+    const unsigned char* base = host.data() + c.offset;
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i], crc32_ieee(0, base + i * c.piece, std::min(c.piece, c.bytes - i * c.piece)))
+          << "piece " << i << ", " << tag;
+    EXPECT_EQ(crc32_join(got, c.piece, c.bytes), crc32_ieee(0, base, c.bytes)) << tag;
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace

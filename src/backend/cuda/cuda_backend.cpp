@@ -15,6 +15,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/crc32.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/vector_reduce.cuh"
 
@@ -245,6 +246,25 @@ void CudaBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) 
 }
 
 void CudaBackend::synchronize() { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
+
+bool CudaBackend::crc32_pieces(const void* p, std::size_t bytes, std::size_t piece, std::uint32_t* out) {
+  if (bytes == 0) return true;
+  SHARDTRAIN_CHECK(piece > 0, "CudaBackend::crc32_pieces: piece size must be positive");
+  const std::size_t n = (bytes + piece - 1) / piece;
+  // The pieces' CRCs: a stream-ordered allocation freed behind the copy (4 bytes a piece).
+  void* d = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaMallocAsync(&d, n * sizeof(std::uint32_t), m_stream));
+  try {
+    cuda::crc32_pieces(p, bytes, piece, static_cast<std::uint32_t*>(d), m_stream);
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(out, d, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, m_stream));
+  } catch (...) {
+    SHARDTRAIN_CUDA_WARN(cudaFreeAsync(d, m_stream));
+    throw;
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaFreeAsync(d, m_stream));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(m_stream));
+  return true;
+}
 void CudaBackend::collectives_after_compute() { m_comm.wait_for_stream(m_stream); }
 void CudaBackend::compute_after_collectives() { m_comm.make_stream_wait(m_stream); }
 

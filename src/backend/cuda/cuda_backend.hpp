@@ -42,6 +42,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
   void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override;
   void synchronize() override;
+  bool crc32_pieces(const void* p, std::size_t bytes, std::size_t piece, std::uint32_t* out) override;
   void collectives_after_compute() override;
   void compute_after_collectives() override;
 

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <random>
 #include <vector>
 
@@ -47,4 +49,24 @@ TEST(Crc32, LongBuffersAndChaining) {
   // A known value: the CRC-32 check value of "123456789".
   const char* check = "123456789";
   EXPECT_EQ(shardtrain::crc32_ieee(0, check, 9), 0xCBF43926u);
+}
+
+// crc32_join (a device's piece CRCs, Backend::crc32_pieces, made into one): pieces
+// hashed here, joined, against zlib over the whole buffer; lengths around piece
+// boundaries, one piece, none, and a count that does not match the length.
+TEST(Crc32, JoinOfPiecesIsTheWholeBuffersCrc) {
+  const auto data = random_bytes(300'007, 4);
+  for (const std::size_t piece : {std::size_t{1}, std::size_t{16}, std::size_t{1000}, std::size_t{65536}})
+    for (const std::size_t bytes : {std::size_t{0}, std::size_t{1}, piece - 1, piece, piece + 1, 3 * piece,
+                                    3 * piece + 7, data.size()}) {
+      if (bytes > data.size()) continue;
+      std::vector<std::uint32_t> crcs;
+      for (std::size_t lo = 0; lo < bytes; lo += piece)
+        crcs.push_back(shardtrain::crc32_ieee(0, data.data() + lo, std::min(piece, bytes - lo)));
+      EXPECT_EQ(shardtrain::crc32_join(crcs, piece, bytes), zlib_crc(0, data.data(), bytes))
+          << "piece " << piece << " bytes " << bytes;
+    }
+  const std::vector<std::uint32_t> two{1u, 2u};
+  EXPECT_THROW(shardtrain::crc32_join(two, 16, 40), std::exception) << "3 pieces of 16 for 40 bytes, 2 given";
+  EXPECT_THROW(shardtrain::crc32_join(two, 0, 40), std::exception);
 }
