@@ -150,6 +150,12 @@ class HostBackend final : public Backend {
 
 AttentionShape host_shape(const AttnShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head, s.causal}; }
 
+// Fused attention is cuDNN's (the CUDA device ops); the trainer refuses model.attention =
+// "fused" on the host before a model exists, so reaching this is a bug.
+void refuse_fused(const AttnShape& s) {
+  SHARDTRAIN_CHECK(!s.fused, "fused attention runs on a CUDA device only (model.attention = \"fused\")");
+}
+
 // AttnShape's / the pooling ops' host lengths as a view (empty: all valid).
 CView1<std::int32_t> lengths_view(const std::int32_t* lengths, std::int64_t b) {
   return lengths ? CView1<std::int32_t>(lengths, b) : CView1<std::int32_t>();
@@ -244,6 +250,7 @@ class HostModelOps {
                                    db ? View1<T>(db, m) : View1<T>(), accumulate);
   }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T* workspace, T* out) {
+    refuse_fused(s);
     const AttentionShape h = host_shape(s);
     shardtrain::attention_forward<T>(h, CView3<T>(qkv, s.batch, s.seq_len, 3 * s.channels),
                                      View1<T>(saved, attention_saved_elems(h)),
@@ -252,6 +259,7 @@ class HostModelOps {
   }
   void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T* workspace,
                           T* dqkv) {
+    refuse_fused(s);
     const AttentionShape h = host_shape(s);
     shardtrain::attention_backward<T>(h, CView3<T>(dout, s.batch, s.seq_len, s.channels),
                                       CView1<T>(saved, attention_saved_elems(h)),
@@ -404,9 +412,11 @@ template std::unique_ptr<ModelOps<bf16>> make_model_ops<bf16>(Backend&, const Mo
 namespace op_sizes {
 
 std::int64_t attention_saved(const AttnShape& s) {
+  if (s.fused) return 3 * s.batch * s.seq_len * s.channels + 2 * s.batch * s.n_head * s.seq_len + 32;
   return attention_saved_elems(AttentionShape{s.batch, s.seq_len, s.channels, s.n_head});
 }
 std::int64_t attention_workspace(const AttnShape& s) {
+  if (s.fused) return 0;
   return attention_workspace_elems(AttentionShape{s.batch, s.seq_len, s.channels, s.n_head});
 }
 template <class T>

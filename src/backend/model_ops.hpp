@@ -43,12 +43,19 @@ struct ModelOpsLimits {
   // least (e.g. the CNN's conv2d_half_scratch_elems); the GPT ops' need is
   // computed from the fields above.
   std::int64_t half_scratch_elems = 0;
+  // GPT attention through cuDNN's fused flash-attention graphs (model.attention =
+  // "fused"; CUDA device, 16-bit storage): the device ops size their scratch for it.
+  bool fused_attention = false;
 };
 
 struct AttnShape {  // multi-head attention over packed qkv (B, T, 3C), kernels/attention.hpp
   std::int64_t batch = 0, seq_len = 0, channels = 0, n_head = 0;
   bool causal = true;                     // false: bidirectional (encoder classifier)
   const std::int32_t* lengths = nullptr;  // HOST: valid keys per sequence, in [1, T]; nullptr: all T
+  // cuDNN's fused flash attention (CUDA device, f16/bf16, causal, no lengths): the
+  // forward keeps qkv and the (B, H) rows' fp32 log-sum-exp, not the (B, H, T, T)
+  // probabilities, and the backward recomputes them. Sizes: op_sizes below.
+  bool fused = false;
 };
 
 // What a model asks the op table for before it has one (its plan and costs
@@ -59,8 +66,13 @@ struct AttnShape {  // multi-head attention over packed qkv (B, T, 3C), kernels/
 // built ahead of the process measurement. A model sizes what it allocates by
 // these, never by a kernel's header. Defined in host_backend.cpp.
 namespace op_sizes {
-std::int64_t attention_saved(const AttnShape& s);      // attention_forward's `saved`
-std::int64_t attention_workspace(const AttnShape& s);  // attention_forward/backward's `workspace`
+// attention_forward's `saved`. Fused: qkv (3BTC) | the statistics (B*H*T floats, as
+// 2 elements each: fused runs only 16-bit storage) | 32 elements for the device
+// ops to start both pieces 16-byte aligned (cuDNN's requirement).
+std::int64_t attention_saved(const AttnShape& s);
+// attention_forward/backward's `workspace` (fused: none; the device ops' own scratch
+// holds cuDNN's).
+std::int64_t attention_workspace(const AttnShape& s);
 template <class T>
 std::int64_t conv2d_workspace(const Conv2dShape& s);   // conv2d_forward/backward's `workspace`
 std::int64_t conv2d_half_scratch(const Conv2dShape& s);                           // ModelOpsLimits::half_scratch_elems

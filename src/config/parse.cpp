@@ -129,6 +129,31 @@ void check_across_keys(Resolver& r, const RunConfig& c) {
                fmt::format("must be a multiple of model.n_head ({}), got {}", c.model.n_head, c.model.d_model));
   }
 
+  if (c.model.type == ModelType::Gpt && c.model.attention == "fused" && !r.failed("model.attention")) {
+    const Origin where = r.origin("model.attention");
+    if (c.precision.mode == PrecisionMode::Fp32 && !r.failed("precision.mode"))
+      r.report(where, "model.attention",
+               "\"fused\" (cuDNN's flash attention) needs precision.mode = \"fp16\" or \"bf16\": cuDNN has no "
+               "fp32 flash-attention engine; use model.attention = \"unfused\" for fp32");
+    if (!r.failed("model.n_head") && !r.failed("model.d_model") && c.model.n_head > 0 &&
+        c.model.d_model % c.model.n_head == 0) {
+      const std::int64_t head = c.model.d_model / c.model.n_head;
+      if (head % 8 != 0 || head > 128)
+        r.report(where, "model.attention",
+                 fmt::format("\"fused\" (cuDNN's flash attention) needs a head width d_model / n_head that is a "
+                             "multiple of 8 and at most 128, got {} / {} = {}",
+                             c.model.d_model, c.model.n_head, head));
+    }
+    // With T (and C, by the head width) a multiple of 8, every activation and workspace
+    // piece is a multiple of 8 elements, so the attention's buffers start 16-byte
+    // aligned, which cuDNN needs.
+    if (!r.failed("model.seq_len") && c.model.seq_len % 8 != 0)
+      r.report(where, "model.attention",
+               fmt::format("\"fused\" (cuDNN's flash attention) needs model.seq_len to be a multiple of 8 (the "
+                           "16-byte alignment of its buffers), got {}",
+                           c.model.seq_len));
+  }
+
   const auto& t = c.train;
   if (!r.failed("train.steps") && !r.failed("train.batch_size") && !r.failed("model.seq_len")) {
     std::int64_t sequences = 0, tokens = 0;

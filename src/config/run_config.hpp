@@ -28,6 +28,7 @@ struct ModelConfig {
   int seq_len = 128;  // encoder_classifier: 0 (the data set's) unless given
   double init_std = 0.02;
   double layernorm_eps = 1e-5;
+  std::string attention = "unfused";  // gpt: "unfused" or "fused" (cuDNN flash attention, CUDA)
   std::string pooling = "cls";  // encoder_classifier
   // mlp, cnn:
   std::vector<std::int64_t> hidden;

@@ -38,6 +38,7 @@ constexpr ModelType k_cnn[] = {Cnn};
 constexpr ModelType k_classifiers[] = {EncoderClassifier, Mlp, Cnn};
 
 constexpr std::string_view k_pooling[] = {"cls", "mean"};
+constexpr std::string_view k_attention[] = {"unfused", "fused"};
 constexpr std::string_view k_devices[] = {"auto", "cpu", "cuda"};
 constexpr std::string_view k_in_memory[] = {"auto", "on", "off"};
 constexpr std::string_view k_optimizers[] = {"adamw"};
@@ -110,6 +111,15 @@ constexpr KeySpec k_schema[] = {
      .doc = "Weights start from N(0, init_std). Residual projections are scaled by 1/√(2L)."},
     {SHARDTRAIN_CONFIG_KEY(model, layernorm_eps), .numbers = {0, true}, .model_types = k_transformers,
      .doc = "Epsilon of every LayerNorm."},
+    {SHARDTRAIN_CONFIG_KEY(model, attention), .choices = k_attention, .model_types = k_gpt,
+     .doc = "How the blocks compute attention. `\"unfused\"`: batched GEMMs and a softmax kernel; the (B, H, T, "
+            "T) probabilities are kept for backward (host and CUDA). `\"fused\"`: cuDNN's fused flash-attention "
+            "graphs; backward recomputes the probabilities from q, k and one fp32 statistic per row, so a block "
+            "keeps 2 x B x H x T elements instead of B x H x T x T (the memory plan counts it). Needs a CUDA "
+            "device (refused on the host, exit 2), `precision.mode` `\"fp16\"` or `\"bf16\"` (cuDNN's flash "
+            "engines have no fp32), a head width `d_model / n_head` that is a multiple of 8 and at most 128, "
+            "and a `seq_len` that is a multiple of 8 (the 16-byte alignment of the buffers cuDNN reads). "
+            "Not yet the default: it has not run in the trainer on a GPU (gpu.md)."},
     {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},

@@ -16,7 +16,7 @@ namespace shardtrain {
 namespace {
 
 TransformerBlockShape block_shape_of(const GptDims& d) {
-  return TransformerBlockShape{d.max_batch, d.seq_len, d.channels, d.n_head};
+  return TransformerBlockShape{d.max_batch, d.seq_len, d.channels, d.n_head, d.fused_attention};
 }
 
 // The GPT's blocks: causal, no padding, no dropout.
@@ -105,9 +105,9 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   m_head_elems = plan.head;
   m_stack_capacity = planned.stack_bytes / static_cast<std::int64_t>(sizeof(T));
   m_has_scratch = planned.uses_scratch;
-  m_ops = make_model_ops<T>(backend ? *backend : host_backend(),
-                            ModelOpsLimits{dims.max_batch, dims.seq_len, dims.channels, dims.n_head, dims.vocab},
-                            memory);
+  ModelOpsLimits limits{dims.max_batch, dims.seq_len, dims.channels, dims.n_head, dims.vocab};
+  limits.fused_attention = dims.fused_attention;
+  m_ops = make_model_ops<T>(backend ? *backend : host_backend(), limits, memory);
   m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, gpt_activation_elems(dims, planned),
                             m_ops->memory());
   m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace, m_ops->memory());

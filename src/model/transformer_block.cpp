@@ -16,11 +16,15 @@ namespace {
 
 // The attention of a micro-batch of `batch` sequences, for sizing its buffers.
 AttnShape attention_shape(const TransformerBlockShape& s, std::int64_t batch) {
-  return AttnShape{batch, s.seq_len, s.channels, s.n_head};
+  AttnShape a{batch, s.seq_len, s.channels, s.n_head};
+  a.fused = s.fused_attention;
+  return a;
 }
 
 AttnShape attn_shape(const TransformerBlockShape& s, const TransformerBlockRun& run) {
-  return AttnShape{run.batch, s.seq_len, s.channels, s.n_head, run.causal, run.lengths};
+  AttnShape a{run.batch, s.seq_len, s.channels, s.n_head, run.causal, run.lengths};
+  a.fused = s.fused_attention;
+  return a;
 }
 
 // Dropout site k (0: after the attention projection, 1: after fc2) of a block.

@@ -30,6 +30,7 @@ struct TransformerBlockShape {
   std::int64_t seq_len = 0;    // T
   std::int64_t channels = 0;   // C
   std::int64_t n_head = 0;     // H
+  bool fused_attention = false;  // cuDNN's fused attention (AttnShape::fused)
 };
 
 inline constexpr int kTransformerBlockTensors = 12;

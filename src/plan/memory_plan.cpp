@@ -51,6 +51,7 @@ GptDims gpt_dims(const RunConfig& c, std::int64_t vocab, int world) {
   d.seq_len = c.model.seq_len;
   d.vocab = vocab;
   d.max_batch = std::min<std::int64_t>(c.train.micro_batch, (c.train.batch_size + world - 1) / world);
+  d.fused_attention = c.model.attention == "fused";
   return d;
 }
 

@@ -517,9 +517,18 @@ TrainResult Run<P>::run() {
 namespace {
 // The host compute threads first (parallel.threads; the host kernels run even
 // beside a device), then the device.
+// model.attention = "fused" is cuDNN's: refused where the run computes on the host
+// (every rank has the same config and device kind, so every rank refuses).
 std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world) {
   set_host_compute_threads(config.parallel.threads);
-  return bring_up_device(config.train.device, config.source_name, world);
+  auto context = bring_up_device(config.train.device, config.source_name, world);
+  if (config.model.type == ModelType::Gpt && config.model.attention == "fused" &&
+      context->backend->kind() == BackendKind::Host)
+    throw InputError(fmt::format(
+        "{}: model.attention = \"fused\" is cuDNN's flash attention and needs a CUDA device, but this run "
+        "computes on the host (train.device = \"{}\"); use model.attention = \"unfused\" on the host",
+        config.source_name, config.train.device));
+  return context;
 }
 }  // namespace
 

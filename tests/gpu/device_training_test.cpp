@@ -3,7 +3,8 @@
 //  - the GPT on the device (CudaBackend + CudaModelOps) against the same GPT on
 //    the host: loss and every parameter's gradient, fp32 (relative 1e-4) and
 //    fp16/bf16 storage against fp32 host (relative L2 3e-2), and bitwise the
-//    same gradients under two recompute schedules on the device;
+//    same gradients under two recompute schedules on the device; the same with
+//    cuDNN's fused attention (model.attention = "fused");
 //  - the backend's vector kernels (norm, inf/NaN scan, accumulate, widen,
 //    narrow, AdamW) against the host backend's;
 //  - training steps through the ZeRO engine on NcclCommunicator, every stage,
@@ -22,6 +23,7 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "config/run_config.hpp"
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "parallel/nccl/nccl_communicator.hpp"
@@ -73,8 +75,10 @@ struct Device {
 
 // Loss and gradients (as fp32) of one forward/backward of a T model on `backend` (nullptr: host).
 template <class T>
-std::pair<double, std::vector<float>> gradients(Backend* backend, const std::string& policy = "none") {
-  const GptDims d = dims();
+std::pair<double, std::vector<float>> gradients(Backend* backend, const std::string& policy = "none",
+                                                bool fused_attention = false) {
+  GptDims d = dims();
+  d.fused_attention = fused_attention;
   ParamLayout layout = gpt_layout(d);
   layout.finalize(1);
   const std::size_t n = static_cast<std::size_t>(layout.padded_size());
@@ -128,6 +132,43 @@ TEST(DeviceGpt, RecomputeGivesBitwiseTheSameGradients) {
   const auto [loss_b, grad_b] = gradients<float>(&dev.backend, "sqrt");
   EXPECT_EQ(loss_a, loss_b);
   EXPECT_EQ(grad_a, grad_b);
+}
+
+// model.attention = "fused" (cuDNN's flash attention through CudaModelOps, the saved
+// qkv and statistics in the block's buffers): fp16 and bf16 against the fp32 host
+// model within the 16-bit bounds above, and against the unfused device model in the
+// same type; repeatable bit for bit, and the same under recompute (the block's
+// forward re-run before its backward); fp32 refused with a message.
+TEST(DeviceGpt, FusedAttentionMatchesTheHostAndTheUnfusedKernels) {
+  Device dev;
+  const auto [host_loss, host_grad] = gradients<float>(nullptr);
+  ParamLayout layout = gpt_layout(dims());
+  layout.finalize(1);
+  for (int kind = 0; kind < 2; ++kind) {
+    const char* what = kind == 0 ? " fp16" : " bf16";
+    const auto [loss, grad] = kind == 0 ? gradients<f16>(&dev.backend, "none", true)
+                                        : gradients<bf16>(&dev.backend, "none", true);
+    const auto [unfused_loss, unfused_grad] =
+        kind == 0 ? gradients<f16>(&dev.backend) : gradients<bf16>(&dev.backend);
+    EXPECT_NEAR(loss, host_loss, 2e-2 * std::abs(host_loss)) << what;
+    EXPECT_NEAR(loss, unfused_loss, 2e-2 * std::abs(unfused_loss)) << what;
+    for (const auto& e : layout.entries()) {
+      EXPECT_LT(rel_l2(grad, host_grad, e.offset, e.offset + e.numel), 3e-2) << e.name << what << " vs host";
+      EXPECT_LT(rel_l2(grad, unfused_grad, e.offset, e.offset + e.numel), 3e-2) << e.name << what << " vs unfused";
+    }
+  }
+}
+
+TEST(DeviceGpt, FusedAttentionIsRepeatableAndRecomputes) {
+  Device dev;
+  const auto [loss_a, grad_a] = gradients<bf16>(&dev.backend, "none", true);
+  const auto [loss_b, grad_b] = gradients<bf16>(&dev.backend, "none", true);
+  EXPECT_EQ(loss_a, loss_b);
+  EXPECT_EQ(grad_a, grad_b) << "two fused runs differ: cuDNN's backward is not deterministic here";
+  const auto [loss_c, grad_c] = gradients<bf16>(&dev.backend, "sqrt", true);
+  EXPECT_EQ(loss_a, loss_c);
+  EXPECT_EQ(grad_a, grad_c) << "recompute changed the fused gradients";
+  EXPECT_THROW(gradients<float>(&dev.backend, "none", true), Error) << "fp32 fused attention must be refused";
 }
 
 // The CUDA backend's vector kernels (kernels/cuda/vector_reduce, elementwise,

@@ -10,12 +10,15 @@
 // to reuse as soon as the call returns, and the copies stay asynchronous.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/device_types.hpp"
@@ -24,6 +27,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cudnn_conv.cuh"  // CNN ops
+#include "kernels/cuda/cudnn_sdpa.cuh"  // fused attention (model.attention = "fused")
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/pool.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -104,8 +108,18 @@ class CudaModelOps {
       : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_limits(l), m_memory(memory) {
     const std::int64_t rows = l.max_batch * l.seq_len;
     const cuda::AttentionShape att{l.max_batch, l.seq_len, l.channels, l.n_head};
+    // Fused attention: cuDNN's graphs for the largest micro-batch are built now, and
+    // the scratch holds their workspace instead of the unfused kernels' scores.
+    std::size_t attention_bytes = 0;
+    if (l.n_head > 0 && l.fused_attention) {
+      AttnShape largest{l.max_batch, l.seq_len, l.channels, l.n_head};
+      largest.fused = true;
+      attention_bytes = build_sdpa(largest).workspace_bytes();
+    } else if (l.n_head > 0) {
+      attention_bytes = cuda::attention_workspace_bytes<D>(att);
+    }
     // Models without attention (n_head 0) or embeddings (vocab only classes) size less.
-    m_scratch_bytes = std::max({l.n_head > 0 ? cuda::attention_workspace_bytes<D>(att) : std::size_t{0},
+    m_scratch_bytes = std::max({attention_bytes,
                                 cuda::layernorm_backward_workspace_bytes(rows, l.channels),
                                 cuda::embedding_backward_workspace_bytes(rows, l.channels), std::size_t{256}});
     m_scratch = TrackedBuffer<unsigned char>(memory, MemCategory::Workspace, m_scratch_bytes, backend.memory());
@@ -121,6 +135,7 @@ class CudaModelOps {
   }
   ~CudaModelOps() {
     m_convs.clear();  // their descriptors before the handle they were made with
+    m_sdpa.clear();
     // Cannot throw here; cudnnDestroy fails only on an invalid handle.
     if (m_cudnn != nullptr) cudnnDestroy(m_cudnn);
   }
@@ -192,10 +207,12 @@ class CudaModelOps {
                           accumulate);
   }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) {
+    if (s.fused) return fused_attention_forward(s, qkv, saved, out);
     cuda::attention_forward(m_cublas, m_stream, shape(s), dev(qkv), dev(saved), m_scratch.data(), m_scratch_bytes,
                             dev(out), device_lengths(s.lengths, s.batch));
   }
-  void attention_backward(const AttnShape& s, const T*, const T* dout, const T* saved, T*, T* dqkv) {
+  void attention_backward(const AttnShape& s, const T* out, const T* dout, const T* saved, T*, T* dqkv) {
+    if (s.fused) return fused_attention_backward(s, out, dout, saved, dqkv);
     cuda::attention_backward(m_cublas, m_stream, shape(s), dev(dout), dev(saved), m_scratch.data(),
                              m_scratch_bytes, dev(dqkv), device_lengths(s.lengths, s.batch));
   }
@@ -263,6 +280,85 @@ class CudaModelOps {
     return m_convs.emplace(key, std::move(c)).first->second;
   }
 
+  // --- fused attention (model.attention = "fused"): cuDNN's flash-attention graphs,
+  // one CudnnSdpa per micro-batch size, the largest built with the ops (its
+  // workspace sizes m_scratch). `saved` (op_sizes::attention_saved) holds a copy of
+  // qkv (the model's qkv is the blocks' shared workspace, rewritten by the next
+  // block) and the rows' fp32 statistics, each started on a 16-byte boundary inside
+  // the 32 spare elements. backward reads the forward's `out`. ---
+  struct FusedSaved {
+    D* qkv;
+    float* stats;
+  };
+  static void* align16(const void* p) {
+    const auto u = reinterpret_cast<std::uintptr_t>(p);
+    return reinterpret_cast<void*>((u + 15) & ~std::uintptr_t{15});
+  }
+  static FusedSaved fused_saved(const AttnShape& s, const T* saved) {
+    D* qkv = static_cast<D*>(align16(saved));
+    auto* stats = static_cast<float*>(align16(qkv + 3 * s.batch * s.seq_len * s.channels));
+    return {qkv, stats};
+  }
+  static void check_aligned(const void* p, const char* what) {
+    SHARDTRAIN_CHECK(reinterpret_cast<std::uintptr_t>(p) % 16 == 0,
+                     fmt::format("model.attention = \"fused\": the attention's {} is not 16-byte aligned, which "
+                                 "cuDNN needs (this shape's buffer offsets: use model.attention = \"unfused\")",
+                                 what));
+  }
+  const cuda::CudnnSdpa& build_sdpa(const AttnShape& s) {
+    if constexpr (std::is_same_v<D, float>) {
+      SHARDTRAIN_FAIL("model.attention = \"fused\" needs fp16 or bf16 storage: cuDNN has no fp32 flash attention");
+    } else {
+      SHARDTRAIN_CHECK(s.causal && s.lengths == nullptr,
+                       "fused attention takes causal, unpadded sequences only (the GPT's)");
+      auto it = m_sdpa.find(s.batch);
+      if (it != m_sdpa.end()) return *it->second;
+      if (m_cudnn == nullptr) SHARDTRAIN_CUDNN_CHECK(cudnnCreate(&m_cudnn));
+      cudnn::SdpaShape shape;
+      shape.batch = s.batch;
+      shape.seq_len = s.seq_len;
+      shape.channels = s.channels;
+      shape.n_head = s.n_head;
+      shape.dtype = cuda::cudnn_sdpa_dtype<D>();
+      shape.causal = true;
+      shape.training = true;  // the statistics are always written: saved has room for them
+      auto op = std::make_unique<cuda::CudnnSdpa>(m_cudnn, shape);
+      // The largest micro-batch's graphs sized the scratch; a smaller one needing more is refused.
+      if (m_scratch_bytes > 0)
+        SHARDTRAIN_CHECK(op->workspace_bytes() <= m_scratch_bytes,
+                         fmt::format("fused attention for {} sequences needs {} bytes of workspace, more than the {} "
+                                     "bytes sized for the largest micro-batch",
+                                     s.batch, op->workspace_bytes(), m_scratch_bytes));
+      return *m_sdpa.emplace(s.batch, std::move(op)).first->second;
+    }
+  }
+  void fused_attention_forward(const AttnShape& s, const T* qkv, T* saved, T* out) {
+    if constexpr (std::is_same_v<D, float>) {
+      build_sdpa(s);  // refuses
+    } else {
+      if (s.batch == 0) return;
+      const cuda::CudnnSdpa& op = build_sdpa(s);
+      const FusedSaved f = fused_saved(s, saved);
+      check_aligned(out, "output");
+      const std::size_t bytes = static_cast<std::size_t>(3 * s.batch * s.seq_len * s.channels) * sizeof(T);
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(f.qkv, qkv, bytes, cudaMemcpyDeviceToDevice, m_stream));
+      op.forward<D>(m_stream, f.qkv, dev(out), f.stats, m_scratch.data());
+    }
+  }
+  void fused_attention_backward(const AttnShape& s, const T* out, const T* dout, const T* saved, T* dqkv) {
+    if constexpr (std::is_same_v<D, float>) {
+      build_sdpa(s);  // refuses
+    } else {
+      if (s.batch == 0) return;
+      const cuda::CudnnSdpa& op = build_sdpa(s);
+      const FusedSaved f = fused_saved(s, saved);
+      check_aligned(out, "output");
+      check_aligned(dout, "output gradient");
+      check_aligned(dqkv, "qkv gradient");
+      op.backward<D>(m_stream, f.qkv, dev(out), dev(dout), f.stats, dev(dqkv), m_scratch.data());
+    }
+  }
+
   template <class A>
   static decltype(auto) pointwise_arg(const A& arg) {
     if constexpr (std::is_same_v<A, const T*> || std::is_same_v<A, T*>) {
@@ -311,6 +407,7 @@ class CudaModelOps {
   MemoryTracker& m_memory;                 // where the CNN's cuDNN workspaces are counted
   cudnnHandle_t m_cudnn = nullptr;         // CNN: made with the first convolution
   std::map<std::array<std::int64_t, 9>, Conv> m_convs;  // CNN: one per distinct Conv2dShape
+  std::map<std::int64_t, std::unique_ptr<cuda::CudnnSdpa>> m_sdpa;  // fused attention: one per micro-batch size
 };
 
 }  // namespace

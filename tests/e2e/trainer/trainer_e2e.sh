@@ -313,6 +313,9 @@ case "${1:-}" in
         sed -i "s|^path = .*|path = \"$dir/crafted.h5\"|" "$input" ;;
       d_model_overflow) sed -i 's/^d_model = .*/d_model = 2147483644/' "$input" ;;
       readonly_ckpt_dir) printf '\n[checkpoint]\nevery_steps = 5\ndir = "/sys"\n' >> "$input" ;;
+      fused_on_host)  # cuDNN's flash attention asked for where the run computes on the host
+        sed -i 's/^seq_len = 16/seq_len = 16\nattention = "fused"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input"
+        printf '\n[precision]\nmode = "bf16"\n' >> "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)

@@ -275,6 +275,33 @@ TEST_F(ConfigParse, NHeadMustDivideDModel) {
             "inputs/x.toml:2:11: model.d_model: must be a multiple of model.n_head (4), got 130");
 }
 
+// model.attention = "fused" is cuDNN's flash attention: 16-bit storage and a head width
+// that is a multiple of 8, at most 128 (the device check is the trainer's: the config
+// does not know where the run computes).
+TEST_F(ConfigParse, FusedAttentionNeedsSixteenBitsAndAHeadWidthCudnnTakes) {
+  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").model.attention, "unfused");
+  const std::string bf16 = "[precision]\nmode = \"bf16\"\n";
+  EXPECT_EQ(parse_run_config("[model]\nattention = \"fused\"\n" + bf16 + data_section(), "inputs/x.toml").model.attention,
+            "fused");  // d_model 128 / n_head 4 = 32
+  EXPECT_EQ(error_of("[model]\nattention = \"fused\"\n" + data_section()),
+            "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs precision.mode = "
+            "\"fp16\" or \"bf16\": cuDNN has no fp32 flash-attention engine; use model.attention = \"unfused\" "
+            "for fp32");
+  EXPECT_EQ(error_of("[model]\nattention = \"fused\"\nn_head = 8\nd_model = 96\n" + bf16 + data_section()),
+            "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs a head width d_model "
+            "/ n_head that is a multiple of 8 and at most 128, got 96 / 8 = 12");
+  EXPECT_EQ(error_of("[model]\nattention = \"fused\"\nn_head = 1\nd_model = 256\n" + bf16 + data_section()),
+            "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs a head width d_model "
+            "/ n_head that is a multiple of 8 and at most 128, got 256 / 1 = 256");
+  EXPECT_EQ(error_of("[model]\nattention = \"fused\"\nseq_len = 100\n" + bf16 + data_section()),
+            "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs model.seq_len to be a "
+            "multiple of 8 (the 16-byte alignment of its buffers), got 100");
+  EXPECT_EQ(error_of("[model]\nattention = \"flash\"\n" + data_section()),
+            "inputs/x.toml:2:13: model.attention: must be \"unfused\" or \"fused\", got \"flash\"");
+  EXPECT_EQ(error_of("[model]\ntype = \"mlp\"\nattention = \"fused\"\n" + data_section()),
+            "inputs/x.toml:3:13: model.attention: is not used by model.type = \"mlp\" (only by gpt)");
+}
+
 TEST_F(ConfigParse, MicroBatchNeedNotDivideBatchSize) {
   // The trainer splits the global batch unevenly over ranks and micro-batches.
   EXPECT_EQ(error_of("[train]\nbatch_size = 32\nmicro_batch = 6\n" + data_section()), "<no error>");

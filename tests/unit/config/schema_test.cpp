@@ -69,6 +69,7 @@ TEST_F(ConfigSchema, EveryKeyReadsIntoItsOwnFieldAndNoOther) {
     std::vector<std::string> set;
     if (!k.model_types.empty()) set.push_back("model.type=\"" + std::string(name_of(k.model_types.front())) + "\"");
     if (dotted_name(k) == "recompute.budget_mb") set = {"recompute.policy=\"budget\"", "recompute.budget_mb=1"};
+    if (dotted_name(k) == "model.attention") set.push_back("precision.mode=\"bf16\"");  // "fused" needs 16 bits
     const std::string text = "[data]\npath = \"" + m_data + "\"\n";
     RunConfig expected = parse_run_config(text, "inputs/x.toml", set);
     change(k, expected, m_other);

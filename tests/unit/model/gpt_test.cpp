@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "kernels/attention.hpp"
 #include "model/gpt.hpp"
 #include "core/param_layout.hpp"
 #include "core/param_provider.hpp"
@@ -291,6 +292,29 @@ TEST(GptMemory, ArenaMatchesPlan) {
             static_cast<std::size_t>(plan.activations()) * sizeof(float));  // policy none
   EXPECT_EQ(f.memory.current(MemCategory::Workspace),
             static_cast<std::size_t>(plan.workspace) * sizeof(float));
+}
+
+// model.attention = "fused" in the plan: a block keeps qkv and the rows' fp32 statistics
+// (2 elements each, 16-bit storage) plus 32 alignment elements instead of the
+// unfused kernels' (B, H, T, T) probabilities, and the blocks' workspace has no
+// attention scratch (cuDNN's lives in the device ops). Written out from the shapes.
+TEST(GptMemory, FusedAttentionPlansNoScoresPerBlock) {
+  GptDims d;
+  d.n_layer = 3;
+  d.channels = 64;
+  d.n_head = 4;
+  d.seq_len = 48;
+  d.vocab = 83;
+  d.max_batch = 5;
+  const auto unfused = gpt_activation_plan(d);
+  d.fused_attention = true;
+  const auto fused = gpt_activation_plan(d);
+  const std::int64_t b = 5, t = 48, c = 64, h = 4;
+  EXPECT_EQ(unfused.per_block - fused.per_block, (3 * b * t * c + b * h * t * t) - (3 * b * t * c + 2 * b * h * t + 32));
+  EXPECT_EQ(unfused.workspace - fused.workspace,
+            attention_workspace_elems(AttentionShape{b, t, c, h}));
+  EXPECT_EQ(fused.head, unfused.head);
+  EXPECT_LT(fused.activations(), unfused.activations());
 }
 
 }  // namespace
