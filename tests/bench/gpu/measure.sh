@@ -34,6 +34,14 @@
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
 #                 quickstart GPT on Moby Dick); default big,qs
+#   --who LIST    for speed: which of ours,fused,eager,compile run (default all four;
+#                 fused: ours with model.attention = "fused", cuDNN's flash attention,
+#                 16-bit precisions on a GPU only)
+#   --profile     for speed: after each model and precision, one more run of ours
+#                 with the trainer's --profile (every op timed with the device
+#                 synchronised: per-op ms/step, shares, by class), its table appended
+#                 to measure.md; the synchronisation makes that run's step slower than
+#                 the timed one, so it is not a speed row
 #   --steps N     training steps per speed run (default 20)
 #   --deadline S  the epoch second by which every run must have ended: each run's
 #                 timeout is what is left (less 5 s, at most its own cap); a run that
@@ -55,7 +63,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; e
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work=""
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,fused,eager,compile" profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
@@ -63,6 +71,8 @@ while [[ $# -gt 0 ]]; do
     --parts) parts=$2; shift ;;
     --precisions) precisions=$2; shift ;;
     --models) models=$2; shift ;;
+    --who) who=$2; shift ;;
+    --profile) profile=1 ;;
     --deadline) deadline=$2; shift ;;
     --work) work=$2; shift ;;
     *) echo "measure.sh: unknown argument $1" >&2; usage ;;
@@ -231,20 +241,39 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
            ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
   }' | tee -a "$report"
 }
-ours() {  # MODEL PREC CAP
-  local model=$1 prec=$2 name=ours_$1_$2 log=$work/ours_$1_$2.log secs
+ours() {  # MODEL PREC CAP [--fused] [--profile]
+  local model=$1 prec=$2 name=ours_$1_$2 secs extra=() fused=()
+  shift 3
+  for a in "$@"; do
+    case $a in
+      --fused) fused=(--set model.attention=fused) name=${name}_fused ;;
+      --profile) extra=(--profile) name=${name}_profile ;;
+    esac
+  done
+  local log=$work/$name.log
   secs=$(budget "$3")
   if (( secs < 15 )); then row "$name" ours "$prec" "$model" "NOT RUN (time budget)" - - -; notrun=$((notrun + 1)); return; fi
   mapfile -t margs < <(model_args "$model")
   local sets=(--set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 --set train.eval_windows=1
               --set train.device="$device" --set precision.mode="$prec" --set checkpoint.every_steps=0)
   rm -rf "$work/run_$name"
-  local cmd=("$mpiexec" -n 1 "$trainer" "${margs[@]}" --set train.run_dir="$work/run_$name" "${sets[@]}")
+  local cmd=("$mpiexec" -n 1 "$trainer" "${extra[@]}" "${margs[@]}" --set train.run_dir="$work/run_$name" "${sets[@]}"
+             "${fused[@]}")
   local rc=0
   timed "$secs" "$log" "$work/$name.mem" "${cmd[@]}" || rc=$?
   if (( rc != 0 )); then
     row "$name" ours "$prec" "$model" "$(what "$rc" "$secs")" - - -
     fail "$name: $(what "$rc" "$secs"): $(why "$log")"; return
+  fi
+  if (( ${#extra[@]} )); then  # the profile run: its table, not a speed row
+    note ""
+    note "Profile of ours, $model $prec${fused:+ (fused attention)} (\`${cmd[*]}\`):"
+    note '```'
+    sed -n '/^profile of /,/^  by class/p' "$log" | tee -a "$report"
+    note '```'
+    grep -q '^profile of ' "$log" || fail "$name: no profile table in its log"
+    cmds+=("$name: \`${cmd[*]}\`")
+    return
   fi
   if [[ $device == cpu ]]; then  # on the host the process's VmHWM is what the plan predicts
     (check_process_memory "$log") > "$work/$name.process_memory" 2>&1 || fail "$name: $(tail -1 "$work/$name.process_memory")"
@@ -301,6 +330,11 @@ verdict_big_bf16() {
     note "- 124M bf16: no PyTorch eager measurement to compare with"
   fi
   [[ -n $c ]] && note "- 124M bf16: ours/torch.compile tokens/s = $(awk -v o="$o" -v c="$c" 'BEGIN { printf "%.3f", c / o }')"
+  local f=${ms_of[ours_big_bf16_fused]:-}
+  if [[ -n $f ]]; then  # model.attention = "fused": reported beside the default, not the verdict's row
+    [[ -n $e ]] && note "- 124M bf16, fused attention: ours/eager tokens/s = $(awk -v f="$f" -v e="$e" 'BEGIN { printf "%.3f", e / f }')"
+    [[ -n $c ]] && note "- 124M bf16, fused attention: ours/torch.compile tokens/s = $(awk -v f="$f" -v c="$c" 'BEGIN { printf "%.3f", c / f }')"
+  fi
 }
 
 cmds=()
@@ -324,10 +358,16 @@ if has "$parts" speed; then
   for prec in "${plist[@]}"; do
     for model in "${mlist[@]}"; do
       # Caps: ours and eager start in seconds; torch.compile compiles first (tens of seconds).
-      ours "$model" "$prec" 90
-      torch_run "$model" "$prec" eager 60
-      [[ $smoke == 0 ]] && torch_run "$model" "$prec" compile 150
+      has "$who" ours && ours "$model" "$prec" 90
+      # fused: model.attention = "fused" (cuDNN's flash attention), GPT in 16 bits on a GPU
+      has "$who" fused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 90 --fused
+      has "$who" eager && torch_run "$model" "$prec" eager 60
+      [[ $smoke == 0 ]] && has "$who" compile && torch_run "$model" "$prec" compile 150
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
+      if (( profile )); then
+        ours "$model" "$prec" 60 --profile
+        has "$who" fused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --fused --profile
+      fi
     done
   done
 fi

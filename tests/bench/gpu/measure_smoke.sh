@@ -3,13 +3,13 @@
 # table must hold one row per run (ours and PyTorch eager, both models) with a
 # positive ms/step, and ours a tracked memory peak, and the hf part (host
 # quickstart checkpoint, GPT-2 export, share/gpu/hf_check.py's stand-in) must
-# pass, so that a broken parser (or awk code only gawk understands) fails here
+# pass, and --profile must append one profile table per model, so that a broken parser (or awk code only gawk understands) fails here
 # rather than on a GPU.
 # Arguments: BUILD_DIR OUT_DIR.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rm -rf "$2"
-"$here/measure.sh" "$1" "$2" --cpu-smoke > "$2.log" 2>&1 || { cat "$2.log"; echo "FAIL: measure.sh --cpu-smoke failed"; exit 1; }
+"$here/measure.sh" "$1" "$2" --cpu-smoke --profile > "$2.log" 2>&1 || { cat "$2.log"; echo "FAIL: measure.sh --cpu-smoke failed"; exit 1; }
 report=$2/measure.md
 for run in ours_big_fp32 torch_eager_big_fp32 ours_qs_fp32 torch_eager_qs_fp32; do
   row=$(grep "^| $run |" "$report") || { cat "$report"; echo "FAIL: no row for $run"; exit 1; }
@@ -20,6 +20,10 @@ for run in ours_big_fp32 torch_eager_big_fp32 ours_qs_fp32 torch_eager_qs_fp32; 
     awk -v t="$tracked" 'BEGIN { exit !(t + 0 > 0) }' || { echo "$row"; echo "FAIL: $run: no tracked peak"; exit 1; }
   fi
 done
+# --profile: one more run of ours per model with the trainer's profile table in the report.
+n=$(grep -c '^profile of [0-9]* training steps' "$report" || true)
+[[ $n == 2 ]] || { cat "$report"; echo "FAIL: $n profile tables in the report (--profile, 2 models: expected 2)"; exit 1; }
+grep -q '^  linear ' "$report" || { cat "$report"; echo "FAIL: the profile tables have no linear row"; exit 1; }
 grep -q 'hf_check: PASS: client stand-in' "$report" || { cat "$report"; echo "FAIL: no passing hf_check line (the hf part)"; exit 1; }
 [[ -s $2/measure-logs.tar.xz ]] || { echo "FAIL: no log archive"; exit 1; }
-echo "ok: measure.sh --cpu-smoke wrote a row for each of the 4 runs and the hf part passed"
+echo "ok: measure.sh --cpu-smoke --profile wrote a row for each of the 4 runs, 2 profile tables, and the hf part passed"
