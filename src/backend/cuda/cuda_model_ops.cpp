@@ -332,31 +332,29 @@ class CudaModelOps {
       return *m_sdpa.emplace(s.batch, std::move(op)).first->second;
     }
   }
+  // What both directions start with: the graphs for this micro-batch size (fp32 is
+  // refused there), the saved pieces, and the forward's output checked aligned.
+  std::pair<const cuda::CudnnSdpa*, FusedSaved> fused_call(const AttnShape& s, const T* saved, const T* out) {
+    const cuda::CudnnSdpa& op = build_sdpa(s);
+    check_aligned(out, "output");
+    return {&op, fused_saved(s, saved)};
+  }
   void fused_attention_forward(const AttnShape& s, const T* qkv, T* saved, T* out) {
-    if constexpr (std::is_same_v<D, float>) {
-      build_sdpa(s);  // refuses
-    } else {
-      if (s.batch == 0) return;
-      const cuda::CudnnSdpa& op = build_sdpa(s);
-      const FusedSaved f = fused_saved(s, saved);
-      check_aligned(out, "output");
+    if (s.batch == 0) return;
+    const auto [op, f] = fused_call(s, saved, out);
+    if constexpr (!std::is_same_v<D, float>) {  // (fp32 was refused by fused_call)
       const std::size_t bytes = static_cast<std::size_t>(3 * s.batch * s.seq_len * s.channels) * sizeof(T);
       SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(f.qkv, qkv, bytes, cudaMemcpyDeviceToDevice, m_stream));
-      op.forward<D>(m_stream, f.qkv, dev(out), f.stats, m_scratch.data());
+      op->template forward<D>(m_stream, f.qkv, dev(out), f.stats, m_scratch.data());
     }
   }
   void fused_attention_backward(const AttnShape& s, const T* out, const T* dout, const T* saved, T* dqkv) {
-    if constexpr (std::is_same_v<D, float>) {
-      build_sdpa(s);  // refuses
-    } else {
-      if (s.batch == 0) return;
-      const cuda::CudnnSdpa& op = build_sdpa(s);
-      const FusedSaved f = fused_saved(s, saved);
-      check_aligned(out, "output");
-      check_aligned(dout, "output gradient");
-      check_aligned(dqkv, "qkv gradient");
-      op.backward<D>(m_stream, f.qkv, dev(out), dev(dout), f.stats, dev(dqkv), m_scratch.data());
-    }
+    if (s.batch == 0) return;
+    const auto [op, f] = fused_call(s, saved, out);
+    check_aligned(dout, "output gradient");
+    check_aligned(dqkv, "qkv gradient");
+    if constexpr (!std::is_same_v<D, float>)
+      op->template backward<D>(m_stream, f.qkv, dev(out), dev(dout), f.stats, dev(dqkv), m_scratch.data());
   }
 
   template <class A>
