@@ -242,7 +242,7 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
   }' | tee -a "$report"
 }
 ours() {  # MODEL PREC CAP [--fused] [--profile]
-  local model=$1 prec=$2 name=ours_$1_$2 secs extra=() fused=()
+  local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=()
   shift 3
   for a in "$@"; do
     case $a in
@@ -251,7 +251,7 @@ ours() {  # MODEL PREC CAP [--fused] [--profile]
     esac
   done
   local log=$work/$name.log
-  secs=$(budget "$3")
+  secs=$(budget "$cap")
   if (( secs < 15 )); then row "$name" ours "$prec" "$model" "NOT RUN (time budget)" - - -; notrun=$((notrun + 1)); return; fi
   mapfile -t margs < <(model_args "$model")
   local sets=(--set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 --set train.eval_windows=1
