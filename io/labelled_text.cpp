@@ -292,8 +292,6 @@ void check_options(const LabelledTextOptions& o) {
     throw InputError("--val-fraction must be in (0, 1), got " + format_double(o.val_fraction));
   if (o.seq_len < 2 || o.seq_len > (1 << 20))
     throw InputError("--seq-len must be in [2, 1048576], got " + std::to_string(o.seq_len));
-  if (o.tokenizer != "byte" && o.tokenizer != "word-hash")
-    throw InputError("--tokenizer must be byte or word-hash, got '" + o.tokenizer + "'");
   if (o.buckets < 1 || o.buckets > (1 << 24))
     throw InputError("--buckets must be in [1, 16777216], got " + std::to_string(o.buckets));
 }
@@ -326,8 +324,8 @@ SampleDatasetSpec make_spec(const LabelledTextOptions& o, std::vector<std::strin
   spec.kind = SampleKind::Tokens;
   spec.sample_shape = {o.seq_len};
   spec.class_names = std::move(class_names);
-  const bool words = o.tokenizer == "word-hash";
-  spec.tokenizer = words ? "word-hash" : "byte";
+  const bool words = o.tokenizer == ClassifierTokenizer::WordHash;
+  spec.tokenizer = std::string(name_of(o.tokenizer));
   spec.vocab_size = words ? o.buckets + 2 : kClassifierVocabSize;
   spec.pad_id = words ? o.buckets : kClassifierPadId;
   spec.cls_id = words ? o.buckets + 1 : kClassifierClsId;
@@ -355,8 +353,14 @@ void append_document(SampleDatasetWriter& writer, std::vector<TokenIndex>& ids, 
     text = stripped;
   }
   std::int64_t length = 0, total = static_cast<std::int64_t>(text.size());
-  if (o.tokenizer == "word-hash") length = encode_classifier_words(text, o.lowercase, o.buckets, ids, &total);
-  else length = encode_classifier_bytes(text, o.lowercase, ids);
+  switch (o.tokenizer) {
+    case ClassifierTokenizer::WordHash:
+      length = encode_classifier_words(text, o.lowercase, o.buckets, ids, &total);
+      break;
+    case ClassifierTokenizer::Byte:
+      length = encode_classifier_bytes(text, o.lowercase, ids);
+      break;
+  }
   if (total > o.seq_len - 1) ++s.truncated;
   writer.append_tokens(val ? SampleSplit::Val : SampleSplit::Train, ids, length, label);
 }

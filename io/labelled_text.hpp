@@ -32,11 +32,18 @@
 #include <string_view>
 #include <vector>
 
+#include "core/named_enum.hpp"
 #include "core/types.hpp"
 
 namespace shardtrain {
 
 // ---- byte-level classification tokenizer -----------------------------------
+
+// A labelled-text data set's tokenizer (trainer-data's --tokenizer; the data
+// set's 'tokenizer' attribute): bytes or hashed words (the invariants above).
+enum class ClassifierTokenizer : unsigned char { Byte, WordHash };
+inline constexpr std::string_view k_classifier_tokenizer_names[] = {"byte", "word-hash"};
+constexpr std::span<const std::string_view> enum_names(ClassifierTokenizer) { return k_classifier_tokenizer_names; }
 inline constexpr TokenIndex kClassifierPadId = 256;
 inline constexpr TokenIndex kClassifierClsId = 257;
 inline constexpr std::int64_t kClassifierVocabSize = 258;
@@ -111,7 +118,7 @@ struct LabelledTextOptions {
   std::uint64_t seed = 1234;
   bool strip_headers = false;
   bool lowercase = false;
-  std::string tokenizer = "byte";  // "byte" | "word-hash"
+  ClassifierTokenizer tokenizer = ClassifierTokenizer::Byte;
   std::int64_t buckets = 32768;    // word-hash: hash buckets B (ids 0..B-1)
 };
 

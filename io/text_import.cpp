@@ -107,7 +107,7 @@ TextImportSummary import_gpt2(const std::string& input, const std::string& outpu
     throw InputError(input + ": only " + std::to_string(n) + " token; need at least 2 (one for train, one for val)");
 
   TokenDatasetSpec spec;
-  spec.tokenizer = "gpt2";
+  spec.tokenizer = TextTokenizer::Gpt2;
   spec.vocab = bpe.vocab();
   spec.source = std::filesystem::path(input).filename().string();
   spec.val_fraction = options.val_fraction;
@@ -145,7 +145,7 @@ TextImportSummary import_text(const std::string& input, const std::string& outpu
                      " token; need at least 2 (one for train, one for val)");
 
   TokenDatasetSpec spec;
-  spec.tokenizer = std::string(to_string(options.tokenizer));
+  spec.tokenizer = options.tokenizer;
   spec.vocab = std::move(text.vocab);
   spec.source = std::filesystem::path(input).filename().string();
   spec.val_fraction = options.val_fraction;

@@ -4,26 +4,18 @@
 #include "io/text_tokenizer.hpp"
 
 #include <cstdio>
+#include <optional>
 
 #include "core/error.hpp"
 #include "io/gpt2_bpe.hpp"
 
 namespace shardtrain {
 
-std::string_view to_string(TextTokenizer t) {
-  switch (t) {
-    case TextTokenizer::Char: return "char";
-    case TextTokenizer::Byte: return "byte";
-    case TextTokenizer::Gpt2: return "gpt2";
-  }
-  return "?";
-}
-
 TextTokenizer text_tokenizer_named(std::string_view name) {
-  if (name == "char") return TextTokenizer::Char;
-  if (name == "byte") return TextTokenizer::Byte;
-  if (name == "gpt2") return TextTokenizer::Gpt2;
-  throw InputError("unknown tokenizer '" + std::string(name) + "' (expected char, byte or gpt2)");
+  const std::optional<TextTokenizer> t = enum_named<TextTokenizer>(name);
+  if (!t || *t == TextTokenizer::Pretokenized)
+    throw InputError("unknown tokenizer '" + std::string(name) + "' (expected char, byte or gpt2)");
+  return *t;
 }
 
 std::string encode_utf8(char32_t cp) {
@@ -106,25 +98,35 @@ void validate_utf8(std::string_view bytes, const std::string& name, std::uint64_
   for_each_code_point(bytes, name, [](char32_t) {}, base_offset, allow_nul);
 }
 
-std::string decode_tokens(std::string_view tokenizer, const std::vector<std::string>& vocab,
+std::string decode_tokens(TextTokenizer tokenizer, const std::vector<std::string>& vocab,
                           const std::vector<TokenIndex>& ids) {
-  if (tokenizer != "char" && tokenizer != "byte" && tokenizer != "gpt2")
-    throw InputError("cannot decode tokens of tokenizer '" + std::string(tokenizer) +
+  if (tokenizer == TextTokenizer::Pretokenized)
+    throw InputError("cannot decode tokens of tokenizer '" + std::string(name_of(tokenizer)) +
                      "' (only char, byte and gpt2 data sets carry their tokenizer)");
   std::string text;
   for (const TokenIndex id : ids) {
     if (id < 0 || static_cast<std::size_t>(id) >= vocab.size())
       throw InputError("token id " + std::to_string(id) + " outside the vocabulary of " +
                        std::to_string(vocab.size()));
-    if (tokenizer == "byte") text += static_cast<char>(id);
-    else if (tokenizer == "gpt2") text += gpt2_token_bytes(vocab[static_cast<std::size_t>(id)]);
-    else text += vocab[static_cast<std::size_t>(id)];
+    switch (tokenizer) {
+      case TextTokenizer::Byte:
+        text += static_cast<char>(id);
+        break;
+      case TextTokenizer::Gpt2:
+        text += gpt2_token_bytes(vocab[static_cast<std::size_t>(id)]);
+        break;
+      case TextTokenizer::Char:
+      case TextTokenizer::Pretokenized:  // refused above
+        text += vocab[static_cast<std::size_t>(id)];
+        break;
+    }
   }
   return text;
 }
 
 TokenizedText tokenize_text(std::string_view bytes, TextTokenizer tokenizer, const std::string& name) {
-  SHARDTRAIN_CHECK(tokenizer != TextTokenizer::Gpt2, "gpt2 text goes through Gpt2Bpe");
+  SHARDTRAIN_CHECK(tokenizer == TextTokenizer::Char || tokenizer == TextTokenizer::Byte,
+                   "tokenize_text is for char and byte (gpt2 text goes through Gpt2Bpe)");
   TokenizedText out;
   if (tokenizer == TextTokenizer::Byte) {
     out.vocab.reserve(256);

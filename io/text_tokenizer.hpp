@@ -1,6 +1,7 @@
 // shardtrain/io/text_tokenizer.hpp
-// Owns turning raw text bytes into token ids for the two text tokenizers. No HDF5
-// and no file access here: callers pass bytes and a name for error messages.
+// Owns turning raw text bytes into token ids for the text tokenizers, and the
+// names of a token data set's tokenizer. No HDF5 and no file access here:
+// callers pass bytes and a name for error messages.
 //  - Char: the text is UTF-8; tokens are Unicode code points. vocab = the sorted
 //    unique code points of the text, token id = index in vocab, vocab[i] = the
 //    UTF-8 encoding of that code point. Invalid UTF-8 (bad lead or continuation
@@ -14,19 +15,30 @@
 //    string; decoding maps its characters back to bytes (gpt2_token_bytes).
 #pragma once
 
+#include "core/named_enum.hpp"
 #include "core/types.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace shardtrain {
 
+// A token data set's tokenizer, as its 'tokenizer' attribute, trainer-ckpt's
+// exports and the printed text name it (name_of, enum_named:
+// core/named_enum.hpp): the three above, or Pretokenized (token ids imported as
+// they are, io/token_import.hpp: no vocabulary to encode or decode text with).
+enum class TextTokenizer : unsigned char { Char, Byte, Gpt2, Pretokenized };
+inline constexpr std::string_view k_text_tokenizer_names[] = {"char", "byte", "gpt2", "pretokenized"};
+constexpr std::span<const std::string_view> enum_names(TextTokenizer) { return k_text_tokenizer_names; }
+static_assert(std::size(k_text_tokenizer_names) == 1 + static_cast<std::size_t>(TextTokenizer::Pretokenized));
 
-enum class TextTokenizer { Char, Byte, Gpt2 };
-std::string_view to_string(TextTokenizer t);  // "char" / "byte" / "gpt2"
-// The tokenizer named `name` ("char", "byte", "gpt2"); InputError otherwise.
+// The tokenizer trainer-data's --tokenizer names: char, byte or gpt2 (a
+// pretokenized data set is imported from token ids, not text); InputError otherwise.
 TextTokenizer text_tokenizer_named(std::string_view name);
 
 struct TokenizedText {
@@ -43,11 +55,11 @@ TokenizedText tokenize_text(std::string_view bytes, TextTokenizer tokenizer, con
 // counted from `base_offset` (where `bytes` starts in the file).
 void validate_utf8(std::string_view bytes, const std::string& name, std::uint64_t base_offset, bool allow_nul);
 
-// The text of token ids `ids` of a data set made by `tokenizer` ("char", "byte"
-// or "gpt2") with vocabulary `vocab`: the concatenated bytes. InputError for a
-// "pretokenized" data set (its tokenizer is not known here) or an id outside the
+// The text of token ids `ids` of a data set made by `tokenizer` (char, byte or
+// gpt2) with vocabulary `vocab`: the concatenated bytes. InputError for a
+// pretokenized data set (its tokenizer is not known here) or an id outside the
 // vocabulary.
-std::string decode_tokens(std::string_view tokenizer, const std::vector<std::string>& vocab,
+std::string decode_tokens(TextTokenizer tokenizer, const std::vector<std::string>& vocab,
                           const std::vector<TokenIndex>& ids);
 
 // The UTF-8 encoding of a valid code point (no surrogates, <= U+10FFFF).

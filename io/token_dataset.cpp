@@ -59,7 +59,7 @@ struct TokenDataset::Impl {
   std::array<std::int64_t, 2> n_tokens{};
   H5PropList independent_xfer;
   std::int64_t vocab_size = 0;
-  std::string tokenizer;
+  TextTokenizer tokenizer = TextTokenizer::Char;
   std::string source;
   double val_fraction = 0;
   std::vector<std::string> vocab;
@@ -84,12 +84,12 @@ void TokenDataset::Impl::check_metadata() {
 
   const auto tok = read_string_attr(file, "tokenizer", path);
   if (!tok) bad_input(path, "missing attribute 'tokenizer'");
-  if (*tok != "char" && *tok != "byte" && *tok != "gpt2" && *tok != "pretokenized")
-    bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char', 'byte', 'gpt2' or 'pretokenized')");
-  tokenizer = *tok;
+  const std::optional<TextTokenizer> named = enum_named<TextTokenizer>(*tok);
+  if (!named) bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char', 'byte', 'gpt2' or 'pretokenized')");
+  tokenizer = *named;
 
   vocab_size = require_int(file, "vocab_size", path, 1, kMaxVocabSize);
-  if (tokenizer == "byte" && vocab_size != 256)
+  if (tokenizer == TextTokenizer::Byte && vocab_size != 256)
     bad_input(path, "tokenizer 'byte' needs vocab_size 256, file says " + std::to_string(vocab_size));
 
   source = read_string_attr(file, "source", path).value_or("");
@@ -121,11 +121,11 @@ void TokenDataset::Impl::read_vocab() {
   const std::int64_t n = one_d_length(ds, name, kMaxVocabSize, path);
   // Pre-tokenized ids (trainer-data tokens) come without their strings: /vocab
   // may then be empty; vocab() is empty and vocab_size alone sizes the model.
-  const bool stringless = tokenizer == "pretokenized" && n == 0;
+  const bool stringless = tokenizer == TextTokenizer::Pretokenized && n == 0;
   if (n != vocab_size && !stringless)
     bad_input(path, "dataset '/vocab' has " + std::to_string(n) + " entries, vocab_size is " +
                         std::to_string(vocab_size) +
-                        (tokenizer == "pretokenized" ? " (tokenizer 'pretokenized' also allows 0)" : ""));
+                        (tokenizer == TextTokenizer::Pretokenized ? " (tokenizer 'pretokenized' also allows 0)" : ""));
   H5Datatype ft(SHARDTRAIN_H5_CHECK(H5Dget_type(ds)));
   const H5T_class_t cls = H5Tget_class(ft);
   if (cls != H5T_STRING)
@@ -154,7 +154,7 @@ TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
 
 const std::string& TokenDataset::path() const { return m_impl->path; }
 std::int64_t TokenDataset::vocab_size() const { return m_impl->vocab_size; }
-const std::string& TokenDataset::tokenizer() const { return m_impl->tokenizer; }
+TextTokenizer TokenDataset::tokenizer() const { return m_impl->tokenizer; }
 const std::string& TokenDataset::source() const { return m_impl->source; }
 double TokenDataset::val_fraction() const { return m_impl->val_fraction; }
 std::int64_t TokenDataset::size(Split split) const {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "core/types.hpp"
+#include "io/text_tokenizer.hpp"
 
 #include <mpi.h>
 
@@ -49,7 +50,7 @@ class TokenDataset {
 
   const std::string& path() const;
   std::int64_t vocab_size() const;
-  const std::string& tokenizer() const;        // "char", "byte", "gpt2" or "pretokenized"
+  TextTokenizer tokenizer() const;             // its 'tokenizer' attribute (io/text_tokenizer.hpp)
   const std::string& source() const;           // importer's input name ("" if absent)
   double val_fraction() const;                 // as recorded by the importer (0 if absent)
   std::int64_t size(Split split) const;        // tokens in the split

@@ -96,7 +96,7 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const TokenDatas
     write_string_attr(im.file, "format", std::string(TokenDataset::kFormat));
     const std::int64_t version = TokenDataset::kFormatVersion;
     write_scalar_attr(im.file, "format_version", H5T_NATIVE_INT64, &version);
-    write_string_attr(im.file, "tokenizer", spec.tokenizer);
+    write_string_attr(im.file, "tokenizer", std::string(name_of(spec.tokenizer)));
     write_scalar_attr(im.file, "vocab_size", H5T_NATIVE_INT64, &im.vocab_size);
     write_string_attr(im.file, "source", spec.source);
     write_scalar_attr(im.file, "val_fraction", H5T_NATIVE_DOUBLE, &spec.val_fraction);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/types.hpp"
+#include "io/text_tokenizer.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -21,7 +22,7 @@ namespace shardtrain {
 
 
 struct TokenDatasetSpec {
-  std::string tokenizer;            // "char", "byte" or "pretokenized"
+  TextTokenizer tokenizer = TextTokenizer::Char;  // written as its name
   std::vector<std::string> vocab;   // token id -> UTF-8 text; vocab_size = vocab.size()
   // Only when `vocab` is empty (pre-tokenized ids, no strings known): the declared
   // vocab_size; /vocab is then written with 0 entries.

@@ -183,7 +183,7 @@ TokenImportSummary import_tokens(const std::vector<std::string>& inputs, const s
   }
 
   TokenDatasetSpec spec;
-  spec.tokenizer = "pretokenized";
+  spec.tokenizer = TextTokenizer::Pretokenized;
   spec.vocab_size = options.vocab;
   spec.source = source;
   spec.val_fraction = explicit_val ? static_cast<double>(n_val) / static_cast<double>(n_train + n_val)

@@ -19,26 +19,27 @@ namespace shardtrain {
 namespace {
 
 std::vector<TokenIndex> encode_prompt(const SampleCommand& cmd, const TokenDataset& data) {
-  const std::string& tok = data.tokenizer();
+  const TextTokenizer tok = data.tokenizer();
   const auto& vocab = data.vocab();
   std::vector<TokenIndex> ids;
-  if (tok == "pretokenized")
+  if (tok == TextTokenizer::Pretokenized)
     throw InputError(data.path() + ": a pretokenized data set does not carry its tokenizer; sample cannot encode "
                      "a prompt or decode text for it");
   if (cmd.prompt.empty()) {
-    if (tok != "gpt2")
-      throw InputError("--prompt is needed: a " + tok + " data set has no start token (gpt2 starts from <|endoftext|>)");
+    if (tok != TextTokenizer::Gpt2)
+      throw InputError("--prompt is needed: a " + std::string(name_of(tok)) +
+                       " data set has no start token (gpt2 starts from <|endoftext|>)");
     ids.push_back(static_cast<TokenIndex>(vocab.size()) - 1);  // <|endoftext|>, GPT-2's last id
     if (vocab.back() != "<|endoftext|>")
       throw InputError(data.path() + ": the last gpt2 token is not <|endoftext|>; give a --prompt");
     return ids;
   }
-  if (tok == "byte") {
+  if (tok == TextTokenizer::Byte) {
     for (const char c : cmd.prompt) ids.push_back(static_cast<unsigned char>(c));
     return ids;
   }
-  validate_utf8(cmd.prompt, "--prompt", 0, tok == "gpt2");
-  if (tok == "char") {
+  validate_utf8(cmd.prompt, "--prompt", 0, tok == TextTokenizer::Gpt2);
+  if (tok == TextTokenizer::Char) {
     std::unordered_map<std::string, TokenIndex> id_of;
     for (std::size_t i = 0; i < vocab.size(); ++i) id_of.emplace(vocab[i], static_cast<TokenIndex>(i));
     for (std::size_t i = 0; i < cmd.prompt.size();) {
@@ -104,8 +105,9 @@ void run_sample_command(const SampleCommand& cmd) {
                      ": sample decodes with its vocabulary)");
   TokenDataset data(data_path, MPI_COMM_SELF);
   if (data.vocab_size() != w.vocab)
-    throw InputError(data_path + ": vocab_size " + std::to_string(data.vocab_size()) + " (" + data.tokenizer() +
-                     ") differs from the model's " + std::to_string(w.vocab) + " (" + cmd.checkpoint + ")");
+    throw InputError(data_path + ": vocab_size " + std::to_string(data.vocab_size()) + " (" +
+                     std::string(name_of(data.tokenizer())) + ") differs from the model's " +
+                     std::to_string(w.vocab) + " (" + cmd.checkpoint + ")");
   std::vector<TokenIndex> ids = encode_prompt(cmd, data);
   const std::size_t n_prompt = ids.size();
   const GenerateResult gen = gpt_generate(w, ids, opt);
@@ -125,8 +127,8 @@ void run_sample_command(const SampleCommand& cmd) {
   std::fflush(stdout);
   std::fprintf(stderr, "sample: %lld tokens in %.3f s (%.1f tokens/s, %s), %s, %s data set %s\n",
                static_cast<long long>(opt.tokens), secs, static_cast<double>(opt.tokens) / secs,
-               opt.use_cache ? "key/value cache" : "no cache", source.c_str(), data.tokenizer().c_str(),
-               data_path.c_str());
+               opt.use_cache ? "key/value cache" : "no cache", source.c_str(),
+               std::string(name_of(data.tokenizer())).c_str(), data_path.c_str());
 }
 
 }  // namespace shardtrain

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "io/labelled_text.hpp"
@@ -32,9 +33,12 @@ void add_common_options(CLI::App* sub, LabelledTextOptions& o) {
                 "Treat documents as e-mails: drop the RFC 822 header block except the Subject line, "
                 "which is kept first");
   sub->add_flag("--lowercase", o.lowercase, "Lowercase ASCII letters A-Z");
-  sub->add_option("--tokenizer", o.tokenizer, "byte or word-hash (see below)")
-      ->check(CLI::IsMember({"byte", "word-hash"}))
-      ->capture_default_str();
+  const auto names = enum_names(ClassifierTokenizer{});
+  sub->add_option_function<std::string>(
+         "--tokenizer", [&o](const std::string& name) { o.tokenizer = *enum_named<ClassifierTokenizer>(name); },
+         "byte or word-hash (see below)")
+      ->check(CLI::IsMember(std::vector<std::string>(names.begin(), names.end())))
+      ->default_str(std::string(name_of(o.tokenizer)));
   sub->add_option("--buckets", o.buckets, "word-hash: hash buckets (vocabulary without [PAD], [CLS])")
       ->capture_default_str();
 }

@@ -417,7 +417,7 @@ Metadata model_metadata(const CheckpointReader& ckpt) {
   if (meta.data_vocab_size > 0 && std::filesystem::is_regular_file(meta.data_path)) {
     try {
       TokenDataset data(meta.data_path, MPI_COMM_SELF);
-      if (data.vocab_size() == meta.data_vocab_size) m.emplace_back("tokenizer", data.tokenizer());
+      if (data.vocab_size() == meta.data_vocab_size) m.emplace_back("tokenizer", name_of(data.tokenizer()));
     } catch (const std::exception&) {  // not a token data set (a classifier's), or gone: not recorded
     }
   }
@@ -605,7 +605,7 @@ void write_hf_config(const Metadata& metadata, const std::string& path) {
     return "";
   };
   const std::string tokenizer = get("tokenizer");
-  const std::string eot = tokenizer == "gpt2" ? "50256" : "null";
+  const std::string eot = enum_named<TextTokenizer>(tokenizer) == TextTokenizer::Gpt2 ? "50256" : "null";
   std::string text = "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n";
   for (const char* k : {"vocab_size", "n_positions", "n_ctx", "n_embd", "n_layer", "n_head", "layer_norm_epsilon"})
     text += fmt::format("  \"{}\": {},\n", k, get(k));

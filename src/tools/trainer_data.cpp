@@ -58,7 +58,7 @@ void decode_dataset(const std::string& input, const std::string& output, const s
   }
   if (std::fclose(out) != 0) throw shardtrain::InputError(output + ": write failed");
   std::printf("%s: %lld tokens (%s) -> %lld bytes\n", output.c_str(), static_cast<long long>(tokens),
-              data.tokenizer().c_str(), static_cast<long long>(bytes));
+              std::string(shardtrain::name_of(data.tokenizer())).c_str(), static_cast<long long>(bytes));
 }
 
 int run(int argc, char** argv) {

@@ -94,7 +94,7 @@ class ClassifierTask final : public Task<P> {
   std::int64_t targets_per_sample() const override { return 1; }
   std::int64_t tokens_per_sample() const override { return m_seq_len; }
   DataIdentity data_identity() const override {
-    return {m_data.size(SampleSplit::Train), "samples", m_data.vocab_size(), m_seq_len, ""};
+    return {m_data.size(SampleSplit::Train), "samples", m_data.vocab_size(), m_seq_len, std::nullopt};
   }
   std::vector<std::string> class_names() const override { return m_data.class_names(); }
 

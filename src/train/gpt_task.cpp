@@ -36,26 +36,26 @@ void check_data_fits(const RunConfig& cfg, const TokenDataset& data) {
 // <|endoftext|>, or token 0); InputError, the same on every rank, for a prompt
 // the tokenizer cannot encode here.
 std::vector<TokenIndex> sample_prompt_ids(const RunConfig& cfg, const TokenDataset& data) {
-  const std::string& tok = data.tokenizer();
+  const TextTokenizer tok = data.tokenizer();
   const std::string& prompt = cfg.train.sample_prompt;
   const auto& vocab = data.vocab();
-  if (tok == "pretokenized")
+  if (tok == TextTokenizer::Pretokenized)
     throw InputError(fmt::format("{}: train.sample_every: {} is pretokenized and carries no vocabulary to write "
                                  "text with", cfg.source_name, cfg.data.path));
   if (prompt.empty()) {
-    if (tok == "gpt2" && !vocab.empty() && vocab.back() == "<|endoftext|>")
+    if (tok == TextTokenizer::Gpt2 && !vocab.empty() && vocab.back() == "<|endoftext|>")
       return {static_cast<TokenIndex>(vocab.size() - 1)};
     return {0};
   }
-  if (tok == "byte") {
+  if (tok == TextTokenizer::Byte) {
     std::vector<TokenIndex> ids;
     for (const char c : prompt) ids.push_back(static_cast<unsigned char>(c));
     return ids;
   }
-  if (tok != "char")
+  if (tok != TextTokenizer::Char)
     throw InputError(fmt::format("{}: train.sample_prompt: a {} data set ({}) takes no prompt here (the trainer has "
                                  "no BPE merges); leave it out to start from <|endoftext|>, or use trainer-ckpt "
-                                 "sample --bpe on a checkpoint", cfg.source_name, tok, cfg.data.path));
+                                 "sample --bpe on a checkpoint", cfg.source_name, name_of(tok), cfg.data.path));
   std::vector<TokenIndex> ids;
   for (std::size_t i = 0; i < prompt.size();) {
     const auto b = static_cast<unsigned char>(prompt[i]);
@@ -101,7 +101,7 @@ class GptTask final : public Task<P> {
     opt.seed = m_cfg.train.seed;
     std::vector<TokenIndex> ids = m_sample_prompt;
     logprob = gpt_generate(w, ids, opt).logprob;
-    const bool from_eot = m_cfg.train.sample_prompt.empty() && m_data.tokenizer() == "gpt2";
+    const bool from_eot = m_cfg.train.sample_prompt.empty() && m_data.tokenizer() == TextTokenizer::Gpt2;
     const std::vector<TokenIndex> shown(ids.begin() + (from_eot ? 1 : 0), ids.end());
     return decode_tokens(m_data.tokenizer(), m_data.vocab(), shown);
   }

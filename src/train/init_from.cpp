@@ -34,7 +34,7 @@ bool is_gpt2_conv1d(const std::string& our_name) {
 
 std::string data_text(const RunConfig& cfg, const DataIdentity& data) {
   return fmt::format("the data set {} has {} tokens{}", cfg.data.path, data.vocab_size,
-                     data.tokenizer.empty() ? std::string() : " (tokenizer " + data.tokenizer + ")");
+                     data.tokenizer ? fmt::format(" (tokenizer {})", name_of(*data.tokenizer)) : std::string());
 }
 
 // The model's tensors in the file; InputError naming the file, the tensor and both shapes otherwise.
@@ -57,7 +57,7 @@ std::vector<Source> match(const WeightsFile& file, const ParamLayout& layout, co
       throw InputError(fmt::format("{}: model.init_from: vocabulary mismatch: the file records vocab_size {}, {} ({})",
                                    path, file_vocab, data_text(cfg, data), cfg.source_name));
     const std::string file_tok = file.metadata_or("tokenizer", "");
-    if (!file_tok.empty() && !data.tokenizer.empty() && file_tok != data.tokenizer)
+    if (!file_tok.empty() && data.tokenizer && enum_named<TextTokenizer>(file_tok) != data.tokenizer)
       throw InputError(fmt::format("{}: model.init_from: tokenizer mismatch: the file's weights were trained with the "
                                    "{} tokenizer (data set {}), {} ({})",
                                    path, file_tok, file.metadata_or("data_path", "?"), data_text(cfg, data),

@@ -31,6 +31,7 @@
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "core/param_layout.hpp"
 #include "core/param_provider.hpp"
+#include "io/text_tokenizer.hpp"
 #include "plan/memory_plan.hpp"
 #include "train/classification_metrics.hpp"
 
@@ -49,7 +50,7 @@ struct DataIdentity {
   const char* unit = "tokens";
   std::int64_t vocab_size = 0;  // token data; 0 for images
   std::int64_t seq_len = 0;     // tokens per sample; 0 for images
-  std::string tokenizer;        // token data sets: "char", "byte", "gpt2", "pretokenized"; "" otherwise
+  std::optional<TextTokenizer> tokenizer;  // token data sets (io/text_tokenizer.hpp); none otherwise
 };
 
 // The run's first line: "shardtrain: N ranks, ... | MODEL | K parameters | BATCH | DATA".

@@ -39,7 +39,7 @@ class ReadWindowsMpi : public ::testing::Test {
       std::filesystem::create_directories(s_dir);
       path = (s_dir / "stream.h5").string();
       TokenDatasetSpec spec;
-      spec.tokenizer = "char";
+      spec.tokenizer = TextTokenizer::Char;
       for (int v = 0; v < kVocab; ++v) spec.vocab.push_back("v" + std::to_string(v));
       spec.source = "synthetic";
       spec.val_fraction = 0.2;

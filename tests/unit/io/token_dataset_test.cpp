@@ -99,7 +99,7 @@ TEST(TokenDatasetRoundTrip, CharImportReadsBackExactly) {
 
   TokenDataset ds(out, MPI_COMM_WORLD);
   EXPECT_EQ(ds.path(), out);
-  EXPECT_EQ(ds.tokenizer(), "char");
+  EXPECT_EQ(ds.tokenizer(), TextTokenizer::Char);
   EXPECT_EQ(ds.source(), "multibyte.txt");
   EXPECT_DOUBLE_EQ(ds.val_fraction(), 0.1);
   EXPECT_EQ(ds.vocab_size(), static_cast<std::int64_t>(kAlphabet.size()));
@@ -149,7 +149,7 @@ TEST(TokenDatasetRoundTrip, ByteImport) {
   const auto summary = import_text(in, out, {TextTokenizer::Byte, 0.25});
   EXPECT_EQ(summary.vocab_size, 256);
   TokenDataset ds(out, MPI_COMM_WORLD);
-  EXPECT_EQ(ds.tokenizer(), "byte");
+  EXPECT_EQ(ds.tokenizer(), TextTokenizer::Byte);
   EXPECT_EQ(ds.size(Split::Train) + ds.size(Split::Val), static_cast<std::int64_t>(text.size()));
   std::vector<TokenIndex> got(static_cast<std::size_t>(ds.size(Split::Train)));
   const std::int64_t zero = 0;
@@ -159,7 +159,7 @@ TEST(TokenDatasetRoundTrip, ByteImport) {
 
 TEST(TokenDatasetRoundTrip, LargeVocabUsesInt32) {
   TokenDatasetSpec spec;
-  spec.tokenizer = "char";
+  spec.tokenizer = TextTokenizer::Char;
   for (int i = 0; i < 70000; ++i) spec.vocab.push_back("t" + std::to_string(i));
   spec.source = "synthetic";
   spec.val_fraction = 0.5;
@@ -187,7 +187,7 @@ TEST(TokenDatasetRoundTrip, LargeVocabUsesInt32) {
 // its declared vocab_size and an empty vocab().
 TEST(TokenDatasetRoundTrip, StreamingWriterPretokenized) {
   TokenDatasetSpec spec;
-  spec.tokenizer = "pretokenized";
+  spec.tokenizer = TextTokenizer::Pretokenized;
   spec.vocab_size = 50257;
   spec.source = "shards";
   spec.val_fraction = 0.3;
@@ -206,7 +206,7 @@ TEST(TokenDatasetRoundTrip, StreamingWriterPretokenized) {
   }
   EXPECT_FALSE(fs::exists(out + ".partial"));
   TokenDataset ds(out, MPI_COMM_WORLD);
-  EXPECT_EQ(ds.tokenizer(), "pretokenized");
+  EXPECT_EQ(ds.tokenizer(), TextTokenizer::Pretokenized);
   EXPECT_EQ(ds.vocab_size(), 50257);
   EXPECT_TRUE(ds.vocab().empty());
   ASSERT_EQ(ds.size(Split::Train), 700);
@@ -224,7 +224,7 @@ TEST(TokenDatasetRoundTrip, StreamingWriterPretokenized) {
 // and commit refuses a stream shorter than the declared splits.
 TEST(TokenDatasetRoundTrip, StreamingWriterAbandoned) {
   TokenDatasetSpec spec;
-  spec.tokenizer = "pretokenized";
+  spec.tokenizer = TextTokenizer::Pretokenized;
   spec.vocab_size = 100;
   const std::string out = tmp().file("abandoned.h5");
   {
