@@ -129,7 +129,7 @@ void check_across_keys(Resolver& r, const RunConfig& c) {
                fmt::format("must be a multiple of model.n_head ({}), got {}", c.model.n_head, c.model.d_model));
   }
 
-  if (c.model.type == ModelType::Gpt && c.model.attention == "fused" && !r.failed("model.attention")) {
+  if (c.model.type == ModelType::Gpt && c.model.attention == AttentionImpl::Fused && !r.failed("model.attention")) {
     const Origin where = r.origin("model.attention");
     if (c.precision.mode == PrecisionMode::Fp32 && !r.failed("precision.mode"))
       r.report(where, "model.attention",
@@ -189,13 +189,14 @@ void check_across_keys(Resolver& r, const RunConfig& c) {
 
   const auto& rc = c.recompute;
   if (!r.failed("recompute.policy") && !r.failed("recompute.budget_mb")) {
-    if (rc.policy == "budget" && rc.budget_mb <= 0) {
+    if (rc.policy == RecomputePolicy::Budget && rc.budget_mb <= 0) {
       auto [where, first] = r.pick("recompute.budget_mb", "recompute.policy");
       r.report(where, first ? "recompute.budget_mb" : "recompute.policy",
                "recompute.policy = \"budget\" needs recompute.budget_mb > 0 (activation MiB per rank)");
-    } else if (rc.policy != "budget" && rc.budget_mb > 0) {
+    } else if (rc.policy != RecomputePolicy::Budget && rc.budget_mb > 0) {
       r.report(r.origin("recompute.budget_mb"), "recompute.budget_mb",
-               fmt::format("is only used by recompute.policy = \"budget\", but the policy is \"{}\"", rc.policy));
+               fmt::format("is only used by recompute.policy = \"budget\", but the policy is \"{}\"",
+                           name_of(rc.policy)));
     }
   }
 }

@@ -1,8 +1,8 @@
 // shardtrain/config/resolver.cpp
 // Reading one key's value against its schema row (resolver.hpp). The messages
 // here are the ones users see for a value of the wrong type or out of range.
-// Booleans never stand for numbers or strings, except for a string key whose
-// choices include "on" and "off" (data.in_memory): true and false mean those.
+// Booleans never stand for numbers or strings, except for a string or enum key
+// whose choices include "on" and "off" (data.in_memory): true and false mean those.
 #include "config/resolver.hpp"
 
 #include <fmt/format.h>

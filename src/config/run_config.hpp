@@ -14,6 +14,7 @@
 
 #include "core/model_type.hpp"
 #include "core/precision.hpp"
+#include "core/run_choices.hpp"
 
 namespace shardtrain {
 
@@ -28,8 +29,8 @@ struct ModelConfig {
   int seq_len = 128;  // encoder_classifier: 0 (the data set's) unless given
   double init_std = 0.02;
   double layernorm_eps = 1e-5;
-  std::string attention = "unfused";  // gpt: "unfused" or "fused" (cuDNN flash attention, CUDA)
-  std::string pooling = "cls";  // encoder_classifier
+  AttentionImpl attention = AttentionImpl::Unfused;  // gpt: unfused or fused (cuDNN flash attention, CUDA)
+  Pooling pooling = Pooling::Cls;  // encoder_classifier
   // mlp, cnn:
   std::vector<std::int64_t> hidden;
   // cnn: conv (stride 1) -> ReLU -> max-pool per entry of conv_channels, then the hidden layers
@@ -46,9 +47,9 @@ struct ModelConfig {
 struct DataConfig {
   std::string path;  // required
   // Classifiers (sample data sets): hold both splits in memory, read once at
-  // start-up ("on"), read each micro-batch from the file ("off"), or hold them
-  // when they take at most in_memory_limit_mb per rank ("auto").
-  std::string in_memory = "auto";
+  // start-up (On), read each micro-batch from the file (Off), or hold them
+  // when they take at most in_memory_limit_mb per rank (Auto).
+  DataInMemory in_memory = DataInMemory::Auto;
   double in_memory_limit_mb = 1024.0;
 };
 
@@ -63,7 +64,7 @@ struct TrainConfig {
   std::string run_dir;              // default "runs/<input file stem>"
   double memory_limit_mb = 0.0;     // 0 = none
   double time_limit_minutes = 0.0;  // key train.time_limit; 0 = none
-  std::string device = "auto";
+  TrainDevice device = TrainDevice::Auto;
   // gpt: at each evaluation after a step that is a multiple of sample_every (0:
   // never), rank 0 prints sample_tokens tokens continuing sample_prompt
   // (train/run_sample.hpp).
@@ -74,11 +75,11 @@ struct TrainConfig {
 };
 
 struct OptimConfig {
-  std::string type = "adamw";
+  OptimizerType type = OptimizerType::AdamW;
   double lr = 1e-3;
   double min_lr = 1e-4;
   std::int64_t warmup_steps = 100;
-  std::string schedule = "cosine";
+  LrSchedule schedule = LrSchedule::Cosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -110,8 +111,8 @@ struct PrecisionConfig {
 
 // Activation recompute (model/recompute.hpp, share/doc/config.md#recompute).
 struct RecomputeConfig {
-  std::string policy = "none";
-  double budget_mb = 0.0;  // policy "budget" only
+  RecomputePolicy policy = RecomputePolicy::None;
+  double budget_mb = 0.0;  // policy Budget only
 };
 
 // Sharded checkpoints (train/checkpointing.hpp). Checkpointing is on when

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "config/toml_text.hpp"
@@ -36,14 +37,6 @@ constexpr ModelType k_encoder_cnn[] = {EncoderClassifier, Cnn};
 constexpr ModelType k_mlp_cnn[] = {Mlp, Cnn};
 constexpr ModelType k_cnn[] = {Cnn};
 constexpr ModelType k_classifiers[] = {EncoderClassifier, Mlp, Cnn};
-
-constexpr std::string_view k_pooling[] = {"cls", "mean"};
-constexpr std::string_view k_attention[] = {"unfused", "fused"};
-constexpr std::string_view k_devices[] = {"auto", "cpu", "cuda"};
-constexpr std::string_view k_in_memory[] = {"auto", "on", "off"};
-constexpr std::string_view k_optimizers[] = {"adamw"};
-constexpr std::string_view k_schedules[] = {"cosine", "constant"};
-constexpr std::string_view k_recompute_policies[] = {"none", "full", "sqrt", "budget"};
 
 // "runs/<stem of the input file>", or "runs/run" when the name has no stem.
 void derive_run_dir(RunConfig& c) {
@@ -111,7 +104,7 @@ constexpr KeySpec k_schema[] = {
      .doc = "Weights start from N(0, init_std). Residual projections are scaled by 1/√(2L)."},
     {SHARDTRAIN_CONFIG_KEY(model, layernorm_eps), .numbers = {0, true}, .model_types = k_transformers,
      .doc = "Epsilon of every LayerNorm."},
-    {SHARDTRAIN_CONFIG_KEY(model, attention), .choices = k_attention, .model_types = k_gpt,
+    {SHARDTRAIN_CONFIG_KEY(model, attention), .choices = k_attention_names, .model_types = k_gpt,
      .doc = "How the blocks compute attention. `\"unfused\"`: batched GEMMs and a softmax kernel; the (B, H, T, "
             "T) probabilities are kept for backward (host and CUDA). `\"fused\"`: cuDNN's fused flash-attention "
             "graphs; backward recomputes the probabilities from q, k and one fp32 statistic per row, so a block "
@@ -120,7 +113,7 @@ constexpr KeySpec k_schema[] = {
             "engines have no fp32), a head width `d_model / n_head` that is a multiple of 8 and at most 128, "
             "and a `seq_len` that is a multiple of 8 (the 16-byte alignment of the buffers cuDNN reads). "
             "Not yet the default: it has not run in the trainer on a GPU (gpu.md)."},
-    {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling, .model_types = k_encoder,
+    {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling_names, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},
     {SHARDTRAIN_CONFIG_KEY(model, hidden), .ints = {1, 1 << 24}, .max_entries = 16, .model_types = k_mlp_cnn,
@@ -154,7 +147,7 @@ constexpr KeySpec k_schema[] = {
     // [data]
     {SHARDTRAIN_CONFIG_KEY(data, path), .required = true, .check = check_data_path,
      .range_doc = "an existing regular file", .doc = "The HDF5 data set written by `trainer-data`."},
-    {SHARDTRAIN_CONFIG_KEY(data, in_memory), .choices = k_in_memory,
+    {SHARDTRAIN_CONFIG_KEY(data, in_memory), .choices = k_in_memory_names,
      .choices_note = " (or true / false, read as \"on\" / \"off\")", .model_types = k_classifiers,
      .range_doc = "also `true` (= `\"on\"`), `false` (= `\"off\"`)",
      .doc = "Where the classifiers' samples come from. `\"on\"`: every rank reads both splits of the data set "
@@ -216,7 +209,7 @@ constexpr KeySpec k_schema[] = {
             "less than two of the longest steps plus two checkpoints (the last one's measured time; before "
             "the first, its bytes at 100 MB/s plus 0.5 s) plus one second, every rank writes a checkpoint and "
             "the trainer exits with code 75, so that the job can be requeued and resume."},
-    {SHARDTRAIN_CONFIG_KEY(train, device), .choices = k_devices,
+    {SHARDTRAIN_CONFIG_KEY(train, device), .choices = k_device_names,
      .doc = "Where the run computes. `\"cpu\"`: the host (Kokkos kernels, oneDNN, MPI). `\"cuda\"`: one "
             "CUDA device per rank (kernels/cuda, cuBLAS, NCCL; trainer built with "
             "`-DSHARDTRAIN_ENABLE_CUDA=ON`, see gpu.md); no device, or fewer devices than ranks on a node, "
@@ -240,7 +233,7 @@ constexpr KeySpec k_schema[] = {
      .doc = "Softmax temperature of the samples; `0`: greedy (the most likely token)."},
 
     // [optim]
-    {SHARDTRAIN_CONFIG_KEY(optim, type), .choices = k_optimizers,
+    {SHARDTRAIN_CONFIG_KEY(optim, type), .choices = k_optimizer_names,
      .choices_note = " (the only optimizer implemented so far)",
      .doc = "Optimizer. Only AdamW is implemented so far."},
     {SHARDTRAIN_CONFIG_KEY(optim, lr), .numbers = {0, true}, .range_doc = "≥ `min_lr`",
@@ -249,7 +242,7 @@ constexpr KeySpec k_schema[] = {
      .doc = "Floor of the cosine decay."},
     {SHARDTRAIN_CONFIG_KEY(optim, warmup_steps), .ints = {0},
      .doc = "Linear warm-up from `lr/warmup_steps` to `lr`. `0` means no warm-up."},
-    {SHARDTRAIN_CONFIG_KEY(optim, schedule), .choices = k_schedules,
+    {SHARDTRAIN_CONFIG_KEY(optim, schedule), .choices = k_schedule_names,
      .doc = "After warm-up: cosine decay from `lr` to `min_lr` at the last step, or stay at `lr`."},
     {SHARDTRAIN_CONFIG_KEY(optim, weight_decay), .numbers = {0, false},
      .doc = "Decoupled weight decay. It is not applied to biases, LayerNorm parameters or embeddings."},
@@ -325,7 +318,7 @@ constexpr KeySpec k_schema[] = {
             "model has diverged."},
 
     // [recompute]
-    {SHARDTRAIN_CONFIG_KEY(recompute, policy), .choices = k_recompute_policies,
+    {SHARDTRAIN_CONFIG_KEY(recompute, policy), .choices = k_recompute_policy_names,
      .doc = "Which activations of the transformer blocks are kept through the forward pass and which are "
             "recomputed in backward. `\"none\"`: keep everything. `\"full\"`: keep only each block's input; "
             "every block but the last is run forward again just before its backward. `\"sqrt\"`: keep every "
@@ -406,10 +399,28 @@ constexpr bool fits(const IntRange& r) {
          static_cast<std::uint64_t>(r.hi) <= static_cast<std::uint64_t>(std::numeric_limits<T>::max());
 }
 
+// The value type of a ConfigField.
+template <class F>
+struct field_value;
+template <class T>
+struct field_value<ConfigField<T>> {
+  using type = T;
+};
+
+// AnyConfigField's alternatives are enums from k_first_enum_field on, and only those.
+template <std::size_t... I>
+constexpr bool enums_from_first_enum_field(std::index_sequence<I...>) {
+  return ((std::is_enum_v<typename field_value<std::variant_alternative_t<I, AnyConfigField>>::type> ==
+           (I >= k_first_enum_field)) &&
+          ...);
+}
+static_assert(enums_from_first_enum_field(std::make_index_sequence<std::variant_size_v<AnyConfigField>>{}));
+
 constexpr bool rows_are_consistent() {
   for (const KeySpec& k : k_schema) {
     const std::size_t type = k.field.index();  // AnyConfigField's order
-    const bool integer = type <= 2, number = type == 3, string = type == 5, list = type == 6, enumerated = type >= 7;
+    const bool integer = type <= 2, number = type == 3, string = type == 5, list = type == 6,
+               enumerated = type >= k_first_enum_field;
     if (type == 0 && !fits<int>(k.ints)) throw "an int field's range must fit in int";
     if (type == 2 && !fits<std::uint64_t>(k.ints)) throw "an unsigned field's range must not go below 0";
     if ((integer || list) && k.ints.lo > k.ints.hi) throw "empty integer range";

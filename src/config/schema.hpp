@@ -44,13 +44,19 @@ constexpr auto config_field() {
 }
 
 // The field types a key can have; the alternative is the key's type: integer (int,
-// int64, uint64), float (double), boolean, string, array of integers, and the
-// enums written as a string (model.type, precision.mode: their names, enum_names,
+// int64, uint64), float (double), boolean, string, array of integers, and, from
+// index k_first_enum_field on, the enums written as a string (model.type,
+// precision.mode and the choices of core/run_choices.hpp: their names, enum_names,
 // are the row's choices).
 using AnyConfigField =
     std::variant<ConfigField<int>, ConfigField<std::int64_t>, ConfigField<std::uint64_t>, ConfigField<double>,
                  ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
-                 ConfigField<ModelType>, ConfigField<PrecisionMode>>;
+                 ConfigField<ModelType>, ConfigField<PrecisionMode>, ConfigField<AttentionImpl>,
+                 ConfigField<Pooling>, ConfigField<DataInMemory>, ConfigField<TrainDevice>,
+                 ConfigField<OptimizerType>, ConfigField<LrSchedule>, ConfigField<RecomputePolicy>>;
+
+// AnyConfigField's alternatives from this index on are the enums.
+inline constexpr std::size_t k_first_enum_field = 7;
 
 // Integer keys, and each entry of an integer array: lo <= v <= hi.
 struct IntRange {

@@ -30,12 +30,13 @@
 #include "model/classifier.hpp"
 #include "core/param_layout.hpp"
 #include "core/param_provider.hpp"
+#include "core/run_choices.hpp"
 #include "model/transformer_block.hpp"
 
 namespace shardtrain {
 
 struct EncoderDims {
-  enum class Pooling { Cls, Mean };
+  using Pooling = shardtrain::Pooling;  // model.pooling (core/run_choices.hpp)
   std::int64_t vocab = 0;      // V (the byte tokenizer: 258)
   std::int64_t seq_len = 0;    // T
   std::int64_t n_layer = 0;    // L

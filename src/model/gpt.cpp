@@ -97,7 +97,7 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   // The arena is the schedule's plan as given (what the memory plan reported);
   // the ops are replayed on this chain (a schedule for another chain fails
   // here) and run from the replay. What the ops use of the arena is measured.
-  const RecomputeSchedule planned = schedule ? *schedule : *make_recompute_schedule("none", costs);
+  const RecomputeSchedule planned = schedule ? *schedule : *make_recompute_schedule(RecomputePolicy::None, costs);
   m_schedule = planned;
   simulate(costs, m_schedule);
   const auto plan = gpt_activation_plan(dims);

@@ -139,9 +139,9 @@ void check_costs(const ChainCosts& c) {
                      "recompute: a layer must save at least its output");
 }
 
-RecomputeSchedule finish(const ChainCosts& c, std::string policy, std::vector<Op> ops) {
+RecomputeSchedule finish(const ChainCosts& c, RecomputePolicy policy, std::vector<Op> ops) {
   RecomputeSchedule s;
-  s.policy = std::move(policy);
+  s.policy = name_of(policy);
   s.ops = std::move(ops);
   simulate(c, s);
   return s;
@@ -162,7 +162,7 @@ std::optional<RecomputeSchedule> solve_bytes(const ChainCosts& c, std::int64_t b
   if (solver.cost(0, c.size() - 1, units) == kInf) return std::nullopt;
   std::vector<Op> ops;
   solver.emit(0, c.size() - 1, units, ops);
-  return finish(c, "budget", std::move(ops));
+  return finish(c, RecomputePolicy::Budget, std::move(ops));
 }
 
 }  // namespace
@@ -272,29 +272,36 @@ bool forward_frees_input(const std::vector<RecomputeOp>& ops, std::size_t k) {
          ops[k + 1].kind == Kind::FreeInput && ops[k + 1].layer == op.layer;
 }
 
-std::optional<RecomputeSchedule> make_recompute_schedule(const std::string& policy,
+std::optional<RecomputeSchedule> make_recompute_schedule(RecomputePolicy policy,
                                                          const ChainCosts& c,
                                                          std::int64_t budget_bytes) {
   check_costs(c);
   const int n = c.size();
-  if (policy == "none") return finish(c, policy, none_ops(n));
-  if (policy == "full") return finish(c, policy, segment_ops(n, 1));
-  if (policy == "sqrt")
-    return finish(c, policy, segment_ops(n, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))))));
-  SHARDTRAIN_CHECK(policy == "budget", "unknown recompute policy " + policy);
-  RecomputeSchedule none = finish(c, "budget", none_ops(n));
+  switch (policy) {
+    case RecomputePolicy::None:
+      return finish(c, policy, none_ops(n));
+    case RecomputePolicy::Full:
+      return finish(c, policy, segment_ops(n, 1));
+    case RecomputePolicy::Sqrt:
+      return finish(c, policy, segment_ops(n, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))))));
+    case RecomputePolicy::Budget:
+      break;
+  }
+  SHARDTRAIN_CHECK(policy == RecomputePolicy::Budget,
+                   fmt::format("unknown recompute policy {}", static_cast<int>(policy)));
+  RecomputeSchedule none = finish(c, policy, none_ops(n));
   if (none.peak_bytes <= budget_bytes) return none;
   SHARDTRAIN_CHECK(n <= kMaxBudgetLayers,
                    fmt::format("recompute.policy = \"budget\" plans chains of up to {} layers", kMaxBudgetLayers));
   if (budget_bytes <= c.scratch_bytes) return std::nullopt;
   std::optional<RecomputeSchedule> best = solve_bytes(c, budget_bytes - c.scratch_bytes);
   // The fixed policies are schedules too: never do worse than one that fits.
-  for (const char* fixed : {"sqrt", "full"}) {
+  for (const RecomputePolicy fixed : {RecomputePolicy::Sqrt, RecomputePolicy::Full}) {
     RecomputeSchedule f = *make_recompute_schedule(fixed, c);
     if (f.peak_bytes > budget_bytes) continue;
     if (!best || f.forwards < best->forwards ||
         (f.forwards == best->forwards && f.peak_bytes < best->peak_bytes)) {
-      f.policy = "budget";
+      f.policy = name_of(RecomputePolicy::Budget);
       best = std::move(f);
     }
   }
@@ -303,14 +310,15 @@ std::optional<RecomputeSchedule> make_recompute_schedule(const std::string& poli
 
 std::int64_t min_recompute_peak(const ChainCosts& c) {
   check_costs(c);
-  const std::int64_t none = make_recompute_schedule("none", c)->peak_bytes;
-  if (c.size() > kMaxBudgetLayers) return std::min(none, make_recompute_schedule("full", c)->peak_bytes);
+  const std::int64_t none = make_recompute_schedule(RecomputePolicy::None, c)->peak_bytes;
+  if (c.size() > kMaxBudgetLayers)
+    return std::min(none, make_recompute_schedule(RecomputePolicy::Full, c)->peak_bytes);
   // Bisect on the budget make_recompute_schedule itself accepts (feasible at
   // none's peak), so a budget of the returned size is always met.
   std::int64_t lo = 0, hi = none;
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
-    if (make_recompute_schedule("budget", c, mid)) hi = mid;
+    if (make_recompute_schedule(RecomputePolicy::Budget, c, mid)) hi = mid;
     else lo = mid;
   }
   return hi;

@@ -46,6 +46,8 @@
 #include <string>
 #include <vector>
 
+#include "core/run_choices.hpp"
+
 namespace shardtrain {
 
 struct ChainCosts {
@@ -65,7 +67,7 @@ struct RecomputeOp {
 };
 
 struct RecomputeSchedule {
-  std::string policy;
+  std::string policy;  // for reports: the name of the policy that made it (name_of), or a test's label
   std::vector<RecomputeOp> ops;
   int forward_ops_in_pass = 0;     // ops[0, forward_ops_in_pass) are the forward pass
   int internal_slots = 0;          // internals held at once, at most (for the report)
@@ -81,14 +83,14 @@ struct RecomputeSchedule {
   std::vector<bool> kept_internals;  // per layer: internals saved during the forward pass
 };
 
-// Builds the schedule for `policy` ("none", "full", "sqrt", "budget"). For
-// "budget", `budget_bytes` bounds peak_bytes; returns nullopt when even the
-// cheapest-memory schedule does not fit. Other policies ignore the budget.
-std::optional<RecomputeSchedule> make_recompute_schedule(const std::string& policy,
+// Builds the schedule for `policy`. For Budget, `budget_bytes` bounds
+// peak_bytes; returns nullopt when even the cheapest-memory schedule does not
+// fit. Other policies ignore the budget.
+std::optional<RecomputeSchedule> make_recompute_schedule(RecomputePolicy policy,
                                                          const ChainCosts& costs,
                                                          std::int64_t budget_bytes = 0);
 
-// The smallest budget (bytes) make_recompute_schedule("budget") accepts for
+// The smallest budget (bytes) make_recompute_schedule(Budget) accepts for
 // this chain: what the plan reports as the least an unmeetable budget needs.
 std::int64_t min_recompute_peak(const ChainCosts& costs);
 

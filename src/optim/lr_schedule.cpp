@@ -9,7 +9,12 @@ namespace shardtrain {
 double learning_rate(const OptimConfig& o, std::int64_t step, std::int64_t total_steps) {
   if (step < o.warmup_steps)
     return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
-  if (o.schedule == "constant") return o.lr;
+  switch (o.schedule) {
+    case LrSchedule::Constant:
+      return o.lr;
+    case LrSchedule::Cosine:
+      break;
+  }
   const std::int64_t decay_steps = std::max<std::int64_t>(1, total_steps - o.warmup_steps);
   const double progress =
       std::min(1.0, static_cast<double>(step - o.warmup_steps) / static_cast<double>(decay_steps));

@@ -23,20 +23,33 @@ Communicator* DeviceContext::comm() {
   return nullptr;
 }
 
-std::unique_ptr<DeviceContext> bring_up_device(const std::string& device_key, const std::string& source_name,
-                                               MPI_Comm world) {
-  auto context = std::make_unique<DeviceContext>();
-  std::string device = device_key;
+bool computes_on_cuda(TrainDevice device) {
+  switch (device) {
+    case TrainDevice::Auto:
 #ifdef SHARDTRAIN_WITH_CUDA
-  if (device == "auto") device = "cuda";
-  if (device == "cuda") {
+      return true;
+#else
+      return false;
+#endif
+    case TrainDevice::Cpu:
+      return false;
+    case TrainDevice::Cuda:
+      return true;
+  }
+  SHARDTRAIN_FAIL(fmt::format("unknown train.device {}", static_cast<int>(device)));
+}
+
+std::unique_ptr<DeviceContext> bring_up_device(TrainDevice device, const std::string& source_name, MPI_Comm world) {
+  auto context = std::make_unique<DeviceContext>();
+#ifdef SHARDTRAIN_WITH_CUDA
+  if (computes_on_cuda(device)) {
     // First, before anything is allocated: the device check (agreed by all ranks).
     try {
       context->nccl = std::make_unique<NcclCommunicator>(world);
     } catch (const Error& e) {
       throw Error(fmt::format("{}; train.device = \"{}\" trains on one CUDA device per rank: run on GPU nodes, "
                               "or set train.device = \"cpu\" (--set train.device=cpu) to train on the host",
-                              e.what(), device_key));
+                              e.what(), name_of(device)));
     }
     // Stream and cuBLAS handle: may fail on one rank only, so the ranks agree
     // before any of them goes on to the collectives of the run's set-up.
@@ -47,8 +60,7 @@ std::unique_ptr<DeviceContext> bring_up_device(const std::string& device_key, co
   }
   (void)source_name;
 #else
-  if (device == "auto") device = "cpu";
-  if (device == "cuda")
+  if (computes_on_cuda(device))
     throw InputError(fmt::format("{}: train.device = \"cuda\", but this trainer was built without CUDA; rebuild "
                                  "with -DSHARDTRAIN_ENABLE_CUDA=ON (share/doc/gpu.md) or use train.device = \"cpu\"",
                                  source_name));

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "core/run_choices.hpp"
 #include "parallel/communicator.hpp"
 
 namespace shardtrain {
@@ -42,11 +43,14 @@ struct DeviceContext {
   Communicator* comm();
 };
 
-// `device`: train.device ("cpu", "cuda" or "auto": cuda in the CUDA build, cpu
-// otherwise); `source_name`: the input file, for messages. Collective over
-// `world`. Throws InputError for "cuda" in a build without CUDA, Error (on
-// every rank) when a device cannot be brought up.
-std::unique_ptr<DeviceContext> bring_up_device(const std::string& device, const std::string& source_name,
-                                               MPI_Comm world);
+// Whether train.device = `device` computes on CUDA devices in this build (auto:
+// in the CUDA build; cuda: always, refused by bring_up_device without CUDA).
+bool computes_on_cuda(TrainDevice device);
+
+// `device`: train.device (auto: cuda in the CUDA build, cpu otherwise);
+// `source_name`: the input file, for messages. Collective over `world`. Throws
+// InputError for cuda in a build without CUDA, Error (on every rank) when a
+// device cannot be brought up.
+std::unique_ptr<DeviceContext> bring_up_device(TrainDevice device, const std::string& source_name, MPI_Comm world);
 
 }  // namespace shardtrain

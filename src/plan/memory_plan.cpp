@@ -51,7 +51,7 @@ GptDims gpt_dims(const RunConfig& c, std::int64_t vocab, int world) {
   d.seq_len = c.model.seq_len;
   d.vocab = vocab;
   d.max_batch = std::min<std::int64_t>(c.train.micro_batch, (c.train.batch_size + world - 1) / world);
-  d.fused_attention = c.model.attention == "fused";
+  d.fused_attention = c.model.attention == AttentionImpl::Fused;
   return d;
 }
 
@@ -105,10 +105,9 @@ MemoryPlan plan_gpt_memory(const RunConfig& c, std::int64_t vocab, int world) {
   // Activations category; the head is always kept).
   const ChainCosts chain = gpt_chain_costs(p.dims, f);
   const std::int64_t head = f * acts.head;
-  p.activations_none = head + make_recompute_schedule("none", chain)->peak_bytes;
-  const std::string& policy = c.recompute.policy;
+  p.activations_none = head + make_recompute_schedule(RecomputePolicy::None, chain)->peak_bytes;
   const std::int64_t budget = static_cast<std::int64_t>(c.recompute.budget_mb * kMiB);
-  auto schedule = make_recompute_schedule(policy, chain, budget - head);
+  auto schedule = make_recompute_schedule(c.recompute.policy, chain, budget - head);
   if (!schedule) {
     const std::int64_t least = head + min_recompute_peak(chain);
     throw InputError(fmt::format(

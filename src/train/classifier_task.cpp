@@ -39,10 +39,10 @@ class ClassifierTask final : public Task<P> {
                                    "trainer-data ({}), or choose a model for this data",
                                    path, images ? "image" : "token", type, images ? "token sequences" : "images",
                                    images ? "text" : "images", images ? "textdir, csv" : "mnist"));
-    if (cfg.recompute.policy != "none")
+    if (cfg.recompute.policy != RecomputePolicy::None)
       throw InputError(fmt::format("{}: recompute.policy = \"{}\": activation recompute is implemented for "
                                    "model.type = \"gpt\" only; use \"none\"",
-                                   cfg.source_name, cfg.recompute.policy));
+                                   cfg.source_name, name_of(cfg.recompute.policy)));
     if (m_data.size(SampleSplit::Train) < 1 || m_data.size(SampleSplit::Val) < 1)
       throw InputError(fmt::format("{}: a classifier needs training and validation samples; the file has {} and {}",
                                    path, m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val)));
@@ -67,18 +67,25 @@ class ClassifierTask final : public Task<P> {
     // as part of the data category.
     const std::int64_t held = m_data.in_memory_bytes();
     const double limit = cfg.data.in_memory_limit_mb * kMiB;
-    m_in_memory = cfg.data.in_memory == "on" || (cfg.data.in_memory == "auto" && static_cast<double>(held) <= limit);
-    m_data_source = m_in_memory ? fmt::format("held in memory: {:.3g} MiB per rank ({})", held / kMiB,
-                                              cfg.data.in_memory == "on"
-                                                  ? std::string("data.in_memory = \"on\"")
-                                                  : fmt::format("data.in_memory = \"auto\", at most "
-                                                                "data.in_memory_limit_mb = {:g}",
-                                                                cfg.data.in_memory_limit_mb))
-                                : cfg.data.in_memory == "off"
-                                    ? std::string("read from the file per micro-batch (data.in_memory = \"off\")")
+    switch (cfg.data.in_memory) {
+      case DataInMemory::On:
+        m_in_memory = true;
+        m_data_source = fmt::format("held in memory: {:.3g} MiB per rank (data.in_memory = \"on\")", held / kMiB);
+        break;
+      case DataInMemory::Off:
+        m_in_memory = false;
+        m_data_source = "read from the file per micro-batch (data.in_memory = \"off\")";
+        break;
+      case DataInMemory::Auto:
+        m_in_memory = static_cast<double>(held) <= limit;
+        m_data_source = m_in_memory ? fmt::format("held in memory: {:.3g} MiB per rank (data.in_memory = \"auto\", "
+                                                  "at most data.in_memory_limit_mb = {:g})",
+                                                  held / kMiB, cfg.data.in_memory_limit_mb)
                                     : fmt::format("read from the file per micro-batch (data.in_memory = \"auto\": "
                                                   "{:.3g} MiB per rank is above data.in_memory_limit_mb = {:g})",
                                                   held / kMiB, cfg.data.in_memory_limit_mb);
+        break;
+    }
     this->m_plan = plan_classifier_memory(cfg, make_layout(), costs(), mb * (row_bytes + 4) + (m_in_memory ? held : 0),
                                           mb, plan_world);
     this->m_plan.data_in_memory = m_in_memory ? held : 0;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/mpi_check.hpp"
+#include "parallel/device_context.hpp"  // computes_on_cuda
 
 namespace shardtrain {
 
@@ -33,11 +34,7 @@ FlopFloor measure_flop_floor(MPI_Comm comm, Backend& backend, PrecisionMode prec
 }
 
 FlopFloor plan_flop_floor(const RunConfig& config, double flops_per_rank, MPI_Comm comm) {
-#ifdef SHARDTRAIN_WITH_CUDA
-  const bool host = config.train.device == "cpu";
-#else
-  const bool host = config.train.device == "cpu" || config.train.device == "auto";
-#endif
+  const bool host = !computes_on_cuda(config.train.device);
   if (!host) return FlopFloor{0, 0, flops_per_rank, "no peak probe for CUDA devices yet"};
   set_host_compute_threads(config.parallel.threads);
   return measure_flop_floor(comm, host_backend(), config.precision.mode, config.parallel.threads, flops_per_rank);

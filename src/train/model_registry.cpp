@@ -55,7 +55,7 @@ ClassifierDims encoder_dims(const RunConfig& cfg, const ClassifierSamples& s, st
     throw InputError(fmt::format("{}: model.seq_len = {}, but the documents of {} are {} tokens long; use at "
                                  "most {} (or import with a larger trainer-data --seq-len)",
                                  cfg.source_name, t, s.path, s.row, s.row));
-  if (cfg.model.pooling == "cls" && !s.has_cls)
+  if (cfg.model.pooling == Pooling::Cls && !s.has_cls)
     throw InputError(fmt::format("{}: model.pooling = \"cls\" needs a [CLS] token at position 0, but {} has "
                                  "none; use pooling = \"mean\"", cfg.source_name, s.path));
   EncoderDims d;
@@ -66,7 +66,7 @@ ClassifierDims encoder_dims(const RunConfig& cfg, const ClassifierSamples& s, st
   d.n_head = cfg.model.n_head;
   d.classes = s.classes;
   d.max_batch = max_batch;
-  d.pooling = cfg.model.pooling == "mean" ? EncoderDims::Pooling::Mean : EncoderDims::Pooling::Cls;
+  d.pooling = cfg.model.pooling;
   d.dropout = cfg.model.dropout;
   d.dropout_seed = cfg.train.seed;
   encoder_check_dims(d);
@@ -165,7 +165,7 @@ std::string describe_classifier(const ClassifierDims& dims, const RunConfig& con
                  },
                  [&](const EncoderDims& d) {
                    return fmt::format("encoder L={} C={} H={} T={} V={} pooling {}{} -> {} classes", d.n_layer,
-                                      d.channels, d.n_head, d.seq_len, d.vocab, config.model.pooling,
+                                      d.channels, d.n_head, d.seq_len, d.vocab, name_of(config.model.pooling),
                                       d.dropout > 0 ? fmt::format(" dropout {:g}", d.dropout) : "", d.classes);
                  }},
       dims);

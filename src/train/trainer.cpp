@@ -522,12 +522,12 @@ namespace {
 std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world) {
   set_host_compute_threads(config.parallel.threads);
   auto context = bring_up_device(config.train.device, config.source_name, world);
-  if (config.model.type == ModelType::Gpt && config.model.attention == "fused" &&
+  if (config.model.type == ModelType::Gpt && config.model.attention == AttentionImpl::Fused &&
       context->backend->kind() == BackendKind::Host)
     throw InputError(fmt::format(
         "{}: model.attention = \"fused\" is cuDNN's flash attention and needs a CUDA device, but this run "
         "computes on the host (train.device = \"{}\"); use model.attention = \"unfused\" on the host",
-        config.source_name, config.train.device));
+        config.source_name, name_of(config.train.device)));
   return context;
 }
 }  // namespace

@@ -75,7 +75,7 @@ struct Device {
 
 // Loss and gradients (as fp32) of one forward/backward of a T model on `backend` (nullptr: host).
 template <class T>
-std::pair<double, std::vector<float>> gradients(Backend* backend, const std::string& policy = "none",
+std::pair<double, std::vector<float>> gradients(Backend* backend, RecomputePolicy policy = RecomputePolicy::None,
                                                 bool fused_attention = false) {
   GptDims d = dims();
   d.fused_attention = fused_attention;
@@ -128,8 +128,8 @@ TEST(DeviceGpt, SixteenBitStorageMatchesTheHostWithinRounding) {
 
 TEST(DeviceGpt, RecomputeGivesBitwiseTheSameGradients) {
   Device dev;
-  const auto [loss_a, grad_a] = gradients<float>(&dev.backend, "none");
-  const auto [loss_b, grad_b] = gradients<float>(&dev.backend, "sqrt");
+  const auto [loss_a, grad_a] = gradients<float>(&dev.backend, RecomputePolicy::None);
+  const auto [loss_b, grad_b] = gradients<float>(&dev.backend, RecomputePolicy::Sqrt);
   EXPECT_EQ(loss_a, loss_b);
   EXPECT_EQ(grad_a, grad_b);
 }
@@ -146,8 +146,8 @@ TEST(DeviceGpt, FusedAttentionMatchesTheHostAndTheUnfusedKernels) {
   layout.finalize(1);
   for (int kind = 0; kind < 2; ++kind) {
     const char* what = kind == 0 ? " fp16" : " bf16";
-    const auto [loss, grad] = kind == 0 ? gradients<f16>(&dev.backend, "none", true)
-                                        : gradients<bf16>(&dev.backend, "none", true);
+    const auto [loss, grad] = kind == 0 ? gradients<f16>(&dev.backend, RecomputePolicy::None, true)
+                                        : gradients<bf16>(&dev.backend, RecomputePolicy::None, true);
     const auto [unfused_loss, unfused_grad] =
         kind == 0 ? gradients<f16>(&dev.backend) : gradients<bf16>(&dev.backend);
     EXPECT_NEAR(loss, host_loss, 2e-2 * std::abs(host_loss)) << what;
@@ -161,14 +161,14 @@ TEST(DeviceGpt, FusedAttentionMatchesTheHostAndTheUnfusedKernels) {
 
 TEST(DeviceGpt, FusedAttentionIsRepeatableAndRecomputes) {
   Device dev;
-  const auto [loss_a, grad_a] = gradients<bf16>(&dev.backend, "none", true);
-  const auto [loss_b, grad_b] = gradients<bf16>(&dev.backend, "none", true);
+  const auto [loss_a, grad_a] = gradients<bf16>(&dev.backend, RecomputePolicy::None, true);
+  const auto [loss_b, grad_b] = gradients<bf16>(&dev.backend, RecomputePolicy::None, true);
   EXPECT_EQ(loss_a, loss_b);
   EXPECT_EQ(grad_a, grad_b) << "two fused runs differ: cuDNN's backward is not deterministic here";
-  const auto [loss_c, grad_c] = gradients<bf16>(&dev.backend, "sqrt", true);
+  const auto [loss_c, grad_c] = gradients<bf16>(&dev.backend, RecomputePolicy::Sqrt, true);
   EXPECT_EQ(loss_a, loss_c);
   EXPECT_EQ(grad_a, grad_c) << "recompute changed the fused gradients";
-  EXPECT_THROW(gradients<float>(&dev.backend, "none", true), Error) << "fp32 fused attention must be refused";
+  EXPECT_THROW(gradients<float>(&dev.backend, RecomputePolicy::None, true), Error) << "fp32 fused attention must be refused";
 }
 
 // The CUDA backend's vector kernels (kernels/cuda/vector_reduce, elementwise,

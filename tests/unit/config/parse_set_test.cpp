@@ -32,7 +32,7 @@ TEST_F(ConfigSet, OverridesIntegerFloatAndQuotedString) {
                              "data.path=\"" + m_other + "\""});
   EXPECT_EQ(c.train.steps, 20);
   EXPECT_EQ(c.optim.lr, 3e-4);
-  EXPECT_EQ(c.optim.schedule, "constant");
+  EXPECT_EQ(c.optim.schedule, LrSchedule::Constant);
   EXPECT_EQ(c.data.path, m_other);
 }
 
@@ -40,7 +40,7 @@ TEST_F(ConfigSet, BareStringIsAcceptedWhenTheValueIsNotToml) {
   const RunConfig c = parse(data_section(), {"data.path=" + m_other, "train.run_dir=runs/a-b"});
   EXPECT_EQ(c.data.path, m_other);
   EXPECT_EQ(c.train.run_dir, "runs/a-b");
-  EXPECT_EQ(parse(data_section(), {"optim.schedule=constant"}).optim.schedule, "constant");
+  EXPECT_EQ(parse(data_section(), {"optim.schedule=constant"}).optim.schedule, LrSchedule::Constant);
 }
 
 TEST_F(ConfigSet, IntegerOverrideForAFloatKey) {

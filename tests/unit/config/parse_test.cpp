@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "config/parse.hpp"
 #include "config_test_support.hpp"
@@ -54,11 +55,11 @@ TEST_F(ConfigParse, FullConfigSetsEveryField) {
   EXPECT_EQ(c.train.eval_windows, 20);
   EXPECT_EQ(c.train.log_every, 5);
   EXPECT_EQ(c.train.run_dir, "runs/custom");
-  EXPECT_EQ(c.optim.type, "adamw");
+  EXPECT_EQ(c.optim.type, OptimizerType::AdamW);
   EXPECT_EQ(c.optim.lr, 6e-4);
   EXPECT_EQ(c.optim.min_lr, 6e-5);
   EXPECT_EQ(c.optim.warmup_steps, 200);
-  EXPECT_EQ(c.optim.schedule, "constant");
+  EXPECT_EQ(c.optim.schedule, LrSchedule::Constant);
   EXPECT_EQ(c.optim.weight_decay, 0.05);
   EXPECT_EQ(c.optim.beta1, 0.8);
   EXPECT_EQ(c.optim.beta2, 0.99);
@@ -101,7 +102,7 @@ TEST_F(ConfigParse, OnlyDataPathGivesTheDefaults) {
   EXPECT_EQ(c.model.n_layer, 4);
   EXPECT_EQ(c.train.steps, 1000);
   EXPECT_EQ(c.optim.lr, 1e-3);
-  EXPECT_EQ(c.optim.schedule, "cosine");
+  EXPECT_EQ(c.optim.schedule, LrSchedule::Cosine);
   EXPECT_EQ(c.train.run_dir, "runs/quickstart");
 }
 
@@ -216,9 +217,9 @@ TEST_F(ConfigParse, BooleansNeverCoerce) {
 }
 
 TEST_F(ConfigParse, Device) {
-  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").train.device, "auto");
-  EXPECT_EQ(parse_run_config("[train]\ndevice = \"cuda\"\n" + data_section(), "inputs/x.toml").train.device, "cuda");
-  EXPECT_EQ(parse_run_config("[train]\ndevice = \"cpu\"\n" + data_section(), "inputs/x.toml").train.device, "cpu");
+  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").train.device, TrainDevice::Auto);
+  EXPECT_EQ(parse_run_config("[train]\ndevice = \"cuda\"\n" + data_section(), "inputs/x.toml").train.device, TrainDevice::Cuda);
+  EXPECT_EQ(parse_run_config("[train]\ndevice = \"cpu\"\n" + data_section(), "inputs/x.toml").train.device, TrainDevice::Cpu);
   EXPECT_EQ(error_of("[train]\ndevice = \"gpu\"\n" + data_section()),
             "inputs/x.toml:2:10: train.device: must be \"auto\" or \"cpu\" or \"cuda\", got \"gpu\"");
   EXPECT_EQ(error_of("[train]\ndevice = 0\n" + data_section()),
@@ -279,10 +280,10 @@ TEST_F(ConfigParse, NHeadMustDivideDModel) {
 // that is a multiple of 8, at most 128 (the device check is the trainer's: the config
 // does not know where the run computes).
 TEST_F(ConfigParse, FusedAttentionNeedsSixteenBitsAndAHeadWidthCudnnTakes) {
-  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").model.attention, "unfused");
+  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").model.attention, AttentionImpl::Unfused);
   const std::string bf16 = "[precision]\nmode = \"bf16\"\n";
   EXPECT_EQ(parse_run_config("[model]\nattention = \"fused\"\n" + bf16 + data_section(), "inputs/x.toml").model.attention,
-            "fused");  // d_model 128 / n_head 4 = 32
+            AttentionImpl::Fused);  // d_model 128 / n_head 4 = 32
   EXPECT_EQ(error_of("[model]\nattention = \"fused\"\n" + data_section()),
             "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs precision.mode = "
             "\"fp16\" or \"bf16\": cuDNN has no fp32 flash-attention engine; use model.attention = \"unfused\" "
@@ -373,10 +374,10 @@ TEST_F(ConfigParse, PrecisionKeys) {
 TEST_F(ConfigParse, RecomputeKeys) {
   const RunConfig c = parse_run_config(
       "[recompute]\npolicy = \"budget\"\nbudget_mb = 12.5\n" + data_section(), "x.toml");
-  EXPECT_EQ(c.recompute.policy, "budget");
+  EXPECT_EQ(c.recompute.policy, RecomputePolicy::Budget);
   EXPECT_EQ(c.recompute.budget_mb, 12.5);
   EXPECT_EQ(parse_run_config("[recompute]\npolicy = \"sqrt\"\n" + data_section(), "x.toml").recompute.policy,
-            "sqrt");
+            RecomputePolicy::Sqrt);
   EXPECT_EQ(error_of("[recompute]\npolicy = \"budget\"\n" + data_section()),
             "inputs/x.toml:2:10: recompute.policy: recompute.policy = \"budget\" needs "
             "recompute.budget_mb > 0 (activation MiB per rank)");
@@ -386,6 +387,47 @@ TEST_F(ConfigParse, RecomputeKeys) {
   EXPECT_EQ(error_of("[recompute]\npolicy = \"some\"\n" + data_section()),
             "inputs/x.toml:2:10: recompute.policy: must be \"none\" or \"full\" or \"sqrt\" or "
             "\"budget\", got \"some\"");
+}
+
+// Each choice key's every name, written in the file, reads as the enum value of
+// that meaning (not merely the value at the name's index: a name table in the
+// wrong order fails here), and the defaults are the documented ones.
+TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
+  auto parse = [&](const std::string& section, const std::string& line) {
+    return parse_run_config("[" + section + "]\n" + line + "\n" + data_section(), "x.toml");
+  };
+  const std::string bf16 = "[precision]\nmode = \"bf16\"\n";
+  EXPECT_EQ(parse("model", "attention = \"unfused\"").model.attention, AttentionImpl::Unfused);
+  EXPECT_EQ(parse_run_config("[model]\nattention = \"fused\"\n" + bf16 + data_section(), "x.toml").model.attention,
+            AttentionImpl::Fused);
+  const std::string encoder = "type = \"encoder_classifier\"\n";
+  EXPECT_EQ(parse("model", encoder + "pooling = \"cls\"").model.pooling, Pooling::Cls);
+  EXPECT_EQ(parse("model", encoder + "pooling = \"mean\"").model.pooling, Pooling::Mean);
+  const std::string cnn = "[model]\ntype = \"cnn\"\n";
+  for (const auto& [name, value] : {std::pair{"auto", DataInMemory::Auto}, std::pair{"on", DataInMemory::On},
+                                    std::pair{"off", DataInMemory::Off}})
+    EXPECT_EQ(parse_run_config(cnn + data_section() + "in_memory = \"" + name + "\"\n", "x.toml").data.in_memory,
+              value)
+        << name;
+  for (const auto& [name, value] : {std::pair{"auto", TrainDevice::Auto}, std::pair{"cpu", TrainDevice::Cpu},
+                                    std::pair{"cuda", TrainDevice::Cuda}})
+    EXPECT_EQ(parse("train", "device = \"" + std::string(name) + "\"").train.device, value) << name;
+  EXPECT_EQ(parse("optim", "type = \"adamw\"").optim.type, OptimizerType::AdamW);
+  EXPECT_EQ(parse("optim", "schedule = \"cosine\"").optim.schedule, LrSchedule::Cosine);
+  EXPECT_EQ(parse("optim", "schedule = \"constant\"").optim.schedule, LrSchedule::Constant);
+  for (const auto& [name, value] : {std::pair{"none", RecomputePolicy::None}, std::pair{"full", RecomputePolicy::Full},
+                                    std::pair{"sqrt", RecomputePolicy::Sqrt}})
+    EXPECT_EQ(parse("recompute", "policy = \"" + std::string(name) + "\"").recompute.policy, value) << name;
+  EXPECT_EQ(parse("recompute", "policy = \"budget\"\nbudget_mb = 1").recompute.policy, RecomputePolicy::Budget);
+
+  const RunConfig d = parse_run_config(data_section(), "x.toml");
+  EXPECT_EQ(d.model.attention, AttentionImpl::Unfused);
+  EXPECT_EQ(d.model.pooling, Pooling::Cls);
+  EXPECT_EQ(d.data.in_memory, DataInMemory::Auto);
+  EXPECT_EQ(d.train.device, TrainDevice::Auto);
+  EXPECT_EQ(d.optim.type, OptimizerType::AdamW);
+  EXPECT_EQ(d.optim.schedule, LrSchedule::Cosine);
+  EXPECT_EQ(d.recompute.policy, RecomputePolicy::None);
 }
 
 TEST_F(ConfigParse, CheckpointKeys) {
@@ -532,7 +574,7 @@ TEST_F(ConfigParse, ClassifierModels) {
   const RunConfig enc = parse_run_config("[model]\ntype = \"encoder_classifier\"\npooling = \"mean\"\n" + data,
                                          "x.toml");
   EXPECT_EQ(enc.model.seq_len, 0);  // the data set's length
-  EXPECT_EQ(enc.model.pooling, "mean");
+  EXPECT_EQ(enc.model.pooling, Pooling::Mean);
   EXPECT_EQ(parse_run_config(data, "x.toml").model.seq_len, 128);  // the GPT's default is unchanged
   // Round trip: to_toml writes only the type's keys and reads back the same.
   for (const RunConfig* c : {&mlp, &cnn, &enc}) {
@@ -552,17 +594,17 @@ TEST_F(ConfigParse, ClassifierModels) {
 TEST_F(ConfigParse, DataInMemory) {
   const std::string cnn = "[model]\ntype = \"cnn\"\n" + data_section();
   const RunConfig d = parse_run_config(cnn, "x.toml");
-  EXPECT_EQ(d.data.in_memory, "auto");
+  EXPECT_EQ(d.data.in_memory, DataInMemory::Auto);
   EXPECT_EQ(d.data.in_memory_limit_mb, 1024.0);
-  EXPECT_EQ(parse_run_config(cnn + "in_memory = true\n", "x.toml").data.in_memory, "on");
-  EXPECT_EQ(parse_run_config(cnn + "in_memory = false\n", "x.toml").data.in_memory, "off");
+  EXPECT_EQ(parse_run_config(cnn + "in_memory = true\n", "x.toml").data.in_memory, DataInMemory::On);
+  EXPECT_EQ(parse_run_config(cnn + "in_memory = false\n", "x.toml").data.in_memory, DataInMemory::Off);
   EXPECT_EQ(parse_run_config(cnn + "in_memory = \"off\"\nin_memory_limit_mb = 8\n", "x.toml").data.in_memory_limit_mb,
             8.0);
   const std::vector<std::string> set{"data.in_memory=false"};
   const RunConfig off = parse_run_config(cnn, "x.toml", set);
-  EXPECT_EQ(off.data.in_memory, "off");
+  EXPECT_EQ(off.data.in_memory, DataInMemory::Off);
   const RunConfig again = parse_run_config(to_toml(off), "config.toml");
-  EXPECT_EQ(again.data.in_memory, "off");
+  EXPECT_EQ(again.data.in_memory, DataInMemory::Off);
   EXPECT_EQ(to_toml(again), to_toml(off));
   EXPECT_NE(error_of(cnn + "in_memory = \"yes\"\n")
                 .find("data.in_memory: must be \"auto\" or \"on\" or \"off\" (or true / false, read as \"on\" / "

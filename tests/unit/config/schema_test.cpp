@@ -81,6 +81,39 @@ TEST_F(ConfigSchema, EveryKeyReadsIntoItsOwnFieldAndNoOther) {
   }
 }
 
+// Every enum key (model.type, precision.mode, the choices of core/run_choices.hpp)
+// reads each of its names into the value at that name's index, and to_toml writes
+// that name back.
+TEST_F(ConfigSchema, EveryEnumKeyReadsEachOfItsNames) {
+  std::size_t enum_keys = 0;
+  for (const KeySpec& k : config_schema()) {
+    if (k.field.index() < k_first_enum_field) continue;
+    ++enum_keys;
+    SCOPED_TRACE(dotted_name(k));
+    ASSERT_FALSE(k.choices.empty());
+    for (std::size_t i = 0; i < k.choices.size(); ++i) {
+      const std::string name(k.choices[i]);
+      std::vector<std::string> set;
+      if (!k.model_types.empty()) set.push_back("model.type=\"" + std::string(name_of(k.model_types.front())) + "\"");
+      if (name == "fused") set.push_back("precision.mode=\"bf16\"");   // needs 16 bits
+      if (name == "budget") set.push_back("recompute.budget_mb=1");  // needs a budget
+      set.push_back(dotted_name(k) + "=\"" + name + "\"");
+      const RunConfig got = parse_run_config("[data]\npath = \"" + m_data + "\"\n", "inputs/x.toml", set);
+      EXPECT_EQ(toml_value(k, got), "\"" + name + "\"");
+      std::visit(
+          [&](const auto& field) {
+            const auto& v = field.get(got);
+            if constexpr (std::is_enum_v<std::remove_cvref_t<decltype(v)>>)
+              EXPECT_EQ(static_cast<std::size_t>(v), i) << name;
+            else
+              ADD_FAILURE() << "not an enum field";
+          },
+          k.field);
+    }
+  }
+  EXPECT_EQ(enum_keys, 9u);  // model.type, precision.mode and the seven of core/run_choices.hpp
+}
+
 TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {
   for (const ModelType model_type : k_model_type_values) {
     const std::string type(name_of(model_type));

@@ -139,7 +139,7 @@ TEST_F(ConfigToToml, AwkwardValuesRoundTripExactly) {
   a.optim.lr = 0.7;
   a.optim.min_lr = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
   a.optim.warmup_steps = 0;
-  a.optim.schedule = "constant";
+  a.optim.schedule = LrSchedule::Constant;
   a.optim.weight_decay = 1e300;
   a.optim.beta1 = 0.0;
   a.optim.beta2 = std::nextafter(1.0, 0.0);

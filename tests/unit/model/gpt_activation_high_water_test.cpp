@@ -105,13 +105,14 @@ TEST(GptActivationHighWater, MeasuredEqualsPlanForEveryPolicy) {
   for (std::int64_t n_layer : {12, 24}) {
     const GptDims d = small_dims(n_layer);
     const ChainCosts chain = gpt_chain_costs(d, sizeof(float));
-    const std::int64_t none_peak = make_recompute_schedule("none", chain)->peak_bytes;
+    const std::int64_t none_peak = make_recompute_schedule(RecomputePolicy::None, chain)->peak_bytes;
     const std::int64_t least = min_recompute_peak(chain);
     std::vector<std::pair<RecomputeSchedule, std::int64_t>> cases;
-    for (const char* policy : {"none", "full", "sqrt"}) cases.emplace_back(*make_recompute_schedule(policy, chain), 0);
+    for (const RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Full, RecomputePolicy::Sqrt})
+      cases.emplace_back(*make_recompute_schedule(policy, chain), 0);
     for (double frac : {0.0, 0.25, 0.5, 0.75, 1.0}) {
       const auto budget = least + static_cast<std::int64_t>(frac * static_cast<double>(none_peak - least));
-      const auto s = make_recompute_schedule("budget", chain, budget);
+      const auto s = make_recompute_schedule(RecomputePolicy::Budget, chain, budget);
       ASSERT_TRUE(s.has_value()) << "budget " << budget;
       cases.emplace_back(*s, budget);
     }
@@ -131,7 +132,7 @@ TEST(GptActivationHighWater, MeasuredEqualsPlanForEveryPolicy) {
 // keep one block fewer: block 0 runs without its internals in the forward pass
 // (its output checkpointed) and is recomputed just before its backward.
 RecomputeSchedule keeps_one_block_fewer(const ChainCosts& chain, int n) {
-  RecomputeSchedule s = *make_recompute_schedule("none", chain);
+  RecomputeSchedule s = *make_recompute_schedule(RecomputePolicy::None, chain);
   s.policy = "none edited";
   s.ops.clear();
   s.ops.push_back({Kind::Forward, 0, false});
@@ -153,7 +154,7 @@ TEST(GptActivationHighWater, OverPlannedScheduleIsDetected) {
     const auto per_block = gpt_activation_plan(d).per_block * static_cast<std::int64_t>(sizeof(float));
 
     // sqrt claiming room for one more block's internals than its ops ever hold.
-    const RecomputeSchedule sqrt = *make_recompute_schedule("sqrt", chain);
+    const RecomputeSchedule sqrt = *make_recompute_schedule(RecomputePolicy::Sqrt, chain);
     RecomputeSchedule padded = sqrt;
     padded.policy = "sqrt padded";
     padded.stack_bytes += per_block;
@@ -187,15 +188,15 @@ TEST(GptActivationHighWater, UnderPlannedScheduleThrows) {
   const GptDims d = small_dims(12);
   const ChainCosts chain = gpt_chain_costs(d, sizeof(float));
 
-  RecomputeSchedule short_one = *make_recompute_schedule("sqrt", chain);
+  RecomputeSchedule short_one = *make_recompute_schedule(RecomputePolicy::Sqrt, chain);
   short_one.policy = "sqrt short";
   short_one.stack_bytes -= static_cast<std::int64_t>(sizeof(float));  // one element short
   const std::string a = error_of(d, short_one);
   EXPECT_NE(a.find("recompute: activation stack overflow (schedule and arena disagree)"), std::string::npos) << a;
   std::printf("sqrt, stack one element short: %s\n", a.c_str());
 
-  RecomputeSchedule claims_full = *make_recompute_schedule("none", chain);  // keeps every block...
-  const RecomputeSchedule full = *make_recompute_schedule("full", chain);
+  RecomputeSchedule claims_full = *make_recompute_schedule(RecomputePolicy::None, chain);  // keeps every block...
+  const RecomputeSchedule full = *make_recompute_schedule(RecomputePolicy::Full, chain);
   claims_full.stack_bytes = full.stack_bytes;  // ...but claims full's stack
   claims_full.uses_scratch = true;
   const std::string b = error_of(d, claims_full);

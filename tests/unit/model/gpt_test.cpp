@@ -239,14 +239,14 @@ void check_recompute_policies() {
     targets.push_back(static_cast<TokenIndex>((i * 3 + 1) % d.vocab));
   }
   const ChainCosts chain = gpt_chain_costs(d, sizeof(T));
-  const std::int64_t none_peak = make_recompute_schedule("none", chain)->peak_bytes;
+  const std::int64_t none_peak = make_recompute_schedule(RecomputePolicy::None, chain)->peak_bytes;
   const std::int64_t least = min_recompute_peak(chain);
-  std::vector<RecomputeSchedule> schedules = {*make_recompute_schedule("none", chain),
-                                              *make_recompute_schedule("full", chain),
-                                              *make_recompute_schedule("sqrt", chain)};
+  std::vector<RecomputeSchedule> schedules = {*make_recompute_schedule(RecomputePolicy::None, chain),
+                                              *make_recompute_schedule(RecomputePolicy::Full, chain),
+                                              *make_recompute_schedule(RecomputePolicy::Sqrt, chain)};
   for (double frac : {0.0, 0.2, 0.5, 0.8})
     schedules.push_back(*make_recompute_schedule(
-        "budget", chain, least + static_cast<std::int64_t>(frac * static_cast<double>(none_peak - least))));
+        RecomputePolicy::Budget, chain, least + static_cast<std::int64_t>(frac * static_cast<double>(none_peak - least))));
   std::vector<T> reference;
   double reference_loss = 0;
   for (const auto& schedule : schedules) {

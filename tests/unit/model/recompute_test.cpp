@@ -227,7 +227,9 @@ std::string describe(const std::vector<Op>& ops) {
 }
 
 RecomputeSchedule make(const std::string& policy, const ChainCosts& c, std::int64_t budget = 0) {
-  auto s = make_recompute_schedule(policy, c, budget);
+  const std::optional<RecomputePolicy> named = enum_named<RecomputePolicy>(policy);
+  if (!named) ADD_FAILURE() << policy << ": no such policy";
+  auto s = named ? make_recompute_schedule(*named, c, budget) : std::nullopt;
   if (!s) ADD_FAILURE() << policy << ": no schedule for n = " << c.size() << ", budget " << budget;
   return s ? *s : RecomputeSchedule{};
 }
@@ -946,22 +948,22 @@ TEST(RecomputeSimulate, RejectsBrokenOpLists) {
 }
 
 TEST(RecomputeSchedule, RejectsBadInputs) {
-  EXPECT_THROW(make_recompute_schedule("sometimes", uniform_chain(4)), Error);
-  EXPECT_THROW(make_recompute_schedule("none", ChainCosts{}), Error);
+  EXPECT_THROW(make_recompute_schedule(static_cast<RecomputePolicy>(9), uniform_chain(4)), Error);
+  EXPECT_THROW(make_recompute_schedule(RecomputePolicy::None, ChainCosts{}), Error);
   EXPECT_THROW(min_recompute_peak(ChainCosts{}), Error);
   ChainCosts c = uniform_chain(4);
   c.saved_bytes[2] = 999;  // less than its own output
-  EXPECT_THROW(make_recompute_schedule("full", c), Error);
+  EXPECT_THROW(make_recompute_schedule(RecomputePolicy::Full, c), Error);
   c = uniform_chain(4);
   c.forward_flops.pop_back();
-  EXPECT_THROW(make_recompute_schedule("none", c), Error);
+  EXPECT_THROW(make_recompute_schedule(RecomputePolicy::None, c), Error);
   c = uniform_chain(4);
   c.output_bytes[1] = 0;
-  EXPECT_THROW(make_recompute_schedule("sqrt", c), Error);
+  EXPECT_THROW(make_recompute_schedule(RecomputePolicy::Sqrt, c), Error);
   // The budget DP plans at most 64 layers; the fixed policies have no limit.
-  EXPECT_THROW(make_recompute_schedule("budget", uniform_chain(65), 30 * kSavedBytes), Error);
-  EXPECT_TRUE(make_recompute_schedule("sqrt", uniform_chain(65)).has_value());
-  EXPECT_TRUE(make_recompute_schedule("budget", uniform_chain(65), 65 * kSavedBytes).has_value());
+  EXPECT_THROW(make_recompute_schedule(RecomputePolicy::Budget, uniform_chain(65), 30 * kSavedBytes), Error);
+  EXPECT_TRUE(make_recompute_schedule(RecomputePolicy::Sqrt, uniform_chain(65)).has_value());
+  EXPECT_TRUE(make_recompute_schedule(RecomputePolicy::Budget, uniform_chain(65), 65 * kSavedBytes).has_value());
 }
 
 // ---------------------------------------------------------------------------
@@ -1119,7 +1121,7 @@ TEST(RecomputeBudget, MatchesTheOptimumOfItsOpModel) {
         const std::string what = nc.name + " budget " + std::to_string(budget);
         const std::optional<double> lower = optimum_within(any_list, budget);
         const std::optional<double> best = optimum_within(dp_model, budget);
-        const auto s = make_recompute_schedule("budget", c, budget);
+        const auto s = make_recompute_schedule(RecomputePolicy::Budget, c, budget);
         if (s) {
           expect_chain_shape(c, *s, what);
           EXPECT_LE(s->peak_bytes, budget) << what << ": " << describe(s->ops);
@@ -1194,8 +1196,8 @@ TEST(RecomputeBudget, MinPeakMatchesExhaustiveSearch) {
       const std::int64_t min_peak = min_recompute_peak(c);
       if (exact_chain(c)) {
         EXPECT_EQ(min_peak, optimum) << nc.name;
-        EXPECT_TRUE(make_recompute_schedule("budget", c, min_peak).has_value()) << nc.name;
-        EXPECT_FALSE(make_recompute_schedule("budget", c, min_peak - 1).has_value()) << nc.name;
+        EXPECT_TRUE(make_recompute_schedule(RecomputePolicy::Budget, c, min_peak).has_value()) << nc.name;
+        EXPECT_FALSE(make_recompute_schedule(RecomputePolicy::Budget, c, min_peak - 1).has_value()) << nc.name;
       } else {
         const std::int64_t stack = dp_optimum - c.scratch_bytes;
         const std::int64_t two_n = 2 * n;
@@ -1204,10 +1206,10 @@ TEST(RecomputeBudget, MinPeakMatchesExhaustiveSearch) {
         EXPECT_LE(min_peak, dp_optimum + two_n * u) << nc.name;
         // budget is feasible from the point its slack covers min_recompute_peak.
         const std::int64_t least = budget_with_slack(c, min_peak);
-        EXPECT_TRUE(make_recompute_schedule("budget", c, least).has_value()) << nc.name << " budget " << least;
+        EXPECT_TRUE(make_recompute_schedule(RecomputePolicy::Budget, c, least).has_value()) << nc.name << " budget " << least;
       }
       for (std::int64_t budget : {optimum - 1, optimum / 2, c.scratch_bytes, std::int64_t{0}})
-        if (budget < optimum) EXPECT_FALSE(make_recompute_schedule("budget", c, budget).has_value()) << nc.name << " budget " << budget;
+        if (budget < optimum) EXPECT_FALSE(make_recompute_schedule(RecomputePolicy::Budget, c, budget).has_value()) << nc.name << " budget " << budget;
     }
   }
 }
@@ -1253,7 +1255,7 @@ TEST(RecomputeBudget, NeverRecomputesMoreThanAHandBuiltScheduleThatFits) {
       }
       for (std::int64_t budget : budgets) {
         const std::int64_t slack = coarse_slack(c, budget);
-        const auto s = make_recompute_schedule("budget", c, budget);
+        const auto s = make_recompute_schedule(RecomputePolicy::Budget, c, budget);
         const RecomputeSchedule* fits = nullptr;  // a hand-built schedule within budget - slack
         for (const RecomputeSchedule& h : hand)
           if (h.peak_bytes <= budget - slack) fits = &h;
@@ -1321,7 +1323,7 @@ const std::vector<Sweep>& budget_sweeps() {
         for (std::int64_t b : {w.sqrt.peak_bytes, w.full.peak_bytes, w.none.peak_bytes - 1})
           if (b >= w.least) budgets.insert(b);
         w.budgets.assign(budgets.begin(), budgets.end());
-        for (std::int64_t b : w.budgets) w.plans.push_back(make_recompute_schedule("budget", w.chain, b));
+        for (std::int64_t b : w.budgets) w.plans.push_back(make_recompute_schedule(RecomputePolicy::Budget, w.chain, b));
         out.push_back(std::move(w));
       }
     }
@@ -1364,15 +1366,15 @@ TEST(RecomputeBudget, SweepFitsTheBudgetAndRecomputesLessWithMoreMemory) {
 TEST(RecomputeBudget, NoScheduleBelowTheSmallestPeakNothingRecomputedAtNonesPeak) {
   for (const Sweep& w : budget_sweeps()) {
     const int n = w.chain.size();
-    EXPECT_TRUE(make_recompute_schedule("budget", w.chain, w.least).has_value()) << w.name;
+    EXPECT_TRUE(make_recompute_schedule(RecomputePolicy::Budget, w.chain, w.least).has_value()) << w.name;
     if (w.exact) {
       EXPECT_EQ(w.least, w.min_peak) << w.name;
-      EXPECT_FALSE(make_recompute_schedule("budget", w.chain, w.min_peak - 1).has_value()) << w.name;
-    } else if (const auto below = make_recompute_schedule("budget", w.chain, w.min_peak - 1)) {
+      EXPECT_FALSE(make_recompute_schedule(RecomputePolicy::Budget, w.chain, w.min_peak - 1).has_value()) << w.name;
+    } else if (const auto below = make_recompute_schedule(RecomputePolicy::Budget, w.chain, w.min_peak - 1)) {
       EXPECT_LE(below->peak_bytes, w.min_peak - 1) << w.name;  // min_peak may be above the true least
     }
-    EXPECT_FALSE(make_recompute_schedule("budget", w.chain, w.chain.scratch_bytes).has_value()) << w.name;
-    EXPECT_FALSE(make_recompute_schedule("budget", w.chain, 0).has_value()) << w.name;
+    EXPECT_FALSE(make_recompute_schedule(RecomputePolicy::Budget, w.chain, w.chain.scratch_bytes).has_value()) << w.name;
+    EXPECT_FALSE(make_recompute_schedule(RecomputePolicy::Budget, w.chain, 0).has_value()) << w.name;
     for (std::int64_t budget : {w.none.peak_bytes, w.none.peak_bytes + 1, 10 * w.none.peak_bytes}) {
       const RecomputeSchedule s = make("budget", w.chain, budget);
       EXPECT_EQ(s.extra_flops, 0.0) << w.name;
@@ -1403,7 +1405,7 @@ TEST(RecomputeBudget, NeverRecomputesMoreThanSqrtOrFullWhenTheyFit) {
       }
     }
     for (const RecomputeSchedule* fixed : {&w.sqrt, &w.full}) {
-      const auto s = make_recompute_schedule("budget", w.chain, fixed->peak_bytes);
+      const auto s = make_recompute_schedule(RecomputePolicy::Budget, w.chain, fixed->peak_bytes);
       ASSERT_TRUE(s.has_value()) << w.name << " at " << fixed->policy << "'s peak";
       EXPECT_LE(s->forwards, fixed->forwards) << w.name << " at " << fixed->policy << "'s peak";
       EXPECT_LE(s->peak_bytes, fixed->peak_bytes) << w.name << " at " << fixed->policy << "'s peak";
@@ -1517,7 +1519,7 @@ TEST(RecomputeBudget, PlansTwentyFourBlocks) {
   for (const ChainCosts& c : {uniform_chain(24), mixed_chain(24)}) {
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t min_peak = min_recompute_peak(c);
-    const auto s = make_recompute_schedule("budget", c, (min_peak + sum_saved(c)) / 2);
+    const auto s = make_recompute_schedule(RecomputePolicy::Budget, c, (min_peak + sum_saved(c)) / 2);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_TRUE(s.has_value());
     std::cout << "[ timing ] n=24 " << (exact_chain(c) ? "uniform (exact units)" : "mixed (coarse units)")

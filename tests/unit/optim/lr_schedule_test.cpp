@@ -19,7 +19,7 @@ TEST(LearningRate, WarmupThenCosineToMin) {
   EXPECT_NEAR(learning_rate(o, 110, 110), 1e-4, 1e-15);
   for (std::int64_t s = 11; s < 110; ++s)
     EXPECT_LT(learning_rate(o, s, 110), learning_rate(o, s - 1, 110));
-  o.schedule = "constant";
+  o.schedule = LrSchedule::Constant;
   EXPECT_DOUBLE_EQ(learning_rate(o, 50, 110), 1e-3);
   o.warmup_steps = 0;
   EXPECT_DOUBLE_EQ(learning_rate(o, 0, 110), 1e-3);

@@ -1,0 +1,75 @@
+// shardtrain/core/run_choices.hpp
+// The input file's small choice keys as values: each an enum whose names
+// (enum_names, in the order of the enum: a value is its index) are the key's
+// choices, as input files, to_toml, share/doc/config.md and the printed text
+// spell them (name_of, enum_named: core/named_enum.hpp). The config schema reads
+// them generically (config/schema.cpp); code switches over the values, never
+// compares names. In core because the config and the layers below it that
+// act on a choice (parallel: the device; model: the recompute policy and the
+// pooling) all name them. One header for all of them: each is a name table and
+// nothing more (model.type and precision.mode, which carry more, have their own:
+// model_type.hpp, precision.hpp).
+// Adding a choice: a value here and its name at the same index, then every
+// switch over the enum (-Wall warns where one misses it) and share/doc/config.md
+// (regenerated; the config_doc_current test says how).
+#pragma once
+
+#include <cstddef>
+#include <iterator>
+#include <span>
+#include <string_view>
+
+#include "core/named_enum.hpp"
+
+namespace shardtrain {
+
+// model.attention (gpt): batched GEMMs and a softmax kernel, or cuDNN's fused
+// flash attention (a CUDA device, 16-bit storage).
+enum class AttentionImpl : unsigned char { Unfused, Fused };
+inline constexpr std::string_view k_attention_names[] = {"unfused", "fused"};
+constexpr std::span<const std::string_view> enum_names(AttentionImpl) { return k_attention_names; }
+static_assert(std::size(k_attention_names) == 1 + static_cast<std::size_t>(AttentionImpl::Fused), "a name per value");
+
+// model.pooling (encoder_classifier): the [CLS] position, or the mean over each
+// document's valid positions.
+enum class Pooling : unsigned char { Cls, Mean };
+inline constexpr std::string_view k_pooling_names[] = {"cls", "mean"};
+constexpr std::span<const std::string_view> enum_names(Pooling) { return k_pooling_names; }
+static_assert(std::size(k_pooling_names) == 1 + static_cast<std::size_t>(Pooling::Mean), "a name per value");
+
+// data.in_memory (classifiers): hold both splits in memory when they fit
+// in_memory_limit_mb, always, or never. The input file may also write true /
+// false for "on" / "off" (config/resolver.cpp).
+enum class DataInMemory : unsigned char { Auto, On, Off };
+inline constexpr std::string_view k_in_memory_names[] = {"auto", "on", "off"};
+constexpr std::span<const std::string_view> enum_names(DataInMemory) { return k_in_memory_names; }
+static_assert(std::size(k_in_memory_names) == 1 + static_cast<std::size_t>(DataInMemory::Off), "a name per value");
+
+// train.device: a CUDA device in a CUDA build and the host otherwise, the host,
+// or one CUDA device per rank.
+enum class TrainDevice : unsigned char { Auto, Cpu, Cuda };
+inline constexpr std::string_view k_device_names[] = {"auto", "cpu", "cuda"};
+constexpr std::span<const std::string_view> enum_names(TrainDevice) { return k_device_names; }
+static_assert(std::size(k_device_names) == 1 + static_cast<std::size_t>(TrainDevice::Cuda), "a name per value");
+
+// optim.type: the optimizer (only AdamW so far).
+enum class OptimizerType : unsigned char { AdamW };
+inline constexpr std::string_view k_optimizer_names[] = {"adamw"};
+constexpr std::span<const std::string_view> enum_names(OptimizerType) { return k_optimizer_names; }
+static_assert(std::size(k_optimizer_names) == 1 + static_cast<std::size_t>(OptimizerType::AdamW), "a name per value");
+
+// optim.schedule: the learning rate after warm-up, a cosine decay to min_lr or
+// constant.
+enum class LrSchedule : unsigned char { Cosine, Constant };
+inline constexpr std::string_view k_schedule_names[] = {"cosine", "constant"};
+constexpr std::span<const std::string_view> enum_names(LrSchedule) { return k_schedule_names; }
+static_assert(std::size(k_schedule_names) == 1 + static_cast<std::size_t>(LrSchedule::Constant), "a name per value");
+
+// recompute.policy: which block activations the forward pass keeps
+// (model/recompute.hpp makes each policy's schedule).
+enum class RecomputePolicy : unsigned char { None, Full, Sqrt, Budget };
+inline constexpr std::string_view k_recompute_policy_names[] = {"none", "full", "sqrt", "budget"};
+constexpr std::span<const std::string_view> enum_names(RecomputePolicy) { return k_recompute_policy_names; }
+static_assert(std::size(k_recompute_policy_names) == 1 + static_cast<std::size_t>(RecomputePolicy::Budget), "a name per value");
+
+}  // namespace shardtrain
