@@ -1,7 +1,8 @@
 // shardtrain/io/checkpoint.hpp
 // Owns the checkpoint FILE: one HDF5 file per checkpoint (share/doc/checkpoint-format.md),
-// written in phases every rank agrees on (rank 0's HDF5 layout, every rank's
-// pwrite of its hyperslab) and read with collective MPI-IO. What goes in it and when is the
+// written in phases every rank agrees on (rank 0's HDF5 layout with every
+// attribute final, every rank's pwrite of its hyperslab) and read with
+// collective MPI-IO. What goes in it and when is the
 // trainer's business (src/train/checkpointing.hpp); this file knows the format.
 //  - Each state vector (fp32 master parameters, Adam moments, the 16-bit copy)
 //    is ONE global 1-D dataset in the padded flat layout; each rank writes and
@@ -93,7 +94,7 @@ struct CheckpointVectorOut {
 
 struct CheckpointWriteStats {
   std::uint64_t bytes = 0;     // state vector bytes in the file (all ranks)
-  double write_s = 0.0;        // create + collective writes + close
+  double write_s = 0.0;        // CRCs + create + every rank's writes
   double sync_s = 0.0;         // fsync on every rank
 };
 
@@ -102,17 +103,21 @@ inline constexpr std::int64_t kCheckpointSchema = 1;
 
 class IoDeadline;  // io/checkpoint_phase.hpp
 
-// Writes a complete checkpoint to `path` (created or truncated) in four
-// phases, each ended by a status agreement of every rank (io/checkpoint_phase.hpp):
-//   create     rank 0 lays the file out with HDF5 in a file in memory (the
-//              header, every state dataset allocated so its offset is fixed,
-//              a placeholder crc32 attribute on each, the views) and copies
-//              the bytes HDF5 wrote into `path` with pwrite;
-//   write      rank r writes elements [lo, hi) of every vector at its
-//              dataset's offset with pwrite (the shards tile [0,
-//              meta.padded_size) in rank order), with its CRC piece;
-//   checksums  rank 0 writes each vector's CRC over its placeholder;
-//   fsync      every rank fsyncs the file.
+// Writes a complete checkpoint to `path` (created or truncated). First, with
+// no I/O, every rank's CRC piece of its elements [lo, hi) of every vector is
+// combined (collective), so each vector's CRC-32 is known before the file is
+// laid out; then three phases, each ended by a status agreement of every rank
+// (io/checkpoint_phase.hpp):
+//   create  rank 0 lays the file out with HDF5 in a file in memory (the
+//           header, every state dataset allocated so its offset is fixed,
+//           with its real crc32 attribute, the views; the format pinned by
+//           h5::set_format_bounds) and copies the bytes HDF5 wrote into
+//           `path` with pwrite;
+//   write   rank r writes elements [lo, hi) of every vector at its
+//           dataset's offset with pwrite (the shards tile [0,
+//           meta.padded_size) in rank order);
+//   fsync   every rank fsyncs the file.
+// Nothing HDF5 wrote is changed afterwards.
 // HDF5 never touches the checkpoint's storage (a failed write inside HDF5
 // leaves the library broken; see checkpoint_write.cpp), no MPI call runs inside a
 // phase, so one rank's failure is known to every rank at the end of that
@@ -122,8 +127,8 @@ class IoDeadline;  // io/checkpoint_phase.hpp
 // a training loop that reads HDF5 data sets, on a communicator no other thread
 // uses (MPI must then provide MPI_THREAD_MULTIPLE). `deadline` (may be null)
 // watches each phase.
-// `pause`, when set, is called on every rank after the write phase (every
-// rank's data written, no checksums yet): a test hook. Collective.
+// `pause`, when set, is called on every rank after the write phase (the file
+// complete, its checksums included; not yet fsynced): a test hook. Collective.
 CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
                                       const CheckpointMeta& meta,
                                       const std::vector<CheckpointTensor>& layout,

@@ -17,7 +17,9 @@ void export_tensors_h5(CheckpointReader& ckpt, const std::string& vector,
                        const std::vector<const CheckpointTensor*>& tensors,
                        const std::vector<std::pair<std::string, std::string>>& metadata, const std::string& path,
                        const std::string& shown, std::int64_t chunk_elements) {
-  H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  set_format_bounds(fapl);  // the format every file io/ writes (io/h5_write.hpp)
+  H5File file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
   if (!file.valid()) SHARDTRAIN_FAIL(shown + ": cannot create HDF5 file: " + error_stack_text());
   write_fixed_string_attr(file, "source_checkpoint", ckpt.path(), false);
   write_fixed_string_attr(file, "vector", vector, false);

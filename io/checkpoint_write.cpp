@@ -1,8 +1,13 @@
-// Writes checkpoint files (share/doc/checkpoint-format.md) in agreed phases:
-// rank 0 lays the file out with HDF5 in memory and copies it, every rank
-// pwrites its hyperslab of the global state vectors (io/checkpoint_phase.hpp),
-// rank 0 patches in the CRC-32s, every rank fsyncs. The format's table and the
-// limits are io/checkpoint_format.hpp, shared with the reader (checkpoint_read.cpp).
+// Writes checkpoint files (share/doc/checkpoint-format.md) in agreed phases
+// (io/checkpoint_phase.hpp): every rank's CRC pieces of its staged shard are
+// combined first, so rank 0 lays the whole file out with HDF5 in memory --
+// every attribute, the state vectors' crc32 values included, at their final
+// values -- and copies it; every rank pwrites its hyperslab of the global state
+// vectors at the offsets HDF5 chose; every rank fsyncs. Nothing HDF5 wrote is
+// patched afterwards, so the file format (pinned by h5::set_format_bounds:
+// version-2 object headers, which carry checksums) is HDF5's own business.
+// The format's table and the limits are io/checkpoint_format.hpp, shared with
+// the reader (checkpoint_read.cpp).
 #include "io/checkpoint.hpp"
 
 #include <fcntl.h>
@@ -91,27 +96,18 @@ std::vector<unsigned char> pack_layout(const std::vector<CheckpointTensor>& layo
   return rows;
 }
 
-// Writes a small dataset's bytes from rank 0 (the others take part with an empty selection).
-void write_from_root(hid_t ds, hid_t mem_type, const void* data, bool root, bool scalar) {
-  H5Dataspace fs(SHARDTRAIN_H5_CHECK(H5Dget_space(ds)));
-  H5Dataspace ms(SHARDTRAIN_H5_CHECK(H5Scopy(fs)));
-  if (!root) {
-    SHARDTRAIN_H5_CHECK(H5Sselect_none(fs));
-    SHARDTRAIN_H5_CHECK(H5Sselect_none(ms));
-  }
-  (void)scalar;
-  // Collective through MPI-IO, or plain when rank 0 writes the file alone (POSIX driver).
-  H5File f(SHARDTRAIN_H5_CHECK(H5Iget_file_id(ds)));
-  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Fget_access_plist(f)));
-  H5PropList dxpl = H5Pget_driver(fapl) == H5FD_MPIO ? xfer(true) : H5PropList(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  SHARDTRAIN_H5_CHECK(H5Dwrite(ds, mem_type, ms, fs, dxpl, data));
+// This rank's CRC piece of every vector: elements [lo, hi) as they will be stored.
+std::vector<CrcPiece> crc_pieces(const std::vector<CheckpointVectorOut>& vectors, std::int64_t lo, std::int64_t hi) {
+  std::vector<CrcPiece> pieces(vectors.size());
+  for (std::size_t i = 0; i < vectors.size(); ++i)
+    pieces[i].add(vectors[i].data, static_cast<std::uint64_t>(hi - lo) * dtype_size(vectors[i].type));
+  return pieces;
 }
 
 // Writes elements [lo, hi) of every vector at its dataset's byte offset in
-// `path` with pwrite, and their CRC pieces. Throws SystemIoError (with errno).
+// `path` with pwrite. Throws SystemIoError (with errno).
 void write_at_offsets(const std::string& path, const std::vector<CheckpointVectorOut>& vectors,
-                      const std::vector<std::int64_t>& offsets, std::int64_t lo, std::int64_t hi,
-                      std::vector<CrcPiece>& pieces) {
+                      const std::vector<std::int64_t>& offsets, std::int64_t lo, std::int64_t hi) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -126,7 +122,6 @@ void write_at_offsets(const std::string& path, const std::vector<CheckpointVecto
     const std::uint64_t at = static_cast<std::uint64_t>(offsets[i] + lo * static_cast<std::int64_t>(eb));
     err = pwrite_all(fd, p, static_cast<std::size_t>(bytes), at);
     if (err != 0) what = "writing /state/" + vectors[i].name;
-    else pieces[i].add(p, bytes);
   }
   // close reports write errors some file systems (NFS) defer to it.
   if (::close(fd) != 0 && err == 0) {
@@ -149,8 +144,8 @@ void fsync_checkpoint(const std::string& path) {
 }
 
 // The root attributes, /config and /layout: everything of a checkpoint but
-// the state vectors and their views. Collective (rank 0's data is written).
-void write_header(hid_t file, const CheckpointMeta& meta, const std::vector<CheckpointTensor>& layout, bool root) {
+// the state vectors and their views.
+void write_header(hid_t file, const CheckpointMeta& meta, const std::vector<CheckpointTensor>& layout) {
   struct Put {
     hid_t obj;
     void i64(const char* name, std::int64_t v, std::int64_t, std::int64_t) { write_i64_attr(obj, name, v); }
@@ -178,7 +173,7 @@ void write_header(hid_t file, const CheckpointMeta& meta, const std::vector<Chec
     H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "config", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
     std::string padded = text;
     padded.resize(std::max<std::size_t>(text.size(), 1), '\0');
-    write_from_root(ds, t, padded.data(), root, true);
+    SHARDTRAIN_H5_CHECK(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()));
     write_u32_attr(ds, "crc32", crc_of(text.data(), text.size()));
   }
   // /layout: name, ndim, offset, numel, shape[4] per tensor.
@@ -189,7 +184,7 @@ void write_header(hid_t file, const CheckpointMeta& meta, const std::vector<Chec
     const hsize_t n = layout.size();
     H5Dataspace s(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
     H5Dataset ds(SHARDTRAIN_H5_CHECK(H5Dcreate2(file, "layout", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-    write_from_root(ds, t, rows.data(), root, false);
+    SHARDTRAIN_H5_CHECK(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
     write_u32_attr(ds, "crc32", crc_of(rows.data(), rows.size()));
   }
 }
@@ -233,15 +228,13 @@ void create_param_views(hid_t file, const std::vector<CheckpointTensor>& layout,
 // on a flush), and HDF5 reports no errno; so HDF5 writes the layout into a
 // file in memory (tmpfs; the datasets' allocated space stays a hole and costs
 // nothing), and rank 0 copies the bytes HDF5 wrote (SEEK_DATA) into the
-// checkpoint file with its own pwrite. Each state dataset's `crc32` attribute is written
-// with a placeholder value found exactly once in the image, so the checksums
-// phase patches those 4 bytes in place (object headers of this format carry
-// no checksum of their own) instead of reopening the file with HDF5.
+// checkpoint file with its own pwrite. Every attribute is written with its
+// final value (the state vectors' crc32s were combined before), so the image
+// is a complete HDF5 file but for the state data, which lies in the holes.
 struct LayoutImage {
   std::vector<std::pair<std::int64_t, std::vector<unsigned char>>> extents;  // (offset, bytes HDF5 wrote)
   std::int64_t size = 0;                      // the file's length (HDF5's end of file)
   std::vector<std::int64_t> data_offsets;     // per state vector: its dataset's data
-  std::vector<std::int64_t> crc_offsets;      // per state vector: its crc32 attribute's value
 };
 
 // Reads the data extents of `fd` (SEEK_DATA/SEEK_HOLE: the holes are the datasets' unwritten space).
@@ -262,78 +255,59 @@ std::vector<std::pair<std::int64_t, std::vector<unsigned char>>> data_extents(in
   return out;
 }
 
+// `crcs[i]` is the CRC-32 of vector i's whole stored bytes (every rank's pieces combined).
 LayoutImage build_layout_image(const CheckpointMeta& meta, const std::vector<CheckpointTensor>& layout,
-                               const std::vector<CheckpointVectorOut>& vectors) {
-  for (std::uint32_t attempt = 0; attempt < 16; ++attempt) {
-    std::vector<std::uint32_t> placeholder(vectors.size());
-    for (std::size_t i = 0; i < vectors.size(); ++i)
-      placeholder[i] = 0x5A17C0DEu ^ (0x9E3779B9u * (attempt * 8u + static_cast<std::uint32_t>(i) + 1u));
-    // A file in memory (tmpfs: /dev/shm, else TMPDIR or /tmp), by name: HDF5
-    // resolves symbolic links, so a memfd's /proc/self/fd path will not do.
-    std::error_code ec;
-    const char* tmpdir = std::getenv("TMPDIR");
-    std::string name = (std::filesystem::is_directory("/dev/shm", ec) ? std::string("/dev/shm")
-                        : tmpdir                                       ? std::string(tmpdir)
-                                                                       : std::string("/tmp")) +
-                       "/shardtrain-checkpoint-layout-XXXXXX";
-    const int mem = ::mkstemp(name.data());
-    if (mem < 0)
-      SHARDTRAIN_FAIL(name + ": cannot create the in-memory file for the checkpoint layout: " + std::strerror(errno));
-    struct Closer {
-      int fd;
-      std::string name;
-      ~Closer() {
-        ::unlink(name.c_str());
-        ::close(fd);
-      }
-    } closer{mem, name};
-    LayoutImage image;
-    {
-      const auto hdf5 = lock_hdf5();
-      quiet_errors();
-      H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-      SHARDTRAIN_H5_CHECK(H5Pset_fapl_sec2(fapl));
-      // Large datasets start on 1 MiB boundaries (file-system stripes and blocks).
-      SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
-      SHARDTRAIN_H5_CHECK(H5Pset_file_locking(fapl, false, true));
-      H5File file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-      if (!file.valid()) SHARDTRAIN_FAIL("cannot lay out the checkpoint in memory: " + error_stack_text());
-      write_header(file, meta, layout, true);
-      H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-      for (std::size_t i = 0; i < vectors.size(); ++i) {
-        H5Dataset ds = create_state_dataset(state, vectors[i].name, vectors[i].type, meta.padded_size);
-        const haddr_t off = H5Dget_offset(ds);
-        SHARDTRAIN_CHECK(off != HADDR_UNDEF, "/state/" + vectors[i].name + " has no file offset");
-        image.data_offsets.push_back(static_cast<std::int64_t>(off));
-        write_u32_attr(ds, "crc32", placeholder[i]);
-      }
-      create_param_views(file, layout, meta.padded_size);
-      SHARDTRAIN_H5_CLOSE(state);
-      SHARDTRAIN_H5_CLOSE(file);
+                               const std::vector<CheckpointVectorOut>& vectors,
+                               const std::vector<std::uint32_t>& crcs) {
+  // A file in memory (tmpfs: /dev/shm, else TMPDIR or /tmp), by name: HDF5
+  // resolves symbolic links, so a memfd's /proc/self/fd path will not do.
+  std::error_code ec;
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string name = (std::filesystem::is_directory("/dev/shm", ec) ? std::string("/dev/shm")
+                      : tmpdir                                       ? std::string(tmpdir)
+                                                                     : std::string("/tmp")) +
+                     "/shardtrain-checkpoint-layout-XXXXXX";
+  const int mem = ::mkstemp(name.data());
+  if (mem < 0)
+    SHARDTRAIN_FAIL(name + ": cannot create the in-memory file for the checkpoint layout: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    std::string name;
+    ~Closer() {
+      ::unlink(name.c_str());
+      ::close(fd);
     }
-    struct stat st {};
-    SHARDTRAIN_CHECK(::fstat(mem, &st) == 0, "cannot stat the checkpoint layout in memory");
-    image.size = static_cast<std::int64_t>(st.st_size);
-    image.extents = data_extents(mem, image.size);
-    // Each placeholder must occur exactly once in what HDF5 wrote.
-    bool unique = true;
-    for (std::size_t i = 0; i < vectors.size() && unique; ++i) {
-      unsigned char pat[4];
-      for (int b = 0; b < 4; ++b) pat[b] = static_cast<unsigned char>(placeholder[i] >> (8 * b));  // little-endian
-      int found = 0;
-      std::int64_t where = -1;
-      for (const auto& [off, bytes] : image.extents)
-        for (auto it = std::search(bytes.begin(), bytes.end(), pat, pat + 4); it != bytes.end();
-             it = std::search(it + 1, bytes.end(), pat, pat + 4)) {
-          ++found;
-          where = off + (it - bytes.begin());
-        }
-      unique = found == 1;
-      image.crc_offsets.push_back(where);
+  } closer{mem, name};
+  LayoutImage image;
+  {
+    const auto hdf5 = lock_hdf5();
+    quiet_errors();
+    H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+    SHARDTRAIN_H5_CHECK(H5Pset_fapl_sec2(fapl));
+    set_format_bounds(fapl);  // the format the reader and h5py expect (io/h5_write.hpp)
+    // Large datasets start on 1 MiB boundaries (file-system stripes and blocks).
+    SHARDTRAIN_H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));
+    SHARDTRAIN_H5_CHECK(H5Pset_file_locking(fapl, false, true));
+    H5File file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (!file.valid()) SHARDTRAIN_FAIL("cannot lay out the checkpoint in memory: " + error_stack_text());
+    write_header(file, meta, layout);
+    H5Group state(SHARDTRAIN_H5_CHECK(H5Gcreate2(file, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    for (std::size_t i = 0; i < vectors.size(); ++i) {
+      H5Dataset ds = create_state_dataset(state, vectors[i].name, vectors[i].type, meta.padded_size);
+      const haddr_t off = H5Dget_offset(ds);
+      SHARDTRAIN_CHECK(off != HADDR_UNDEF, "/state/" + vectors[i].name + " has no file offset");
+      image.data_offsets.push_back(static_cast<std::int64_t>(off));
+      write_u32_attr(ds, "crc32", crcs[i]);
     }
-    if (unique) return image;
+    create_param_views(file, layout, meta.padded_size);
+    SHARDTRAIN_H5_CLOSE(state);
+    SHARDTRAIN_H5_CLOSE(file);
   }
-  SHARDTRAIN_FAIL("no unique placeholders for the checkpoint's crc32 attributes after 16 tries");
+  struct stat st {};
+  SHARDTRAIN_CHECK(::fstat(mem, &st) == 0, "cannot stat the checkpoint layout in memory");
+  image.size = static_cast<std::int64_t>(st.st_size);
+  image.extents = data_extents(mem, image.size);
+  return image;
 }
 
 // Rank 0: creates (or truncates) `path` and writes the layout HDF5 made into it.
@@ -362,41 +336,26 @@ void write_layout(const std::string& path, const LayoutImage& image) {
   if (err != 0) throw SystemIoError(path + ": " + what + ": " + std::strerror(err), err);
 }
 
-// Rank 0: writes each state vector's CRC over its placeholder. Throws SystemIoError (with errno).
-void write_checksums(const std::string& path, const LayoutImage& image, const std::vector<std::uint32_t>& crcs) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw SystemIoError(path + ": cannot reopen for the checksums: " + std::strerror(err), err);
-  }
-  int err = 0;
-  for (std::size_t i = 0; i < crcs.size() && err == 0; ++i) {
-    unsigned char le[4];
-    for (int b = 0; b < 4; ++b) le[b] = static_cast<unsigned char>(crcs[i] >> (8 * b));
-    err = pwrite_all(fd, le, 4, static_cast<std::uint64_t>(image.crc_offsets[i]));
-  }
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) throw SystemIoError(path + ": writing the checksums: " + std::strerror(err), err);
-}
-
 }  // namespace
 
 CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, const CheckpointMeta& meta,
                                       const std::vector<CheckpointTensor>& layout,
                                       const std::vector<CheckpointVectorOut>& vectors, std::int64_t lo,
                                       std::int64_t hi, const std::function<void()>& pause, IoDeadline* deadline) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
   SHARDTRAIN_CHECK(0 <= lo && lo <= hi && hi <= meta.padded_size, "checkpoint shard out of range");
   CheckpointWriteStats stats;
   for (const auto& v : vectors) stats.bytes += static_cast<std::uint64_t>(meta.padded_size) * dtype_size(v.type);
   const auto t0 = Clock::now();
+  // 0. The CRC-32 of every vector, before anything is written: each rank's
+  //    piece of its staged shard, combined in rank order (collective, no I/O).
+  std::vector<std::uint32_t> crcs;
+  for (const CrcPiece& c : combine_pieces(comm, crc_pieces(vectors, lo, hi))) crcs.push_back(c.crc);
   // 1. create: rank 0 lays the file out with HDF5, in memory -- the header,
-  //    every state dataset allocated (its offset is then fixed), the views; no
-  //    state data -- and writes that layout into the file.
+  //    every state dataset allocated (its offset is then fixed) with its
+  //    crc32, the views; no state data -- and writes that layout into the file.
   LayoutImage image;
   checkpoint_phase(comm, deadline, "create", path, true, [&] {
-    image = build_layout_image(meta, layout, vectors);
+    image = build_layout_image(meta, layout, vectors, crcs);
     write_layout(path, image);
   });
   std::vector<std::int64_t> offsets = image.data_offsets;
@@ -404,20 +363,12 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm, co
   if (!offsets.empty())
     MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_INT64_T, 0, comm);
   // 2. write: each rank writes its hyperslab's bytes where HDF5 put the
-  //    dataset (plain pwrite: no HDF5, no MPI), with its CRC piece.
-  std::vector<CrcPiece> pieces(vectors.size());
+  //    dataset (plain pwrite: no HDF5, no MPI).
   checkpoint_phase(comm, deadline, "write", path, false,
-                   [&] { write_at_offsets(path, vectors, offsets, lo, hi, pieces); });
-  if (pause) pause();  // the test hook: every rank's data is written, the checksums are not
-  // 3. checksums: rank 0 writes each vector's CRC, from every rank's pieces.
-  const std::vector<CrcPiece> whole = combine_pieces(comm, pieces);
-  checkpoint_phase(comm, deadline, "checksums", path, true, [&] {
-    std::vector<std::uint32_t> crcs;
-    for (const CrcPiece& c : whole) crcs.push_back(c.crc);
-    write_checksums(path, image, crcs);
-  });
+                   [&] { write_at_offsets(path, vectors, offsets, lo, hi); });
+  if (pause) pause();  // the test hook: the file is complete (checksums included), not yet fsynced
   stats.write_s = seconds_since(t0);
-  // 4. fsync: every rank (on a parallel file system each client flushes its own writes).
+  // 3. fsync: every rank (on a parallel file system each client flushes its own writes).
   const auto t1 = Clock::now();
   checkpoint_phase(comm, deadline, "fsync", path, false, [&] { fsync_checkpoint(path); });
   stats.sync_s = seconds_since(t1);

@@ -13,13 +13,19 @@
 
 namespace shardtrain::h5 {
 
+void set_format_bounds(hid_t fapl) {
+  SHARDTRAIN_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110));
+}
+
 H5File create_file(const std::string& tmp, const std::string& final_path) {
   if (std::FILE* probe = std::fopen(tmp.c_str(), "wb")) {
     std::fclose(probe);
   } else {
     throw InputError(final_path + ": cannot create '" + tmp + "': " + std::strerror(errno));
   }
-  const hid_t id = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  set_format_bounds(fapl);
+  const hid_t id = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   if (id < 0) throw InputError(final_path + ": cannot create '" + tmp + "': " + error_stack_text());
   return H5File(id);
 }

@@ -1,8 +1,9 @@
 // shardtrain/io/h5_write.hpp
 // Owns the write-side pieces io/'s serial data set writers (token_dataset_writer.cpp,
 // sample_dataset_writer.cpp), the checkpoint writer and the tensor export
-// share: creating the temporary file a writer renames into place, renaming it
-// durably, and writing scalar attributes (every attribute io/ writes).
+// share: the file format they are held to (set_format_bounds), creating the
+// temporary file a writer renames into place, renaming it durably, and writing
+// scalar attributes (every attribute io/ writes).
 // Invariants: every H5* return is checked (SHARDTRAIN_H5_CHECK); a file that
 // cannot be created is the user's problem and throws InputError naming the final
 // path; string attributes the data set writers make are variable-length UTF-8.
@@ -16,6 +17,15 @@
 #include "io/h5_check.hpp"
 
 namespace shardtrain::h5 {
+
+// The HDF5 file format every file io/ writes is held to, set on a file access
+// property list: H5Pset_libver_bounds(low = H5F_LIBVER_V18, high = H5F_LIBVER_V110).
+// The low bound gives version-2 object headers and superblock (their metadata
+// carries checksums) whatever the library's default; HDF5 2.0 made 1.8 the
+// default lowest format, so the files do not change with the library. The
+// high bound is what virtual datasets (the checkpoint's /params views) need and
+// what every HDF5 from 1.10 on reads (h5py, h5dump); nothing newer is written.
+void set_format_bounds(hid_t fapl);
 
 // Creates (truncating) the HDF5 file `tmp` that will become `final_path`, or
 // throws InputError "<final_path>: cannot create '<tmp>': <reason>". A stdio

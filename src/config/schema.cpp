@@ -371,7 +371,7 @@ constexpr KeySpec k_schema[] = {
             "state), naming the step of the last good checkpoint."},
     {SHARDTRAIN_CONFIG_KEY(checkpoint, io_timeout_s), .numbers = {0, true},
      .doc = "Deadline of checkpoint I/O: every phase of a checkpoint (create and lay out the file, write the "
-            "shards, the checksums, fsync, the commit) must end on every rank within this many seconds; when "
+            "shards, fsync, the commit) must end on every rank within this many seconds; when "
             "storage stops answering, the rank that waits prints `error (rank R): checkpoint I/O: phase "
             "'fsync' of FILE has not finished after 600.0 s ...` and ends, and the launcher ends the other "
             "ranks (exit code 1). It must exceed the longest phase on the slowest storage expected (one rank's "

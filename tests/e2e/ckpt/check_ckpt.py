@@ -9,8 +9,11 @@ global element index g inside a tensor
 
     check_ckpt.py npy FILE NAME VECTOR      a .npy export of one parameter
     check_ckpt.py h5 FILE VECTOR [NAME...]  an .h5 export (default: every parameter)
-    check_ckpt.py params CKPT               the checkpoint itself, read by h5py by name; every
-                                            crc32 recomputed; the h5py example of the doc
+    check_ckpt.py params CKPT WORLD         the checkpoint itself (written by WORLD ranks), read by
+                                            h5py by name: its format (superblock and object headers
+                                            of the pinned bounds), every root attribute's name, type
+                                            and value, meta_crc32 and every dataset's crc32
+                                            recomputed; the h5py example of the doc
     check_ckpt.py flip SRC DST OFFSET       copy SRC to DST with the byte at OFFSET inverted
 
 Exits 1 with "FAIL: ..." on the first mismatch. Needs numpy and h5py
@@ -110,9 +113,113 @@ def cmd_h5(path, vector, names):
     print(f"{path}: {len(names)} parameters of {vector} ok")
 
 
-def cmd_params(path):
-    lay = layout()
+def padded_size(world):
+    """The layout's end padded to a multiple of world x ALIGN, as make_test_checkpoint pads it."""
+    offset, shape = layout()[TENSORS[-1][0]]
+    end, unit = offset + int(np.prod(shape)), ALIGN * world
+    return (end + unit - 1) // unit * unit
+
+
+# The root attributes make_test_checkpoint writes, in the order of io/checkpoint_format.hpp
+# visit_meta (that order is the meta_crc32 text's): (name, kind, value). Kinds: s a
+# fixed-length NUL-terminated string, i a 64-bit little-endian integer, f a double.
+def root_attributes(world, bf16):
+    return [
+        ("format", "s", "shardtrain-checkpoint"), ("schema_version", "i", 1),
+        ("step", "i", 42), ("samples_seen", "i", 1344), ("tokens_seen", "i", 1344 * T),
+        ("optimizer_updates", "i", 40), ("sampler_seed", "i", 1234), ("world_size", "i", world),
+        ("zero_stage", "i", 1), ("precision", "s", "bf16" if bf16 else "fp32"), ("alignment", "i", ALIGN),
+        ("padded_size", "i", padded_size(world)), ("loss_scale", "f", 1.0), ("scaler_good_steps", "i", 0),
+        ("scaler_hysteresis_left", "i", 2), ("scaler_consecutive_skips", "i", 0),
+        ("data_path", "s", "data/synthetic.h5"), ("data_train_tokens", "i", 100000),
+        ("data_vocab_size", "i", V), ("seq_len", "i", T), ("created_utc", "s", "2026-11-23T12:00:00Z"),
+        ("shardtrain_version", "s", "test"), ("parent", "s", ""),
+    ]
+
+
+def check_format(path):
+    """The bounds io/h5_write.hpp set_format_bounds pins (low 1.8, high 1.10): superblock
+    version 2 or 3 and every object header of version 2 (signature OHDR, with a checksum);
+    a version-1 header (no checksum) anywhere fails."""
+    with open(path, "rb") as fh:
+        sb = fh.read(9)
+    if sb[:8] != b"\x89HDF\r\n\x1a\n" or sb[8] not in (2, 3):
+        fail(f"{path}: superblock version {sb[8] if len(sb) > 8 else None}, expected 2 or 3 (format bounds 1.8..1.10)")
+    seen = []
+
+    def visit(name, obj):
+        seen.append(name)
     with h5py.File(path, "r") as f:
+        f.visititems(visit)
+        for name in ["/"] + seen:
+            # HDF5's word (the header's version) and the bytes at the header's address: a
+            # version-2 header starts with the signature OHDR and its version byte 2.
+            info = h5py.h5o.get_info(f[name].id)
+            with open(path, "rb") as fh:
+                fh.seek(info.addr)
+                head = fh.read(5)
+            if info.hdr.version != 2 or head[:4] != b"OHDR" or head[4] != 2:
+                fail(f"{path}: object {name} at {info.addr}: header version {info.hdr.version}, starts {head!r}; "
+                     "expected a version-2 header (OHDR 2)")
+    return len(seen) + 1
+
+
+def check_root_attributes(f, path, world):
+    bf16 = "params_bf16" in f["state"]
+    want = root_attributes(world, bf16)
+    names = sorted(list(f.attrs.keys()))
+    if names != sorted([n for n, _, _ in want] + ["meta_crc32"]):
+        fail(f"{path}: root attributes {names}, expected {sorted([n for n, _, _ in want] + ['meta_crc32'])}")
+    text = ""
+    for name, kind, value in want:
+        tid = f.attrs.get_id(name).get_type()
+        got = f.attrs[name]
+        if kind == "s":
+            if tid.get_class() != h5py.h5t.STRING or tid.is_variable_str() or tid.get_size() != len(value) + 1:
+                fail(f"{path}: attribute {name}: not a fixed-length string of {len(value) + 1} bytes")
+            got = got.decode()
+            line = value
+        elif kind == "i":
+            if tid.get_class() != h5py.h5t.INTEGER or tid.get_size() != 8 or tid.get_order() != h5py.h5t.ORDER_LE:
+                fail(f"{path}: attribute {name}: not a 64-bit little-endian integer")
+            got = int(got)
+            line = str(value)
+        else:
+            if tid.get_class() != h5py.h5t.FLOAT or tid.get_size() != 8:
+                fail(f"{path}: attribute {name}: not a double")
+            got = float(got)
+            line = str(int(np.array(value, dtype="<f8").view("<i8")))  # the bit pattern
+        if got != value:
+            fail(f"{path}: attribute {name} is {got!r}, expected {value!r}")
+        text += f"{name}={line}\n"
+    # meta_crc32: CRC-32 of "name=value\n" per attribute in that order (share/doc/checkpoint-format.md).
+    tid = f.attrs.get_id("meta_crc32").get_type()
+    if tid.get_class() != h5py.h5t.INTEGER or tid.get_size() != 4 or tid.get_sign() != h5py.h5t.SGN_NONE:
+        fail(f"{path}: attribute meta_crc32: not an unsigned 32-bit integer")
+    if int(f.attrs["meta_crc32"]) != zlib.crc32(text.encode()):
+        fail(f"{path}: meta_crc32 {int(f.attrs['meta_crc32'])} != CRC-32 of the root attributes' text "
+             f"{zlib.crc32(text.encode())}")
+    # Every dataset carries exactly one attribute, its crc32 (checked against the bytes below).
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset) and not name.startswith("params/"):
+            if sorted(obj.attrs.keys()) != ["crc32"]:
+                fail(f"{path}: /{name} has attributes {sorted(obj.attrs.keys())}, expected ['crc32']")
+            t = obj.attrs.get_id("crc32").get_type()
+            if t.get_class() != h5py.h5t.INTEGER or t.get_size() != 4 or t.get_sign() != h5py.h5t.SGN_NONE:
+                fail(f"{path}: /{name}'s crc32 is not an unsigned 32-bit integer")
+        elif isinstance(obj, h5py.Dataset) and len(obj.attrs) != 0:
+            fail(f"{path}: view /{name} has attributes {sorted(obj.attrs.keys())}")
+        elif isinstance(obj, h5py.Group) and len(obj.attrs) != 0:
+            fail(f"{path}: group /{name} has attributes {sorted(obj.attrs.keys())}")
+    f.visititems(visit)
+    return len(want) + 1
+
+
+def cmd_params(path, world):
+    lay = layout()
+    objects = check_format(path)
+    with h5py.File(path, "r") as f:
+        attrs = check_root_attributes(f, path, world)
         # Fixed-length string attributes come back from h5py as bytes.
         if f.attrs["format"] != b"shardtrain-checkpoint" or int(f.attrs["schema_version"]) != 1:
             fail(f"{path}: format/schema_version attributes {f.attrs['format']!r} {f.attrs['schema_version']!r}")
@@ -166,7 +273,8 @@ def cmd_params(path):
         if zlib.crc32(rows.tobytes()) != int(f["layout"].attrs["crc32"]):
             fail("/layout: crc32 attribute is not the CRC-32 of the packed rows")
     doc_example(path)
-    print(f"{path}: /params views, /layout, /state vectors, /config and every crc32 ok")
+    print(f"{path}: format (superblock, {objects} version-2 object headers), {attrs} root attributes "
+          f"(meta_crc32 recomputed), /params views, /layout, /state vectors, /config and every crc32 ok")
 
 
 def doc_example(path):
@@ -207,8 +315,8 @@ def main(argv):
         cmd_npy(argv[1], argv[2], argv[3])
     elif len(argv) >= 3 and argv[0] == "h5":
         cmd_h5(argv[1], argv[2], argv[3:])
-    elif len(argv) == 2 and argv[0] == "params":
-        cmd_params(argv[1])
+    elif len(argv) == 3 and argv[0] == "params":
+        cmd_params(argv[1], int(argv[2]))
     elif len(argv) == 4 and argv[0] == "flip":
         cmd_flip(argv[1], argv[2], int(argv[3]))
     else:

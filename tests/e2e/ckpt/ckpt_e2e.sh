@@ -11,7 +11,8 @@
 #                            exit 2, one error line naming /state/exp_avg, the others ok
 #   export-npy NAME          one parameter to .npy; values checked with numpy
 #   export-h5 NAME           all parameters, then a selection of exp_avg, to .h5; checked with h5py
-#   h5py NAME...             h5py reads /params/<name> of the checkpoint by name, in shape
+#   h5py NAME:NP...          check_ckpt.py params on each checkpoint written by NP ranks: the format
+#                            bounds, every attribute, every crc32 recomputed, /params/<name> by name
 #   h5dump NAME              h5dump -d /params/wte.weight prints the known values
 #   bad-input NAME           missing / not HDF5 / foreign file, unknown --param, bad arguments:
 #                            exit 2 and exactly one "error: " line on stderr
@@ -167,7 +168,7 @@ case "${1:-}" in
     ;;
   h5py)
     shift
-    for name in "$@"; do check params "$(ckpt "$name")"; done
+    for named in "$@"; do check params "$(ckpt "${named%:*}")" "${named#*:}"; done
     ;;
   h5dump)
     name=$2

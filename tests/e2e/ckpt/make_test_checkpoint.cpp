@@ -4,8 +4,11 @@
 //   make_test_checkpoint OUT [--bf16]        (singleton or under mpirun -n N)
 // Layout: a one-block GPT with nanoGPT names (V = 65, T = 16, C = 12), offsets
 // aligned up to 16 elements as ParamLayout does, so there is padding between
-// tensors, and the total padded to a multiple of world_size * 16. Every rank
-// writes its shard [rank*S, (rank+1)*S) of S = padded/world_size.
+// tensors, and the total padded to a multiple of world_size * 16 (P elements).
+// Rank r writes its shard [cut(r), cut(r+1)) with cut(r) = floor(P r (r+1) /
+// (world (world+1))): shards grow with the rank (at 2 ranks 554 and 1110
+// elements, at 3 ranks 280, 560 and 840), so the CRC pieces the writer
+// combines have different lengths.
 // Values, for global element index g inside a tensor (padding is 0):
 //   master[g]     = float32(sin(g))
 //   exp_avg[g]    = float32(0.01 * cos(g))
@@ -76,7 +79,8 @@ int run(int argc, char** argv) {
   }
   const std::int64_t unit = kAlignment * world;
   const std::int64_t padded = (end + unit - 1) / unit * unit;
-  const std::int64_t shard = padded / world, lo = rank * shard, hi = lo + shard;
+  auto cut = [&](std::int64_t r) { return padded * r * (r + 1) / (std::int64_t{world} * (world + 1)); };
+  const std::int64_t lo = cut(rank), hi = cut(rank + 1), shard = hi - lo;
 
   std::vector<float> master(shard, 0.0f), m(shard, 0.0f), v(shard, 0.0f);
   std::vector<std::uint16_t> half(shard, 0);
