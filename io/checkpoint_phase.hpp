@@ -44,7 +44,7 @@ class CheckpointIoError : public Error {
  public:
   CheckpointIoError(int rank, std::string phase, std::string path, int err, const std::string& detail);
   int rank() const { return m_rank; }                 // the lowest failing rank
-  const std::string& phase() const { return m_phase; }  // "create", "write", "checksums", "fsync", "commit", ...
+  const std::string& phase() const { return m_phase; }  // "create", "write", "checksums", "fsync", "commit", "open", "read", ...
   const std::string& path() const { return m_path; }
   int error_number() const { return m_err; }  // errno of the failing call (0: not a system error)
   const std::string& detail() const { return m_detail; }

@@ -49,11 +49,7 @@ namespace {
 // What a missing attribute or dataset adds to its message.
 constexpr const char* kIncomplete = " (not a complete shardtrain checkpoint)";
 
-H5PropList sec2_fapl() {
-  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  SHARDTRAIN_H5_CHECK(H5Pset_fapl_sec2(fapl));
-  return fapl;
-}
+H5PropList sec2_fapl() { return sec2_read_fapl(); }  // io/h5_read.hpp: POSIX driver, no flock
 
 // What rank 0 validated, as bytes for the broadcast (native layout: every rank
 // runs the same binary on the same kind of machine).

@@ -138,11 +138,22 @@ H5Datatype string_mem_type(hid_t file_type, bool variable, std::size_t fixed_siz
   return mt;
 }
 
+H5PropList sec2_read_fapl() {
+  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  SHARDTRAIN_H5_CHECK(H5Pset_fapl_sec2(fapl));
+#if H5_VERSION_GE(1, 10, 7)
+  // No flock: nothing here writes through HDF5 while it is read, and a
+  // parallel file system mounted without flock support (Lustre's default)
+  // would make every open fail; the MPI-IO driver used before took no lock.
+  SHARDTRAIN_H5_CHECK(H5Pset_file_locking(fapl, false, true));
+#endif
+  return fapl;
+}
+
 H5File open_for_read(const std::string& path) {
   const std::string problem = precheck_file(path);
   if (!problem.empty()) bad_input(path, problem);
-  H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  SHARDTRAIN_H5_CHECK(H5Pset_fapl_sec2(fapl));
+  H5PropList fapl = sec2_read_fapl();
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   if (id < 0) {
     const std::string stack = error_stack_text();

@@ -46,6 +46,9 @@ H5Datatype string_mem_type(hid_t file_type, bool variable, std::size_t fixed_siz
 // runs, so every rank agrees on the outcome and a rank whose storage stops
 // answering trips the I/O deadline instead of leaving the others in H5Fopen.
 H5File open_for_read(const std::string& path);
+// The file access properties of open_for_read: HDF5's POSIX (sec2) driver,
+// no file locking (flock).
+H5PropList sec2_read_fapl();
 
 // A transfer property list for independent (per-rank) MPI-IO reads.
 H5PropList independent_transfer();
