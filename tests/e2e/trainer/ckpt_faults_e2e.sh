@@ -38,6 +38,9 @@
 #   data NP RANK
 #       rank RANK's reads of the data set never return while it is opened at
 #       start-up: exit 1 within 30 s, "data set I/O: phase 'open'" and the data file
+#   verify NP RANK
+#       `trainer-ckpt verify --io-timeout 5` at NP ranks while rank RANK's reads of
+#       the checkpoint never return: exit 1 within 30 s, rank RANK, 'read' and the file
 # MODE: sync or async (checkpoint.async). Several cases per invocation: "CASE ... -- CASE ...".
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -243,6 +246,23 @@ case_data() {  # NP RANK
     "$WORK/$name.log" || die "$name: no I/O deadline message naming rank $rank, phase 'open' and the data set"
 }
 
+case_verify() {  # NP RANK
+  local np=$1 rank=$2 name="faults_verify_np$1_r$2"
+  train_clean "$name" "$np" 10
+  local ckpt="$WORK/$name/checkpoints/step_00000010.h5" t0=$SECONDS
+  LD_PRELOAD="$INJECTOR" SHARDTRAIN_FAULT_CALL=read SHARDTRAIN_FAULT_RANK=$rank SHARDTRAIN_FAULT_ERRNO=HANG \
+    SHARDTRAIN_FAULT_PATH=step_00000010.h5 timeout -k 5 60 "$MPIEXEC" "$NPFLAG" "$np" "$CKPT_TOOL" verify "$ckpt" \
+    --io-timeout 5 > "$WORK/$name.log" 2>&1
+  rc=$? secs=$((SECONDS - t0))
+  echo "=== $name: exit $rc after $secs s"
+  cat "$WORK/$name.log"
+  [[ $rc -ne 124 && $rc -ne 137 ]] || die "$name: still running after 60 s (a hang)"
+  [[ $rc -eq 1 ]] || die "$name: exit $rc, expected 1"
+  (( secs <= 30 )) || die "$name: ended after $secs s (bound: 30 s with --io-timeout 5)"
+  grep -Eq "^error \(rank $rank\): checkpoint I/O: phase 'read' of .*step_00000010\.h5 has not finished on this rank after [0-9.]+ s \(checkpoint\.io_timeout_s = 5\)" \
+    "$WORK/$name.log" || die "$name: no I/O deadline message naming rank $rank, phase 'read' and the file"
+}
+
 # Cases separated by "--".
 args=("$@")
 i=0
@@ -253,7 +273,7 @@ while (( i < ${#args[@]} )); do
   (( ${#one[@]} > 0 )) || continue
   kind=${one[0]}
   case $kind in
-    survive|required|hang|slow|resume|init_from|data) "case_$kind" "${one[@]:1}" ;;
+    survive|required|hang|slow|resume|init_from|data|verify) "case_$kind" "${one[@]:1}" ;;
     *) die "unknown case '$kind'" ;;
   esac
 done
