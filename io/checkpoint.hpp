@@ -1,8 +1,9 @@
 // shardtrain/io/checkpoint.hpp
 // Owns the checkpoint FILE: one HDF5 file per checkpoint (share/doc/checkpoint-format.md),
 // written in phases every rank agrees on (rank 0's HDF5 layout with every
-// attribute final, every rank's pwrite of its hyperslab) and read with
-// collective MPI-IO. What goes in it and when is the
+// attribute final, every rank's pwrite of its hyperslab) and read in phases
+// too (rank 0 validates the file with HDF5, every rank preads its hyperslab).
+// What goes in it and when is the
 // trainer's business (src/train/checkpointing.hpp); this file knows the format.
 //  - Each state vector (fp32 master parameters, Adam moments, the 16-bit copy)
 //    is ONE global 1-D dataset in the padded flat layout; each rank writes and
@@ -16,9 +17,9 @@
 //    by name, in its shape, with h5py or h5dump.
 // Invariants: every size read from a file is bounded before anything is sized
 // from it, and arithmetic on it cannot overflow; a damaged, truncated or
-// foreign file is an InputError ("PATH: ..."), never a crash. Every rank of the
-// communicator runs the same checks on the same bytes, so all ranks agree;
-// CRC mismatches are found collectively (finish_reads) and agreed on too.
+// foreign file is an InputError ("PATH: ..."), never a crash. Rank 0 runs the
+// checks and every rank receives its verdict, so all ranks agree; CRC
+// mismatches are found collectively (finish_reads) and agreed on too.
 // Constructors, destructors and read/write calls are collective over `comm`.
 #pragma once
 
@@ -144,8 +145,8 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
 // state vector per entry of `vectors` -- then deletes it. Every structure a
 // real checkpoint of that model has is created once (HDF5's metadata caches,
 // the compound layout type, the virtual datasets, the CRC combine, fsync); only
-// the state data is tiny. What this leaves resident (the MPI-IO components
-// Open MPI loads on first use, HDF5's parallel driver state) would otherwise
+// the state data is tiny; the file is then read back as a resume reads it.
+// What this leaves resident (HDF5's library state and caches) would otherwise
 // first appear at the first checkpoint; the trainer runs it before it measures
 // the process's RSS before the model (train/process_memory.hpp), and VmHWM's
 // rise during it is the checkpoint I/O scratch. Collective; throws Error on
@@ -155,11 +156,18 @@ void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointM
                         const std::vector<std::pair<std::string, DType>>& vectors);
 
 // An open checkpoint. Construction validates the structure (format, schema,
-// attributes, layout table, every state vector's type and length) without
-// reading any state.
+// attributes, layout table, every state vector's type, length, storage and
+// data offset) without reading any state: rank 0 alone, with HDF5's POSIX
+// driver, in the phase 'open'; every rank then holds what it found. The state
+// is read with pread at those offsets, each rank its own slice, in the phase
+// 'read' (io/checkpoint_phase.hpp read_phase: no MPI inside a phase). A bad
+// file is the same InputError on every rank, as it always was; a failing
+// read (EIO) on any rank is a CheckpointIoError on every rank naming that
+// rank, the phase, the file and the errno; `deadline` (may be null: no time
+// limit) ends the job (exit 1) when a rank's read does not return in time.
 class CheckpointReader {
  public:
-  CheckpointReader(const std::string& path, MPI_Comm comm);  // collective
+  CheckpointReader(const std::string& path, MPI_Comm comm, IoDeadline* deadline = nullptr);  // collective
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
@@ -178,7 +186,8 @@ class CheckpointReader {
   // rank also reads the file's tail beyond N, so the pieces cover the whole
   // dataset and its CRC can be checked in finish_reads().
   void read_vector(std::string_view name, std::int64_t lo, std::int64_t hi, void* dst);
-  // Reads [lo, hi) of `name` on this rank alone, no CRC (the tool's export).
+  // Reads [lo, hi) of `name` on this rank alone, no CRC (the tool's export);
+  // the deadline watches it (no agreement: a failure throws on this rank).
   void read_range(std::string_view name, std::int64_t lo, std::int64_t hi, void* dst);
   // Collective. Checks the CRC of every vector read since construction (and of
   // /config and /layout); throws InputError("PATH: dataset /state/X: checksum

@@ -90,12 +90,6 @@ std::optional<DType> type_of(hid_t t) {
   return std::nullopt;
 }
 
-H5PropList xfer(bool collective) {
-  H5PropList dxpl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  SHARDTRAIN_H5_CHECK(H5Pset_dxpl_mpio(dxpl, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
-  return dxpl;
-}
-
 void select_range(hid_t space, std::int64_t lo, std::int64_t hi) {
   if (hi <= lo) {
     SHARDTRAIN_H5_CHECK(H5Sselect_none(space));

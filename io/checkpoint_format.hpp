@@ -92,9 +92,6 @@ H5Datatype make_type(DType t);
 // The DType of a file type, or nullopt when it is none of the three.
 std::optional<DType> type_of(hid_t t);
 
-// A dataset transfer property list for collective or independent MPI-IO.
-H5PropList xfer(bool collective);
-
 // One row of /layout in memory; name is the first member, sized per file.
 constexpr std::size_t kRowNumbers = 3 + kMaxDims;  // ndim, offset, numel, shape[4]
 

@@ -69,7 +69,8 @@ CheckpointIoError::CheckpointIoError(int rank, std::string phase, std::string pa
 
 // ------------------------------------------------------------------ deadline
 
-IoDeadline::IoDeadline(double timeout_s, int rank) : m_timeout_s(timeout_s), m_rank(rank) {
+IoDeadline::IoDeadline(double timeout_s, int rank, std::string what)
+    : m_timeout_s(timeout_s), m_rank(rank), m_what(std::move(what)) {
   if (m_timeout_s > 0)
     m_poll.start(std::chrono::duration<double>(std::min(1.0, std::max(0.01, m_timeout_s / 20))), [this] { check(); });
 }
@@ -88,21 +89,21 @@ void IoDeadline::fire(double waited_s) {
   // m_poll.mutex() is held: the phase cannot change under us.
   if (!m_part_done)
     std::fprintf(stderr,
-                 "error (rank %d): checkpoint I/O: phase '%s' of %s has not finished on this rank after %.1f s "
+                 "error (rank %d): %s: phase '%s' of %s has not finished on this rank after %.1f s "
                  "(checkpoint.io_timeout_s = %g): the storage is not answering; ending the job\n",
-                 m_rank, m_phase.c_str(), m_path.c_str(), waited_s, m_timeout_s);
+                 m_rank, m_what.c_str(), m_phase.c_str(), m_path.c_str(), waited_s, m_timeout_s);
   else if (!m_failure.empty())
     std::fprintf(stderr,
-                 "error (rank %d): checkpoint I/O: phase '%s' of %s failed on this rank: %s; the other ranks "
+                 "error (rank %d): %s: phase '%s' of %s failed on this rank: %s; the other ranks "
                  "have not reached the end of the phase after %.1f s (checkpoint.io_timeout_s = %g): their "
                  "storage is not answering; ending the job\n",
-                 m_rank, m_phase.c_str(), m_path.c_str(), m_failure.c_str(), waited_s, m_timeout_s);
+                 m_rank, m_what.c_str(), m_phase.c_str(), m_path.c_str(), m_failure.c_str(), waited_s, m_timeout_s);
   else
     std::fprintf(stderr,
-                 "error (rank %d): checkpoint I/O: waited %.1f s in phase '%s' of %s for the other ranks "
+                 "error (rank %d): %s: waited %.1f s in phase '%s' of %s for the other ranks "
                  "(checkpoint.io_timeout_s = %g): another rank's storage is not answering (see its message); "
                  "ending the job\n",
-                 m_rank, waited_s, m_phase.c_str(), m_path.c_str(), m_timeout_s);
+                 m_rank, m_what.c_str(), waited_s, m_phase.c_str(), m_path.c_str(), m_timeout_s);
   std::fflush(stderr);
   std::fflush(stdout);
   std::_Exit(1);
@@ -141,15 +142,18 @@ void IoDeadline::Phase::restart() {
 
 // ----------------------------------------------------------------- agreement
 
-void checkpoint_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, const std::string& path,
-                      bool root_only, const std::function<void()>& fn) {
+namespace {
+
+// The phase and its agreement; `keep_input`: an InputError stays one (read_phase).
+void run_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, const std::string& path, bool root_only,
+               bool keep_input, const std::function<void()>& fn) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   IoDeadline::Phase watch(deadline, phase, path);
   std::string message;
   int err = 0;
-  bool failed = false;
+  bool failed = false, input = false;
   if (!root_only || rank == 0) {
     try {
       fn();
@@ -157,6 +161,11 @@ void checkpoint_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, co
       failed = true;
       message = e.what();
       err = e.error_number();
+    } catch (const InputError& e) {
+      failed = true;
+      input = keep_input;
+      message = e.what();
+      if (!input) err = errno_in_text(message);
     } catch (const std::exception& e) {
       failed = true;
       message = e.what();
@@ -168,11 +177,24 @@ void checkpoint_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, co
   int first = failed ? rank : size;
   MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
   if (first == size) return;
-  long long head[2] = {err, static_cast<long long>(message.size())};
-  MPI_Bcast(head, 2, MPI_LONG_LONG, first, comm);
+  long long head[3] = {err, static_cast<long long>(message.size()), input ? 1 : 0};
+  MPI_Bcast(head, 3, MPI_LONG_LONG, first, comm);
   message.resize(static_cast<std::size_t>(head[1]));
   if (head[1] > 0) MPI_Bcast(message.data(), static_cast<int>(head[1]), MPI_CHAR, first, comm);
+  if (head[2] != 0) throw InputError(message);
   throw CheckpointIoError(first, phase, path, static_cast<int>(head[0]), message);
+}
+
+}  // namespace
+
+void checkpoint_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, const std::string& path,
+                      bool root_only, const std::function<void()>& fn) {
+  run_phase(comm, deadline, phase, path, root_only, false, fn);
+}
+
+void read_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, const std::string& path,
+                bool root_only, const std::function<void()>& fn) {
+  run_phase(comm, deadline, phase, path, root_only, true, fn);
 }
 
 }  // namespace shardtrain

@@ -17,9 +17,15 @@
 //    watchdog does: the launcher then ends the other ranks). A rank whose part
 //    is done and that waits for the others waits a grace period longer, so the
 //    rank that knows the cause speaks first.
-// Invariants: at most one phase is in progress per process (one checkpoint in
-// flight); begin/end take a mutex, never held across I/O or MPI; a deadline
-// of 0 starts no thread.
+//  - Reads of files someone else wrote (the checkpoint reader, model.init_from,
+//    the data sets at start-up) run in the same phases (read_phase): a file
+//    that is bad (an InputError on the lowest failing rank) is the same
+//    InputError on every rank, message and all, so resume = "auto"'s fallback
+//    and the data set readers' messages are as before; a system call that
+//    fails is the CheckpointIoError; one that never returns trips the deadline.
+// Invariants: at most one phase is in progress per IoDeadline (one checkpoint in
+// flight; a reader at start-up uses the run's, or one of its own); begin/end
+// take a mutex, never held across I/O or MPI; a deadline of 0 starts no thread.
 #pragma once
 
 #include <mpi.h>
@@ -38,7 +44,7 @@ class CheckpointIoError : public Error {
  public:
   CheckpointIoError(int rank, std::string phase, std::string path, int err, const std::string& detail);
   int rank() const { return m_rank; }                 // the lowest failing rank
-  const std::string& phase() const { return m_phase; }  // "prepare", "create", "write", "fsync", "commit", ...
+  const std::string& phase() const { return m_phase; }  // "prepare", "create", "write", "fsync", "commit", "open", "read", ...
   const std::string& path() const { return m_path; }
   int error_number() const { return m_err; }  // errno of the failing call (0: not a system error)
   const std::string& detail() const { return m_detail; }
@@ -65,7 +71,8 @@ class SystemIoError : public Error {
 
 class IoDeadline {
  public:
-  IoDeadline(double timeout_s, int rank);
+  // `what` starts the deadline's message ("checkpoint I/O", "data set I/O", ...).
+  IoDeadline(double timeout_s, int rank, std::string what = "checkpoint I/O");
   IoDeadline(const IoDeadline&) = delete;
   IoDeadline& operator=(const IoDeadline&) = delete;
 
@@ -93,6 +100,7 @@ class IoDeadline {
 
   double m_timeout_s;
   int m_rank;
+  std::string m_what;
   // The phase in progress (m_active), guarded by m_poll.mutex().
   bool m_active = false;
   bool m_part_done = false;
@@ -107,5 +115,12 @@ class IoDeadline {
 // MPI call. Collective.
 void checkpoint_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, const std::string& path,
                       bool root_only, const std::function<void()>& fn);
+
+// checkpoint_phase for reading a file someone else wrote: when the lowest
+// failing rank's failure is an InputError (a damaged, truncated or foreign
+// file), every rank throws InputError with that rank's message, unchanged;
+// any other failure is the CheckpointIoError. Collective.
+void read_phase(MPI_Comm comm, IoDeadline* deadline, const char* phase, const std::string& path,
+                bool root_only, const std::function<void()>& fn);
 
 }  // namespace shardtrain

@@ -61,7 +61,7 @@ void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointM
   std::vector<CheckpointVectorOut> out;
   for (const auto& [name, type] : vectors) out.push_back({name, type, zeros.data()});
   write_checkpoint(path, comm, meta, layout, out, per_rank * rank, per_rank * (rank + 1));
-  {  // and read back as a resume reads (collective MPI-IO: what it loads stays resident)
+  {  // and read back as a resume reads (rank 0's HDF5 validation, every rank's pread)
     CheckpointReader reader(path, comm);
     (void)reader.verify_all();
   }

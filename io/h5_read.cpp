@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <regex>
 
 #include "core/error.hpp"
+#include "io/checkpoint_phase.hpp"
 
 namespace shardtrain::h5 {
 
@@ -30,7 +32,9 @@ std::string precheck_file(const std::string& path) {
     if (!f) return std::string("cannot open for reading: ") + std::strerror(errno);
   }
   const htri_t is_h5 = H5Fis_hdf5(path.c_str());
-  (void)error_stack_text();
+  const std::string stack = error_stack_text();
+  if (const int err = read_errno(stack); err != 0)  // failing storage, not a foreign file
+    throw SystemIoError(path + ": cannot read the HDF5 signature: " + std::strerror(err), err);
   if (is_h5 <= 0) return "not an HDF5 file";
   return {};
 }
@@ -90,8 +94,19 @@ struct VlenBudget {
 
 }  // namespace
 
+int read_errno(const std::string& stack) {
+  // HDF5's POSIX drivers: "file read failed: ..., errno = 5, error message = '...'".
+  static const std::regex re("read failed[^;]*errno = ([0-9]+)");
+  std::smatch m;
+  return std::regex_search(stack, m, re) ? std::atoi(m[1].str().c_str()) : 0;
+}
+
 [[noreturn]] void bad_input(const std::string& path, const std::string& msg) {
-  (void)error_stack_text();  // drop whatever HDF5 recorded for a raw call we expected to fail
+  // Drops whatever HDF5 recorded for a raw call we expected to fail; a read
+  // that failed in the system (EIO) is the storage's fault, not the file's.
+  const std::string stack = error_stack_text();
+  if (const int err = read_errno(stack); err != 0)
+    throw SystemIoError(path + ": " + msg + ": a read failed: " + std::strerror(err), err);
   throw InputError(path + ": " + msg);
 }
 
@@ -123,17 +138,29 @@ H5Datatype string_mem_type(hid_t file_type, bool variable, std::size_t fixed_siz
   return mt;
 }
 
-H5File open_for_parallel_read(const std::string& path, MPI_Comm comm) {
-  const std::string problem = precheck_file(path);
-  int ok = problem.empty() ? 1 : 0, all_ok = 0;
-  SHARDTRAIN_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS, "MPI_Allreduce failed");
-  if (!ok) bad_input(path, problem);
-  if (!all_ok) bad_input(path, "not readable on every rank (another rank could not open it)");
-
+H5PropList sec2_read_fapl() {
   H5PropList fapl(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  SHARDTRAIN_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  SHARDTRAIN_H5_CHECK(H5Pset_fapl_sec2(fapl));
+#if H5_VERSION_GE(1, 10, 7)
+  // No flock: nothing here writes through HDF5 while it is read, and a
+  // parallel file system mounted without flock support (Lustre's default)
+  // would make every open fail; the MPI-IO driver used before took no lock.
+  SHARDTRAIN_H5_CHECK(H5Pset_file_locking(fapl, false, true));
+#endif
+  return fapl;
+}
+
+H5File open_for_read(const std::string& path) {
+  const std::string problem = precheck_file(path);
+  if (!problem.empty()) bad_input(path, problem);
+  H5PropList fapl = sec2_read_fapl();
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
-  if (id < 0) bad_input(path, "cannot open as HDF5: " + error_stack_text());
+  if (id < 0) {
+    const std::string stack = error_stack_text();
+    if (const int err = read_errno(stack); err != 0)
+      throw SystemIoError(path + ": cannot open as HDF5: a read failed: " + std::strerror(err), err);
+    bad_input(path, "cannot open as HDF5: " + stack);
+  }
   return H5File(id);
 }
 

@@ -25,8 +25,13 @@
 namespace shardtrain::h5 {
 
 // Throws InputError "<path>: <msg>" after dropping whatever HDF5 recorded for a
-// raw call that was expected to fail.
+// raw call that was expected to fail; when that record says a read failed in
+// the system (HDF5's POSIX drivers name its errno: EIO from failing storage),
+// throws SystemIoError (io/checkpoint_phase.hpp) with that errno instead: the
+// storage failed, the file may be fine.
 [[noreturn]] void bad_input(const std::string& path, const std::string& msg);
+// The errno of a failed read in an HDF5 error stack's text, or 0.
+int read_errno(const std::string& stack);
 
 // "integer", "float", "string", ... for messages.
 std::string class_name(H5T_class_t c);
@@ -35,10 +40,15 @@ std::string class_name(H5T_class_t c);
 // if `variable`, otherwise fixed with room for `fixed_size` bytes and a terminating NUL.
 H5Datatype string_mem_type(hid_t file_type, bool variable, std::size_t fixed_size);
 
-// Collective open of `path` read-only with the MPI-IO driver on `comm`. Every rank
-// first checks it can read the file and the ranks agree, so a rank that cannot
-// does not leave the others waiting in H5Fopen. MPI must be initialised.
-H5File open_for_parallel_read(const std::string& path, MPI_Comm comm);
+// Opens `path` read-only with HDF5's POSIX (sec2) driver on this rank alone
+// (no MPI): a missing, unreadable or non-HDF5 file is an InputError. The data
+// set readers call it inside a read phase (io/checkpoint_phase.hpp) every rank
+// runs, so every rank agrees on the outcome and a rank whose storage stops
+// answering trips the I/O deadline instead of leaving the others in H5Fopen.
+H5File open_for_read(const std::string& path);
+// The file access properties of open_for_read: HDF5's POSIX (sec2) driver,
+// no file locking (flock).
+H5PropList sec2_read_fapl();
 
 // A transfer property list for independent (per-rank) MPI-IO reads.
 H5PropList independent_transfer();

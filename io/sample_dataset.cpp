@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "io/checkpoint_phase.hpp"
 #include "io/h5_check.hpp"
 #include "io/h5_lock.hpp"
 #include "io/h5_read.hpp"
@@ -141,18 +142,15 @@ struct SampleDataset::Impl {
   std::int64_t vocab_size = 0, pad_id = -1, cls_id = -1;
   std::string tokenizer, source, split_rule;
 
-  void open(MPI_Comm comm);
+  void open();
   void check_metadata();
   void open_split(SampleSplit split);
   void read_classes();
   void hold_split(SampleSplit split, MemoryTracker& tracker, MemCategory category);
 };
 
-void SampleDataset::Impl::open(MPI_Comm comm) {
-  int mpi_ready = 0;
-  MPI_Initialized(&mpi_ready);
-  SHARDTRAIN_CHECK(mpi_ready, "SampleDataset needs MPI to be initialised");
-  file = open_for_parallel_read(path, comm);
+void SampleDataset::Impl::open() {
+  file = open_for_read(path);
   independent_xfer = independent_transfer();
 }
 
@@ -264,15 +262,27 @@ void SampleDataset::Impl::read_classes() {
                              path);
 }
 
-SampleDataset::SampleDataset(const std::string& path, MPI_Comm comm) : m_impl(std::make_unique<Impl>()) {
+SampleDataset::SampleDataset(const std::string& path, MPI_Comm comm, double io_timeout_s)
+    : m_impl(std::make_unique<Impl>()) {
   h5::quiet_errors();
   m_impl->path = path;
-  m_impl->open(comm);
-  m_impl->check_metadata();
-  m_impl->open_split(SampleSplit::Train);
-  m_impl->open_split(SampleSplit::Val);
-  if (m_impl->splits[0].rows == 0) bad_input(path, "the train split is empty");
-  m_impl->read_classes();
+  int mpi_ready = 0, rank = 0;
+  MPI_Initialized(&mpi_ready);
+  SHARDTRAIN_CHECK(mpi_ready, "SampleDataset needs MPI to be initialised");
+  MPI_Comm_rank(comm, &rank);
+  // Every rank opens and checks the file on its own (HDF5's POSIX driver, no
+  // MPI) in one read phase under the deadline: the same InputError on every
+  // rank for a bad file, the failing rank's CheckpointIoError for failing
+  // storage, exit 1 naming the rank for storage that stops answering.
+  IoDeadline deadline(io_timeout_s, rank, "data set I/O");
+  read_phase(comm, &deadline, "open", path, false, [&] {
+    m_impl->open();
+    m_impl->check_metadata();
+    m_impl->open_split(SampleSplit::Train);
+    m_impl->open_split(SampleSplit::Val);
+    if (m_impl->splits[0].rows == 0) bad_input(path, "the train split is empty");
+    m_impl->read_classes();
+  });
 }
 
 SampleDataset::~SampleDataset() = default;

@@ -1,13 +1,14 @@
 // shardtrain/io/sample_dataset.hpp
 // Owns read access to a labelled-sample data set file (format "shardtrain-samples",
 // share/doc/dataset-format.md; written by io/sample_dataset_writer.hpp), opened
-// with parallel HDF5 on an MPI communicator.
+// on every rank of an MPI communicator with HDF5's POSIX (sec2) driver.
 // Invariants:
 //  - Everything about the file is validated in the constructor, before any buffer
 //    sized from the file is allocated; a bad file is an InputError whose message
 //    starts with the path ("data.h5: ..."), never a crash or a huge allocation.
 //    Every rank runs the same checks on the same bytes, so all ranks agree.
-//  - The constructor and destructor are collective over `comm` (H5Fopen/H5Fclose);
+//  - The constructor is collective over `comm` (its read phase's agreement); each
+//    rank opens the file itself (no MPI inside HDF5); the destructor is local;
 //    read() is independent: each rank reads only the rows it is given, and a rank
 //    may pass no rows at all.
 //  - Every label handed out is in [0, num_classes()), every token id in
@@ -40,8 +41,14 @@ class SampleDataset {
  public:
   // Collective over `comm`. Throws InputError("PATH: ...") for a missing or
   // unreadable file, a non-HDF5 file, or any deviation from the format.
-  SampleDataset(const std::string& path, MPI_Comm comm);
-  ~SampleDataset();  // collective
+  // The file is opened and checked on every rank in one read phase
+  // (io/checkpoint_phase.hpp read_phase) watched by a deadline of
+  // `io_timeout_s` (0: none; the trainer passes checkpoint.io_timeout_s): a
+  // rank whose storage does not answer ends the job (exit 1) naming itself,
+  // the phase 'open' and the file; a read that fails in the system (EIO) is a
+  // CheckpointIoError on every rank naming the rank and the errno.
+  SampleDataset(const std::string& path, MPI_Comm comm, double io_timeout_s = 0);
+  ~SampleDataset();  // local (HDF5's POSIX driver)
   SampleDataset(const SampleDataset&) = delete;
   SampleDataset& operator=(const SampleDataset&) = delete;
   SampleDataset(SampleDataset&&) noexcept;

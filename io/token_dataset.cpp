@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "io/checkpoint_phase.hpp"
 #include "io/h5_check.hpp"
 #include "io/h5_lock.hpp"
 #include "io/h5_read.hpp"
@@ -64,18 +65,14 @@ struct TokenDataset::Impl {
   double val_fraction = 0;
   std::vector<std::string> vocab;
 
-  void open(MPI_Comm comm);
+  void open();
   void check_metadata();
   void open_tokens(Split split);
   void read_vocab();
 };
 
-void TokenDataset::Impl::open(MPI_Comm comm) {
-  int mpi_ready = 0;
-  MPI_Initialized(&mpi_ready);
-  SHARDTRAIN_CHECK(mpi_ready, "TokenDataset needs MPI to be initialised");
-
-  file = open_for_parallel_read(path, comm);
+void TokenDataset::Impl::open() {
+  file = open_for_read(path);
   independent_xfer = independent_transfer();
 }
 
@@ -138,14 +135,26 @@ void TokenDataset::Impl::read_vocab() {
                        {kMaxVocabEntryBytes, kMaxVocabTotalBytes, SIZE_MAX}, path);
 }
 
-TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm) : m_impl(std::make_unique<Impl>()) {
+TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, double io_timeout_s)
+    : m_impl(std::make_unique<Impl>()) {
   h5::quiet_errors();
   m_impl->path = path;
-  m_impl->open(comm);
-  m_impl->check_metadata();
-  m_impl->open_tokens(Split::Train);
-  m_impl->open_tokens(Split::Val);
-  m_impl->read_vocab();
+  int mpi_ready = 0, rank = 0;
+  MPI_Initialized(&mpi_ready);
+  SHARDTRAIN_CHECK(mpi_ready, "TokenDataset needs MPI to be initialised");
+  MPI_Comm_rank(comm, &rank);
+  // Every rank opens and checks the file on its own (HDF5's POSIX driver, no
+  // MPI) in one read phase under the deadline: the same InputError on every
+  // rank for a bad file, the failing rank's CheckpointIoError for failing
+  // storage, exit 1 naming the rank for storage that stops answering.
+  IoDeadline deadline(io_timeout_s, rank, "data set I/O");
+  read_phase(comm, &deadline, "open", path, false, [&] {
+    m_impl->open();
+    m_impl->check_metadata();
+    m_impl->open_tokens(Split::Train);
+    m_impl->open_tokens(Split::Val);
+    m_impl->read_vocab();
+  });
 }
 
 TokenDataset::~TokenDataset() = default;

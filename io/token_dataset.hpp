@@ -1,12 +1,13 @@
 // shardtrain/io/token_dataset.hpp
 // Owns read access to a token data set file (format: share/doc/dataset-format.md),
-// opened with parallel HDF5 on an MPI communicator.
+// opened on every rank of an MPI communicator with HDF5's POSIX (sec2) driver.
 // Invariants:
 //  - Everything about the file is validated in the constructor, before any buffer
 //    sized from the file is allocated; a bad file is an InputError whose message
 //    starts with the path ("data.h5: ..."), never a crash. Every rank of `comm`
 //    runs the same checks on the same bytes, so all ranks agree on the outcome.
-//  - The constructor and destructor are collective over `comm` (H5Fopen/H5Fclose);
+//  - The constructor is collective over `comm` (its read phase's agreement); each
+//    rank opens the file itself (no MPI inside HDF5); the destructor is local;
 //    read_windows is independent: each rank reads only its own windows, and a rank
 //    may call it with no windows at all.
 //  - Every token handed out is in [0, vocab_size()); a token outside that range is
@@ -41,8 +42,14 @@ class TokenDataset {
   // Collective over `comm`. Throws InputError("PATH: ...") for a missing or
   // unreadable file, a non-HDF5 file, or any deviation from the format; Error for
   // failures that are not the file's fault.
-  TokenDataset(const std::string& path, MPI_Comm comm);
-  ~TokenDataset();  // collective
+  // The file is opened and checked on every rank in one read phase
+  // (io/checkpoint_phase.hpp read_phase) watched by a deadline of
+  // `io_timeout_s` (0: none; the trainer passes checkpoint.io_timeout_s): a
+  // rank whose storage does not answer ends the job (exit 1) naming itself,
+  // the phase 'open' and the file; a read that fails in the system (EIO) is a
+  // CheckpointIoError on every rank naming the rank and the errno.
+  TokenDataset(const std::string& path, MPI_Comm comm, double io_timeout_s = 0);
+  ~TokenDataset();  // local (HDF5's POSIX driver)
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
   TokenDataset(TokenDataset&&) noexcept;

@@ -14,8 +14,10 @@
 // Every error is one line "error: ..." on stderr, printed once.
 // MPI: works as a singleton. `info` and `export` run on rank 0 alone (other
 // ranks wait and return its exit code); `verify` is collective over
-// MPI_COMM_WORLD, and an InputError from the reader is one every rank reaches
-// with the same message (the reader's contract), so rank 0 prints it.
+// MPI_COMM_WORLD, and an InputError or a CheckpointIoError from the reader is
+// one every rank reaches with the same message (the reader's contract), so
+// rank 0 prints it. verify and export read under --io-timeout (the reader's
+// I/O deadline: a read that never returns ends the tool with exit 1).
 // Invariants: OUT is written to OUT.partial and renamed into place only when
 // complete, so OUT is never a half-written file; memory use of `export` is
 // bounded by one tensor row block (kChunkElements; twice that for a transposed
@@ -53,6 +55,7 @@
 #include "core/mpi_world.hpp"
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_export.hpp"
+#include "io/checkpoint_phase.hpp"
 #include "io/token_dataset.hpp"
 #include "tools/gpt_sample.hpp"
 #include "version.hpp"
@@ -214,10 +217,11 @@ std::vector<std::string> lines_after_damage(const CheckpointReader& ckpt, const 
   return lines;
 }
 
-void cmd_verify(const std::string& path) {
+void cmd_verify(const std::string& path, double io_timeout_s) {
   const bool root = world_rank() == 0;
   const auto t0 = Clock::now();
-  CheckpointReader ckpt(path, MPI_COMM_WORLD);
+  IoDeadline deadline(io_timeout_s, world_rank());  // the reader's phases (io/checkpoint_phase.hpp)
+  CheckpointReader ckpt(path, MPI_COMM_WORLD, &deadline);
   std::vector<std::string> lines;
   std::string damage;
   try {
@@ -635,7 +639,8 @@ std::string export_format(const std::string& out, const std::string& format) {
 }
 
 int cmd_export(const std::string& path, const std::string& out, std::vector<std::string> names,
-               const std::string& vector, const std::string& format_option, const std::string& name_style) {
+               const std::string& vector, const std::string& format_option, const std::string& name_style,
+               double io_timeout_s) {
   const std::string format = export_format(out, format_option);
   const bool npy = format == "npy";
   if (name_style == "gpt2" && format != "safetensors")
@@ -647,7 +652,8 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
     throw InputError(out + ": is the checkpoint itself; choose another output file");
 
   const auto t0 = Clock::now();
-  CheckpointReader ckpt(path, MPI_COMM_SELF);
+  IoDeadline deadline(io_timeout_s, world_rank());
+  CheckpointReader ckpt(path, MPI_COMM_SELF, &deadline);
   const auto& layout = ckpt.layout();
   std::vector<const CheckpointTensor*> tensors;
   if (names.empty()) {
@@ -728,6 +734,10 @@ int run(int argc, char** argv) {
     if (v.type == DType::F32) fp32_vectors.emplace_back(v.name);
   bool config_only = false;
   std::vector<std::string> params;
+  double io_timeout_s = 600.0;  // checkpoint.io_timeout_s's default
+  const char* io_timeout_help =
+      "Seconds a rank's read of CKPT may take before the tool gives up (exit 1, naming the rank, the phase "
+      "and the file): storage that stops answering; 0: no limit";
 
   CLI::App* info = app.add_subcommand("info", "Print what a checkpoint holds: run state, layout table, sizes");
   info->add_option("CKPT", ckpt_path, "Checkpoint file (.h5)")->required();
@@ -742,6 +752,7 @@ int run(int argc, char** argv) {
 
   CLI::App* verify = app.add_subcommand("verify", "Check the CRC-32 of every dataset in a checkpoint");
   verify->add_option("CKPT", ckpt_path, "Checkpoint file (.h5)")->required();
+  verify->add_option("--io-timeout", io_timeout_s, io_timeout_help)->check(CLI::NonNegativeNumber)->capture_default_str();
   verify->footer(
       "Reads every state vector whole and compares its CRC-32 with the one stored in the file, and "
       "checks /config and /layout. Prints one line per dataset (ok or CHECKSUM MISMATCH).\nUnder "
@@ -752,6 +763,7 @@ int run(int argc, char** argv) {
   CLI::App* exp =
       app.add_subcommand("export", "Write parameters of one state vector to plain HDF5, .npy or safetensors");
   exp->add_option("CKPT", ckpt_path, "Checkpoint file (.h5)")->required();
+  exp->add_option("--io-timeout", io_timeout_s, io_timeout_help)->check(CLI::NonNegativeNumber)->capture_default_str();
   exp->add_option("OUT", out_path,
                   "Output: .h5/.hdf5 (one float32 dataset per parameter, named by it, in its shape), "
                   ".npy (exactly one parameter) or .safetensors (F32 tensors; see --names)")
@@ -848,7 +860,7 @@ int run(int argc, char** argv) {
   }
 
   if (info->parsed()) return on_root([&] { return cmd_info(ckpt_path, config_only); });
-  if (exp->parsed()) return on_root([&] { return cmd_export(ckpt_path, out_path, params, vector, format, name_style); });
+  if (exp->parsed()) return on_root([&] { return cmd_export(ckpt_path, out_path, params, vector, format, name_style, io_timeout_s); });
   if (sample->parsed()) return on_root([&] {
       run_sample_command(sample_cmd);
       return kExitOk;
@@ -856,11 +868,14 @@ int run(int argc, char** argv) {
 
   // verify: collective over every rank.
   try {
-    cmd_verify(ckpt_path);
+    cmd_verify(ckpt_path, io_timeout_s);
     return kExitOk;
   } catch (const InputError& e) {  // the reader's input errors are agreed by every rank
     if (root) print_error("", e.what());
     return kExitBadInput;
+  } catch (const CheckpointIoError& e) {  // so are its failed reads (naming the failing rank)
+    if (root) print_error("", e.what());
+    return kExitFailure;
   } catch (const std::exception& e) {
     if (world_size() == 1) {
       print_error("", dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory" : e.what());

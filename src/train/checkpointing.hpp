@@ -165,6 +165,9 @@ class CheckpointManager {
 
   // The checkpoint I/O deadline (checkpoint.io_timeout_s).
   double io_timeout_s() const { return m_config.io_timeout_s; }
+  // The deadline itself: it also watches the resume's reads (train_state.cpp),
+  // which never overlap a commit.
+  IoDeadline* io_deadline() const { return m_deadline.get(); }
 
   // Seconds of the last commit (write + fsync + rename), and its bandwidth.
   const CheckpointWriteStats& last_stats() const { return m_last_stats; }

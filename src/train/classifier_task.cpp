@@ -29,7 +29,7 @@ template <class P>
 class ClassifierTask final : public Task<P> {
  public:
   ClassifierTask(const RunConfig& cfg, MpiCommunicator& comm, int plan_world)
-      : m_cfg(cfg), m_comm(comm), m_data(cfg.data.path, comm.comm()) {
+      : m_cfg(cfg), m_comm(comm), m_data(cfg.data.path, comm.comm(), cfg.checkpoint.io_timeout_s) {
     const ModelRow& row = model_row(cfg.model.type);
     const std::string_view type = name_of(cfg.model.type);
     const bool images = m_data.kind() == SampleKind::Image;

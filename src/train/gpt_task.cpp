@@ -76,7 +76,7 @@ template <class P>
 class GptTask final : public Task<P> {
  public:
   GptTask(const RunConfig& cfg, MpiCommunicator& comm, int plan_world)
-      : m_cfg(cfg), m_comm(comm), m_data(cfg.data.path, comm.comm()) {
+      : m_cfg(cfg), m_comm(comm), m_data(cfg.data.path, comm.comm(), cfg.checkpoint.io_timeout_s) {
     check_data_fits(cfg, m_data);
     this->m_plan = plan_gpt_memory(cfg, m_data.vocab_size(), plan_world);
     m_dims = this->m_plan.dims;

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "parallel/mpi/agreement.hpp"
+#include "io/checkpoint_phase.hpp"
 #include "io/weights_file.hpp"
 #include "train/host_staging.hpp"
 
@@ -147,7 +148,12 @@ InitFromReport load_init_from(const RunConfig& cfg, MpiCommunicator& comm, Commu
   std::vector<unsigned char> st_master, st_p;
   float* master = nullptr;
   P* params = nullptr;
+  // Each rank's reads run under the I/O deadline (checkpoint.io_timeout_s):
+  // storage that stops answering ends the job naming the rank, 'read' and the
+  // file, before the others wait forever in the agreement.
+  IoDeadline deadline(cfg.checkpoint.io_timeout_s, comm.rank(), "model.init_from I/O");
   const Agreement a = agree_on_failure(comm.comm(), [&] {
+    IoDeadline::Phase watch(&deadline, "read", cfg.model.init_from);
     const WeightsFile file(cfg.model.init_from);
     bool gpt2 = false;
     for (const WeightsTensor& t : file.tensors()) gpt2 = gpt2 || t.name.rfind("transformer.", 0) == 0;

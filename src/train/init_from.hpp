@@ -18,7 +18,10 @@
 //    copies are spread (replicate_shard) as after a checkpoint load.
 //  - Errors: the checks and reads run on every rank; any rank's error becomes
 //    every rank's (agree_on_failure: the lowest failing rank's message), before
-//    anything collective, so no rank is left in a collective.
+//    anything collective, so no rank is left in a collective. Each rank's part
+//    runs under the I/O deadline (checkpoint.io_timeout_s, io/checkpoint_phase.hpp):
+//    a read that never returns ends the job (exit 1) with "model.init_from I/O:
+//    phase 'read' of FILE has not finished on this rank" from that rank.
 // Collective over `comm`.
 #pragma once
 

@@ -137,7 +137,7 @@ void TrainState<P>::resume() {
   for (std::size_t ci = 0; ci < candidates.size(); ++ci) {
     const std::string& path = candidates[ci];
     try {
-      CheckpointReader reader(path, m_comm.comm());
+      CheckpointReader reader(path, m_comm.comm(), m_ckpt.io_deadline());  // its phases under the I/O deadline
       check_compatible(reader);
       load(reader);
       const CheckpointMeta& meta = reader.meta();

@@ -3,10 +3,13 @@
 // It wraps the libc entry points that the trainer, HDF5's POSIX driver and
 // Open MPI's MPI-IO reach through the dynamic linker: open/open64/openat/
 // openat64 (and the fortified __open_2 forms), write/pwrite/pwrite64/writev/
-// pwritev, fsync/fdatasync, rename/renameat/renameat2, close.
+// pwritev, read/pread/pread64/readv/preadv/preadv64 (and the fortified
+// __read_chk/__pread_chk/__pread64_chk), fsync/fdatasync, rename/renameat/
+// renameat2, close. (HDF5's sec2 driver and the checkpoint reader use pread;
+// Open MPI's MPI-IO (OMPIO) preads too.)
 //
 // Configured by the environment (unset SHARDTRAIN_FAULT_CALL: every call passes):
-//   SHARDTRAIN_FAULT_CALL   open | write | fsync | rename | close
+//   SHARDTRAIN_FAULT_CALL   open | write | read | fsync | rename | close
 //   SHARDTRAIN_FAULT_RANK   the rank that fails (OMPI_COMM_WORLD_RANK or PMI_RANK); default 0
 //   SHARDTRAIN_FAULT_PATH   a substring the file's path must hold (default ".h5.partial"; for
 //                           rename either path; for fd calls the path /proc/self/fd names)
@@ -33,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { kOpen, kWrite, kFsync, kRename, kClose, kNone };
+enum { kOpen, kWrite, kFsync, kRename, kClose, kRead, kNone };
 
 static int g_call = -2;  // -2: not configured yet
 static int g_trace = 0;
@@ -54,6 +57,7 @@ static void configure(void) {
     else if (!strcmp(call, "fsync")) c = kFsync;
     else if (!strcmp(call, "rename")) c = kRename;
     else if (!strcmp(call, "close")) c = kClose;
+    else if (!strcmp(call, "read")) c = kRead;
     else {
       fprintf(stderr, "fault injector: unknown SHARDTRAIN_FAULT_CALL '%s'\n", call);
       abort();
@@ -89,7 +93,7 @@ static void configure(void) {
 }
 
 static const char* call_name(int call) {
-  static const char* names[] = {"open", "write", "fsync", "rename", "close"};
+  static const char* names[] = {"open", "write", "fsync", "rename", "close", "read"};
   return call >= 0 && call < kNone ? names[call] : "?";
 }
 
@@ -217,6 +221,55 @@ ssize_t writev(int fd, const struct iovec* iov, int cnt) {
 ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
   REAL(ssize_t, "pwritev", int, const struct iovec*, int, off_t);
   if (fd_fails(kWrite, fd)) return -1;
+  return real(fd, iov, cnt, off);
+}
+
+// ------------------------------------------------------------------- read
+// read and readv on descriptors 0-2 pass (the terminal, the launcher's pipes).
+
+ssize_t read(int fd, void* buf, size_t n) {
+  REAL(ssize_t, "read", int, void*, size_t);
+  if (fd > 2 && fd_fails(kRead, fd)) return -1;
+  return real(fd, buf, n);
+}
+ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+  REAL(ssize_t, "__read_chk", int, void*, size_t, size_t);
+  if (fd > 2 && fd_fails(kRead, fd)) return -1;
+  return real(fd, buf, n, buflen);
+}
+ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+  REAL(ssize_t, "pread", int, void*, size_t, off_t);
+  if (fd_fails(kRead, fd)) return -1;
+  return real(fd, buf, n, off);
+}
+ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
+  REAL(ssize_t, "pread64", int, void*, size_t, off64_t);
+  if (fd_fails(kRead, fd)) return -1;
+  return real(fd, buf, n, off);
+}
+ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
+  REAL(ssize_t, "__pread_chk", int, void*, size_t, off_t, size_t);
+  if (fd_fails(kRead, fd)) return -1;
+  return real(fd, buf, n, off, buflen);
+}
+ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, size_t buflen) {
+  REAL(ssize_t, "__pread64_chk", int, void*, size_t, off64_t, size_t);
+  if (fd_fails(kRead, fd)) return -1;
+  return real(fd, buf, n, off, buflen);
+}
+ssize_t readv(int fd, const struct iovec* iov, int cnt) {
+  REAL(ssize_t, "readv", int, const struct iovec*, int);
+  if (fd > 2 && fd_fails(kRead, fd)) return -1;
+  return real(fd, iov, cnt);
+}
+ssize_t preadv(int fd, const struct iovec* iov, int cnt, off_t off) {
+  REAL(ssize_t, "preadv", int, const struct iovec*, int, off_t);
+  if (fd_fails(kRead, fd)) return -1;
+  return real(fd, iov, cnt, off);
+}
+ssize_t preadv64(int fd, const struct iovec* iov, int cnt, off64_t off) {
+  REAL(ssize_t, "preadv64", int, const struct iovec*, int, off64_t);
+  if (fd_fails(kRead, fd)) return -1;
   return real(fd, iov, cnt, off);
 }
 

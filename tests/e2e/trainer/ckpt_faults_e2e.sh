@@ -26,6 +26,21 @@
 #   slow NP
 #       rank 0's create of the background checkpoint file takes 6 s with
 #       collective_timeout_s = 3: the collective watchdog does not fire, the job completes
+#   resume NP RANK ERRNO
+#       reads (issue 47): after 20 clean steps (checkpoints at 10 and 20), the job
+#       resumes (resume = "auto") while rank RANK's reads of the checkpoint files
+#       never return (ERRNO HANG) or fail (EIO): exit 1 within 30 s of the start,
+#       rank RANK, the phase 'read' and step_00000020.h5 named (and EIO's text);
+#       no fallback to step 10 (the file is not bad: the storage is), latest unchanged
+#   init_from NP RANK
+#       rank RANK's reads of model.init_from's file (an export of a clean run's
+#       checkpoint) never return: exit 1 within 30 s, "model.init_from I/O: phase 'read'"
+#   data NP RANK
+#       rank RANK's reads of the data set never return while it is opened at
+#       start-up: exit 1 within 30 s, "data set I/O: phase 'open'" and the data file
+#   verify NP RANK
+#       `trainer-ckpt verify --io-timeout 5` at NP ranks while rank RANK's reads of
+#       the checkpoint never return: exit 1 within 30 s, rank RANK, 'read' and the file
 # MODE: sync or async (checkpoint.async). Several cases per invocation: "CASE ... -- CASE ...".
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,9 +56,11 @@ errno_text() {  # what strerror says, as the messages carry it
 }
 
 # Runs the trainer into $WORK/NAME with a fault; sets rc, secs; log in $WORK/NAME.log.
+# KEEP=1: the run directory is kept (a resume).
 run_faulty() {  # NAME NP LIMIT_S CALL RANK NTH ERRNO FILTER trainer-args...
   local name=$1 np=$2 limit=$3 call=$4 rank=$5 nth=$6 err=$7 filter=$8; shift 8
-  rm -rf "${WORK:?}/$name"; mkdir -p "$WORK"
+  [[ ${KEEP:-0} == 1 ]] || rm -rf "${WORK:?}/$name"
+  mkdir -p "$WORK"
   local t0=$SECONDS fault_at="$WORK/$name.fault_at"
   rm -f "$fault_at"
   # The log is copied line by line, noting when the first fault was injected.
@@ -171,6 +188,81 @@ case_slow() {  # NP
   check_dir "$name"
 }
 
+# A clean run of STEPS steps (checkpoints every 10) into $WORK/NAME.
+train_clean() {  # NAME NP STEPS trainer-args...
+  local name=$1 np=$2 steps=$3; shift 3
+  rm -rf "${WORK:?}/$name"; mkdir -p "$WORK"
+  timeout -k 5 300 "$MPIEXEC" "$NPFLAG" "$np" "$TRAINER" "$INPUT" --set data.path="$DATA" \
+    --set train.run_dir="$WORK/$name" --set train.steps="$steps" --set checkpoint.every_steps=10 "$@" \
+    > "$WORK/$name.clean.log" 2>&1 || { cat "$WORK/$name.clean.log"; die "$name: the clean run failed"; }
+}
+
+# The bound of the read cases: the whole job, from its start (deadline 10 s).
+check_read_bound() {  # NAME
+  (( secs <= 30 )) || die "$1: ended after $secs s (bound: 30 s with checkpoint.io_timeout_s = 10)"
+  grep -q "watchdog:" "$WORK/$1.log" && die "$1: the collective watchdog fired, not the I/O deadline"
+  return 0
+}
+
+case_resume() {  # NP RANK ERRNO
+  local np=$1 rank=$2 err=$3 name="faults_resume_np$1_r$2_$3"
+  train_clean "$name" "$np" 20
+  local ckpt="$WORK/$name/checkpoints/step_00000020.h5"
+  [[ -f $ckpt ]] || die "$name: the clean run left no step-20 checkpoint"
+  KEEP=1 run_faulty "$name" "$np" 60 read "$rank" 1 "$err" checkpoints/step_ --set checkpoint.resume=auto
+  [[ $rc -eq 1 ]] || die "$name: exit $rc, expected 1"
+  check_read_bound "$name"
+  if [[ $err == HANG ]]; then
+    grep -Eq "^error \(rank $rank\): checkpoint I/O: phase 'read' of .*step_00000020\.h5 has not finished on this rank after [0-9.]+ s \(checkpoint\.io_timeout_s = 10\)" \
+      "$WORK/$name.log" || die "$name: no I/O deadline message naming rank $rank, phase 'read' and step_00000020.h5"
+  else
+    grep -Eq "^error: rank $rank, phase 'read'.*step_00000020\.h5.*$(errno_text "$err")" "$WORK/$name.log" ||
+      die "$name: no error naming rank $rank, phase 'read', step_00000020.h5 and '$(errno_text "$err")'"
+  fi
+  grep -q "falling back" "$WORK/$name.log" && die "$name: failing storage was taken for a damaged file (fallback)"
+  [[ "$(cat "$WORK/$name/checkpoints/latest")" == step_00000020.h5 ]] || die "$name: latest moved"
+  check_dir "$name"
+}
+
+case_init_from() {  # NP RANK
+  local np=$1 rank=$2 name="faults_init_from_np$1_r$2"
+  train_clean "${name}_src" "$np" 10
+  "$CKPT_TOOL" export "$WORK/${name}_src/checkpoints/step_00000010.h5" "$WORK/$name.init.safetensors" \
+    > "$WORK/$name.export.log" 2>&1 || { cat "$WORK/$name.export.log"; die "$name: export failed"; }
+  run_faulty "$name" "$np" 60 read "$rank" 1 HANG "$name.init.safetensors" \
+    --set model.init_from="$WORK/$name.init.safetensors"
+  [[ $rc -eq 1 ]] || die "$name: exit $rc, expected 1"
+  check_read_bound "$name"
+  grep -Eq "^error \(rank $rank\): model\.init_from I/O: phase 'read' of .*$name\.init\.safetensors has not finished on this rank" \
+    "$WORK/$name.log" || die "$name: no I/O deadline message naming rank $rank, phase 'read' and the file"
+}
+
+case_data() {  # NP RANK
+  local np=$1 rank=$2 name="faults_data_np$1_r$2"
+  run_faulty "$name" "$np" 60 read "$rank" 1 HANG "$(basename "$DATA")"
+  [[ $rc -eq 1 ]] || die "$name: exit $rc, expected 1"
+  check_read_bound "$name"
+  grep -Eq "^error \(rank $rank\): data set I/O: phase 'open' of .*$(basename "$DATA") has not finished on this rank" \
+    "$WORK/$name.log" || die "$name: no I/O deadline message naming rank $rank, phase 'open' and the data set"
+}
+
+case_verify() {  # NP RANK
+  local np=$1 rank=$2 name="faults_verify_np$1_r$2"
+  train_clean "$name" "$np" 10
+  local ckpt="$WORK/$name/checkpoints/step_00000010.h5" t0=$SECONDS
+  LD_PRELOAD="$INJECTOR" SHARDTRAIN_FAULT_CALL=read SHARDTRAIN_FAULT_RANK=$rank SHARDTRAIN_FAULT_ERRNO=HANG \
+    SHARDTRAIN_FAULT_PATH=step_00000010.h5 timeout -k 5 60 "$MPIEXEC" "$NPFLAG" "$np" "$CKPT_TOOL" verify "$ckpt" \
+    --io-timeout 5 > "$WORK/$name.log" 2>&1
+  rc=$? secs=$((SECONDS - t0))
+  echo "=== $name: exit $rc after $secs s"
+  cat "$WORK/$name.log"
+  [[ $rc -ne 124 && $rc -ne 137 ]] || die "$name: still running after 60 s (a hang)"
+  [[ $rc -eq 1 ]] || die "$name: exit $rc, expected 1"
+  (( secs <= 30 )) || die "$name: ended after $secs s (bound: 30 s with --io-timeout 5)"
+  grep -Eq "^error \(rank $rank\): checkpoint I/O: phase 'read' of .*step_00000010\.h5 has not finished on this rank after [0-9.]+ s \(checkpoint\.io_timeout_s = 5\)" \
+    "$WORK/$name.log" || die "$name: no I/O deadline message naming rank $rank, phase 'read' and the file"
+}
+
 # Cases separated by "--".
 args=("$@")
 i=0
@@ -181,7 +273,7 @@ while (( i < ${#args[@]} )); do
   (( ${#one[@]} > 0 )) || continue
   kind=${one[0]}
   case $kind in
-    survive|required|hang|slow) "case_$kind" "${one[@]:1}" ;;
+    survive|required|hang|slow|resume|init_from|data|verify) "case_$kind" "${one[@]:1}" ;;
     *) die "unknown case '$kind'" ;;
   esac
 done

@@ -2,8 +2,9 @@
 // failure on any subset of ranks is thrown on every rank as the same
 // CheckpointIoError (the lowest failing rank, the phase, the file, the errno
 // and that rank's message); root-only phases run on rank 0 alone; a phase
-// that succeeds everywhere returns everywhere. Each check is agreed on over
-// the ranks (all_ranks) so that no rank passes alone.
+// that succeeds everywhere returns everywhere; a read phase (read_phase) keeps a
+// bad file's InputError an InputError, verbatim, on every rank. Each check is
+// agreed on over the ranks (all_ranks) so that no rank passes alone.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -81,6 +82,40 @@ TEST(CheckpointPhase, RootOnlyPhaseRunsOnRankZeroAloneAndItsFailureIsEveryRanks)
     });
   } catch (const CheckpointIoError& e) {
     ok = e.rank() == 0 && e.phase() == "create" && e.error_number() == ENOSPC;
+  }
+  EXPECT_TRUE(all_ranks(ok));
+}
+
+TEST(CheckpointPhase, ReadPhaseKeepsABadFilesInputErrorOnEveryRank) {
+  IoDeadline deadline(60.0, rank_of(), "data set I/O");
+  const int victim = size_of() - 1;
+  bool ok = false;
+  try {
+    read_phase(MPI_COMM_WORLD, &deadline, "open", "d.h5", false, [&] {
+      if (rank_of() == victim) throw InputError("d.h5: not a shardtrain token data set (no 'format' attribute)");
+    });
+  } catch (const InputError& e) {
+    ok = std::string(e.what()) == "d.h5: not a shardtrain token data set (no 'format' attribute)";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not an InputError: " << e.what();
+  }
+  EXPECT_TRUE(all_ranks(ok));
+  // ... and a failing read stays the CheckpointIoError naming the rank, the phase and the errno.
+  ok = false;
+  try {
+    read_phase(MPI_COMM_WORLD, &deadline, "read", "c.h5", false, [&] {
+      if (rank_of() == victim) throw SystemIoError("c.h5: /state/master: read failed: Input/output error", EIO);
+    });
+  } catch (const CheckpointIoError& e) {
+    ok = e.rank() == victim && e.phase() == "read" && e.error_number() == EIO;
+  }
+  EXPECT_TRUE(all_ranks(ok));
+  // checkpoint_phase (writes) turns the same InputError into a CheckpointIoError, as before.
+  ok = false;
+  try {
+    checkpoint_phase(MPI_COMM_WORLD, nullptr, "prepare", "dir", true, [&] { throw InputError("dir: cannot create"); });
+  } catch (const CheckpointIoError& e) {
+    ok = e.rank() == 0 && e.phase() == "prepare";
   }
   EXPECT_TRUE(all_ranks(ok));
 }
