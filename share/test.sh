@@ -3,8 +3,9 @@
 #
 #   share/test.sh [--all] [CTEST ARGS...]
 #
-# By default (the host suite): installs what is missing (share/install-deps.sh),
-# builds the host tree (share/build.sh, everything but the CUDA targets) and runs
+# By default (the host suite): installs what is missing (share/install-deps.sh:
+# --build first, then --test in the background during the build when run as
+# root), builds the host tree (share/build.sh, everything but the CUDA targets) and runs
 # every CTest test except those labelled gpu (they need a device) and bench (long
 # measurements): `ctest -LE "gpu|bench"`. On a fresh 2-core machine this is the
 # part meant to finish within 20 minutes (share/doc/testing.md has the figures).
@@ -33,12 +34,36 @@ case "${1:-}" in
   -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 esac
 
+# The build's packages first; the packages only the tests need (PyTorch, about
+# 80 s, h5py, nodejs, npm, Slurm, strace) install while the build compiles, as
+# root (apt-get then needs no password); otherwise before the build.
 start=$SECONDS
-"$root/share/install-deps.sh"
-echo "test.sh: dependencies took $((SECONDS - start)) s"
+"$root/share/install-deps.sh" --build
+mkdir -p "$build"
+test_deps_log=$build/install-deps-test.log test_deps_pid=""
+if [[ $(id -u) -eq 0 ]]; then
+  "$root/share/install-deps.sh" --test < /dev/null > "$test_deps_log" 2>&1 &
+  test_deps_pid=$!
+  # Never leave apt-get half done: a failed build still waits for it.
+  trap '[[ -z $test_deps_pid ]] || wait "$test_deps_pid" || true' EXIT
+else
+  "$root/share/install-deps.sh" --test
+fi
+echo "test.sh: dependencies for the build took $((SECONDS - start)) s"
 start=$SECONDS
 BUILD_DIR=$build "$root/share/build.sh"
 echo "test.sh: host build took $((SECONDS - start)) s"
+if [[ -n $test_deps_pid ]]; then
+  start=$SECONDS
+  pid=$test_deps_pid test_deps_pid=""
+  if ! wait "$pid"; then
+    cat "$test_deps_log" >&2
+    echo "test.sh: installing the test dependencies (share/install-deps.sh --test) failed; its output is above" >&2
+    exit 1
+  fi
+  tail -n 1 "$test_deps_log"
+  echo "test.sh: test dependencies (installed during the build) took $((SECONDS - start)) s after it"
+fi
 start=$SECONDS
 (cd "$build" && ctest -LE "gpu|bench" --output-on-failure -j "${CTEST_JOBS:-2}" "$@")
 echo "test.sh: host suite (ctest -LE \"gpu|bench\") took $((SECONDS - start)) s"
