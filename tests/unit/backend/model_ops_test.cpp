@@ -7,7 +7,7 @@
 //    op of the table it wraps, and times it once under the op's ProfileOp and
 //    under no other.
 // (The CUDA table is checked when it is compiled: a missing method or kernel
-// does not build; share/test.sh builds it, `ctest -L cuda-build`.)
+// does not build; share/test.sh --all builds it, `ctest -L cuda-build`.)
 #include <gtest/gtest.h>
 
 #include <cstdint>
