@@ -31,9 +31,9 @@
 #include "core/mpi_world.hpp"
 #include "parallel/mpi/agreement.hpp"
 #include "plan/memory_plan.hpp"
-#include "train/flop_floor.hpp"
-#include "train/lifecycle.hpp"
-#include "train/task.hpp"
+#include "rundir/flop_floor.hpp"
+#include "session/lifecycle.hpp"
+#include "task/task.hpp"
 #include "train/trainer.hpp"
 #include "version.hpp"
 
