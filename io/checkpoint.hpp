@@ -2,7 +2,7 @@
 // Owns the checkpoint FILE: one HDF5 file per checkpoint (share/doc/checkpoint-format.md),
 // written in phases every rank agrees on (rank 0's HDF5 layout, every rank's
 // pwrite of its hyperslab) and read with collective MPI-IO. What goes in it and when is the
-// trainer's business (src/train/checkpointing.hpp); this file knows the format.
+// trainer's business (src/session/checkpointing.hpp); this file knows the format.
 //  - Each state vector (fp32 master parameters, Adam moments, the 16-bit copy)
 //    is ONE global 1-D dataset in the padded flat layout; each rank writes and
 //    reads only its hyperslab [lo, hi).
@@ -68,7 +68,7 @@ struct CheckpointMeta {
   std::string config_text;             // resolved config (config/parse.hpp to_toml)
   std::string created_utc;             // informational
   std::string version;                 // shardtrain version that wrote it
-  // The lineage (train/checkpointing.hpp): the file name of the checkpoint
+  // The lineage (session/checkpointing.hpp): the file name of the checkpoint
   // this one's training continued from ("" for a run started from scratch,
   // and in files written before lineages were recorded).
   std::string parent;
@@ -118,7 +118,7 @@ class IoDeadline;  // io/checkpoint_phase.hpp
 // phase, so one rank's failure is known to every rank at the end of that
 // phase: every rank throws the same CheckpointIoError (failing rank, phase,
 // file, errno). HDF5 is called only under the HDF5 lock (io/h5_lock.hpp): a
-// background writer thread (train/background_checkpoint.hpp) calls this beside
+// background writer thread (session/background_checkpoint.hpp) calls this beside
 // a training loop that reads HDF5 data sets, on a communicator no other thread
 // uses (MPI must then provide MPI_THREAD_MULTIPLE). `deadline` (may be null)
 // watches each phase.
@@ -142,7 +142,7 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
 // the state data is tiny. What this leaves resident (the MPI-IO components
 // Open MPI loads on first use, HDF5's parallel driver state) would otherwise
 // first appear at the first checkpoint; the trainer runs it before it measures
-// the process's RSS before the model (train/process_memory.hpp), and VmHWM's
+// the process's RSS before the model (rundir/process_memory.hpp), and VmHWM's
 // rise during it is the checkpoint I/O scratch. Collective; throws Error on
 // I/O failure.
 void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointMeta& like,

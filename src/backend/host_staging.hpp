@@ -1,4 +1,4 @@
-// shardtrain/train/host_staging.hpp
+// shardtrain/backend/host_staging.hpp
 // Owns the host's access to backend memory for the run's host-side work on the
 // model state (checkpoint I/O, the weights CRC, test hooks): on the host
 // backend the memory itself, never a copy (a checkpoint of the whole state

@@ -1,4 +1,4 @@
-// shardtrain/train/flop_floor.cpp
+// shardtrain/rundir/flop_floor.cpp
 // Owns the collective FLOP-floor measurement (flop_floor.hpp).
 #include "rundir/flop_floor.hpp"
 

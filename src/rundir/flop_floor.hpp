@@ -1,4 +1,4 @@
-// shardtrain/train/flop_floor.hpp
+// shardtrain/rundir/flop_floor.hpp
 // Owns the FLOP floor that `trainer --plan` and `--profile` print: the time a
 // step would take if every rank did its share of the step's FLOPs at the
 // arithmetic limit of where it computes (Backend::compute_peak: on the host,

@@ -95,7 +95,7 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
     // HDF5 and MPI-IO take transient memory while a file is written (metadata
     // caches, collective buffers) and give it back at close: VmHWM's rise
     // above VmRSS in the probe is this rank's checkpoint I/O scratch.
-    // What a checkpoint of this run holds (train/train_state.cpp save), with one
+    // What a checkpoint of this run holds (session/checkpoint_session.cpp save), with one
     // element per tensor.
     CheckpointMeta like;
     like.zero_stage = config.parallel.zero_stage;

@@ -1,4 +1,4 @@
-// shardtrain/train/process_memory.hpp
+// shardtrain/rundir/process_memory.hpp
 // Owns the measured part of the process memory prediction: what the memory
 // plan (plan/memory_plan.hpp, computed from the config alone) cannot know.
 //   before_model: the process's VmRSS just before the model's state is

@@ -1,4 +1,4 @@
-// shardtrain/train/progress.hpp
+// shardtrain/rundir/progress.hpp
 // Owns the rank-0 progress line: step/total, loss, learning rate, grad norm,
 // tokens/s over the last logging interval and the estimated time to finish.
 #pragma once

@@ -1,4 +1,4 @@
-// shardtrain/train/run_directory.hpp
+// shardtrain/rundir/run_directory.hpp
 // Owns the run directory on rank 0: `config.toml` (the resolved config),
 // `input.toml` (the input text as given), `metrics.csv` (one row per logged
 // step) and `memory.csv` (peak bytes per category and rank, the measured

@@ -1,6 +1,5 @@
 // The run directory's lock file (see run_lock.hpp).
 #include "rundir/run_lock.hpp"
-#include "rundir/utc_now.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "core/clock.hpp"
 #include "core/durable_file.hpp"
 #include "core/error.hpp"
 #include "parallel/mpi/agreement.hpp"

@@ -1,4 +1,4 @@
-// shardtrain/train/run_lock.hpp
+// shardtrain/rundir/run_lock.hpp
 // Owns the rule "one job per run directory": the lock file `shardtrain.lock`
 // in train.run_dir (and in checkpoint.dir when checkpoints are on and it lies
 // outside the run directory), which names the job holding it:

@@ -1,4 +1,4 @@
-// shardtrain/train/run_reports.hpp
+// shardtrain/rundir/run_reports.hpp
 // Owns the three reports at the end of a job, appended by rank 0 to the report
 // text (`out`/`report`) that the run writes to RUN_DIR/report.txt, and their
 // files in the run directory: the memory report (tracked peaks per category against the

@@ -1,4 +1,4 @@
-// shardtrain/train/weights_crc.hpp
+// shardtrain/rundir/weights_crc.hpp
 // Owns the weights CRC of metrics.csv: CRC-32 of the fp32 weights (the master
 // weights of a 16-bit model) of the whole flat vector up to the end of its last
 // tensor, in layout order, so the value depends neither on the rank count nor

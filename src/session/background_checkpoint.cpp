@@ -1,4 +1,4 @@
-// The background checkpoint writer (train/background_checkpoint.hpp).
+// The background checkpoint writer (session/background_checkpoint.hpp).
 #include "session/background_checkpoint.hpp"
 
 #include <utility>

@@ -1,8 +1,8 @@
-// shardtrain/train/background_checkpoint.hpp
+// shardtrain/session/background_checkpoint.hpp
 // Owns checkpoint.async's background write: the staging buffer a checkpoint's
 // state shard is copied into at a step boundary, the thread that then writes
 // and commits the file while training goes on, and the agreement that it is
-// done. What goes into the file is the train state's (train/train_state.cpp);
+// done. What goes into the file is the checkpoint session's (session/checkpoint_session.cpp);
 // the file is io/checkpoint.hpp's write_checkpoint; the commit (rename,
 // `latest`, pruning) is CheckpointManager::commit_on.
 //

@@ -1,6 +1,5 @@
-// Resume and save of a run, and the agreement at each step boundary (see train_state.hpp).
+// Resume, save and the failure policy of a run's checkpoints (checkpoint_session.hpp).
 #include "session/checkpoint_session.hpp"
-#include "rundir/utc_now.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -15,12 +14,13 @@
 
 #include <fmt/format.h>
 
+#include "backend/host_staging.hpp"
 #include "config/parse.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/state_vectors.hpp"
-#include "backend/host_staging.hpp"
+#include "core/text.hpp"
 #include "task/init_from.hpp"
-#include "rundir/weights_crc.hpp"
 #include "version.hpp"
 
 namespace shardtrain {
@@ -34,26 +34,19 @@ class IncompatibleCheckpoint : public InputError {
   using InputError::InputError;
 };
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + ")";
-}
-
 }  // namespace
 
 template <class P>
-TrainState<P>::TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
-                          ModelState<P>& state, LossScaler& scaler, const Task<P>& task,
-                          std::int64_t pause_checkpoint_step, MemoryTracker& memory)
+CheckpointSession<P>::CheckpointSession(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
+                                        ModelState<P>& state, LossScaler& scaler, const Task<P>& task,
+                                        std::int64_t pause_checkpoint_step, MemoryTracker& memory)
     : m_cfg(cfg),
       m_comm(comm),
       m_state_comm(state_comm),
       m_state(state),
       m_scaler(scaler),
       m_task(task),
-      m_ckpt(cfg.checkpoint, cfg.source_name, comm),
-      m_guard(cfg.train.time_limit_minutes) {
+      m_ckpt(cfg.checkpoint, cfg.source_name, comm) {
   m_ckpt.set_pause_step(pause_checkpoint_step);
   m_ckpt.prepare();
   resume();
@@ -66,7 +59,7 @@ TrainState<P>::TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communica
 }
 
 template <class P>
-void TrainState<P>::check_compatible(const CheckpointReader& reader) const {
+void CheckpointSession<P>::check_compatible(const CheckpointReader& reader) const {
   const auto& file = reader.layout();
   const auto& mine = m_state.layout().entries();
   const std::string hint =
@@ -98,7 +91,7 @@ void TrainState<P>::check_compatible(const CheckpointReader& reader) const {
 }
 
 template <class P>
-void TrainState<P>::load(CheckpointReader& reader) {
+void CheckpointSession<P>::load(CheckpointReader& reader) {
   const ShardView<P> s = m_state.shard_view();
   const std::size_t n = static_cast<std::size_t>(s.size());
   // What the checkpoint holds of the shard: master, both moments, the 16-bit
@@ -131,7 +124,7 @@ void TrainState<P>::load(CheckpointReader& reader) {
 }
 
 template <class P>
-void TrainState<P>::resume() {
+void CheckpointSession<P>::resume() {
   const std::vector<std::string> candidates = m_ckpt.resume_candidates();
   std::vector<std::string> damaged;
   for (std::size_t ci = 0; ci < candidates.size(); ++ci) {
@@ -205,21 +198,12 @@ void TrainState<P>::resume() {
         "see the warnings above); nothing was overwritten. Set checkpoint.resume to a good file, or use "
         "resume = \"never\" with another checkpoint.dir to start afresh",
         m_cfg.source_name, damaged.size(), m_ckpt.dir()));
-  if (!m_cfg.model.init_from.empty()) {  // a fresh start: the weights of model.init_from
-    const InitFromReport r = load_init_from(m_cfg, m_comm, m_state_comm, m_state, m_task.data_identity());
-    const std::uint32_t crc = weights_crc(m_state, m_comm, 0);  // collective: the weights as every rank holds them
-    if (m_comm.rank() == 0)
-      m_resume_note = fmt::format(
-          "init_from: {}: {} tensors, {} parameters ({}, {} names{}){}; step 0, fresh optimizer state; "
-          "rank 0 read {} of {} bytes in {:.3f} s; weights crc32 {:08x}",
-          m_cfg.model.init_from, r.tensors, r.parameters, r.format, r.names == "gpt2" ? "GPT-2" : "our",
-          r.transposed > 0 ? fmt::format(", {} read transposed", r.transposed) : std::string(),
-          r.source.empty() ? std::string() : ", " + r.source, r.bytes_read, r.file_bytes, r.seconds, crc);
-  }
+  if (!m_cfg.model.init_from.empty())  // a fresh start: the weights of model.init_from
+    m_resume_note = start_from_exported_weights(m_cfg, m_comm, m_state_comm, m_state, m_task.data_identity());
 }
 
 template <class P>
-CheckpointMeta TrainState<P>::checkpoint_meta(std::int64_t done) const {
+CheckpointMeta CheckpointSession<P>::checkpoint_meta(std::int64_t done) const {
   CheckpointMeta meta;
   meta.step = done;
   meta.samples_seen = m_samples;
@@ -270,14 +254,15 @@ void print_commit(std::int64_t step, const std::string& path, const CheckpointWr
 }  // namespace
 
 template <class P>
-void TrainState<P>::checkpoint_committed(std::int64_t step) {
+void CheckpointSession<P>::checkpoint_committed(std::int64_t step) {
   ++m_ckpt_count;
   m_failures_in_row = 0;
   m_last_good_step = step;
 }
 
 template <class P>
-void TrainState<P>::checkpoint_failed(const CheckpointIoError& e, std::int64_t step, const std::string& required_by) {
+void CheckpointSession<P>::checkpoint_failed(const CheckpointIoError& e, std::int64_t step,
+                                             const std::string& required_by) {
   const std::string last_good =
       m_last_good_step >= 0
           ? fmt::format("the last good checkpoint is step {} ({}/{})", m_last_good_step, m_ckpt.dir(),
@@ -306,12 +291,12 @@ void TrainState<P>::checkpoint_failed(const CheckpointIoError& e, std::int64_t s
 }
 
 template <class P>
-void TrainState<P>::save(std::int64_t done, const std::string& required_by) {
+void CheckpointSession<P>::save(std::int64_t done, const std::string& required_by) {
   if (m_background) {
     save_background(done, required_by);
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = SteadyClock::now();
   const ShardView<P> s = m_state.shard_view();
   const CheckpointMeta meta = checkpoint_meta(done);
   const std::vector<CheckpointTensor> layout = checkpoint_tensors(m_state.layout());
@@ -331,19 +316,19 @@ void TrainState<P>::save(std::int64_t done, const std::string& required_by) {
       return write_checkpoint(partial, m_comm.comm(), meta, layout, vectors, s.lo, s.hi, pause, deadline);
     });
   } catch (const CheckpointIoError& e) {
-    m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m_ckpt_blocked_s += seconds_since(t0);
     checkpoint_failed(e, done, required_by);
     return;
   }
   if (m_comm.rank() == 0) print_commit(done, path, m_ckpt.last_stats(), m_ckpt.last_commit_seconds(), "");
-  m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m_ckpt_blocked_s += seconds_since(t0);
   checkpoint_committed(done);
 }
 
 template <class P>
-void TrainState<P>::save_background(std::int64_t done, const std::string& required_by) {
+void CheckpointSession<P>::save_background(std::int64_t done, const std::string& required_by) {
   if (m_background->in_flight()) complete_background();  // at most one write in flight
-  const auto t_stage = std::chrono::steady_clock::now();
+  const auto t_stage = SteadyClock::now();
   const ShardView<P> s = m_state.shard_view();
   const CheckpointMeta meta = checkpoint_meta(done);
   const std::vector<CheckpointTensor> layout = checkpoint_tensors(m_state.layout());
@@ -372,7 +357,7 @@ void TrainState<P>::save_background(std::int64_t done, const std::string& requir
   // The training thread may now wait on the writer (the HDF5 lock), which the
   // I/O deadline watches: the collective watchdog allows that much longer.
   if (CollectiveWatchdog* w = m_comm.watchdog()) w->set_grace(m_cfg.checkpoint.io_timeout_s);
-  m_staged_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_stage).count();
+  m_staged_s = seconds_since(t_stage);
   m_ckpt_blocked_s += m_staged_s;
   if (m_comm.rank() == 0) {
     fmt::print("checkpoint step {}: staged {:.2f} MB in {:.3f} s; writing in the background\n", done,
@@ -382,20 +367,20 @@ void TrainState<P>::save_background(std::int64_t done, const std::string& requir
 }
 
 template <class P>
-void TrainState<P>::complete_background() {
-  const auto t0 = std::chrono::steady_clock::now();
+void CheckpointSession<P>::complete_background() {
+  const auto t0 = SteadyClock::now();
   const std::int64_t step = m_background->step();
   CheckpointManager::Committed c;
   try {
     c = m_background->finish(m_comm.comm());
   } catch (const CheckpointIoError& e) {
     if (CollectiveWatchdog* w = m_comm.watchdog()) w->set_grace(0);
-    m_ckpt_blocked_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m_ckpt_blocked_s += seconds_since(t0);
     checkpoint_failed(e, step, m_background_required_by);
     return;
   }
   if (CollectiveWatchdog* w = m_comm.watchdog()) w->set_grace(0);
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited = seconds_since(t0);
   m_ckpt_blocked_s += waited;
   checkpoint_committed(step);
   m_ckpt.record(c);
@@ -406,47 +391,26 @@ void TrainState<P>::complete_background() {
 }
 
 template <class P>
-void TrainState<P>::finish_checkpoints() {
+void CheckpointSession<P>::finish_checkpoints() {
   if (m_background && m_background->in_flight()) complete_background();
 }
 
-// Reason codes: (what << 20) | (2^20 - 1 - rank), so that the maximum over
-// ranks names the wall-time guard before a signal, and the lowest rank.
-constexpr std::int64_t kStopWallTime = 1000;
-
 template <class P>
-typename TrainState<P>::Boundary TrainState<P>::agree_at_boundary(double step_s) {
-  std::int64_t what = pending_stop_signal();
-  if (m_comm.rank() == 0 && what == 0) {
-    // Before the first checkpoint: its cost estimated at 100 MB/s plus half a second.
-    const double bytes = static_cast<double>(m_state.layout().padded_size()) *
-                         static_cast<double>(saved_bytes_per_element(dtype_of<P>()));
-    const double ckpt_s = m_ckpt.last_commit_seconds() > 0 ? m_ckpt.last_commit_seconds() : bytes / 100e6 + 0.5;
-    if (m_guard.must_stop(step_s, ckpt_s)) what = kStopWallTime;
-  }
-  // flags[2]: this rank's background write is still running (1), so the
-  // maximum says whether every rank's is done.
-  const bool in_flight = m_background && m_background->in_flight();
-  // (Only with a background writer: without one the payload is unchanged.)
-  std::int64_t flags[3] = {what == 0 ? 0 : (what << 20) | ((std::int64_t{1} << 20) - 1 - m_comm.rank()),
-                           m_comm.rank() == 0 && m_ckpt.minutes_elapsed() ? 1 : 0,
-                           in_flight && !m_background->written() ? 1 : 0};
-  m_comm.all_reduce(std::span<std::int64_t>(flags, m_background ? 3 : 2), ReduceOp::Max);
-  if (in_flight && flags[2] == 0) complete_background();  // every rank's writer is done: commit it
-  return {flags[0], flags[1] != 0};
+double CheckpointSession<P>::checkpoint_bytes() const {
+  return static_cast<double>(m_state.layout().padded_size()) *
+         static_cast<double>(saved_bytes_per_element(dtype_of<P>()));
 }
 
 template <class P>
-std::string TrainState<P>::describe_stop(std::int64_t reason) const {
-  const std::int64_t what = reason >> 20, rank = (std::int64_t{1} << 20) - 1 - (reason & ((1 << 20) - 1));
-  if (what == kStopWallTime)
-    return fmt::format("the wall-time guard (train.time_limit / SLURM_JOB_END_TIME: {:.0f} s left, less than two "
-                       "steps and two checkpoints need)", m_guard.seconds_left());
-  return fmt::format("{} received by rank {}", stop_signal_name(static_cast<int>(what)), rank);
+Boundary CheckpointSession<P>::agree_at_boundary(StopAgreement& stop, double step_s) {
+  bool writes_done = false;
+  const Boundary at = stop.agree(step_s, m_ckpt, m_background.get(), &writes_done);
+  if (writes_done) complete_background();  // every rank's writer is done: commit it
+  return at;
 }
 
-template class TrainState<float>;
-template class TrainState<f16>;
-template class TrainState<bf16>;
+template class CheckpointSession<float>;
+template class CheckpointSession<f16>;
+template class CheckpointSession<bf16>;
 
 }  // namespace shardtrain

@@ -1,11 +1,14 @@
-// shardtrain/train/train_state.hpp
+// shardtrain/session/checkpoint_session.hpp
 // Owns what of a run outlives a job beside the model state: the counters a
 // checkpoint holds (steps done, the data cursor, optimizer updates; the loss
 // scaler's state is saved and restored from the LossScaler), resume at
-// start-up and save at a step boundary (what goes into a checkpoint: the
+// start-up (or, when there is nothing to resume, the start from
+// model.init_from: task/init_from.hpp), and save at a step boundary with its
+// failure policy and the background writer (what goes into a checkpoint: the
 // counters and ModelState's shard; the directory and schedule are
-// CheckpointManager's, train/checkpointing.hpp), and the agreement at each
-// step boundary on stopping (a signal, the wall-time guard) and saving.
+// CheckpointManager's, session/checkpointing.hpp). The agreement at each step
+// boundary is StopAgreement's (session/stop_agreement.hpp); this session
+// completes a background write when that agreement says every rank's is done.
 // Invariants: every public call is collective over the run's ranks and gives
 // every rank the same answer or the same error; a checkpoint is loaded only
 // when its layout matches the model's (check_compatible), and is spread to the
@@ -24,46 +27,42 @@
 #include "optim/loss_scaler.hpp"
 #include "session/background_checkpoint.hpp"
 #include "session/checkpointing.hpp"
-#include "session/lifecycle.hpp"
+#include "session/stop_agreement.hpp"
 #include "task/task.hpp"
 
 namespace shardtrain {
 
 template <class P>
-class TrainState {
+class CheckpointSession {
  public:
   // Prepares checkpoint.dir and resumes from checkpoint.resume (the first
   // candidate that loads wins; with "auto" a damaged file is reported and the
-  // previous one tried): loads `state`, the counters and `scaler`. `comm`: the
-  // run's host communicator (its MPI_Comm is the one the files are opened on);
-  // `state_comm` moves the model state's memory. Collective; every rank throws
-  // the same InputError.
+  // previous one tried): loads `state`, the counters and `scaler`; with nothing
+  // to resume from and model.init_from set, starts from those weights. `comm`:
+  // the run's host communicator (its MPI_Comm is the one the files are opened
+  // on); `state_comm` moves the model state's memory. Collective; every rank
+  // throws the same InputError.
   // With checkpoint.async and a schedule, the background writer's staging
   // buffer is allocated in `memory`.
-  TrainState(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm, ModelState<P>& state,
-             LossScaler& scaler, const Task<P>& task, std::int64_t pause_checkpoint_step, MemoryTracker& memory);
+  CheckpointSession(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm, ModelState<P>& state,
+                    LossScaler& scaler, const Task<P>& task, std::int64_t pause_checkpoint_step,
+                    MemoryTracker& memory);
 
   std::int64_t start_step() const { return m_start_step; }  // steps done before this job
   std::int64_t samples() const { return m_samples; }        // global index of the next training sample
   void advance_samples(std::int64_t n) { m_samples += n; }
   // The 0-based count of updates applied before the one about to be applied; counts it.
   std::int64_t take_update() { return m_updates++; }
-  const std::string& resume_note() const { return m_resume_note; }  // rank 0's "resumed from ..." line
+  // Rank 0's "resumed from ..." (or "init_from: ...") lines; empty on a fresh start.
+  const std::string& resume_note() const { return m_resume_note; }
   const CheckpointManager& checkpoints() const { return m_ckpt; }
+  // The bytes a checkpoint saves of the whole state (every rank's shards).
+  double checkpoint_bytes() const;
 
-  // At a step boundary, one small all-reduce agrees on what the ranks and
-  // rank 0's clock know: whether any rank received a stop signal, or the
-  // wall-time guard says the next step and a checkpoint would not fit (`stop`:
-  // 0, or a reason for describe_stop), and whether checkpoint.every_minutes
-  // have passed. The same on every rank. With checkpoint.async it also agrees
-  // whether every rank's background write is done, and if so completes it
-  // (the commit is reported then).
-  struct Boundary {
-    std::int64_t stop = 0;
-    bool checkpoint_time = false;
-  };
-  Boundary agree_at_boundary(double step_s);
-  std::string describe_stop(std::int64_t reason) const;
+  // The agreement at a step boundary (StopAgreement::agree) over this
+  // session's checkpoints; completes the background write when every rank's
+  // is done (the commit is reported then). Collective.
+  Boundary agree_at_boundary(StopAgreement& stop, double step_s);
 
   // Writes and commits the checkpoint of step `done` (1-based). Collective.
   // With checkpoint.async and a schedule: waits for a write still in flight,
@@ -104,7 +103,6 @@ class TrainState {
   LossScaler& m_scaler;
   const Task<P>& m_task;
   CheckpointManager m_ckpt;
-  WallTimeGuard m_guard;
   std::int64_t m_start_step = 0;  // steps done before this job (the resumed checkpoint's)
   std::int64_t m_samples = 0;     // data cursor: global index of the next training sample
   std::int64_t m_updates = 0;     // optimizer updates applied (skipped steps excluded)
@@ -118,8 +116,8 @@ class TrainState {
   std::int64_t m_last_good_step = -1;     // the newest checkpoint this run committed or resumed from
 };
 
-extern template class TrainState<float>;
-extern template class TrainState<f16>;
-extern template class TrainState<bf16>;
+extern template class CheckpointSession<float>;
+extern template class CheckpointSession<f16>;
+extern template class CheckpointSession<bf16>;
 
 }  // namespace shardtrain

@@ -30,7 +30,8 @@ constexpr std::string_view kPrefix = "step_";
 constexpr std::string_view kSuffix = ".h5";
 constexpr std::string_view kPartial = ".partial";
 
-std::string join(const std::vector<std::string>& v) {
+// Each item as a line ending in '\n' (what split_lines reads back).
+std::string as_lines(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += x + '\n';
   return s;
@@ -283,7 +284,7 @@ std::vector<std::string> CheckpointManager::resume_candidates() {
         paths.push_back(resume);
       }
     }
-    list = join(paths);
+    list = as_lines(paths);
   });
   return split_lines(broadcast_string(m_comm, list));
 }

@@ -1,8 +1,8 @@
-// shardtrain/train/checkpointing.hpp
+// shardtrain/session/checkpointing.hpp
 // Owns the checkpoint DIRECTORY and the checkpoint schedule: when a checkpoint
 // is due, which file a run resumes from, and the atomic commit of a new one.
 // The file format is io/checkpoint.hpp's; what goes into a checkpoint (which
-// state vectors, which counters) is the train state's (train/train_state.cpp).
+// state vectors, which counters) is the checkpoint session's (session/checkpoint_session.cpp).
 //
 // A checkpoint directory holds (share/doc/checkpoint-format.md):
 //   step_NNNNNNNN.h5          complete checkpoints (8 or more digits: the step)
@@ -25,7 +25,7 @@
 // loads what `latest` names and falls back only along the parents, never to a
 // newer file of an abandoned branch. Pruning removes only the lineage's own
 // older checkpoints; files of abandoned branches are left for the user.
-// One job per directory (train/run_lock.hpp): a `.partial` a commit removes is
+// One job per directory (rundir/run_lock.hpp): a `.partial` a commit removes is
 // only its own step's; prepare() removes the leftovers of dead jobs, which is
 // safe because the job holds the directory's lock by then.
 // A crash at any moment leaves the previous complete checkpoint loadable.
@@ -33,7 +33,7 @@
 // is abandoned on every rank: rank 0 removes the .partial (and a renamed file
 // that `latest` does not yet name), `latest` is left as it was, and every rank
 // throws the same CheckpointIoError; what that costs the run is the trainer's
-// decision (train/train_state.hpp). Every phase of a commit runs under the
+// decision (session/checkpoint_session.hpp). Every phase of a commit runs under the
 // checkpoint I/O deadline (checkpoint.io_timeout_s) this object owns.
 // Invariants: every public call is collective over the communicator; rank 0
 // does the file-system work and broadcasts its outcome (on_root,
@@ -100,7 +100,7 @@ class CheckpointManager {
   // Creates dir (rank 0) when checkpointing is on, so that a directory that
   // cannot be made or written is refused before training, and removes the
   // `.partial` files of dead jobs there (the caller holds the directory's lock:
-  // train/run_lock.hpp). Collective; InputError on every rank.
+  // rundir/run_lock.hpp). Collective; InputError on every rank.
   void prepare() const;
 
   // Whether every_minutes have passed since the last checkpoint (or the start),
@@ -146,7 +146,7 @@ class CheckpointManager {
     double seconds = 0.0;  // write + fsync + rename + latest + pruning
   };
   // commit() over `comm` without touching this object: for the background
-  // writer's thread (train/background_checkpoint.hpp), on its own duplicate
+  // writer's thread (session/background_checkpoint.hpp), on its own duplicate
   // of the communicator. The caller records the outcome (record) on the
   // training thread. Collective over `comm`.
   Committed commit_on(MPI_Comm comm, std::int64_t step, const WriteFn& write) const;

@@ -1,4 +1,4 @@
-// shardtrain/train/lifecycle.hpp
+// shardtrain/session/lifecycle.hpp
 // Owns how a run learns that it must stop early: the stop signals (SIGUSR1,
 // SIGTERM, SIGINT: what Slurm and mpirun send before a job's end) and the
 // wall-time guard (train.time_limit, SLURM_JOB_END_TIME). The trainer asks at
@@ -13,13 +13,9 @@
 #include <chrono>
 #include <cstdint>
 
-namespace shardtrain {
+#include "core/exit_codes.hpp"
 
-// Exit codes of `trainer` (and the job scripts' contract).
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;
-inline constexpr int kExitBadInput = 2;
-inline constexpr int kExitRequeue = 75;  // EX_TEMPFAIL: checkpointed, requeue the job to continue
+namespace shardtrain {
 
 // Installs the handlers of SIGUSR1, SIGTERM and SIGINT (idempotent).
 void install_stop_signal_handlers();

@@ -1,4 +1,4 @@
-// shardtrain/train/batch_sampler.hpp
+// shardtrain/task/batch_sampler.hpp
 // Owns the global order of training and validation samples. No I/O here: the
 // sampler only turns a global sample index into a token offset; io/TokenDataset
 // reads the windows.

@@ -1,4 +1,4 @@
-// shardtrain/train/classification_metrics.hpp
+// shardtrain/task/classification_metrics.hpp
 // Owns the metrics of a classifier's evaluation: the confusion matrix
 // (rows = true class, columns = predicted class) accumulated over a rank's
 // samples and summed over ranks, and what follows from it: accuracy,

@@ -1,5 +1,5 @@
-// ClassifierTask: a model type whose row (train/model_registry.hpp) reads a
-// labelled-sample data set (train/task.hpp, io/sample_dataset.hpp): mlp, cnn,
+// ClassifierTask: a model type whose row (task/model_registry.hpp) reads a
+// labelled-sample data set (task/task.hpp, io/sample_dataset.hpp): mlp, cnn,
 // encoder_classifier. data.in_memory is decided in
 // the constructor (so the plan, and `trainer --plan`, count the held bytes) and
 // the data set is read into memory in build(), after the process was measured
@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "io/sample_dataset.hpp"
 #include "model/classifier.hpp"
 #include "task/batch_sampler.hpp"
@@ -23,7 +24,6 @@ namespace shardtrain {
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
 
 template <class P>
 class ClassifierTask final : public Task<P> {
@@ -197,7 +197,7 @@ class ClassifierTask final : public Task<P> {
   std::int64_t m_classes = 0;
   std::int64_t m_row = 0;      // elements of one sample as stored
   std::int64_t m_seq_len = 0;  // tokens per sample the model reads (<= m_row); 0: images
-  ClassifierDims m_dims;  // the model's, from its row (train/model_registry.hpp)
+  ClassifierDims m_dims;  // the model's, from its row (task/model_registry.hpp)
   std::unique_ptr<Classifier<P>> m_model;
   std::unique_ptr<SampleSampler> m_sampler;
   TrackedBuffer<float> m_values;

@@ -1,4 +1,4 @@
-// GptTask: the GPT language model on a token data set (train/task.hpp).
+// GptTask: the GPT language model on a token data set (task/task.hpp).
 #include <algorithm>
 #include <memory>
 #include <optional>

@@ -1,20 +1,22 @@
-// model.init_from: the name and shape matching, and each rank's read of its
-// shard (init_from.hpp).
+// model.init_from: the name and shape matching, each rank's read of its shard,
+// and the start of a run from those weights (init_from.hpp).
 #include "task/init_from.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <regex>
 #include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "backend/host_staging.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "parallel/mpi/agreement.hpp"
+#include "core/text.hpp"
+#include "io/gpt2_names.hpp"
 #include "io/weights_file.hpp"
-#include "backend/host_staging.hpp"
+#include "parallel/mpi/agreement.hpp"
+#include "rundir/weights_crc.hpp"
 
 namespace shardtrain {
 
@@ -26,11 +28,6 @@ struct Source {
   const WeightsTensor* tensor = nullptr;
   bool transpose = false;  // the file holds entry's (out, in) matrix as (in, out)
 };
-
-bool is_gpt2_conv1d(const std::string& our_name) {
-  static const std::regex conv1d(R"(h\.[0-9]+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight)");
-  return std::regex_match(our_name, conv1d);
-}
 
 std::string data_text(const RunConfig& cfg, const DataIdentity& data) {
   return fmt::format("the data set {} has {} tokens{}", cfg.data.path, data.vocab_size,
@@ -47,7 +44,7 @@ std::vector<Source> match(const WeightsFile& file, const ParamLayout& layout, co
                                  "\"{}\"", path, name_of(cfg.model.type)));
   // The vocabulary, before any shape: a gpt's wte rows are the data set's tokens.
   if (gpt && data.vocab_size > 0) {
-    const std::string wte_name = gpt2 ? "transformer.wte.weight" : "wte.weight";
+    const std::string wte_name = gpt2 ? gpt2_name("wte.weight") : "wte.weight";
     if (const WeightsTensor* wte = file.find(wte_name); wte && wte->shape.size() == 2 && wte->shape[0] != data.vocab_size)
       throw InputError(fmt::format("{}: model.init_from: vocabulary mismatch: the file's is {} tokens ({} has {} rows), "
                                    "{} ({})", path, wte->shape[0], wte_name, wte->shape[0], data_text(cfg, data),
@@ -66,18 +63,18 @@ std::vector<Source> match(const WeightsFile& file, const ParamLayout& layout, co
   std::vector<Source> out;
   std::vector<const WeightsTensor*> used;
   for (const ParamEntry& e : layout.entries()) {
-    Source s{&e, nullptr, gpt2 && is_gpt2_conv1d(e.name) && e.shape.size() == 2};
-    const std::string name = gpt2 ? "transformer." + e.name : e.name;
+    Source s{&e, nullptr, gpt2 && gpt2_conv1d(e.name) && e.shape.size() == 2};
+    const std::string name = gpt2 ? gpt2_name(e.name) : e.name;
     const std::vector<std::int64_t> want =
         s.transpose ? std::vector<std::int64_t>{e.shape[1], e.shape[0]} : e.shape;
     s.tensor = file.find(name);
     if (!s.tensor)
       throw InputError(fmt::format("{}: model.init_from: tensor '{}' is missing (the model's {}, shape {}; the file "
-                                   "has {} tensors)", path, name, e.name, weights_shape_text(want),
+                                   "has {} tensors)", path, name, e.name, shape_text(want),
                                    file.tensors().size()));
     if (s.tensor->shape != want)
       throw InputError(fmt::format("{}: model.init_from: tensor '{}' has shape {} in the file; the model needs {}{}",
-                                   path, name, weights_shape_text(s.tensor->shape), weights_shape_text(want),
+                                   path, name, shape_text(s.tensor->shape), shape_text(want),
                                    s.transpose ? " (GPT-2's Conv1D layout, (in, out))" : ""));
     if (s.tensor->dtype != "F32")
       throw InputError(fmt::format("{}: model.init_from: tensor '{}' is {}; only float32 (F32) weights are read",
@@ -87,7 +84,7 @@ std::vector<Source> match(const WeightsFile& file, const ParamLayout& layout, co
   }
   std::vector<std::string> extra;
   for (const WeightsTensor& t : file.tensors())
-    if (std::find(used.begin(), used.end(), &t) == used.end()) extra.push_back(t.name + " " + weights_shape_text(t.shape));
+    if (std::find(used.begin(), used.end(), &t) == used.end()) extra.push_back(t.name + " " + shape_text(t.shape));
   if (!extra.empty()) {
     std::string list;
     for (std::size_t i = 0; i < extra.size() && i < 6; ++i) list += (i ? ", " : "") + extra[i];
@@ -140,7 +137,7 @@ std::uint64_t read_shard(const WeightsFile& file, const std::vector<Source>& sou
 template <class P>
 InitFromReport load_init_from(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
                               ModelState<P>& state, const DataIdentity& data) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = SteadyClock::now();
   InitFromReport report;
   const ShardView<P> s = state.shard_view();
   const std::size_t n = static_cast<std::size_t>(s.size());
@@ -150,7 +147,7 @@ InitFromReport load_init_from(const RunConfig& cfg, MpiCommunicator& comm, Commu
   const Agreement a = agree_on_failure(comm.comm(), [&] {
     const WeightsFile file(cfg.model.init_from);
     bool gpt2 = false;
-    for (const WeightsTensor& t : file.tensors()) gpt2 = gpt2 || t.name.rfind("transformer.", 0) == 0;
+    for (const WeightsTensor& t : file.tensors()) gpt2 = gpt2 || is_gpt2_name(t.name);
     const std::vector<Source> sources = match(file, state.layout(), cfg, data, gpt2);
     master = to_host(state.backend(), s.master.data(), n, st_master);
     report.bytes_read = read_shard(file, sources, s.lo, s.hi, master);
@@ -176,8 +173,22 @@ InitFromReport load_init_from(const RunConfig& cfg, MpiCommunicator& comm, Commu
   from_host(state.backend(), s.master.data(), master, n);
   if constexpr (!std::is_same_v<P, float>) from_host(state.backend(), s.params.data(), params, n);
   state.replicate_shard(state_comm);
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.seconds = seconds_since(t0);
   return report;
+}
+
+template <class P>
+std::string start_from_exported_weights(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
+                                        ModelState<P>& state, const DataIdentity& data) {
+  const InitFromReport r = load_init_from(cfg, comm, state_comm, state, data);
+  const std::uint32_t crc = weights_crc(state, comm, 0);  // collective: the weights as every rank holds them
+  if (comm.rank() != 0) return std::string();
+  return fmt::format(
+      "init_from: {}: {} tensors, {} parameters ({}, {} names{}){}; step 0, fresh optimizer state; "
+      "rank 0 read {} of {} bytes in {:.3f} s; weights crc32 {:08x}",
+      cfg.model.init_from, r.tensors, r.parameters, r.format, r.names == "gpt2" ? "GPT-2" : "our",
+      r.transposed > 0 ? fmt::format(", {} read transposed", r.transposed) : std::string(),
+      r.source.empty() ? std::string() : ", " + r.source, r.bytes_read, r.file_bytes, r.seconds, crc);
 }
 
 template InitFromReport load_init_from<float>(const RunConfig&, MpiCommunicator&, Communicator&, ModelState<float>&,
@@ -186,5 +197,12 @@ template InitFromReport load_init_from<f16>(const RunConfig&, MpiCommunicator&, 
                                             const DataIdentity&);
 template InitFromReport load_init_from<bf16>(const RunConfig&, MpiCommunicator&, Communicator&, ModelState<bf16>&,
                                              const DataIdentity&);
+
+template std::string start_from_exported_weights<float>(const RunConfig&, MpiCommunicator&, Communicator&,
+                                                        ModelState<float>&, const DataIdentity&);
+template std::string start_from_exported_weights<f16>(const RunConfig&, MpiCommunicator&, Communicator&,
+                                                      ModelState<f16>&, const DataIdentity&);
+template std::string start_from_exported_weights<bf16>(const RunConfig&, MpiCommunicator&, Communicator&,
+                                                       ModelState<bf16>&, const DataIdentity&);
 
 }  // namespace shardtrain

@@ -1,13 +1,13 @@
-// shardtrain/train/init_from.hpp
+// shardtrain/task/init_from.hpp
 // Owns model.init_from: a run that starts from the weights of an exported file
 // (io/weights_file.hpp: safetensors under our names or GPT-2's, or HDF5, as
 // `trainer-ckpt export` writes them) instead of random ones, at step 0 with a
 // fresh optimizer, at any rank count and ZeRO stage.
 //  - Matching: every tensor of the model's layout must be in the file, in its
 //    shape, and the file must hold nothing else. GPT-2 names
-//    ("transformer.h.0.attn.c_attn.weight", ...; a gpt only) are recognised by
-//    their "transformer." prefix; their four Linear weights per block are
-//    Conv1D's (in, out), read transposed. A gpt's vocabulary (wte.weight's rows,
+//    ("transformer.h.0.attn.c_attn.weight", ...; a gpt only; io/gpt2_names.hpp)
+//    are recognised by their "transformer." prefix; their four Linear weights
+//    per block are Conv1D's (in, out), read transposed. A gpt's vocabulary (wte.weight's rows,
 //    and the file's recorded vocab_size and tokenizer when it has them) must be
 //    the data set's. Each refusal names the file, the tensor and both shapes
 //    (or both vocabularies).
@@ -52,5 +52,14 @@ struct InitFromReport {
 template <class P>
 InitFromReport load_init_from(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
                               ModelState<P>& state, const DataIdentity& data);
+
+// The start of a run from cfg.model.init_from when there is no checkpoint to
+// resume from (session/checkpoint_session.hpp decides): load_init_from, then
+// the weights CRC as every rank holds them (rundir/weights_crc.hpp). Returns
+// rank 0's log line ("init_from: FILE: ... weights crc32 ..."; empty on other
+// ranks). Collective over `comm`; throws as load_init_from.
+template <class P>
+std::string start_from_exported_weights(const RunConfig& cfg, MpiCommunicator& comm, Communicator& state_comm,
+                                        ModelState<P>& state, const DataIdentity& data);
 
 }  // namespace shardtrain

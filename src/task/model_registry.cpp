@@ -1,5 +1,5 @@
-// shardtrain/train/model_registry.cpp
-// The rows of train/model_registry.hpp: each model type's dims, and the
+// shardtrain/task/model_registry.cpp
+// The rows of task/model_registry.hpp: each model type's dims, and the
 // classifiers' parts picked by the type of their dims.
 #include "task/model_registry.hpp"
 

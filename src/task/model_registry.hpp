@@ -1,4 +1,4 @@
-// shardtrain/train/model_registry.hpp
+// shardtrain/task/model_registry.hpp
 // What each model type is: one row per line of core/model_types.def, in this
 // folder because a row reaches every layer a model spans (its dims from the
 // config and the data, its parameter layout, init, costs and memory plan in
@@ -34,7 +34,7 @@ using ClassifierDims = std::variant<MlpDims, CnnDims, EncoderDims>;
 
 // The data a model type trains on.
 enum class ModelData {
-  TokenStream,     // a token data set (trainer-data text/gpt2): windows of seq_len + 1 tokens (train/gpt_task.cpp)
+  TokenStream,     // a token data set (trainer-data text/gpt2): windows of seq_len + 1 tokens (task/gpt_task.cpp)
   TokenSequences,  // a labelled-sample set of token sequences (trainer-data textdir, csv)
   Images,          // a labelled-sample set of images (trainer-data mnist)
 };

@@ -1,4 +1,4 @@
-// shardtrain/train/run_sample.hpp
+// shardtrain/task/run_sample.hpp
 // Owns train.sample_every: at an evaluation after a step that is a multiple of
 // it, the run's parameters (compute precision, as fp32) are brought whole to
 // rank 0 -- its own copy at ZeRO stages 0-2, which keep every parameter on

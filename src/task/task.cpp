@@ -1,4 +1,4 @@
-// The task of a run's model.type (train/task.hpp) and the plan of a run.
+// The task of a run's model.type (task/task.hpp) and the plan of a run.
 #include "task/task.hpp"
 
 #include <algorithm>

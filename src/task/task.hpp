@@ -1,4 +1,4 @@
-// shardtrain/train/task.hpp
+// shardtrain/task/task.hpp
 // Owns what the step loop (train/trainer.cpp) needs to know about one kind of
 // model and its data: the memory plan, the parameter layout and its
 // initialisation, the model itself, how a micro-batch of the global sample
@@ -93,7 +93,7 @@ class Task {
   // forward and backward so far (Gpt / Classifier::activation_high_water_bytes);
   // the memory report sets it beside the planned Activations. 0 before build().
   virtual std::int64_t activation_high_water_bytes() const = 0;
-  // train.sample_every (train/run_sample.hpp): the text the model writes with
+  // train.sample_every (task/run_sample.hpp): the text the model writes with
   // the whole weights `weights` (fp32, in the finalized layout), on rank 0
   // alone, and in `logprob` the continuation's log-probability under the model
   // (infer/gpt_kv.hpp GenerateResult); "" for a task that does not sample. The
@@ -113,7 +113,7 @@ std::unique_ptr<Task<P>> make_task(const RunConfig& config, MpiCommunicator& com
 
 // The memory plan of a run with `world` ranks (`trainer --plan`): opens the
 // data set on `comm` (collective), measures the process before the model
-// (train/process_memory.hpp) and, when `world` is comm's size and the plan
+// (rundir/process_memory.hpp) and, when `world` is comm's size and the plan
 // fits train.memory_limit_mb so far, probes the gradient collective's scratch
 // (a temporary gradient- or bucket-sized buffer); allocates nothing else large.
 MemoryPlan plan_run(const RunConfig& config, MPI_Comm comm, int world);

@@ -1,5 +1,5 @@
-// shardtrain/train/task_factory.hpp
-// Internal to train/: the constructors of the tasks of train/task.hpp and what
+// shardtrain/task/task_factory.hpp
+// Internal to train/: the constructors of the tasks of task/task.hpp and what
 // they share.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Unit tests of the global sample order (src/train/batch_sampler.*): the RNG
+// Unit tests of the global sample order (src/task/batch_sampler.*): the RNG
 // reference streams, the epoch permutations, window bounds over many (n, T),
 // determinism, and the rank partition.
 #include "task/batch_sampler.hpp"
