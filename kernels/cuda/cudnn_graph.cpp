@@ -57,6 +57,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace shardtrain::cudnn {
 
