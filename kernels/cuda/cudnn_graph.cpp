@@ -70,7 +70,12 @@ std::vector<std::int64_t> packed_strides(const std::vector<std::int64_t>& dims) 
 }
 
 // "[2,4,8]": a tensor's dims or strides in messages and dumps.
-std::string dims_text(const std::vector<std::int64_t>& v) { return "[" + join(v, ",") + "]"; }
+std::string dims_text(const std::vector<std::int64_t>& v) {
+  std::string s = "[";  // appended, not "[" + ...: GCC 12's -Wrestrict misfires on that operator+
+  s += join(v, ",");
+  s += ']';
+  return s;
+}
 
 const char* direction_name(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
 
