@@ -4,7 +4,7 @@
 // attribute final, every rank's pwrite of its hyperslab) and read in phases
 // too (rank 0 validates the file with HDF5, every rank preads its hyperslab).
 // What goes in it and when is the
-// trainer's business (src/train/checkpointing.hpp); this file knows the format.
+// trainer's business (src/session/checkpointing.hpp); this file knows the format.
 //  - Each state vector (fp32 master parameters, Adam moments, the 16-bit copy)
 //    is ONE global 1-D dataset in the padded flat layout; each rank writes and
 //    reads only its hyperslab [lo, hi).
@@ -70,7 +70,7 @@ struct CheckpointMeta {
   std::string config_text;             // resolved config (config/parse.hpp to_toml)
   std::string created_utc;             // informational
   std::string version;                 // shardtrain version that wrote it
-  // The lineage (train/checkpointing.hpp): the file name of the checkpoint
+  // The lineage (session/checkpointing.hpp): the file name of the checkpoint
   // this one's training continued from ("" for a run started from scratch,
   // and in files written before lineages were recorded).
   std::string parent;
@@ -124,7 +124,7 @@ class IoDeadline;  // io/checkpoint_phase.hpp
 // phase, so one rank's failure is known to every rank at the end of that
 // phase: every rank throws the same CheckpointIoError (failing rank, phase,
 // file, errno). HDF5 is called only under the HDF5 lock (io/h5_lock.hpp): a
-// background writer thread (train/background_checkpoint.hpp) calls this beside
+// background writer thread (session/background_checkpoint.hpp) calls this beside
 // a training loop that reads HDF5 data sets, on a communicator no other thread
 // uses (MPI must then provide MPI_THREAD_MULTIPLE). `deadline` (may be null)
 // watches each phase.
@@ -148,7 +148,7 @@ CheckpointWriteStats write_checkpoint(const std::string& path, MPI_Comm comm,
 // the state data is tiny; the file is then read back as a resume reads it.
 // What this leaves resident (HDF5's library state and caches) would otherwise
 // first appear at the first checkpoint; the trainer runs it before it measures
-// the process's RSS before the model (train/process_memory.hpp), and VmHWM's
+// the process's RSS before the model (rundir/process_memory.hpp), and VmHWM's
 // rise during it is the checkpoint I/O scratch. Collective; throws Error on
 // I/O failure.
 void warm_checkpoint_io(const std::string& dir, MPI_Comm comm, const CheckpointMeta& like,

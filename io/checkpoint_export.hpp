@@ -1,5 +1,5 @@
 // shardtrain/io/checkpoint_export.hpp
-// Owns trainer-ckpt export's HDF5 output (tools/trainer_ckpt.cpp): parameters
+// Owns trainer-ckpt export's HDF5 output (tools/ckpt_export.cpp): parameters
 // of one state vector of a checkpoint as plain HDF5, one float32 dataset per
 // tensor, named by it (names with '/' make groups), in its shape; h5py and
 // h5dump read it. The tool owns the output file's creation, its .partial name

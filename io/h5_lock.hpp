@@ -2,7 +2,7 @@
 // Owns the one lock that makes HDF5 usable from two threads of a process.
 // The HDF5 library this project links (Debian's parallel build) is not
 // thread-safe (H5is_library_threadsafe is false), and a background checkpoint
-// writer (train/background_checkpoint.hpp) calls it beside the training
+// writer (session/background_checkpoint.hpp) calls it beside the training
 // loop's data reads. Every HDF5 call that may run while a background write is
 // in flight holds this lock: the data set readers' read calls, and the
 // checkpoint writer's layout (io/checkpoint.hpp write_checkpoint: rank 0

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "io/h5_check.hpp"
 #include "io/h5_lock.hpp"
 #include "io/h5_read.hpp"
@@ -210,20 +211,13 @@ std::int64_t shape_numel(const std::vector<std::int64_t>& shape, const std::stri
   std::int64_t n = 1;
   for (const std::int64_t d : shape) {
     if (d < 0 || (d > 0 && n > std::numeric_limits<std::int64_t>::max() / 8 / d))
-      throw InputError(path + ": tensor '" + name + "': shape " + weights_shape_text(shape) + " is too large");
+      throw InputError(path + ": tensor '" + name + "': shape " + shape_text(shape) + " is too large");
     n *= d;
   }
   return n;
 }
 
 }  // namespace
-
-std::string weights_shape_text(const std::vector<std::int64_t>& shape) {
-  if (shape.empty()) return "()";
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
 
 WeightsFile::WeightsFile(const std::string& path) : m_path(path) {
   m_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -334,7 +328,7 @@ void WeightsFile::index_safetensors() {
     if (eb == 0) throw InputError(m_path + ": tensor '" + name + "': unknown dtype '" + t.dtype + "'");
     if (end < begin || static_cast<std::uint64_t>(end - begin) != static_cast<std::uint64_t>(t.numel) * eb)
       throw InputError(m_path + ": tensor '" + name + "': data_offsets [" + std::to_string(begin) + ", " +
-                       std::to_string(end) + ") do not hold " + weights_shape_text(t.shape) + " of " + t.dtype +
+                       std::to_string(end) + ") do not hold " + shape_text(t.shape) + " of " + t.dtype +
                        " (" + std::to_string(static_cast<std::uint64_t>(t.numel) * eb) + " bytes)");
     t.file_offset = data_start + static_cast<std::uint64_t>(begin);
     m_tensors.push_back(std::move(t));

@@ -6,7 +6,7 @@
 // with one float32 dataset per tensor (`trainer-ckpt export --format hdf5`;
 // datasets anywhere below the root, named by their path without the leading '/').
 // What the names mean (ours or GPT-2's) is the caller's business
-// (train/init_from.*, tools/gpt_sample.*); this file knows the formats.
+// (task/init_from.*, tools/gpt_sample.*); this file knows the formats.
 // Reading: read() copies elements [lo, hi) of one tensor, in the file's element
 // order, with pread at the tensor's byte offset (for HDF5 the contiguous
 // dataset's offset, H5Dget_offset), so a caller reads only the bytes it needs
@@ -81,8 +81,5 @@ class WeightsFile {
   std::vector<WeightsTensor> m_tensors;
   std::map<std::string, std::string> m_metadata;
 };
-
-// "(3, 4)", "(5,)", "()".
-std::string weights_shape_text(const std::vector<std::int64_t>& shape);
 
 }  // namespace shardtrain

@@ -72,7 +72,7 @@ void conv2d_backward(const Conv2dShape& s, CView4<T> x, CView4<T> w, CView4<T> d
 // primitive is made and some more on its first execution (several MiB resident
 // the first time in a process, measured with oneDNN 2.6), so a caller that
 // measures the process's memory before its model allocates
-// (train/process_memory.cpp) calls this first and counts that memory there. A
+// (rundir/process_memory.cpp) calls this first and counts that memory there. A
 // smaller ragged block (the last micro-batch of an epoch, an evaluation) still
 // makes its primitives when it first runs.
 template <class T>

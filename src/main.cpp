@@ -1,7 +1,7 @@
 // trainer: the SPMD entry point. Thin on purpose:
 //   MPI init -> Kokkos init -> command line -> config (rank 0 reads, all parse)
 //   -> Trainer (set-up agreed on by all ranks) -> run -> finalize.
-// Exit codes (train/lifecycle.hpp): 0 done, 2 bad input (command line, config,
+// Exit codes (session/lifecycle.hpp): 0 done, 2 bad input (command line, config,
 // data), 1 any other failure, 75 stopped early by a signal or the wall-time
 // guard after a complete checkpoint (requeue the job to continue).
 // Stop signals (SIGUSR1, SIGTERM, SIGINT) are caught from the first line of main.
@@ -31,9 +31,9 @@
 #include "core/mpi_world.hpp"
 #include "parallel/mpi/agreement.hpp"
 #include "plan/memory_plan.hpp"
-#include "train/flop_floor.hpp"
-#include "train/lifecycle.hpp"
-#include "train/task.hpp"
+#include "rundir/flop_floor.hpp"
+#include "session/lifecycle.hpp"
+#include "task/task.hpp"
 #include "train/trainer.hpp"
 #include "version.hpp"
 
@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
   // default and keeps large blocks returned to the system.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   // checkpoint.async's writer thread makes MPI calls on its own communicator
-  // beside the training thread's (train/background_checkpoint.hpp).
+  // beside the training thread's (session/background_checkpoint.hpp).
   int mpi_threads = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &mpi_threads);
   // Kokkos sees only the --kokkos-* arguments (it would also act on a plain

@@ -57,6 +57,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace shardtrain::cudnn {
 
@@ -68,13 +69,12 @@ std::vector<std::int64_t> packed_strides(const std::vector<std::int64_t>& dims) 
   return s;
 }
 
-std::string join(const std::vector<std::int64_t>& v) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) out += ",";
-    out += std::to_string(v[i]);
-  }
-  return out + "]";
+// "[2,4,8]": a tensor's dims or strides in messages and dumps.
+std::string dims_text(const std::vector<std::int64_t>& v) {
+  std::string s = "[";  // appended, not "[" + ...: GCC 12's -Wrestrict misfires on that operator+
+  s += join(v, ",");
+  s += ']';
+  return s;
 }
 
 const char* direction_name(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
@@ -447,11 +447,11 @@ void SdpaGraph::validate() const {
   for (const auto& t : tensors) {
     if (!uids.insert(t.uid).second) fail("uid " + std::to_string(t.uid) + " repeats ('" + t.name + "')");
     if (t.dims.empty() || t.dims.size() != t.strides.size())
-      fail(label(t) + ": dims " + join(t.dims) + " and strides " + join(t.strides) +
+      fail(label(t) + ": dims " + dims_text(t.dims) + " and strides " + dims_text(t.strides) +
            " have different ranks (or are empty)");
     for (std::size_t i = 0; i < t.dims.size(); ++i)
       if (t.dims[i] < 1 || t.strides[i] < 0)
-        fail(label(t) + ": dims " + join(t.dims) + " / strides " + join(t.strides) +
+        fail(label(t) + ": dims " + dims_text(t.dims) + " / strides " + dims_text(t.strides) +
              " must be positive / non-negative");
     switch (t.dtype) {
       case DataType::Half:
@@ -491,7 +491,7 @@ void SdpaGraph::validate() const {
       std::int64_t reach = 0;
       for (std::size_t i = 0; i < t.dims.size(); ++i) reach += (t.dims[i] - 1) * t.strides[i];
       if (t.offset < 0 || t.offset + reach >= t.buffer_elems)
-        fail(label(t) + ": dims " + join(t.dims) + " strides " + join(t.strides) + " at offset " +
+        fail(label(t) + ": dims " + dims_text(t.dims) + " strides " + dims_text(t.strides) + " at offset " +
              std::to_string(t.offset) + " reach element " + std::to_string(t.offset + reach) +
              ", past the end of " + to_string(t.buffer) + " (" + std::to_string(t.buffer_elems) +
              " elements)");
@@ -504,7 +504,7 @@ void SdpaGraph::validate() const {
       std::int64_t inner_reach = 0;
       for (const auto& [stride, dim] : sd) {
         if (stride <= inner_reach)
-          fail(label(t) + ": strides " + join(t.strides) + " over dims " + join(t.dims) +
+          fail(label(t) + ": strides " + dims_text(t.strides) + " over dims " + dims_text(t.dims) +
                " let two elements overlap");
         inner_reach += (dim - 1) * stride;
       }
@@ -601,19 +601,19 @@ void SdpaGraph::validate() const {
                         x.dims[r - 2] == out.dims[r - 2] && b.dims[r - 1] == out.dims[r - 1] &&
                         x.dims[r - 1] == b.dims[r - 2];
         if (!ok)
-          fail(opl + ": operand dims " + join(x.dims) + " x " + join(b.dims) + " -> " +
-               join(out.dims) + " do not form a batched matrix product");
+          fail(opl + ": operand dims " + dims_text(x.dims) + " x " + dims_text(b.dims) + " -> " +
+               dims_text(out.dims) + " do not form a batched matrix product");
         break;
       }
       case OpKind::Pointwise: {
         if (out.dims != x.dims)
-          fail(opl + ": output dims " + join(out.dims) + " differ from input dims " + join(x.dims));
+          fail(opl + ": output dims " + dims_text(out.dims) + " differ from input dims " + dims_text(x.dims));
         for (std::size_t j = 1; j < op.inputs.size(); ++j) {
           const TensorDesc& y = tensor(op.inputs[j]);
           bool ok = y.dims.size() == x.dims.size();
           for (std::size_t a = 0; ok && a < y.dims.size(); ++a)
             ok = y.dims[a] == x.dims[a] || y.dims[a] == 1;
-          if (!ok) fail(opl + ": operand dims " + join(y.dims) + " do not broadcast to " + join(x.dims));
+          if (!ok) fail(opl + ": operand dims " + dims_text(y.dims) + " do not broadcast to " + dims_text(x.dims));
         }
         if (op.pointwise_mode == PointwiseMode::GenIndex &&
             (op.axis < 0 || op.axis >= static_cast<std::int64_t>(x.dims.size())))
@@ -623,7 +623,7 @@ void SdpaGraph::validate() const {
       case OpKind::Reduction: {
         bool ok = out.dims.size() == x.dims.size();
         for (std::size_t a = 0; ok && a < x.dims.size(); ++a) ok = out.dims[a] == x.dims[a] || out.dims[a] == 1;
-        if (!ok) fail(opl + ": output dims " + join(out.dims) + " are not a reduction of " + join(x.dims));
+        if (!ok) fail(opl + ": output dims " + dims_text(out.dims) + " are not a reduction of " + dims_text(x.dims));
         break;
       }
       case OpKind::Reshape: {
@@ -743,8 +743,8 @@ std::string describe(const SdpaGraph& g) {
     return "";
   };
   for (const auto& t : g.tensors) {
-    os << "  tensor " << t.uid << " " << t.name << ": " << to_string(t.dtype) << " dims " << join(t.dims)
-       << " strides " << join(t.strides);
+    os << "  tensor " << t.uid << " " << t.name << ": " << to_string(t.dtype) << " dims " << dims_text(t.dims)
+       << " strides " << dims_text(t.strides);
     if (t.is_virtual) os << " virtual";
     if (t.is_by_value) os << " by-value " << t.value;
     if (t.buffer != Buffer::None)

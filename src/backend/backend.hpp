@@ -100,7 +100,7 @@ class Backend {
   // The CRC-32s (zlib's crc32) of the consecutive `piece`-byte pieces of the `bytes`
   // bytes at `p` in this backend's memory (the last piece may be shorter), into
   // out[0, ceil(bytes / piece)), after the kernels queued before: a device backend
-  // hashes where the bytes are, so a CRC of the weights (train/weights_crc) moves
+  // hashes where the bytes are, so a CRC of the weights (rundir/weights_crc) moves
   // 4 bytes per piece to the host instead of the weights; io/crc32.hpp crc32_join
   // makes the whole buffer's CRC of them. Returns false, writing nothing, where the
   // memory is the host's (the default): the caller hashes it in place.

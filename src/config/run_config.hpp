@@ -40,7 +40,7 @@ struct ModelConfig {
   int pool = 2;
   // cnn, encoder_classifier:
   double dropout = 0.0;
-  // Start from the weights of this file (train/init_from.hpp): "" = none.
+  // Start from the weights of this file (task/init_from.hpp): "" = none.
   std::string init_from;
 };
 
@@ -67,7 +67,7 @@ struct TrainConfig {
   TrainDevice device = TrainDevice::Auto;
   // gpt: at each evaluation after a step that is a multiple of sample_every (0:
   // never), rank 0 prints sample_tokens tokens continuing sample_prompt
-  // (train/run_sample.hpp).
+  // (task/run_sample.hpp).
   std::int64_t sample_every = 0;
   std::int64_t sample_tokens = 64;
   std::string sample_prompt;
@@ -115,7 +115,7 @@ struct RecomputeConfig {
   double budget_mb = 0.0;  // policy Budget only
 };
 
-// Sharded checkpoints (train/checkpointing.hpp). Checkpointing is on when
+// Sharded checkpoints (session/checkpointing.hpp). Checkpointing is on when
 // every_steps > 0 or every_minutes > 0; a final checkpoint is then also written
 // when training ends.
 struct CheckpointConfig {
@@ -124,7 +124,7 @@ struct CheckpointConfig {
   double every_minutes = 0.0;
   std::int64_t keep_last = 3;
   std::string resume = "auto";  // "auto" | "never" | a file or directory
-  bool async = false;           // write scheduled checkpoints in the background (train/background_checkpoint.hpp)
+  bool async = false;           // write scheduled checkpoints in the background (session/background_checkpoint.hpp)
   std::int64_t max_failures = 3;  // scheduled checkpoints that may fail in a row before the job ends
   double io_timeout_s = 600.0;    // deadline of each checkpoint I/O phase on each rank (io/io_deadline.hpp)
 };

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -56,6 +59,35 @@ int pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offset
     done += static_cast<std::size_t>(n);
   }
   return 0;
+}
+
+PartialFile::PartialFile(std::string out) : m_out(std::move(out)), m_tmp(m_out + ".partial") {}
+
+PartialFile::~PartialFile() {
+  if (!m_committed) std::remove(m_tmp.c_str());
+}
+
+void PartialFile::commit() {
+  fsync_file(m_tmp);
+  if (std::rename(m_tmp.c_str(), m_out.c_str()) != 0)
+    SHARDTRAIN_FAIL(m_out + ": cannot rename " + m_tmp + " into place: " + std::strerror(errno));
+  m_committed = true;
+  const std::string dir = std::filesystem::path(m_out).parent_path().string();
+  fsync_directory(dir.empty() ? "." : dir);  // the rename itself survives a crash
+}
+
+std::FILE* create_fresh_file(const std::string& path, const std::string& shown) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw InputError(shown + ": cannot remove the leftover '" + path + "': " + std::strerror(errno));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) throw InputError(shown + ": cannot create: " + std::strerror(errno));
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw InputError(shown + ": cannot create: " + std::strerror(err));
+  }
+  return f;
 }
 
 }  // namespace shardtrain

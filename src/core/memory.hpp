@@ -16,6 +16,8 @@
 
 namespace shardtrain {
 
+inline constexpr double kMiB = 1024.0 * 1024.0;  // bytes in a MiB, for figures printed in MiB
+
 enum class MemCategory : int {
   Parameters = 0,
   Gradients,

@@ -2,7 +2,7 @@
 // model.type as a value: the enum of core/model_types.def's lines and their
 // names (name_of, enum_named: core/named_enum.hpp). In core because the config (RunConfig::model.type), the checkpoint
 // files' metadata and trainer-ckpt all name it; what each type is (its dims,
-// layout, init, costs, plan and task) is its row in train/model_registry.hpp.
+// layout, init, costs, plan and task) is its row in task/model_registry.hpp.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// The edit distance (see text.hpp).
+// The edit distance, shapes as text, joins (see text.hpp).
 #include "core/text.hpp"
 
 #include <algorithm>
@@ -22,6 +22,31 @@ std::size_t edit_distance(std::string_view a, std::string_view b, std::size_t li
     std::swap(prev, cur);
   }
   return prev[b.size()];
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  if (shape.empty()) return "()";
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) s += sep;
+    s += items[i];
+  }
+  return s;
+}
+
+std::string join(const std::vector<std::int64_t>& items, std::string_view sep) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) s += sep;
+    s += std::to_string(items[i]);
+  }
+  return s;
 }
 
 }  // namespace shardtrain

@@ -103,7 +103,7 @@ ModelOpsLimits cnn_ops_limits(const CnnDims& d);
 // Runs every conv of the model once on a small zero batch through the host
 // kernels (op_sizes::warm_up_conv2d, backend/model_ops.hpp), so that oneDNN's lazily built
 // code and buffers exist before the trainer measures the process before the
-// model (train/process_memory.cpp): they are then part of "RSS before the
+// model (rundir/process_memory.cpp): they are then part of "RSS before the
 // model" in the predicted process peak, as the rest of the libraries' code is.
 template <class T>
 void cnn_warm_up_kernels(const CnnDims& d);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 
 namespace shardtrain {
 
@@ -338,7 +339,6 @@ std::string format_schedule(const RecomputeSchedule& s) {
   int recomputed = 0;
   for (std::size_t k = static_cast<std::size_t>(s.forward_ops_in_pass); k < s.ops.size(); ++k)
     if (s.ops[k].kind == RecomputeOp::Kind::Forward) ++recomputed;
-  constexpr double kMiB = 1024.0 * 1024.0;
   std::string out = fmt::format("recompute plan: policy {}, {} blocks\n", s.policy, n);
   out += fmt::format("  blocks whose internals are kept in forward: {}\n", list(s.kept_internals));
   out += fmt::format("  block inputs kept as checkpoints:          {}\n", list(s.kept_inputs));

@@ -6,16 +6,11 @@
 
 #include "core/error.hpp"
 #include "core/mpi_check.hpp"
+#include "core/text.hpp"
 
 namespace shardtrain {
 
 namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
 
 // The device node-local rank j would take, ignoring collisions with other
 // views: its place among the ranks with the same view, or -1 (with `why`).
@@ -44,7 +39,7 @@ int choice(int j, const std::vector<VisibleDevices>& node, std::string* why) {
       std::string ranks;
       for (int r : sharers) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
       *why = who + ": " + std::to_string(sharing) + " ranks on this node (" + ranks + ") see the same " +
-             std::to_string(devices) + " CUDA device(s) (" + join(me.uuids) +
+             std::to_string(devices) + " CUDA device(s) (" + join(me.uuids, ", ") +
              "); one device per rank is needed (start at most " + std::to_string(devices) +
              " ranks per node, give each task its own GPU with srun --gpus-per-task=1, or make more devices "
              "visible)";

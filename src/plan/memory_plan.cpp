@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/state_vectors.hpp"
 #include "parallel/zero_engine.hpp"
 
@@ -13,7 +14,6 @@ namespace shardtrain {
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
 
 }  // namespace
 
@@ -81,7 +81,7 @@ MemoryPlan plan_model_state(const RunConfig& c, ParamLayout& layout, int world) 
   set(MemCategory::Communication,
       f * zero_bucket_elems(layout, s, c.parallel.bucket_mb, static_cast<std::size_t>(f)));
   // checkpoint.async with a schedule: the staged copy of the checkpoint's state
-  // shard (master, both moments and the 16-bit copy), train/background_checkpoint.hpp.
+  // shard (master, both moments and the 16-bit copy), session/background_checkpoint.hpp.
   const bool staged = c.checkpoint.async && (c.checkpoint.every_steps > 0 || c.checkpoint.every_minutes > 0);
   set(MemCategory::CheckpointStaging,
       staged ? static_cast<std::int64_t>(saved_bytes_per_element(compute)) * shard : 0);

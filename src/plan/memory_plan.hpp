@@ -37,7 +37,7 @@
 namespace shardtrain {
 
 // The process memory beside the plan's tracked buffers, measured on every rank
-// of the job (train/process_memory.hpp), not computed: empty vectors until
+// of the job (rundir/process_memory.hpp), not computed: empty vectors until
 // measured. Bytes, indexed by rank.
 struct ProcessMemory {
   std::vector<std::int64_t> before_model;        // VmRSS just before the model is allocated
@@ -87,9 +87,9 @@ struct MemoryPlan {
 // The model dimensions a run uses (max_batch = min(micro_batch, ceil(batch_size / world))).
 GptDims gpt_dims(const RunConfig& config, std::int64_t vocab, int world);
 
-// The plan of a GPT (its task's, train/gpt_task.cpp): model state, the activations
+// The plan of a GPT (its task's, task/gpt_task.cpp): model state, the activations
 // its recompute schedule keeps, workspace. Every model type's plan is its task's
-// (train/model_registry.hpp picks the task; train/task.hpp plan_run).
+// (task/model_registry.hpp picks the task; task/task.hpp plan_run).
 MemoryPlan plan_gpt_memory(const RunConfig& config, std::int64_t vocab, int world);
 
 // The plan of a classifier (a model type whose row reads labelled samples): model

@@ -11,6 +11,7 @@
 #include "core/model_type.hpp"
 #include "core/state_vectors.hpp"
 #include "io/checkpoint.hpp"
+#include "io/gpt2_names.hpp"
 #include "io/weights_file.hpp"
 
 namespace shardtrain {
@@ -55,7 +56,7 @@ GptSampleWeights load_gpt_sample_weights(CheckpointReader& ckpt) {
 GptSampleWeights load_gpt_sample_weights(const WeightsFile& file) {
   const std::string& path = file.path();
   bool gpt2 = false;
-  for (const WeightsTensor& t : file.tensors()) gpt2 = gpt2 || t.name.rfind("transformer.", 0) == 0;
+  for (const WeightsTensor& t : file.tensors()) gpt2 = gpt2 || is_gpt2_name(t.name);
   const std::string type = file.metadata_or("model_type", gpt2 ? "gpt" : "");
   if (enum_named<ModelType>(type) != ModelType::Gpt)
     throw InputError(path + ": sample needs a GPT's weights; " +
@@ -74,13 +75,8 @@ GptSampleWeights load_gpt_sample_weights(const WeightsFile& file) {
     }
   }
   // GPT-2's names carry "transformer." and hold the four Linear weights as Conv1D's (in, out).
-  auto conv1d = [&](const std::string& name) {
-    for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
-      if (gpt2 && name.size() > std::strlen(s) && name.compare(name.size() - std::strlen(s), std::string::npos, s) == 0)
-        return true;
-    return false;
-  };
-  auto tensor = [&](const std::string& name) { return file.find(gpt2 ? "transformer." + name : name); };
+  auto conv1d = [&](const std::string& name) { return gpt2 && gpt2_conv1d(name); };
+  auto tensor = [&](const std::string& name) { return file.find(gpt2 ? gpt2_name(name) : name); };
   TensorSource src{
       [&](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
         const WeightsTensor* t = tensor(name);

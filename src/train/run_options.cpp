@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "train/host_staging.hpp"
-#include "train/lifecycle.hpp"
+#include "backend/host_staging.hpp"
+#include "session/lifecycle.hpp"
 
 namespace shardtrain {
 

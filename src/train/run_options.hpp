@@ -26,7 +26,7 @@ struct RunOptions {
   // whose time is up would; the learning-rate schedule still spans train.steps.
   std::int64_t stop_after_step = 0;  // 0: run to train.steps
   // --pause-in-checkpoint STEP: every rank pauses mid-write of the checkpoint
-  // of STEP (train/checkpointing.hpp), for crash tests.
+  // of STEP (session/checkpointing.hpp), for crash tests.
   std::int64_t pause_checkpoint_step = 0;  // 0: none
   // --stall-in-collective STEP[:RANK]: at optimizer step STEP, rank RANK sleeps
   // (10 minutes) instead of entering the step's gradient reduction, so the

@@ -1,10 +1,12 @@
 // The step loop: assembles one run (model state, ZeRO engine, model, optimizer,
-// train state) and runs its steps -- data -> forward/backward per micro-batch
-// -> gradient reduction -> clip -> AdamW -- with evaluation, progress lines and
-// metrics rows, asking the train state at each step boundary whether to save
-// or stop and the test hooks at their three points of a step. Resume and save
-// are train/train_state's, the end-of-job reports train/run_reports', device
-// bring-up parallel/device_context's.
+// checkpoint session) and runs its steps -- data -> forward/backward per
+// micro-batch -> gradient reduction -> clip -> AdamW -- with evaluation,
+// progress lines and metrics rows, agreeing at each step boundary whether to
+// save or stop (session/stop_agreement.hpp), and asking the test hooks at
+// their three points of a step. Resume and save are
+// session/checkpoint_session's, the banner and the end summary
+// rundir/banner's, the end-of-job reports rundir/run_reports', device bring-up
+// parallel/device_context's.
 #include "train/trainer.hpp"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
+#include "core/clock.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -34,30 +37,26 @@
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
 #include "plan/memory_plan.hpp"
-#include "train/batch_sampler.hpp"
-#include "train/checkpointing.hpp"
-#include "train/lifecycle.hpp"
-#include "train/process_memory.hpp"
-#include "train/progress.hpp"
-#include "train/run_directory.hpp"
-#include "train/run_lock.hpp"
-#include "train/run_reports.hpp"
-#include "train/run_sample.hpp"
-#include "train/task.hpp"
-#include "train/task_factory.hpp"
+#include "rundir/banner.hpp"
+#include "rundir/process_memory.hpp"
+#include "rundir/progress.hpp"
+#include "rundir/run_directory.hpp"
+#include "rundir/run_lock.hpp"
+#include "rundir/run_reports.hpp"
+#include "rundir/weights_crc.hpp"
+#include "session/checkpoint_session.hpp"
+#include "session/checkpointing.hpp"
+#include "session/lifecycle.hpp"
+#include "session/stop_agreement.hpp"
+#include "task/batch_sampler.hpp"
+#include "task/run_sample.hpp"
+#include "task/task.hpp"
+#include "task/task_factory.hpp"
 #include "train/run_options.hpp"
-#include "train/train_state.hpp"
-#include "train/weights_crc.hpp"
 
 namespace shardtrain {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // `--profile`: the run's Profiler, bound to the backend for the run's lifetime
 // (the host backend is one per process, so the binding is undone on every exit).
@@ -81,10 +80,7 @@ class ProfilerBinding {
   std::unique_ptr<Profiler> m_profiler;
 };
 
-}  // namespace
-
-namespace {
-// The directories this job must own alone (train/run_lock.hpp): the run
+// The directories this job must own alone (rundir/run_lock.hpp): the run
 // directory, and the checkpoint directory when checkpoints are on and it lies
 // outside the run directory.
 std::vector<std::pair<std::string, std::string>> owned_dirs(const RunConfig& cfg) {
@@ -99,6 +95,7 @@ std::vector<std::pair<std::string, std::string>> owned_dirs(const RunConfig& cfg
   }
   return dirs;
 }
+
 }  // namespace
 
 class RunBase {
@@ -155,8 +152,9 @@ class Run final : public RunBase {
     m_optim = std::make_unique<AdamW>(cfg.optim, *m_layout);
     m_state->init_master();
     m_step_hooks = std::make_unique<StepHooks<P>>(hooks, m_comm.rank(), *m_zero, *m_state);
-    m_train = std::make_unique<TrainState<P>>(cfg, m_comm, m_state_comm, *m_state, m_scaler, *m_task,
-                                              hooks.pause_checkpoint_step, m_memory);
+    m_session = std::make_unique<CheckpointSession<P>>(cfg, m_comm, m_state_comm, *m_state, m_scaler, *m_task,
+                                                       hooks.pause_checkpoint_step, m_memory);
+    m_stop = std::make_unique<StopAgreement>(m_comm, cfg.train.time_limit_minutes, m_session->checkpoint_bytes());
   }
 
   TrainResult run() override;
@@ -174,12 +172,6 @@ class Run final : public RunBase {
     c.max_consecutive_skips = p.max_consecutive_skips;
     return c;
   }
-  // Host access to n elements of backend memory at p: p itself on the host
-  // backend, else a copy in `stage` (to_host) or a buffer copied back by from_host.
-  template <class T>
-  T* to_host(T* p, std::size_t n, std::vector<unsigned char>& stage);
-  template <class T>
-  void from_host(T* p, const T* host, std::size_t n);
   // The outcome of one optimizer step.
   struct StepResult {
     double loss = 0.0;        // mean training loss over the global batch
@@ -199,7 +191,7 @@ class Run final : public RunBase {
     if (&m_state_comm != &m_comm) t += m_state_comm.tally();
     return t;
   }
-  // The end-of-job reports (train/run_reports.hpp), appended to `full` (rank 0's
+  // The end-of-job reports (rundir/run_reports.hpp), appended to `full` (rank 0's
   // RUN_DIR/report.txt). Collective; dir is rank 0's. Returns the summary's memory line.
   std::string report(const CommTally& job, std::int64_t steps, RunDirectory* dir, std::string& full);
 
@@ -220,7 +212,8 @@ class Run final : public RunBase {
   LossScaler m_scaler;
   CollectiveWatchdog m_watchdog;
   std::unique_ptr<StepHooks<P>> m_step_hooks;  // the test hooks inside a step
-  std::unique_ptr<TrainState<P>> m_train;      // counters, resume, save, the step boundary
+  std::unique_ptr<CheckpointSession<P>> m_session;  // counters, resume, save
+  std::unique_ptr<StopAgreement> m_stop;              // the agreement at each step boundary
 };
 
 template <class P>
@@ -238,7 +231,7 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   // Every rank runs the same number of micro-batches (sharded stages reduce per
   // micro-batch); a rank whose slice is used up runs empty ones.
   for (std::int64_t m = 0; m < micro_batches(global_batch, m_comm.size(), m_task->max_batch()); ++m)
-    loss_sum += m_task->train_micro_batch(m_train->samples(), lo, hi, m, dloss);
+    loss_sum += m_task->train_micro_batch(m_session->samples(), lo, hi, m, dloss);
 
   // The summed gradient of the whole global batch: all-reduced (stage 0) or
   // reduce-scattered into each rank's shard (stages 1-3). Its squared norm is
@@ -262,7 +255,7 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   {
     Profiler::Scope timed(m_backend.profiler(), ProfileOp::Optimizer);
     m_optim->step(m_backend.vector_ops<P>(), m_state->optimizer_view(), lr, static_cast<float>(clip / r.loss_scale),
-                  m_train->take_update());
+                  m_session->take_update());
   }
   m_zero->params_updated();
   m_step_hooks->after_update(step + 1);
@@ -328,49 +321,30 @@ TrainResult Run<P>::run() {
   const auto& tc = m_cfg.train;
   // This job runs steps [first, end): from the resumed checkpoint (or 0) to
   // train.steps, or to --stop-after-step.
-  const std::int64_t first = std::min(m_train->start_step(), tc.steps);
+  const std::int64_t first = std::min(m_session->start_step(), tc.steps);
   std::int64_t end = tc.steps;
   if (m_hooks.stop_after_step > 0) end = std::clamp(m_hooks.stop_after_step, first, tc.steps);
   std::optional<RunDirectory> dir;
   if (is_root()) {
-    dir.emplace(m_cfg, m_train->start_step());
+    dir.emplace(m_cfg, m_session->start_step());
     const TaskText text = m_task->describe();
-    fmt::print("shardtrain: {} ranks, ZeRO stage {}, {} | {} | {} parameters | {} | {}\n", m_comm.size(),
-               m_cfg.parallel.zero_stage, name_of(m_cfg.precision.mode), text.model, m_layout->num_parameters(), text.batch,
-               text.data);
-    fmt::print("{}", format_plan(m_plan));
-    fmt::print("compute: {}\n", m_backend.describe());
-    if (m_cfg.precision.mode == PrecisionMode::Bf16 && m_backend.kind() == BackendKind::Host && !host_bf16_native())
-      fmt::print("warning: precision.mode = \"bf16\" on a CPU without AVX512-BF16: every GEMM converts its bf16 "
-                 "operands to fp32 tiles, so this run is slower than fp32 (precision.mode = \"fp32\"); bf16 "
-                 "still halves the memory of parameters, gradients and activations\n");
-    fmt::print("run directory: {}\n", dir->path());
-    if (!m_train->resume_note().empty()) fmt::print("{}\n", m_train->resume_note());
-    const CheckpointManager& ckpt = m_train->checkpoints();
-    if (ckpt.enabled())
-      fmt::print("checkpoints: {} every {}{}{}, keeping the last {}\n", ckpt.dir(),
-                 m_cfg.checkpoint.every_steps > 0
-                     ? fmt::format("{} steps", m_cfg.checkpoint.every_steps) : std::string(),
-                 m_cfg.checkpoint.every_steps > 0 && m_cfg.checkpoint.every_minutes > 0 ? " and every " : "",
-                 m_cfg.checkpoint.every_minutes > 0 ? fmt::format("{:g} minutes", m_cfg.checkpoint.every_minutes)
-                                                    : std::string(),
-                 m_cfg.checkpoint.keep_last);
-    if (first >= tc.steps)
-      fmt::print("nothing to train: the checkpoint is at step {} and train.steps = {}; evaluating only\n",
-                 m_train->start_step(), tc.steps);
-    std::fflush(stdout);
+    const CheckpointManager& ckpt = m_session->checkpoints();
+    print_start_banner(m_cfg, m_comm.size(), m_plan, m_backend,
+                       {text.model, text.batch, text.data, m_layout->num_parameters(), m_session->resume_note(),
+                        ckpt.enabled(), ckpt.dir(), m_session->start_step()},
+                       *dir);
   }
 
   TrainResult result;
   result.first_step = first;
   CommTally comm_job;            // this rank's collectives in training steps (not evaluation)
   Progress progress(tc.steps, tc.batch_size, m_task->tokens_per_sample(), first);
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   double longest_step = 0.0;  // seconds, for the wall-time guard
   std::int64_t stop = 0;      // agreed stop reason (agree_at_boundary), 0 while running
   std::optional<EvalResult> final_eval;  // the pass after the last step
   for (std::int64_t step = first; step < end; ++step) {
-    const auto step_t0 = Clock::now();
+    const auto step_t0 = SteadyClock::now();
     m_watchdog.set_step(step + 1);
     const double lr = learning_rate(m_cfg.optim, step, tc.steps);
     const CommTally tally_before = comm_tally();
@@ -383,7 +357,7 @@ TrainResult Run<P>::run() {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     ++result.steps_run;
     if (prof) prof->end_step();
-    m_train->advance_samples(tc.batch_size);  // the data cursor moves on skipped steps too
+    m_session->advance_samples(tc.batch_size);  // the data cursor moves on skipped steps too
     const CommTally step_tally = comm_tally() - tally_before;
     comm_job += step_tally;
     const std::uint64_t step_bytes = step_tally.payload_total();  // metrics.csv comm_bytes
@@ -421,11 +395,10 @@ TrainResult Run<P>::run() {
     }
     longest_step = std::max(longest_step, seconds_since(step_t0));
     const bool job_end = done == end;
-    using Boundary = typename TrainState<P>::Boundary;
-    const Boundary at = job_end ? Boundary{} : m_train->agree_at_boundary(longest_step);
+    const Boundary at = job_end ? Boundary{} : m_session->agree_at_boundary(*m_stop, longest_step);
     stop = at.stop;
-    if (m_train->checkpoints().due(done, job_end, at.checkpoint_time) || stop)
-      m_train->save(done, stop ? m_train->describe_stop(stop)
+    if (m_session->checkpoints().due(done, job_end, at.checkpoint_time) || stop)
+      m_session->save(done, stop ? m_stop->describe(stop)
                           : job_end ? (done == tc.steps ? std::string("the end of the run")
                                                         : std::string("the end of this job (--stop-after-step)"))
                                     : std::string());
@@ -434,12 +407,12 @@ TrainResult Run<P>::run() {
       break;
     }
   }
-  m_train->finish_checkpoints();  // checkpoint.async: the last write in flight
+  m_session->finish_checkpoints();  // checkpoint.async: the last write in flight
   std::string full;  // RUN_DIR/report.txt (rank 0): the whole end-of-job report
-  if (is_root() && m_train->checkpoints_committed() > 0) {
-    const std::string line = fmt::format("checkpoints: {} written in this job{}; training was blocked {:.3f} s by them\n",
-               m_train->checkpoints_committed(), m_train->writes_in_background() ? " in the background" : "",
-               m_train->checkpoint_blocked_seconds());
+  if (is_root() && m_session->checkpoints_committed() > 0) {
+    const std::string line = checkpoints_line(m_session->checkpoints_committed(),
+                                              m_session->writes_in_background(),
+                                              m_session->checkpoint_blocked_seconds());
     fmt::print("{}", line);
     full += line;
     std::fflush(stdout);
@@ -454,60 +427,19 @@ TrainResult Run<P>::run() {
   const std::string memory_line = report(comm_job, end - first, dir ? &*dir : nullptr, full);
   result.requeue = stop != 0;
   if (is_root()) {
-    std::string last;  // the run's last line (done, stopped or stopping)
-    if (stop)
-      last = fmt::format("stopping after step {} of {}: {}; the checkpoint of step {} is complete; exit code {} asks "
-                 "the job script to requeue the job, and the run continues from this checkpoint with "
-                 "checkpoint.resume = \"auto\"\n",
-                 end, tc.steps, m_train->describe_stop(stop), end, kExitRequeue);
-    else if (end < tc.steps)
-      last = fmt::format("stopped after step {} of {} (--stop-after-step) in {:.1f} s | last train loss {:.4f}{}\n", end,
-                 tc.steps, result.seconds, result.final_train_loss,
-                 m_train->checkpoints().enabled() ? " | the run continues from its checkpoint with checkpoint.resume = \"auto\""
-                                   : " | checkpointing is off: this progress is not saved");
-    else
-      last = fmt::format("done: {} steps{} in {:.1f} s | final train loss {:.4f} | final val loss {:.4f}{} "
-                 "(whole validation split)\n",
-                 tc.steps, first > 0 ? fmt::format(" ({} in this job, from step {})", result.steps_run, first + 1) : "",
-                 result.seconds, result.final_train_loss, result.final_val_loss,
-                 result.final_val_accuracy
-                     ? fmt::format(" | val accuracy {:.4f} (error {:.2f}%)", *result.final_val_accuracy,
-                                   100.0 * (1.0 - *result.final_val_accuracy))
-                     : std::string());
-    fmt::print("{}", last);
-    full += last;
-    // The short summary (the whole report is in RUN_DIR/report.txt).
-    const double tokens = static_cast<double>(result.steps_run * tc.batch_size * m_task->tokens_per_sample());
-    const double samples = static_cast<double>(result.steps_run * tc.batch_size);
-    std::string summary =
-        m_task->tokens_per_sample() > 0
-            ? fmt::format("  throughput: {:.0f} tokens/s ({} steps of {} x {} tokens in {:.1f} s)\n",
-                          result.seconds > 0 ? tokens / result.seconds : 0.0, result.steps_run, tc.batch_size,
-                          m_task->tokens_per_sample(), result.seconds)
-            : fmt::format("  throughput: {:.0f} samples/s ({} steps of {} samples in {:.1f} s)\n",
-                          result.seconds > 0 ? samples / result.seconds : 0.0, result.steps_run, tc.batch_size,
-                          result.seconds);
-    summary += fmt::format("  memory: {}\n", memory_line);
-    const auto written = m_train->checkpoints().enabled() ? list_checkpoints(m_train->checkpoints().dir())
-                                                          : std::vector<CheckpointFile>{};
-    summary += written.empty() ? std::string("  last checkpoint: none") +
-                                     (m_train->checkpoints().enabled() ? "\n" : " (checkpointing is off)\n")
-                               : fmt::format("  last checkpoint: {} (step {})\n", written.front().path,
-                                             written.front().step);
-    summary += fmt::format("  full report: {}/report.txt (memory by category and rank, process memory, "
-                           "communication per rank{})\n",
-                           dir->path(), m_profiler.get() ? ", the profile" : "");
-    fmt::print("{}", summary);
-    dir->write_file("report.txt", full);
+    const CheckpointManager& ckpt = m_session->checkpoints();
+    const auto written = ckpt.enabled() ? list_checkpoints(ckpt.dir()) : std::vector<CheckpointFile>{};
+    JobSummary summary{first, end, result.steps_run, result.seconds, result.final_train_loss,
+                       result.final_val_loss, result.final_val_accuracy,
+                       stop ? m_stop->describe(stop) : std::string(), ckpt.enabled(),
+                       written.empty() ? std::nullopt : std::optional<std::string>(written.front().path),
+                       written.empty() ? 0 : written.front().step, m_task->tokens_per_sample(), memory_line,
+                       m_profiler.get() != nullptr, std::nullopt, 0};
     if (final_eval && final_eval->confusion) {
-      const std::string table = final_eval->confusion->format(m_task->class_names());
-      fmt::print("confusion matrix of the validation split ({} samples; rows: true class, columns: predicted; "
-                 "also {}/confusion.txt):\n{}",
-                 final_eval->samples, dir->path(), table);
-      dir->write_file("confusion.txt", table);
+      summary.confusion = final_eval->confusion->format(m_task->class_names());
+      summary.confusion_samples = final_eval->samples;
     }
-    fmt::print("metrics: {}\n", dir->metrics_path());
-    std::fflush(stdout);
+    print_job_summary(m_cfg, summary, *dir, full);
   }
   return result;
 }

@@ -4,8 +4,11 @@
 // (micro-batches, gradient all-reduce, clipping, AdamW), writes checkpoints,
 // evaluates, logs progress and metrics, and reports memory. The work is split
 // by responsibility: the step loop (trainer.cpp), resume and save
-// (train_state), the reports (run_reports), the weights CRC (weights_crc),
-// the command line's run options and fault injections (run_options), device bring-up (parallel/device_context).
+// (session/checkpoint_session), the agreement at each step boundary
+// (session/stop_agreement), the banner, the end summary and the reports
+// (rundir/banner, rundir/run_reports), the weights CRC (rundir/weights_crc),
+// the command line's run options and fault injections (run_options), device
+// bring-up (parallel/device_context).
 // Invariants: the sample stream depends only on (seed, global sample index),
 // never on the rank count, and resumes at the checkpoint's sample cursor;
 // a resumed run continues bitwise as the uninterrupted run would (same rank
@@ -35,7 +38,7 @@ struct TrainResult {
   double seconds = 0.0;
   std::int64_t skipped_steps = 0;  // fp16: steps skipped for an inf/NaN gradient
   // Stopped early by a signal or the wall-time guard, after a checkpoint: the
-  // process should exit with kExitRequeue (train/lifecycle.hpp).
+  // process should exit with kExitRequeue (session/lifecycle.hpp).
   bool requeue = false;
 };
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end checks of checkpoints and resume (train/checkpointing.hpp), driven by
+# End-to-end checks of checkpoints and resume (session/checkpointing.hpp), driven by
 # CTest (tests/e2e/trainer/CMakeLists.txt). Environment: as trainer_e2e.sh, plus
 # CKPT_TOOL (trainer-ckpt). Every case trains the tiny model for 40 steps with a
 # checkpoint every 10, so the straight run and the interrupted one share the

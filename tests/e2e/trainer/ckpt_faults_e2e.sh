@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end checks of checkpoint storage faults (issue 34; io/checkpoint_phase.hpp,
-# train/train_state.hpp), driven by CTest (tests/e2e/trainer/CMakeLists.txt).
+# session/checkpoint_session.hpp), driven by CTest (tests/e2e/trainer/CMakeLists.txt).
 # Environment: as checkpoint_e2e.sh, plus INJECTOR (tests/support/fault_injector.c,
 # loaded with LD_PRELOAD: one rank's open/write/fsync/rename/close of a checkpoint
 # file fails with EIO/ENOSPC/EDQUOT, never returns, or is slow).

@@ -1,5 +1,5 @@
 # End-to-end tests of the classifiers (model.type mlp, cnn, encoder_classifier;
-# train/classifier_task.cpp) on small learnable data sets built at test time:
+# task/classifier_task.cpp) on small learnable data sets built at test time:
 # images.h5 (make_idx_fixtures' learnable set through `trainer-data mnist`: 400
 # train / 100 val images of 1x4x6, the label readable from the pixels) and
 # text.h5 (make_text_fixture.sh through `trainer-data csv`: 299 train / 101 val

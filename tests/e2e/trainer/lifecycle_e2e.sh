@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end checks of the run's lifecycle (train/lifecycle.hpp, parallel/watchdog.hpp),
+# End-to-end checks of the run's lifecycle (session/lifecycle.hpp, parallel/watchdog.hpp),
 # driven by CTest (tests/e2e/trainer/CMakeLists.txt). Environment: as
 # trainer_e2e.sh, plus CKPT_TOOL (trainer-ckpt).
 #   signals NP ROUNDS   SIGUSR1 to a random rank at a random moment, ROUNDS times: every

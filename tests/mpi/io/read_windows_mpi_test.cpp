@@ -15,7 +15,7 @@
 
 #include "io/token_dataset.hpp"
 #include "io/token_dataset_writer.hpp"
-#include "train/batch_sampler.hpp"
+#include "task/batch_sampler.hpp"
 
 namespace shardtrain {
 namespace {
