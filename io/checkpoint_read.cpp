@@ -16,6 +16,8 @@
 // back on it). Why pread and not collective MPI-IO: share/doc/benchmarks.md
 // ("Checkpoint reads"). The format's table and the limits are
 // io/checkpoint_format.hpp, shared with the writer (checkpoint_write.cpp).
+// Length (~650 lines): every check of a file-supplied value (rank 0's open) and
+// both read paths share one Impl, the validated state the broadcast carries.
 #include "io/checkpoint.hpp"
 
 #include <fcntl.h>
