@@ -164,10 +164,16 @@ H5File open_for_read(const std::string& path) {
   return H5File(id);
 }
 
-H5PropList independent_transfer() {
-  H5PropList xfer(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  SHARDTRAIN_H5_CHECK(H5Pset_dxpl_mpio(xfer, H5FD_MPIO_INDEPENDENT));
-  return xfer;
+H5PropList read_transfer() { return H5PropList(SHARDTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER))); }
+
+void open_on_every_rank(const std::string& path, MPI_Comm comm, double io_timeout_s, const char* what,
+                        const std::function<void()>& open) {
+  int mpi_ready = 0, rank = 0;
+  MPI_Initialized(&mpi_ready);
+  SHARDTRAIN_CHECK(mpi_ready, std::string(what) + " needs MPI to be initialised");
+  MPI_Comm_rank(comm, &rank);
+  IoDeadline deadline(io_timeout_s, rank, "data set I/O");
+  read_phase(comm, &deadline, "open", path, false, open);
 }
 
 std::optional<H5Attribute> open_array_attr(hid_t file, const char* name, const std::string& path,

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,8 +51,18 @@ H5File open_for_read(const std::string& path);
 // no file locking (flock).
 H5PropList sec2_read_fapl();
 
-// A transfer property list for independent (per-rank) MPI-IO reads.
-H5PropList independent_transfer();
+// The transfer property list of a data set's reads (the default one: the file
+// is open with the POSIX driver, so no MPI-IO mode applies).
+H5PropList read_transfer();
+
+// Opens a data set file on every rank of `comm`: runs `open` (this rank opens
+// and checks the file with open_for_read, no MPI) in one read phase under a
+// "data set I/O" deadline of `io_timeout_s`, so every rank gets the same
+// InputError for a bad file, the failing rank's CheckpointIoError for failing
+// storage, and storage that stops answering ends the job naming the rank.
+// `what` names the reader in the MPI check. Collective.
+void open_on_every_rank(const std::string& path, MPI_Comm comm, double io_timeout_s, const char* what,
+                        const std::function<void()>& open);
 
 // Root attribute `name` of `file` if it exists, checked to be a 1-D array;
 // `points` receives its length.

@@ -125,7 +125,7 @@ struct SampleDataset::Impl {
     std::int64_t rows = 0;
   };
   std::array<SplitData, 2> splits;
-  H5PropList independent_xfer;
+  H5PropList read_xfer;
   SampleKind kind = SampleKind::Image;
   std::vector<std::int64_t> sample_shape;
   std::int64_t sample_elems = 0;
@@ -151,7 +151,7 @@ struct SampleDataset::Impl {
 
 void SampleDataset::Impl::open() {
   file = open_for_read(path);
-  independent_xfer = independent_transfer();
+  read_xfer = read_transfer();
 }
 
 void SampleDataset::Impl::check_metadata() {
@@ -256,7 +256,7 @@ void SampleDataset::Impl::read_classes() {
   const H5T_class_t cls = H5Tget_class(ft);
   if (cls != H5T_STRING) bad_input(path, "dataset '/classes' must hold strings, holds " + class_name(cls));
   check_storage(ds, name, H5Tget_size(ft), path);
-  class_names = read_strings(ds, ft, name, static_cast<std::size_t>(n), independent_xfer,
+  class_names = read_strings(ds, ft, name, static_cast<std::size_t>(n), read_xfer,
                              {static_cast<std::size_t>(kMaxClassNameBytes), kMaxClassesTotalBytes,
                               static_cast<std::size_t>(kMaxClassNameBytes)},
                              path);
@@ -266,16 +266,7 @@ SampleDataset::SampleDataset(const std::string& path, MPI_Comm comm, double io_t
     : m_impl(std::make_unique<Impl>()) {
   h5::quiet_errors();
   m_impl->path = path;
-  int mpi_ready = 0, rank = 0;
-  MPI_Initialized(&mpi_ready);
-  SHARDTRAIN_CHECK(mpi_ready, "SampleDataset needs MPI to be initialised");
-  MPI_Comm_rank(comm, &rank);
-  // Every rank opens and checks the file on its own (HDF5's POSIX driver, no
-  // MPI) in one read phase under the deadline: the same InputError on every
-  // rank for a bad file, the failing rank's CheckpointIoError for failing
-  // storage, exit 1 naming the rank for storage that stops answering.
-  IoDeadline deadline(io_timeout_s, rank, "data set I/O");
-  read_phase(comm, &deadline, "open", path, false, [&] {
+  open_on_every_rank(path, comm, io_timeout_s, "SampleDataset", [&] {
     m_impl->open();
     m_impl->check_metadata();
     m_impl->open_split(SampleSplit::Train);
@@ -362,7 +353,7 @@ void SampleDataset::read(SampleSplit split, std::span<const std::int64_t> indice
         1, n * std::max<std::int64_t>(1, row_shape.empty() ? 1 : elems)));
     H5Dataspace mem_space(SHARDTRAIN_H5_CHECK(H5Screate_simple(1, &mem_dim, nullptr)));
     if (runs.empty()) SHARDTRAIN_H5_CHECK(H5Sselect_none(mem_space));
-    SHARDTRAIN_H5_CHECK(H5Dread(ds, mem_type, mem_space, file_space, im.independent_xfer, buf));
+    SHARDTRAIN_H5_CHECK(H5Dread(ds, mem_type, mem_space, file_space, im.read_xfer, buf));
   };
   auto position = [&](std::int64_t r) {
     return static_cast<std::size_t>(std::lower_bound(rows.begin(), rows.end(), r) - rows.begin());
@@ -450,7 +441,7 @@ void SampleDataset::Impl::hold_split(SampleSplit split, MemoryTracker& tracker, 
   if (rows == 0) return;
   // The whole dataset into the buffer, converted to the memory type (as read() does).
   auto read_all = [&](hid_t ds, hid_t mem_type, void* buf) {
-    SHARDTRAIN_H5_CHECK(H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, independent_xfer, buf));
+    SHARDTRAIN_H5_CHECK(H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, read_xfer, buf));
   };
   read_all(s.labels, H5T_NATIVE_INT32, h.labels.data());
   for (std::size_t r = 0; r < rows; ++r)

@@ -58,7 +58,7 @@ struct TokenDataset::Impl {
   H5File file;  // declared first: closed after the datasets below
   std::array<H5Dataset, 2> tokens;
   std::array<std::int64_t, 2> n_tokens{};
-  H5PropList independent_xfer;
+  H5PropList read_xfer;
   std::int64_t vocab_size = 0;
   TextTokenizer tokenizer = TextTokenizer::Char;
   std::string source;
@@ -73,7 +73,7 @@ struct TokenDataset::Impl {
 
 void TokenDataset::Impl::open() {
   file = open_for_read(path);
-  independent_xfer = independent_transfer();
+  read_xfer = read_transfer();
 }
 
 void TokenDataset::Impl::check_metadata() {
@@ -131,7 +131,7 @@ void TokenDataset::Impl::read_vocab() {
   const std::string problem = storage_problem(dcpl, H5Tget_size(ft), kMaxChunkBytes);
   if (!problem.empty()) bad_input(path, "dataset '/vocab' " + problem);
   if (stringless) return;
-  vocab = read_strings(ds, ft, name, static_cast<std::size_t>(n), independent_xfer,
+  vocab = read_strings(ds, ft, name, static_cast<std::size_t>(n), read_xfer,
                        {kMaxVocabEntryBytes, kMaxVocabTotalBytes, SIZE_MAX}, path);
 }
 
@@ -139,16 +139,7 @@ TokenDataset::TokenDataset(const std::string& path, MPI_Comm comm, double io_tim
     : m_impl(std::make_unique<Impl>()) {
   h5::quiet_errors();
   m_impl->path = path;
-  int mpi_ready = 0, rank = 0;
-  MPI_Initialized(&mpi_ready);
-  SHARDTRAIN_CHECK(mpi_ready, "TokenDataset needs MPI to be initialised");
-  MPI_Comm_rank(comm, &rank);
-  // Every rank opens and checks the file on its own (HDF5's POSIX driver, no
-  // MPI) in one read phase under the deadline: the same InputError on every
-  // rank for a bad file, the failing rank's CheckpointIoError for failing
-  // storage, exit 1 naming the rank for storage that stops answering.
-  IoDeadline deadline(io_timeout_s, rank, "data set I/O");
-  read_phase(comm, &deadline, "open", path, false, [&] {
+  open_on_every_rank(path, comm, io_timeout_s, "TokenDataset", [&] {
     m_impl->open();
     m_impl->check_metadata();
     m_impl->open_tokens(Split::Train);
@@ -229,7 +220,7 @@ void TokenDataset::read_windows(Split split, std::span<const std::int64_t> start
     }
   }
   static_assert(sizeof(TokenIndex) == 4, "memory type below is int32");
-  SHARDTRAIN_H5_CHECK(H5Dread(ds, H5T_NATIVE_INT32, mem_space, file_space, im.independent_xfer, buf.data()));
+  SHARDTRAIN_H5_CHECK(H5Dread(ds, H5T_NATIVE_INT32, mem_space, file_space, im.read_xfer, buf.data()));
 
   for (std::size_t k = 0; k < lo.size(); ++k) {
     for (std::int64_t j = 0; j < hi[k] - lo[k]; ++j) {
