@@ -1,15 +1,22 @@
 // Stop signals and the wall-time guard (see lifecycle.hpp).
 #include "session/lifecycle.hpp"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace shardtrain {
 
 namespace {
+
+constexpr int kStopSignals[] = {SIGUSR1, SIGTERM, SIGINT};
 
 std::atomic<int> g_stop_signal{0};  // the only process-wide state: a signal handler has nowhere else to write
 static_assert(std::atomic<int>::is_always_lock_free, "the stop flag must be async-signal-safe");
@@ -24,12 +31,42 @@ extern "C" void on_stop_signal(int signal) {
 
 }  // namespace
 
+// Why the stop signals are blocked in every thread but one (lifecycle.hpp):
+// a handler runs on the stack of the thread the kernel picks, and that thread
+// is usually the one computing. oneDNN 2.x's jit f32 GEMM kernels
+// (jit_avx_gemm_f32 on AVX2, jit_avx512_common_gemm_f32 on AVX-512: the
+// matmul's "gemm:jit") point rsp at a heap workspace when K is large (above
+// 252 on AVX2), so the signal frame the kernel writes below rsp (about 3 KB
+// with the AVX state) lands on the heap chunks before that workspace: glibc
+// then aborts with "corrupted size vs. prev_size" (oneDNN issue 4845, fixed
+// upstream in 2026 by PR 4855; Debian 12 ships 2.6.3). With the signals
+// blocked, no frame is ever written on a computing thread: the watcher thread
+// takes them with sigwait.
 void install_stop_signal_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // blocking calls in progress (MPI, I/O) go on; the flag is read at the step boundary
-  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaction(s, &sa, nullptr);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    sigset_t stop;
+    sigemptyset(&stop);
+    for (int s : kStopSignals) sigaddset(&stop, s);
+    // The handler as well: a thread that unblocks these signals (a library's
+    // own) then raises the flag rather than letting SIGUSR1 end the process.
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // blocking calls in progress (MPI, I/O) go on; the flag is read at the step boundary
+    for (int s : kStopSignals) sigaction(s, &sa, nullptr);
+    // Blocked in this thread, and so in every thread it starts from now on
+    // (MPI's, PMIx's, OpenMP's, OpenBLAS's, the trainer's): a signal that
+    // arrives before the watcher waits stays pending, it is not lost.
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    std::thread([stop] {
+      pthread_setname_np(pthread_self(), "stop-signals");
+      for (;;) {
+        int s = 0;
+        if (sigwait(&stop, &s) == 0) on_stop_signal(s);
+      }
+    }).detach();  // lives until the process ends; it touches only g_stop_signal
+  });
 }
 
 int pending_stop_signal() { return g_stop_signal.load(); }

@@ -4,10 +4,14 @@
 // wall-time guard (train.time_limit, SLURM_JOB_END_TIME). The trainer asks at
 // every step boundary, agrees across ranks, checkpoints and exits with
 // kExitRequeue so that the job script requeues the job (share/doc/slurm.md).
-// Invariants: the signal handler only stores to a lock-free atomic (async-
-// signal-safe); the first signal received is the one reported; handlers are
-// installed before MPI_Init, so a signal at any moment after the process
-// started is caught rather than killing it.
+// Invariants: the stop signals are blocked in the thread that installs them
+// (main, before MPI_Init and before any other thread exists) and so in every
+// thread started after it; one watcher thread takes them with sigwait, so no
+// signal frame is ever pushed on a thread that computes (a oneDNN GEMM kernel
+// may have its stack pointer on the heap: lifecycle.cpp); the handler, kept for
+// a thread that unblocks them, only stores to a lock-free atomic (async-
+// signal-safe); the first signal received is the one reported; a signal at any
+// moment after the process started is caught rather than killing it.
 #pragma once
 
 #include <chrono>
@@ -17,7 +21,10 @@
 
 namespace shardtrain {
 
-// Installs the handlers of SIGUSR1, SIGTERM and SIGINT (idempotent).
+// Takes SIGUSR1, SIGTERM and SIGINT over for the process (idempotent): blocks
+// them in the calling thread, which must be the first (main's first line),
+// starts the watcher thread and installs the handler. Threads the caller
+// starts afterwards inherit the blocked mask.
 void install_stop_signal_handlers();
 // The first stop signal received (0: none).
 int pending_stop_signal();
