@@ -4,7 +4,9 @@
 // Exit codes (session/lifecycle.hpp): 0 done, 2 bad input (command line, config,
 // data), 1 any other failure, 75 stopped early by a signal or the wall-time
 // guard after a complete checkpoint (requeue the job to continue).
-// Stop signals (SIGUSR1, SIGTERM, SIGINT) are caught from the first line of main.
+// Stop signals (SIGUSR1, SIGTERM, SIGINT) are caught from the first line of main,
+// before any thread exists: they are blocked there, so in every thread started
+// later, and one watcher thread takes them (session/lifecycle.hpp).
 // An error every rank sees is printed once, by the lowest failing rank; an error
 // during training may be rank-local, so it is printed with its rank and the job
 // is aborted, never left hanging in a collective.
@@ -266,7 +268,9 @@ int run_main(int argc, char** argv, std::vector<char*>& kokkos_args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  install_stop_signal_handlers();  // before anything else: a stop signal must never kill the process
+  // Before anything else: a stop signal must never kill the process, and it must be
+  // blocked before MPI, OpenMP or oneDNN start a thread (their threads inherit the mask).
+  install_stop_signal_handlers();
   // glibc serves allocations of 128 KiB and more with mmap, but after such a
   // block is freed it raises that threshold to the block's size (dynamic mmap
   // threshold): after the checkpoint I/O probe frees MPI-IO's 16 MiB

@@ -48,8 +48,10 @@ void install_stop_signal_handlers() {
     sigset_t stop;
     sigemptyset(&stop);
     for (int s : kStopSignals) sigaddset(&stop, s);
-    // The handler as well: a thread that unblocks these signals (a library's
-    // own) then raises the flag rather than letting SIGUSR1 end the process.
+    // The handler as well, for the threads that do not block these signals:
+    // those a library started before main (OpenBLAS's pool, from its
+    // constructor; idle, and never running oneDNN) and any that unblocks them.
+    // There the flag is raised rather than SIGUSR1 ending the process.
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);

@@ -9,7 +9,8 @@
 // thread started after it; one watcher thread takes them with sigwait, so no
 // signal frame is ever pushed on a thread that computes (a oneDNN GEMM kernel
 // may have its stack pointer on the heap: lifecycle.cpp); the handler, kept for
-// a thread that unblocks them, only stores to a lock-free atomic (async-
+// the threads that do not block them (a library's pool started before main,
+// such as OpenBLAS's idle workers), only stores to a lock-free atomic (async-
 // signal-safe); the first signal received is the one reported; a signal at any
 // moment after the process started is caught rather than killing it.
 #pragma once

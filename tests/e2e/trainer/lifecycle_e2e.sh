@@ -7,6 +7,15 @@
 #                       verify) of the step it stopped at; the resumed job trains exactly
 #                       the remaining steps (check_resumed) and finishes with bitwise
 #                       the losses and weight CRCs of an uninterrupted run
+#   storm NP ROUNDS     a storm of SIGUSR1 (thousands a second) to every rank from a
+#                       random moment after step 20 until a rank exits, on the
+#                       slurm test's model (8 layers, d_model = 64: the MLP's K = 256
+#                       runs oneDNN's jit f32 GEMM with its stack pointer on the heap
+#                       on AVX2, session/lifecycle.cpp) with a batch of 64, so that
+#                       the step the storm lands in is long: every run ends with exit code 75 and a
+#                       complete checkpoint, no rank aborts (a signal handled on the
+#                       computing thread wrote its frame over the heap: "corrupted
+#                       size vs. prev_size", the slurm_preempt_requeue crash)
 #   wall-time NP        train.time_limit = 6 s on a run that needs minutes: the guard lets it
 #                       train, then stops it in time with a complete checkpoint and exit 75
 #   rank-failure NP     SIGKILL of one rank mid-training ends the whole mpirun within 60 s
@@ -127,6 +136,39 @@ case "${1:-}" in
       echo "round $i: stopped at step $step with exit 75, resumed, bitwise the uninterrupted curve"
     done
     ;;
+  storm)
+    np=$2; rounds=$3
+    mkdir -p "$WORK"
+    wide=(--set model.d_model=64 --set model.n_layer=8 --set model.seq_len=64 --set train.steps=3000
+          --set train.batch_size=64 --set train.log_every=10 --set train.eval_every=10 --set checkpoint.every_steps=0)
+    for ((i = 1; i <= rounds; ++i)); do
+      name="storm_round$i"
+      rm -rf "${WORK:?}/$name"
+      start_trainer "$np" "$name" "${wide[@]}"
+      wait_for_line "$name" '^step +20/'  # past two evaluations
+      sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", r / 32767 }')"
+      mapfile -t pids < <(rank_pids "$name")
+      [[ ${#pids[@]} -eq $np ]] || die "round $i: found ${#pids[@]} rank processes, expected $np"
+      # Until every rank has exited (at most 60 s): the step, the stop agreement,
+      # the checkpoint and the way out all run under the storm.
+      sent=0 storm_end=$((SECONDS + 60))
+      while kill -0 "${pids[@]}" 2>/dev/null && [[ $SECONDS -lt $storm_end ]]; do
+        for _ in $(seq 50); do kill -USR1 "${pids[@]}" 2>/dev/null || break; done
+        sent=$((sent + 50))
+      done
+      wait_job 120
+      echo "round $i: about $sent SIGUSR1 to each of ${pids[*]}; exit code $rc"
+      ! grep -Eq 'corrupted|malloc|free\(\)|Aborted|Segmentation|received signal' "$WORK/$name.log" ||
+        { cat "$WORK/$name.log"; die "round $i: a rank crashed under the signal storm"; }
+      [[ $rc -eq 75 ]] || { cat "$WORK/$name.log"; die "round $i: exit code $rc, expected 75"; }
+      step=$(sed -n 's/^stopping after step \([0-9]*\) of .*SIGUSR1 received by rank .*/\1/p' "$WORK/$name.log")
+      [[ -n "$step" ]] || { cat "$WORK/$name.log"; die "round $i: no 'stopping after step N of 3000: SIGUSR1 received' line"; }
+      file=$(printf '%s/%s/checkpoints/step_%08d.h5' "$WORK" "$name" "$step")
+      "$CKPT_TOOL" verify "$file" > /dev/null || die "round $i: the checkpoint of step $step does not verify"
+      no_leftovers "$name"
+      echo "round $i: stopped at step $step with exit 75 and a complete checkpoint under the storm"
+    done
+    ;;
   wall-time)
     np=$2; name="walltime_np$np"; rm -rf "${WORK:?}/$name"
     t0=$(date +%s.%N)
@@ -197,5 +239,5 @@ case "${1:-}" in
     echo "the watchdog ended the job $elapsed s after its start; no process left"
     ;;
   *)
-    die "usage: lifecycle_e2e.sh signals|wall-time|rank-failure|stall ..." ;;
+    die "usage: lifecycle_e2e.sh signals|storm|wall-time|rank-failure|stall ..." ;;
 esac
