@@ -1,5 +1,5 @@
 // The labelled-text importers and their pieces (see labelled_text.hpp).
-// Length (~520 lines): the pieces here (the CSV reader, document reading with e-mail
+// Length (~550 lines): the pieces here (the CSV reader, document reading with e-mail
 // header stripping, the hashed train/val split, the option and class checks) are private
 // to the two importers (textdir, csv) at the bottom, which share all of them.
 #include "io/labelled_text.hpp"
@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <system_error>
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "io/sample_dataset_writer.hpp"
+#include "io/wordpiece.hpp"
 
 namespace shardtrain {
 
@@ -294,6 +296,22 @@ void check_options(const LabelledTextOptions& o) {
     throw InputError("--seq-len must be in [2, 1048576], got " + std::to_string(o.seq_len));
   if (o.buckets < 1 || o.buckets > (1 << 24))
     throw InputError("--buckets must be in [1, 16777216], got " + std::to_string(o.buckets));
+  const bool wordpiece = o.tokenizer == ClassifierTokenizer::Wordpiece;
+  if (wordpiece && o.vocab_path.empty())
+    throw InputError("--tokenizer wordpiece needs --vocab FILE, BERT's vocab.txt (share/data/fetch-bert-vocab.sh "
+                     "DIR fetches bert-base-uncased's)");
+  if (!wordpiece && !o.vocab_path.empty()) throw InputError("--vocab is only for --tokenizer wordpiece");
+  if (!wordpiece && o.cased) throw InputError("--cased is only for --tokenizer wordpiece");
+  if (wordpiece && o.lowercase)
+    throw InputError("--lowercase is for the byte and word-hash tokenizers; wordpiece lower-cases (and strips "
+                     "accents) unless --cased");
+}
+
+// The WordPiece tokenizer of a wordpiece import (its vocab.txt read and checked
+// before any document), or none.
+std::unique_ptr<WordPiece> make_wordpiece(const LabelledTextOptions& o) {
+  if (o.tokenizer != ClassifierTokenizer::Wordpiece) return nullptr;
+  return std::make_unique<WordPiece>(read_wordpiece_vocab(o.vocab_path), !o.cased);
 }
 
 std::string split_rule(const LabelledTextOptions& o, const char* key) {
@@ -318,17 +336,33 @@ void check_classes(const std::string& input, const std::vector<std::string>& nam
   }
 }
 
-SampleDatasetSpec make_spec(const LabelledTextOptions& o, std::vector<std::string> class_names,
+SampleDatasetSpec make_spec(const LabelledTextOptions& o, const WordPiece* wp, std::vector<std::string> class_names,
                             std::string source, const char* key) {
   SampleDatasetSpec spec;
   spec.kind = SampleKind::Tokens;
   spec.sample_shape = {o.seq_len};
   spec.class_names = std::move(class_names);
-  const bool words = o.tokenizer == ClassifierTokenizer::WordHash;
   spec.tokenizer = std::string(name_of(o.tokenizer));
-  spec.vocab_size = words ? o.buckets + 2 : kClassifierVocabSize;
-  spec.pad_id = words ? o.buckets : kClassifierPadId;
-  spec.cls_id = words ? o.buckets + 1 : kClassifierClsId;
+  switch (o.tokenizer) {
+    case ClassifierTokenizer::Byte:
+      spec.vocab_size = kClassifierVocabSize;
+      spec.pad_id = kClassifierPadId;
+      spec.cls_id = kClassifierClsId;
+      break;
+    case ClassifierTokenizer::WordHash:
+      spec.vocab_size = o.buckets + 2;
+      spec.pad_id = o.buckets;
+      spec.cls_id = o.buckets + 1;
+      break;
+    case ClassifierTokenizer::Wordpiece:
+      spec.vocab_size = static_cast<std::int64_t>(wp->vocab().size());
+      spec.pad_id = wp->pad_id();
+      spec.cls_id = wp->cls_id();
+      spec.vocab_file = fs::path(o.vocab_path).filename().string();
+      spec.vocab_sha256 = wp->vocab_sha256();
+      spec.lowercase = wp->lowercase();
+      break;
+  }
   spec.source = std::move(source);
   spec.split_rule = split_rule(o, key);
   return spec;
@@ -344,16 +378,21 @@ std::string read_document(const fs::path& p) {
 }
 
 // Encodes one processed document and appends it; counts truncation.
-void append_document(SampleDatasetWriter& writer, std::vector<TokenIndex>& ids, std::string_view raw,
-                     const LabelledTextOptions& o, bool val, std::int32_t label, LabelledTextSummary& s) {
+void append_document(SampleDatasetWriter& writer, const WordPiece* wp, std::vector<TokenIndex>& ids,
+                     std::string_view raw, const LabelledTextOptions& o, bool val, std::int32_t label,
+                     LabelledTextSummary& s) {
   std::string stripped;
   std::string_view text = raw;
   if (o.strip_headers) {
     stripped = strip_email_headers(raw);
     text = stripped;
   }
-  std::int64_t length = 0, total = static_cast<std::int64_t>(text.size());
+  std::int64_t length = 0, total = static_cast<std::int64_t>(text.size()), room = o.seq_len - 1;
   switch (o.tokenizer) {
+    case ClassifierTokenizer::Wordpiece:
+      length = wp->encode_sample(text, ids, &total);
+      room = o.seq_len - 2;
+      break;
     case ClassifierTokenizer::WordHash:
       length = encode_classifier_words(text, o.lowercase, o.buckets, ids, &total);
       break;
@@ -361,7 +400,7 @@ void append_document(SampleDatasetWriter& writer, std::vector<TokenIndex>& ids, 
       length = encode_classifier_bytes(text, o.lowercase, ids);
       break;
   }
-  if (total > o.seq_len - 1) ++s.truncated;
+  if (total > room) ++s.truncated;
   writer.append_tokens(val ? SampleSplit::Val : SampleSplit::Train, ids, length, label);
 }
 
@@ -370,6 +409,7 @@ void append_document(SampleDatasetWriter& writer, std::vector<TokenIndex>& ids, 
 LabelledTextSummary import_text_dir(const std::string& dir, const std::string& output,
                                     const TextDirOptions& options) {
   check_options(options);
+  const std::unique_ptr<WordPiece> wp = make_wordpiece(options);
   const std::vector<TextDocumentPath> docs = list_text_documents(dir);
 
   // Folders and the class of each.
@@ -429,11 +469,11 @@ LabelledTextSummary import_text_dir(const std::string& dir, const std::string& o
     for (const auto& [f, c] : options.folder_to_class) source += sep + f + "=" + c, sep = ", ";
     source += ")";
   }
-  SampleDatasetWriter writer(output, make_spec(options, s.class_names, source, "relative path"));
+  SampleDatasetWriter writer(output, make_spec(options, wp.get(), s.class_names, source, "relative path"));
   std::vector<TokenIndex> ids(static_cast<std::size_t>(options.seq_len));
   for (std::size_t i = 0; i < docs.size(); ++i) {
     const std::string raw = read_document(fs::path(dir) / docs[i].relative);
-    append_document(writer, ids, raw, options, val[i], label[i], s);
+    append_document(writer, wp.get(), ids, raw, options, val[i], label[i], s);
   }
   writer.commit();
   return s;
@@ -481,6 +521,7 @@ void for_each_csv_record(const std::string& file, const CsvOptions& o, F&& f) {
 
 LabelledTextSummary import_csv(const std::string& file, const std::string& output, const CsvOptions& options) {
   check_options(options);
+  const std::unique_ptr<WordPiece> wp = make_wordpiece(options);
   if (options.label_column < 0 || options.text_column < 0 || options.label_column == options.text_column)
     throw InputError("--label-column and --text-column must be different columns >= 0, got " +
                      std::to_string(options.label_column) + " and " + std::to_string(options.text_column));
@@ -504,12 +545,12 @@ LabelledTextSummary import_csv(const std::string& file, const std::string& outpu
   check_splits(file, s, options);
 
   // Pass 2: the samples, one record at a time.
-  SampleDatasetWriter writer(output, make_spec(options, s.class_names, fs::path(file).filename().string(), "text"));
+  SampleDatasetWriter writer(output, make_spec(options, wp.get(), s.class_names, fs::path(file).filename().string(), "text"));
   std::vector<TokenIndex> ids(static_cast<std::size_t>(options.seq_len));
   for_each_csv_record(file, options, [&](const std::string& where, const std::string& label, const std::string& text) {
     const auto it = class_id.find(label);
     if (it == class_id.end()) throw InputError(where + ": label '" + label + "' was not there on the first read (file changed?)");
-    append_document(writer, ids, text, options, in_val_split(options.seed, text, options.val_fraction), it->second, s);
+    append_document(writer, wp.get(), ids, text, options, in_val_split(options.seed, text, options.val_fraction), it->second, s);
   });
   writer.commit();
   return s;

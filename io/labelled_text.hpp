@@ -14,7 +14,11 @@
 //    bytes, 256 [PAD], 257 [CLS]; vocab_size 258. Tokenizer "word-hash" (--buckets
 //    B): words (runs of ASCII letters and digits) and every other non-blank byte
 //    are tokens, each hashed (FNV-1a) into ids 0..B-1; B [PAD], B+1 [CLS];
-//    vocab_size B+2 (share/doc/dataset-format.md says why).
+//    vocab_size B+2 (share/doc/dataset-format.md says why). Tokenizer
+//    "wordpiece" (--vocab FILE, BERT's vocab.txt; io/wordpiece.hpp): sample =
+//    [CLS] + the first seq_len-2 WordPiece ids + [SEP], padded with [PAD], ids
+//    of the vocabulary; length counts [CLS] and [SEP]; uncased rules unless
+//    `cased`. The data set records the vocabulary's file name and SHA-256.
 //  - Class ids are the class names sorted (byte order): the same label set always
 //    gives the same ids.
 //  - The split of a document depends only on (seed, its key): textdir's key is the
@@ -40,9 +44,10 @@ namespace shardtrain {
 // ---- byte-level classification tokenizer -----------------------------------
 
 // A labelled-text data set's tokenizer (trainer-data's --tokenizer; the data
-// set's 'tokenizer' attribute): bytes or hashed words (the invariants above).
-enum class ClassifierTokenizer : unsigned char { Byte, WordHash };
-inline constexpr std::string_view k_classifier_tokenizer_names[] = {"byte", "word-hash"};
+// set's 'tokenizer' attribute): bytes, hashed words or BERT's WordPiece (the
+// invariants above).
+enum class ClassifierTokenizer : unsigned char { Byte, WordHash, Wordpiece };
+inline constexpr std::string_view k_classifier_tokenizer_names[] = {"byte", "word-hash", "wordpiece"};
 constexpr std::span<const std::string_view> enum_names(ClassifierTokenizer) { return k_classifier_tokenizer_names; }
 inline constexpr TokenIndex kClassifierPadId = 256;
 inline constexpr TokenIndex kClassifierClsId = 257;
@@ -120,13 +125,15 @@ struct LabelledTextOptions {
   bool lowercase = false;
   ClassifierTokenizer tokenizer = ClassifierTokenizer::Byte;
   std::int64_t buckets = 32768;    // word-hash: hash buckets B (ids 0..B-1)
+  std::string vocab_path;          // wordpiece: BERT's vocab.txt
+  bool cased = false;              // wordpiece: a cased model's rules (no lower-casing, accents kept)
 };
 
 struct LabelledTextSummary {
   std::vector<std::string> class_names;      // id -> name
   std::vector<std::int64_t> train_per_class;  // id -> documents
   std::vector<std::int64_t> val_per_class;
-  std::int64_t truncated = 0;                 // documents longer than seq_len-1 tokens
+  std::int64_t truncated = 0;                 // documents longer than seq_len-1 tokens (wordpiece: seq_len-2)
   std::int64_t train() const;
   std::int64_t val() const;
 };

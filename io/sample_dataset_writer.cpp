@@ -158,6 +158,11 @@ void SampleDatasetWriter::Impl::create() {
     write_int_attr(file, "vocab_size", spec.vocab_size);
     write_int_attr(file, "pad_id", spec.pad_id);
     write_int_attr(file, "cls_id", spec.cls_id);
+    if (!spec.vocab_sha256.empty()) {
+      write_string_attr(file, "vocab_file", spec.vocab_file);
+      write_string_attr(file, "vocab_sha256", spec.vocab_sha256);
+      write_int_attr(file, "lowercase", spec.lowercase ? 1 : 0);
+    }
   }
   write_string_attr(file, "source", spec.source);
   write_string_attr(file, "split_rule", spec.split_rule);

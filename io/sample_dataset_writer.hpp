@@ -49,6 +49,11 @@ struct SampleDatasetSpec {
   std::int64_t vocab_size = 0;           // ids in [0, vocab_size), pad_id included
   std::int64_t pad_id = -1;              // the padding token (in range), -1 for images
   std::int64_t cls_id = -1;              // the [CLS] token the importer puts first, or -1
+  // Tokens made by a vocabulary file (wordpiece): written as the attributes
+  // vocab_file, vocab_sha256 and lowercase when vocab_sha256 is set (informational).
+  std::string vocab_file;                // its file name
+  std::string vocab_sha256;              // its SHA-256, hex
+  bool lowercase = false;                // uncased rules (lower-casing, accents stripped)
   // Informational (root attributes):
   std::string source;                    // what was imported
   std::string split_rule;                // e.g. "MNIST's own train/test files" or "seeded 80/20: seed 1234"

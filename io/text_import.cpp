@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/gpt2_bpe.hpp"
 #include "io/token_dataset_writer.hpp"
+#include "io/wordpiece.hpp"
 
 namespace shardtrain {
 
@@ -124,6 +125,82 @@ TextImportSummary import_gpt2(const std::string& input, const std::string& outpu
   return {n, static_cast<std::int64_t>(spec.vocab.size()), counts.train, counts.val, encode_seconds};
 }
 
+// Where the next wordpiece block may end: just after the last '\n' at or after
+// `lo`, else just after the last ' ' (no word of BERT's rules holds either, and
+// NFC composes nothing across them); npos if there is neither.
+std::size_t wordpiece_block_end(const std::string& pending, std::size_t lo) {
+  for (const char sep : {'\n', ' '}) {
+    const std::size_t k = pending.rfind(sep);
+    if (k != std::string::npos && k + 1 > lo) return k + 1;
+  }
+  return std::string::npos;
+}
+
+TextImportSummary import_wordpiece(const std::string& input, const std::string& output,
+                                   const TextImportOptions& options) {
+  if (options.vocab_path.empty())
+    throw InputError("--tokenizer wordpiece needs --vocab FILE, BERT's vocab.txt (share/data/fetch-bert-vocab.sh DIR "
+                     "fetches bert-base-uncased's)");
+  if (options.block_bytes < 1) throw InputError("--block-size must be at least 1 byte");
+  check_input_file(input);
+  const WordPiece wp(read_wordpiece_vocab(options.vocab_path), options.lowercase);
+  std::ifstream f(input, std::ios::binary);
+  if (!f) throw InputError(input + ": cannot open for reading: " + std::strerror(errno));
+  const std::uint64_t total = std::filesystem::file_size(input);
+
+  std::vector<TokenIndex> ids;
+  std::string pending;     // bytes read and not yet encoded
+  std::uint64_t base = 0;  // file offset of pending[0]
+  bool eof = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  bool printed = false;
+  double encode_seconds = 0;
+  for (;;) {
+    std::size_t end = std::string::npos;
+    while (!eof && end == std::string::npos) {
+      const std::size_t had = pending.size();
+      pending.resize(had + options.block_bytes);
+      f.read(pending.data() + had, static_cast<std::streamsize>(options.block_bytes));
+      if (f.bad()) throw InputError(input + ": read error: " + std::strerror(errno));
+      pending.resize(had + static_cast<std::size_t>(f.gcount()));
+      eof = f.eof();
+      end = wordpiece_block_end(pending, had);
+    }
+    if (end == std::string::npos) end = pending.size();
+    if (end == 0) break;
+    const auto e0 = std::chrono::steady_clock::now();
+    const std::string_view block = std::string_view(pending).substr(0, end);
+    validate_utf8(block, input, base, true);
+    wp.encode(block, ids);
+    const auto now = std::chrono::steady_clock::now();
+    encode_seconds += std::chrono::duration<double>(now - e0).count();
+    pending.erase(0, end);
+    base += end;
+    if (now - last >= std::chrono::seconds(1) || (printed && pending.empty() && eof)) {
+      progress(input, base, total, ids.size(), std::chrono::duration<double>(now - t0).count());
+      last = now;
+      printed = true;
+    }
+  }
+  if (printed && isatty(2)) std::fputc('\n', stderr);
+  if (base == 0) throw InputError(input + ": empty file, nothing to import");
+  const auto n = static_cast<std::int64_t>(ids.size());
+  if (n < 2)
+    throw InputError(input + ": only " + std::to_string(n) + " token; need at least 2 (one for train, one for val)");
+
+  TokenDatasetSpec spec;
+  spec.tokenizer = TextTokenizer::Wordpiece;
+  spec.vocab = wp.vocab();
+  spec.source = std::filesystem::path(input).filename().string();
+  spec.val_fraction = options.val_fraction;
+  spec.vocab_file = std::filesystem::path(options.vocab_path).filename().string();
+  spec.vocab_sha256 = wp.vocab_sha256();
+  spec.lowercase = wp.lowercase();
+  const TokenSplitCounts counts = write_token_dataset(output, spec, ids);
+  return {n, static_cast<std::int64_t>(spec.vocab.size()), counts.train, counts.val, encode_seconds};
+}
+
 }  // namespace
 
 TextImportSummary import_text(const std::string& input, const std::string& output,
@@ -135,6 +212,7 @@ TextImportSummary import_text(const std::string& input, const std::string& outpu
     throw InputError(std::string("--val-fraction must be in (0, 1), got ") + buf);
   }
   if (options.tokenizer == TextTokenizer::Gpt2) return import_gpt2(input, output, options);
+  if (options.tokenizer == TextTokenizer::Wordpiece) return import_wordpiece(input, output, options);
   const std::string bytes = read_all(input);
   if (bytes.empty()) throw InputError(input + ": empty file, nothing to import");
 

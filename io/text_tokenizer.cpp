@@ -8,13 +8,14 @@
 
 #include "core/error.hpp"
 #include "io/gpt2_bpe.hpp"
+#include "io/wordpiece.hpp"
 
 namespace shardtrain {
 
 TextTokenizer text_tokenizer_named(std::string_view name) {
   const std::optional<TextTokenizer> t = enum_named<TextTokenizer>(name);
   if (!t || *t == TextTokenizer::Pretokenized)
-    throw InputError("unknown tokenizer '" + std::string(name) + "' (expected char, byte or gpt2)");
+    throw InputError("unknown tokenizer '" + std::string(name) + "' (expected char, byte, gpt2 or wordpiece)");
   return *t;
 }
 
@@ -102,7 +103,8 @@ std::string decode_tokens(TextTokenizer tokenizer, const std::vector<std::string
                           const std::vector<TokenIndex>& ids) {
   if (tokenizer == TextTokenizer::Pretokenized)
     throw InputError("cannot decode tokens of tokenizer '" + std::string(name_of(tokenizer)) +
-                     "' (only char, byte and gpt2 data sets carry their tokenizer)");
+                     "' (only char, byte, gpt2 and wordpiece data sets carry their tokenizer)");
+  if (tokenizer == TextTokenizer::Wordpiece) return wordpiece_text(vocab, ids);
   std::string text;
   for (const TokenIndex id : ids) {
     if (id < 0 || static_cast<std::size_t>(id) >= vocab.size())
@@ -117,6 +119,7 @@ std::string decode_tokens(TextTokenizer tokenizer, const std::vector<std::string
         break;
       case TextTokenizer::Char:
       case TextTokenizer::Pretokenized:  // refused above
+      case TextTokenizer::Wordpiece:     // wordpiece_text above
         text += vocab[static_cast<std::size_t>(id)];
         break;
     }
@@ -126,7 +129,7 @@ std::string decode_tokens(TextTokenizer tokenizer, const std::vector<std::string
 
 TokenizedText tokenize_text(std::string_view bytes, TextTokenizer tokenizer, const std::string& name) {
   SHARDTRAIN_CHECK(tokenizer == TextTokenizer::Char || tokenizer == TextTokenizer::Byte,
-                   "tokenize_text is for char and byte (gpt2 text goes through Gpt2Bpe)");
+                   "tokenize_text is for char and byte (gpt2 and wordpiece text go through Gpt2Bpe and WordPiece)");
   TokenizedText out;
   if (tokenizer == TextTokenizer::Byte) {
     out.vocab.reserve(256);

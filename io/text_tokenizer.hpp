@@ -13,6 +13,10 @@
 //  - Gpt2: GPT-2's byte-level BPE (io/gpt2_bpe.hpp, which needs GPT-2's files;
 //    io/text_import.cpp streams a file through it). vocab[i] is GPT-2's token
 //    string; decoding maps its characters back to bytes (gpt2_token_bytes).
+//  - Wordpiece: BERT's WordPiece (io/wordpiece.hpp, which needs a vocab.txt;
+//    io/text_import.cpp streams a file through it). vocab[i] is line i of the
+//    vocab.txt; decoding (wordpiece_text) is lossy: the words are lower-cased
+//    (uncased vocabularies), without accents, separated by single spaces.
 #pragma once
 
 #include "core/named_enum.hpp"
@@ -30,15 +34,15 @@ namespace shardtrain {
 
 // A token data set's tokenizer, as its 'tokenizer' attribute, trainer-ckpt's
 // exports and the printed text name it (name_of, enum_named:
-// core/named_enum.hpp): the three above, or Pretokenized (token ids imported as
+// core/named_enum.hpp): the four above, or Pretokenized (token ids imported as
 // they are, io/token_import.hpp: no vocabulary to encode or decode text with).
-enum class TextTokenizer : unsigned char { Char, Byte, Gpt2, Pretokenized };
-inline constexpr std::string_view k_text_tokenizer_names[] = {"char", "byte", "gpt2", "pretokenized"};
+enum class TextTokenizer : unsigned char { Char, Byte, Gpt2, Pretokenized, Wordpiece };
+inline constexpr std::string_view k_text_tokenizer_names[] = {"char", "byte", "gpt2", "pretokenized", "wordpiece"};
 constexpr std::span<const std::string_view> enum_names(TextTokenizer) { return k_text_tokenizer_names; }
-static_assert(std::size(k_text_tokenizer_names) == 1 + static_cast<std::size_t>(TextTokenizer::Pretokenized));
+static_assert(std::size(k_text_tokenizer_names) == 1 + static_cast<std::size_t>(TextTokenizer::Wordpiece));
 
-// The tokenizer trainer-data's --tokenizer names: char, byte or gpt2 (a
-// pretokenized data set is imported from token ids, not text); InputError otherwise.
+// The tokenizer trainer-data's --tokenizer names: char, byte, gpt2 or wordpiece
+// (a pretokenized data set is imported from token ids, not text); InputError otherwise.
 TextTokenizer text_tokenizer_named(std::string_view name);
 
 struct TokenizedText {
@@ -46,7 +50,7 @@ struct TokenizedText {
   std::vector<TokenIndex> tokens;  // the whole stream, in text order
 };
 
-// Tokenizes `bytes` (Char or Byte; Gpt2 goes through Gpt2Bpe); `name` (the
+// Tokenizes `bytes` (Char or Byte; Gpt2 and Wordpiece go through their own classes); `name` (the
 // input file) prefixes every error message.
 TokenizedText tokenize_text(std::string_view bytes, TextTokenizer tokenizer, const std::string& name);
 
@@ -55,8 +59,9 @@ TokenizedText tokenize_text(std::string_view bytes, TextTokenizer tokenizer, con
 // counted from `base_offset` (where `bytes` starts in the file).
 void validate_utf8(std::string_view bytes, const std::string& name, std::uint64_t base_offset, bool allow_nul);
 
-// The text of token ids `ids` of a data set made by `tokenizer` (char, byte or
-// gpt2) with vocabulary `vocab`: the concatenated bytes. InputError for a
+// The text of token ids `ids` of a data set made by `tokenizer` (char, byte,
+// gpt2 or wordpiece) with vocabulary `vocab`: the concatenated bytes (wordpiece:
+// wordpiece_text's lossy text, each word after a space). InputError for a
 // pretokenized data set (its tokenizer is not known here) or an id outside the
 // vocabulary.
 std::string decode_tokens(TextTokenizer tokenizer, const std::vector<std::string>& vocab,

@@ -82,7 +82,7 @@ void TokenDataset::Impl::check_metadata() {
   const auto tok = read_string_attr(file, "tokenizer", path);
   if (!tok) bad_input(path, "missing attribute 'tokenizer'");
   const std::optional<TextTokenizer> named = enum_named<TextTokenizer>(*tok);
-  if (!named) bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char', 'byte', 'gpt2' or 'pretokenized')");
+  if (!named) bad_input(path, "unknown tokenizer '" + *tok + "' (expected 'char', 'byte', 'gpt2', 'pretokenized' or 'wordpiece')");
   tokenizer = *named;
 
   vocab_size = require_int(file, "vocab_size", path, 1, kMaxVocabSize);

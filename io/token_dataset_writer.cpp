@@ -100,6 +100,12 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const TokenDatas
     write_scalar_attr(im.file, "vocab_size", H5T_NATIVE_INT64, &im.vocab_size);
     write_string_attr(im.file, "source", spec.source);
     write_scalar_attr(im.file, "val_fraction", H5T_NATIVE_DOUBLE, &spec.val_fraction);
+    if (!spec.vocab_sha256.empty()) {
+      write_string_attr(im.file, "vocab_file", spec.vocab_file);
+      write_string_attr(im.file, "vocab_sha256", spec.vocab_sha256);
+      const std::int64_t lowercase = spec.lowercase ? 1 : 0;
+      write_scalar_attr(im.file, "lowercase", H5T_NATIVE_INT64, &lowercase);
+    }
 
     const hid_t token_type = im.vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_I32LE;
     im.train = create_tokens(im.file, "/train", n_train, token_type);

@@ -29,6 +29,11 @@ struct TokenDatasetSpec {
   std::int64_t vocab_size = 0;
   std::string source;               // name of the imported input
   double val_fraction = 0.1;        // in (0, 1); recorded as an attribute
+  // The vocabulary file of a wordpiece set: written as the attributes vocab_file,
+  // vocab_sha256 and lowercase when vocab_sha256 is set (informational).
+  std::string vocab_file;           // its file name
+  std::string vocab_sha256;         // its SHA-256, hex
+  bool lowercase = false;           // uncased rules (lower-casing, accents stripped)
 };
 
 struct TokenSplitCounts {

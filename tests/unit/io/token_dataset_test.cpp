@@ -419,8 +419,8 @@ TEST(TokenDatasetHostile, FormatAttribute) {
   r.version = 2;
   expect_open_error(build("version2.h5", r), "unsupported format_version 2");
   r = {};
-  r.tokenizer = "wordpiece";
-  expect_open_error(build("tokenizer.h5", r), "unknown tokenizer 'wordpiece'");
+  r.tokenizer = "sentencepiece";
+  expect_open_error(build("tokenizer.h5", r), "unknown tokenizer 'sentencepiece'");
   r = {};
   r.tokenizer = "byte";
   expect_open_error(build("byte_vocab.h5", r), "tokenizer 'byte' needs vocab_size 256");
