@@ -3,7 +3,10 @@
 // micro-batch -> gradient reduction -> clip -> AdamW -- with evaluation,
 // progress lines and metrics rows, agreeing at each step boundary whether to
 // save or stop (session/stop_agreement.hpp), and asking the test hooks at
-// their three points of a step. Resume and save are
+// their points of a step. The numeric guard's detection is here, on what the
+// step has on the host anyway (the loss, the gradient norm) and on the replica
+// CRCs (rundir/weights_crc.hpp); what a fault does is session/numeric_guard's
+// decision, the rollback session/checkpoint_session's. Resume and save are
 // session/checkpoint_session's, the banner and the end summary
 // rundir/banner's, the end-of-job reports rundir/run_reports', device bring-up
 // parallel/device_context's.

@@ -20,6 +20,8 @@
 #                       spike faults, a checkpoint every step (the first fault comes
 #                       early), guard.max_rollbacks = 2: two rollbacks, then exit
 #                       code 1 with one message saying what to change
+#   min-scale NP        fp16 overflowing at precision.min_scale in every step with
+#                       guard.min_scale_steps = 2: exit code 1 at step 2, naming the fault
 #   spike-skip NP       a loss multiplied by 1000 at step 12 with guard.loss_spike =
 #                       "skip": step 12 is skipped (its weights CRC is step 11's) and
 #                       marked loss_spike/skip
@@ -114,6 +116,14 @@ case "${1:-}" in
       die "expected two rollbacks before the end"
     grep -Eq '^error: step [0-9]+: .*the fault came back after 2 rollback\(s\) \(guard.max_rollbacks = 2\): ending the run; the model diverges: lower optim.lr \(now 30\)' \
       "$WORK/$name.err" || die "the error does not say the rollbacks are used up and what to change"
+    ;;
+  min-scale)
+    np=$2; shift 2; name="guard_min_scale_np$np"
+    # Every step overflows at the minimum scale (1e30): the second in a row is the fault.
+    run_failing "$np" "$name" "${base[@]}" --set precision.mode=fp16 --set precision.init_scale=1e30 \
+      --set precision.min_scale=1e30 --set guard.min_scale_steps=2 "$@"
+    grep -Eq '^error: step 2: 2 overflowing steps in a row at the minimum loss scale 1e\+30 \(guard.min_scale_steps = 2\); .*guard.non_finite = "abort": ending the run' \
+      "$WORK/$name.err" || die "the error does not name the minimum-scale fault at step 2"
     ;;
   spike-skip)
     np=$2; shift 2; name="guard_spike_skip_np$np"
