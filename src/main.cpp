@@ -17,7 +17,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -187,6 +189,23 @@ int run_main(int argc, char** argv, std::vector<char*>& kokkos_args) {
                  "fp32 weight its optimizer owns by one ulp; at ZeRO stage 0 its replica then differs from "
                  "the other ranks', which the weights CRC of the step's metrics row reports (exit code 1)")
       ->type_name("STEP[:RANK]");
+  std::string inject_nan;
+  app.add_option("--inject-nan", inject_nan,
+                 "Test hook: as --inject-overflow, with a NaN: at optimizer step STEP rank RANK (default 0) "
+                 "plants a NaN in its gradient before the reduction; in bf16 and fp32 the numeric guard "
+                 "(guard.non_finite) acts on it, in fp16 the loss scaler skips the step first")
+      ->type_name("STEP[:RANK]");
+  std::string multiply_loss;
+  app.add_option("--multiply-loss", multiply_loss,
+                 "Test hook: in optimizer step STEP rank RANK (default 0) multiplies its loss and its backward "
+                 "seed by FACTOR (default 1000): the loss spike a bad batch gives (guard.loss_spike)")
+      ->type_name("STEP[:RANK][xFACTOR]");
+  std::string flip_bit;
+  app.add_option("--flip-bit", flip_bit,
+                 "Test hook: after optimizer step STEP rank RANK (default 0) flips the highest mantissa bit "
+                 "of one element of its replica of the parameters (stage 0: fp32 weight 0; stages 1-2: a "
+                 "parameter outside its own shard), as silent data corruption would (guard.replica)")
+      ->type_name("STEP[:RANK]");
   app.set_version_flag("--version", std::string("shardtrain ") + kVersion + " (" + host_kokkos_describe() + ")");
   try {
     app.parse(argc, argv);
@@ -209,6 +228,26 @@ int run_main(int argc, char** argv, std::vector<char*>& kokkos_args) {
   if (!perturb.empty() && !parse_step_rank("--perturb-weights", perturb, hooks.perturb_step, hooks.perturb_rank))
     return kExitBadInput;
 
+  if (!inject_nan.empty() && !parse_step_rank("--inject-nan", inject_nan, hooks.nan_step, hooks.nan_rank))
+    return kExitBadInput;
+  if (!flip_bit.empty() && !parse_step_rank("--flip-bit", flip_bit, hooks.flip_step, hooks.flip_rank))
+    return kExitBadInput;
+  if (!multiply_loss.empty()) {
+    const std::size_t x = multiply_loss.find('x');
+    const std::string at = multiply_loss.substr(0, x);
+    char* tail = nullptr;
+    if (x != std::string::npos) {
+      const std::string f = multiply_loss.substr(x + 1);
+      hooks.loss_factor = std::strtod(f.c_str(), &tail);
+    }
+    if (!parse_step_rank("--multiply-loss", at, hooks.loss_factor_step, hooks.loss_factor_rank))
+      return kExitBadInput;
+    if ((tail && *tail != '\0') || !std::isfinite(hooks.loss_factor) || hooks.loss_factor <= 0) {
+      if (root) std::fprintf(stderr, "error: --multiply-loss %s: expected STEP[:RANK][xFACTOR] with FACTOR > 0\n",
+                             multiply_loss.c_str());
+      return kExitBadInput;
+    }
+  }
   hooks.profile = profile;
   hooks.stop_after_step = stop_after_step;
   hooks.pause_checkpoint_step = pause_checkpoint;

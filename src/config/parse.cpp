@@ -199,6 +199,19 @@ void check_across_keys(Resolver& r, const RunConfig& c) {
                            name_of(rc.policy)));
     }
   }
+  const auto& g = c.guard;
+  const bool checkpoints = c.checkpoint.every_steps > 0 || c.checkpoint.every_minutes > 0;
+  auto needs_checkpoints = [&](std::string_view key, bool rollback) {
+    const std::string name = fmt::format("guard.{}", key);
+    if (rollback && !checkpoints && !r.failed(name) && !r.failed("checkpoint.every_steps") &&
+        !r.failed("checkpoint.every_minutes"))
+      r.report(r.origin(name), name,
+               "\"rollback\" reloads the last checkpoint, but checkpoints are off: set checkpoint.every_steps "
+               "(or checkpoint.every_minutes)");
+  };
+  needs_checkpoints("non_finite", g.non_finite == NonFinitePolicy::Rollback);
+  needs_checkpoints("loss_spike", g.loss_spike == LossSpikePolicy::Rollback);
+  needs_checkpoints("replica", g.replica == ReplicaPolicy::Rollback);
 }
 
 // Each row's further check (a file that must exist, ...) of the value given.

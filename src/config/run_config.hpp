@@ -129,6 +129,23 @@ struct CheckpointConfig {
   double io_timeout_s = 600.0;    // deadline of each checkpoint I/O phase on each rank (io/io_deadline.hpp)
 };
 
+// Numerical faults (session/numeric_guard.hpp, share/doc/training.md#numerical-faults):
+// what is detected and what each fault does. The defaults are today's: a
+// non-finite step ends the run (fp16: when its loss scaler gives up), no
+// loss-spike check, the stage-0 replicas compared at each metrics row.
+struct GuardConfig {
+  NonFinitePolicy non_finite = NonFinitePolicy::Abort;
+  LossSpikePolicy loss_spike = LossSpikePolicy::Off;
+  double spike_factor = 3.0;                    // a spike: loss > spike_factor * the window's mean
+  std::int64_t spike_window = 50;               // accepted steps the running mean is over
+  std::int64_t spike_warmup = 100;              // no spike check at steps <= this
+  ReplicaPolicy replica = ReplicaPolicy::Abort;
+  std::int64_t replica_every = 0;               // compare replicas (stages 0-2) every N steps; 0: metrics rows, stage 0
+  std::int64_t max_rollbacks = 3;               // rollbacks in one job before a fault aborts
+  std::int64_t max_skips = 10;                  // guard skips in a row before a fault aborts
+  std::int64_t min_scale_steps = 0;             // fp16: overflows in a row at precision.min_scale that are a fault; 0: off
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -138,6 +155,7 @@ struct RunConfig {
   PrecisionConfig precision;
   RecomputeConfig recompute;
   CheckpointConfig checkpoint;
+  GuardConfig guard;
   std::string source_name;  // the input file as given on the command line
   std::string source_text;  // its text, as broadcast by rank 0
 };

@@ -387,6 +387,50 @@ constexpr KeySpec k_schema[] = {
             "step 0; refused when checkpointing is on and `dir` already holds checkpoints (two runs would "
             "mix: pick another `dir`). A path: that checkpoint file, or the newest complete one in that "
             "directory; any problem with it is an error."},
+
+    // [guard]
+    {SHARDTRAIN_CONFIG_KEY(guard, non_finite), .choices = k_non_finite_policy_names,
+     .doc = "A step whose loss or gradient norm is inf or NaN (bf16, fp32; fp16: when its loss scaler gives "
+            "up, see `min_scale_steps` and `precision.max_consecutive_skips`). `\"skip\"`: the step's update "
+            "is dropped and training goes on (at most `max_skips` in a row). `\"rollback\"`: every rank "
+            "reloads the last checkpoint, the data cursor moves past the samples from that checkpoint to the "
+            "faulty step, and training goes on from the checkpoint's step (at most `max_rollbacks` per job; "
+            "needs checkpoints). `\"abort\"`: exit code 1 with one message naming the step, the tensor and "
+            "the ranks whose own gradient or loss was not finite. Any fault beyond its bound ends the run as "
+            "`\"abort\"` does."},
+    {SHARDTRAIN_CONFIG_KEY(guard, loss_spike), .choices = k_loss_spike_policy_names,
+     .doc = "A step whose loss exceeds `spike_factor` times the mean loss of the last `spike_window` steps "
+            "that updated the model, after step `spike_warmup`: `\"off\"` (no check), or a policy as for "
+            "`non_finite`. The loss is on the host at every step already, so the check costs a comparison."},
+    {SHARDTRAIN_CONFIG_KEY(guard, spike_factor), .numbers = {1, true},
+     .doc = "See `loss_spike`."},
+    {SHARDTRAIN_CONFIG_KEY(guard, spike_window), .ints = {1, 100000},
+     .doc = "See `loss_spike`. The window starts empty at the start of a job (no spike is reported until it is "
+            "full) and keeps its losses over a rollback (a faulty step's loss never enters it)."},
+    {SHARDTRAIN_CONFIG_KEY(guard, spike_warmup), .ints = {0},
+     .doc = "See `loss_spike`: steps (counted from the start of training) with no spike check, for the early "
+            "steps whose loss falls fast."},
+    {SHARDTRAIN_CONFIG_KEY(guard, replica), .choices = k_replica_policy_names,
+     .doc = "The ranks' replicas of the parameters differ (silent data corruption: a flipped bit). At ZeRO "
+            "stage 0 every rank holds the whole fp32 weights, at stages 1-2 the whole 16-bit (or fp32) "
+            "parameters; their CRCs are compared at the steps `replica_every` names (and at stage 0 at every "
+            "metrics row, as the weights CRC of metrics.csv is computed there), and the ranks that differ from "
+            "the majority are named. `\"rollback\"` or `\"abort\"` as for `non_finite` (nothing to skip)."},
+    {SHARDTRAIN_CONFIG_KEY(guard, replica_every), .ints = {0},
+     .doc = "Compare the replicas (stages 0-2) after every `replica_every`-th step and before every "
+            "checkpoint, so that a checkpoint holds state the replicas agreed on. `0`: only stage 0's "
+            "comparison at each metrics row. Stage 3 holds no replica: the key does nothing there."},
+    {SHARDTRAIN_CONFIG_KEY(guard, max_rollbacks), .ints = {0},
+     .doc = "Rollbacks one job may do; the next fault whose policy is `\"rollback\"` ends the run (exit code "
+            "1) with a message saying what to change, so a run that diverges for good ends instead of "
+            "looping."},
+    {SHARDTRAIN_CONFIG_KEY(guard, max_skips), .ints = {1},
+     .doc = "Steps in a row the guard may skip (`\"skip\"`); the next fault in a row ends the run (exit "
+            "code 1)."},
+    {SHARDTRAIN_CONFIG_KEY(guard, min_scale_steps), .ints = {0},
+     .doc = "fp16: this many overflowing steps in a row at `precision.min_scale` are a non-finite fault, "
+            "handled by `non_finite` (`\"skip\"`: the loss scaler goes on skipping). `0`: only "
+            "`precision.max_consecutive_skips` ends the run, as before."},
 };
 
 #pragma GCC diagnostic pop

@@ -53,7 +53,8 @@ using AnyConfigField =
                  ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
                  ConfigField<ModelType>, ConfigField<PrecisionMode>, ConfigField<AttentionImpl>,
                  ConfigField<Pooling>, ConfigField<DataInMemory>, ConfigField<TrainDevice>,
-                 ConfigField<OptimizerType>, ConfigField<LrSchedule>, ConfigField<RecomputePolicy>>;
+                 ConfigField<OptimizerType>, ConfigField<LrSchedule>, ConfigField<RecomputePolicy>,
+                 ConfigField<NonFinitePolicy>, ConfigField<LossSpikePolicy>, ConfigField<ReplicaPolicy>>;
 
 // AnyConfigField's alternatives from this index on are the enums.
 inline constexpr std::size_t k_first_enum_field = 7;

@@ -72,4 +72,24 @@ inline constexpr std::string_view k_recompute_policy_names[] = {"none", "full", 
 constexpr std::span<const std::string_view> enum_names(RecomputePolicy) { return k_recompute_policy_names; }
 static_assert(std::size(k_recompute_policy_names) == 1 + static_cast<std::size_t>(RecomputePolicy::Budget), "a name per value");
 
+// guard.non_finite, guard.loss_spike, guard.replica: what a run does about a
+// numerical fault (session/numeric_guard.hpp): nothing (the spike check only),
+// drop the step's update (not for replicas: there is no update to drop), reload
+// the last checkpoint and skip the data window, or end the run.
+enum class NonFinitePolicy : unsigned char { Skip, Rollback, Abort };
+inline constexpr std::string_view k_non_finite_policy_names[] = {"skip", "rollback", "abort"};
+constexpr std::span<const std::string_view> enum_names(NonFinitePolicy) { return k_non_finite_policy_names; }
+static_assert(std::size(k_non_finite_policy_names) == 1 + static_cast<std::size_t>(NonFinitePolicy::Abort),
+              "a name per value");
+enum class LossSpikePolicy : unsigned char { Off, Skip, Rollback, Abort };
+inline constexpr std::string_view k_loss_spike_policy_names[] = {"off", "skip", "rollback", "abort"};
+constexpr std::span<const std::string_view> enum_names(LossSpikePolicy) { return k_loss_spike_policy_names; }
+static_assert(std::size(k_loss_spike_policy_names) == 1 + static_cast<std::size_t>(LossSpikePolicy::Abort),
+              "a name per value");
+enum class ReplicaPolicy : unsigned char { Abort, Rollback };
+inline constexpr std::string_view k_replica_policy_names[] = {"abort", "rollback"};
+constexpr std::span<const std::string_view> enum_names(ReplicaPolicy) { return k_replica_policy_names; }
+static_assert(std::size(k_replica_policy_names) == 1 + static_cast<std::size_t>(ReplicaPolicy::Rollback),
+              "a name per value");
+
 }  // namespace shardtrain

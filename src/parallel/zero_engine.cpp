@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "backend/host_staging.hpp"
 #include "core/error.hpp"
 
 namespace shardtrain {
@@ -213,10 +214,8 @@ void ZeroEngine<P>::grads_ready(int g) {
   const Span& sp = m_spans[s];
   if (++b->ready < sp.last - sp.first + 1) return;  // the bucket waits for its other groups
   b->order = ++m_clock;
-  if (m_plant_overflow) {
-    m_ops.set_inf(b->data.data());
-    m_plant_overflow = false;
-  }
+  if (m_plant_overflow) plant(b->data.data());
+  if (m_check_local) scan_local(b->data.data(), sp.lo, span_size(s));
   {
     Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradReduce);
     m_backend.collectives_after_compute();  // the backward kernels that wrote the bucket
@@ -227,7 +226,29 @@ void ZeroEngine<P>::grads_ready(int g) {
 }
 
 template <class P>
+void ZeroEngine<P>::plant(P* x) {
+  if (m_plant_nan) {
+    const P nan(std::numeric_limits<float>::quiet_NaN());
+    std::vector<unsigned char> stage;
+    P* host = to_host(m_backend, x, 1, stage);
+    *host = nan;
+    from_host(m_backend, x, host, 1);
+  } else {
+    m_ops.set_inf(x);
+  }
+  m_plant_overflow = false;
+  m_plant_nan = false;
+}
+
+template <class P>
+void ZeroEngine<P>::scan_local(const P* x, std::int64_t lo, std::int64_t n) {
+  const std::int64_t k = m_ops.first_non_finite(x, n);
+  if (k >= 0 && (m_local_first < 0 || lo + k < m_local_first)) m_local_first = lo + k;
+}
+
+template <class P>
 void ZeroEngine<P>::begin_step() {
+  m_local_first = -1;
   Profiler::Scope timed(m_backend.profiler(), ProfileOp::GradZero);
   const std::span<P> grads = m_state.grads();
   if (m_stage < 2) {
@@ -246,10 +267,9 @@ void ZeroEngine<P>::begin_step() {
 
 template <class P>
 double ZeroEngine<P>::finish_gradients() {
-  if (m_stage < 2 && m_plant_overflow) {
-    m_ops.set_inf(m_state.grads().data());
-    m_plant_overflow = false;
-  }
+  if (m_stage < 2 && m_plant_overflow) plant(m_state.grads().data());
+  if (m_stage < 2 && m_check_local)
+    scan_local(m_state.grads().data(), 0, static_cast<std::int64_t>(m_state.grads().size()));
   Profiler* const prof = m_backend.profiler();
   switch (m_stage) {
     case 0: {

@@ -99,6 +99,18 @@ class ZeroEngine final : public ParamProvider<P> {
   // step's reduction (stages 0-1) carries +inf in its first element, so an
   // overflow reaches the reduction exactly as a real one would.
   void plant_overflow() { m_plant_overflow = true; }
+  // Test hook: as plant_overflow, with a NaN instead of +inf.
+  void plant_nan() {
+    m_plant_overflow = true;
+    m_plant_nan = true;
+  }
+  // The numeric guard's diagnosis of a non-finite step (session/numeric_guard.hpp):
+  // while on, every gradient reduction first scans this rank's own contribution
+  // (a pass over it: only for the replay of a faulty step, never in a normal
+  // one). local_non_finite(): the flat index of the first inf/NaN this rank
+  // contributed since begin_step, or -1.
+  void check_local_contributions(bool on) { m_check_local = on; }
+  std::int64_t local_non_finite() const { return m_local_first; }
   // After the optimizer updated ModelState::optimizer_view(): stages 1-2
   // all-gather the parameters (in place); stage 3 drops the gathered buckets,
   // which are stale now (none may be acquired).
@@ -158,6 +170,13 @@ class ZeroEngine final : public ParamProvider<P> {
   std::vector<char> m_shard_written;
   bool m_shard_zeroed = false;  // the shard's gradients were zeroed once (stages 2-3)
   bool m_plant_overflow = false;
+  bool m_plant_nan = false;      // the planted value is a NaN (plant_nan), else +inf
+  bool m_check_local = false;    // check_local_contributions
+  std::int64_t m_local_first = -1;
+  // The planted +inf or NaN at backend pointer x (the test hooks).
+  void plant(P* x);
+  // check_local_contributions: the first inf/NaN of n gradients starting at flat index lo.
+  void scan_local(const P* x, std::int64_t lo, std::int64_t n);
 };
 
 extern template class ZeroEngine<float>;

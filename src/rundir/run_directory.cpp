@@ -37,7 +37,7 @@ RunDirectory::RunDirectory(const RunConfig& config, std::int64_t resume_step) : 
   const fs::path metrics = metrics_path();
   static constexpr const char* kHeader =
       "step,loss,val_loss,lr,grad_norm,tokens_per_s,elapsed_s,comm_bytes,loss_scale,skipped,weights_crc,"
-      "samples_per_s,val_accuracy,step_ms,step_end_unix\n";
+      "samples_per_s,val_accuracy,step_ms,step_end_unix,fault,skipped_samples\n";
   std::string earlier;  // a resumed run's rows up to its checkpoint, from the previous metrics.csv
   if (fs::exists(metrics)) {
     int n = 1;
@@ -75,9 +75,9 @@ void RunDirectory::append(const MetricsRow& r) {
   const std::string val = r.val_loss ? fmt::format("{:.17g}", *r.val_loss) : std::string();
   const std::string acc = r.val_accuracy ? fmt::format("{:.17g}", *r.val_accuracy) : std::string();
   const std::string tok = r.tokens_per_s > 0 ? fmt::format("{:.1f}", r.tokens_per_s) : std::string();
-  fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{},{:.6f},{},{:.9g},{},{:08x},{:.1f},{},{:.3f},{:.6f}\n", r.step, r.loss, val,
+  fmt::print(m_metrics, "{},{:.17g},{},{:.9g},{:.9g},{},{:.6f},{},{:.9g},{},{:08x},{:.1f},{},{:.3f},{:.6f},{},{}\n", r.step, r.loss, val,
              r.lr, r.grad_norm, tok, r.elapsed_s, r.comm_bytes, r.loss_scale, r.skipped ? 1 : 0, r.weights_crc,
-             r.samples_per_s, acc, r.step_ms, r.step_end_unix);
+             r.samples_per_s, acc, r.step_ms, r.step_end_unix, r.fault, r.skipped_samples);
   std::fflush(m_metrics);
 }
 

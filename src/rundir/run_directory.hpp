@@ -37,6 +37,10 @@ struct MetricsRow {
                                       // backward, collectives, norm, update (no evaluation, CRC or logging)
   double step_end_unix = 0.0;         // rank 0's wall clock (CLOCK_REALTIME, s since 1970) when the step
                                       // ended: lines the step up with outside observers (monitors, probes)
+  std::string fault;                  // a numerical fault at this step (session/numeric_guard.hpp):
+                                      // "<fault>/<action>", e.g. "non_finite/rollback"; empty: none
+  std::string skipped_samples;        // a rollback: the global sample indices its data window skipped,
+                                      // "LO-HI" for [LO, HI); empty otherwise
 };
 
 class RunDirectory {

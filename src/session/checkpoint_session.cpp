@@ -124,6 +124,49 @@ void CheckpointSession<P>::load(CheckpointReader& reader) {
 }
 
 template <class P>
+void CheckpointSession<P>::adopt(const CheckpointMeta& meta) {
+  m_last_good_step = meta.step;
+  m_samples = meta.samples_seen;
+  m_updates = meta.optimizer_updates;
+  if (m_scaler.enabled() && enum_named<PrecisionMode>(meta.precision) == PrecisionMode::Fp16) {
+    // Clamped to this run's precision.* keys, which may have changed.
+    const auto& c = m_scaler.config();
+    LossScalerState st{std::clamp(meta.loss_scale, c.min_scale, 3.4028234663852886e38),
+                       std::min<std::int64_t>(meta.scaler_good_steps, c.growth_interval - 1),
+                       static_cast<int>(std::min<std::int64_t>(meta.scaler_hysteresis_left, c.hysteresis)),
+                       meta.scaler_consecutive_skips};
+    m_scaler.load_state(st);
+  }
+}
+
+template <class P>
+typename CheckpointSession<P>::Rollback CheckpointSession<P>::rollback(std::int64_t fault_step) {
+  finish_checkpoints();  // a write in flight may be the newest good checkpoint
+  if (m_last_good_step < 0)
+    throw AgreedError(fmt::format(
+        "step {}: the numeric guard would roll back, but this run has no checkpoint yet (checkpoint.every_steps "
+        "= {}); write checkpoints more often, or let the fault skip the step (\"skip\")",
+        fault_step, m_cfg.checkpoint.every_steps));
+  Rollback r;
+  r.path = (std::filesystem::path(m_ckpt.dir()) / checkpoint_file_name(m_last_good_step)).string();
+  r.skip_hi = m_samples;  // the cursor after the faulty step's batch
+  try {
+    CheckpointReader reader(r.path, m_comm.comm(), m_ckpt.io_deadline());
+    check_compatible(reader);
+    load(reader);
+    adopt(reader.meta());
+    r.step = reader.meta().step;
+    r.skip_lo = reader.meta().samples_seen;
+  } catch (const InputError& e) {  // the same on every rank: the file's bytes are everyone's
+    throw AgreedError(fmt::format("step {}: the numeric guard's rollback cannot read the last checkpoint: {}",
+                                  fault_step, e.what()));
+  }
+  m_samples = r.skip_hi;  // past the window that led to the fault
+  m_ckpt.resumed_from(r.path);  // collective: the next checkpoint's parent is this file
+  return r;
+}
+
+template <class P>
 void CheckpointSession<P>::resume() {
   const std::vector<std::string> candidates = m_ckpt.resume_candidates();
   std::vector<std::string> damaged;
@@ -136,18 +179,7 @@ void CheckpointSession<P>::resume() {
       const CheckpointMeta& meta = reader.meta();
       m_ckpt.resumed_from(path);  // collective: the next checkpoint's parent is this file
       m_start_step = meta.step;
-      m_last_good_step = meta.step;
-      m_samples = meta.samples_seen;
-      m_updates = meta.optimizer_updates;
-      if (m_scaler.enabled() && enum_named<PrecisionMode>(meta.precision) == PrecisionMode::Fp16) {
-        // Clamped to this run's precision.* keys, which may have changed.
-        const auto& c = m_scaler.config();
-        LossScalerState st{std::clamp(meta.loss_scale, c.min_scale, 3.4028234663852886e38),
-                           std::min<std::int64_t>(meta.scaler_good_steps, c.growth_interval - 1),
-                           static_cast<int>(std::min<std::int64_t>(meta.scaler_hysteresis_left, c.hysteresis)),
-                           meta.scaler_consecutive_skips};
-        m_scaler.load_state(st);
-      }
+      adopt(meta);
       if (m_comm.rank() == 0) {
         auto ranks = [](std::int64_t n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); };
         m_resume_note = fmt::format("resumed from {}: step {}, {} samples ({} tokens) seen; written by {} "

@@ -79,6 +79,19 @@ class CheckpointSession {
   // Waits for a background write in flight and completes it. Collective; a
   // no-op without one (the same on every rank).
   void finish_checkpoints();
+  // The numeric guard's rollback (session/numeric_guard.hpp): every rank
+  // reloads the newest checkpoint this run committed or resumed from, through
+  // the resume's reader (every CRC checked before anything is spread), and
+  // takes its counters, except the data cursor, which stays where the faulty
+  // step left it: the samples from the checkpoint's cursor up to it are
+  // skipped. Collective; AgreedError on every rank when there is no checkpoint
+  // to go back to or it cannot be read.
+  struct Rollback {
+    std::int64_t step = 0;                    // the checkpoint's step: training continues after it
+    std::string path;
+    std::int64_t skip_lo = 0, skip_hi = 0;    // the global sample indices skipped, [skip_lo, skip_hi)
+  };
+  Rollback rollback(std::int64_t fault_step);
   // Seconds the training thread spent in checkpoints in this job: staging and
   // waiting (async), or the whole write (sync); and how many it committed.
   double checkpoint_blocked_seconds() const { return m_ckpt_blocked_s; }
@@ -87,6 +100,8 @@ class CheckpointSession {
 
  private:
   void resume();
+  // The counters and the loss scaler's state of a loaded checkpoint (resume, rollback).
+  void adopt(const CheckpointMeta& meta);
   void check_compatible(const CheckpointReader& reader) const;
   void load(CheckpointReader& reader);
   CheckpointMeta checkpoint_meta(std::int64_t done) const;

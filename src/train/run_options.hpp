@@ -3,7 +3,9 @@
 // from the input file) and, in StepHooks, the one place the step loop asks
 // them what to do at three points of a training step. The hooks only act on
 // the step and rank they name; a step without one does nothing more than the
-// comparisons.
+// comparisons. The numerical faults (--inject-overflow, --inject-nan,
+// --multiply-loss, --flip-bit) fire once per job: when a rollback trains
+// their step again, it runs clean, as a transient fault would.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,24 @@ struct RunOptions {
   // replica then differs from the other ranks' (the weights CRC check's test).
   std::int64_t perturb_step = 0;  // 0: none
   int perturb_rank = 0;
+  // The numeric guard's faults (session/numeric_guard.hpp), for tests and for
+  // users who want to see what their [guard] does:
+  // --inject-nan STEP[:RANK]: as --inject-overflow, with a NaN.
+  std::int64_t nan_step = 0;  // 0: none
+  int nan_rank = 0;
+  // --multiply-loss STEP[:RANK][xFACTOR]: in step STEP rank RANK multiplies its
+  // loss and its backward seed by FACTOR (default 1000): the loss spike a bad
+  // batch gives, in the loss and in the gradients.
+  std::int64_t loss_factor_step = 0;  // 0: none
+  int loss_factor_rank = 0;
+  double loss_factor = 1000.0;
+  // --flip-bit STEP[:RANK]: after step STEP rank RANK flips the highest
+  // mantissa bit of one element of its replica: the fp32 weight 0 at ZeRO
+  // stage 0; at stages 1-2 a parameter outside its own shard (element 0, or
+  // the first past its shard on rank 0), which the next all-gather would
+  // overwrite; at stage 3 its own fp32 weight (nothing to compare with).
+  std::int64_t flip_step = 0;  // 0: none
+  int flip_rank = 0;
 };
 
 // The hooks that act inside a training step, for this rank. `step` is the
@@ -57,21 +77,40 @@ class StepHooks {
   // Before the micro-batches: --inject-overflow arms the engine's planted
   // overflow, --signal-at-step raises the stop flag, --throw-at-step throws.
   void at_step_start(std::int64_t step);
+  // The numeric guard's replay of a faulty step: --inject-overflow and
+  // --inject-nan arm the engine's planted value again when they fired in this
+  // step (the replay must see what the step saw).
+  void rearm_gradient_faults(std::int64_t step);
+  // --multiply-loss: this rank's loss factor in `step` (1 without one, or once it fired).
+  double take_loss_factor(std::int64_t step) {
+    if (!once(m_hooks.loss_factor_step, m_hooks.loss_factor_rank, step, m_loss_factor_fired)) return 1.0;
+    return m_hooks.loss_factor;
+  }
   // Before the step's gradient reduction: --stall-in-collective sleeps.
   void before_reduction(std::int64_t step);
   // After the optimizer update: --perturb-weights moves this rank's first fp32
   // weight (of ModelState::optimizer_view()) by one ulp.
   void after_update(std::int64_t step);
+  // At the end of the step, updated or not: --flip-bit.
+  void at_step_end(std::int64_t step);
 
  private:
   bool mine(std::int64_t hook_step, int hook_rank, std::int64_t step) const {
     return hook_step == step && hook_rank == m_rank;
+  }
+  // mine(), the first time only (`fired` remembers).
+  bool once(std::int64_t hook_step, int hook_rank, std::int64_t step, bool& fired) const {
+    if (fired || !mine(hook_step, hook_rank, step)) return false;
+    fired = true;
+    return true;
   }
 
   RunOptions m_hooks;
   int m_rank;
   ZeroEngine<P>& m_zero;
   ModelState<P>& m_state;
+  bool m_overflow_fired = false, m_nan_fired = false, m_loss_factor_fired = false, m_flip_fired = false;
+  std::int64_t m_planted_step = 0;  // the step whose gradient got a planted value (0: none yet)
 };
 
 extern template class StepHooks<float>;

@@ -3,7 +3,10 @@
 // micro-batch -> gradient reduction -> clip -> AdamW -- with evaluation,
 // progress lines and metrics rows, agreeing at each step boundary whether to
 // save or stop (session/stop_agreement.hpp), and asking the test hooks at
-// their three points of a step. Resume and save are
+// their points of a step. The numeric guard's detection is here, on what the
+// step has on the host anyway (the loss, the gradient norm) and on the replica
+// CRCs (rundir/weights_crc.hpp); what a fault does is session/numeric_guard's
+// decision, the rollback session/checkpoint_session's. Resume and save are
 // session/checkpoint_session's, the banner and the end summary
 // rundir/banner's, the end-of-job reports rundir/run_reports', device bring-up
 // parallel/device_context's.
@@ -16,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +51,7 @@
 #include "session/checkpoint_session.hpp"
 #include "session/checkpointing.hpp"
 #include "session/lifecycle.hpp"
+#include "session/numeric_guard.hpp"
 #include "session/stop_agreement.hpp"
 #include "task/batch_sampler.hpp"
 #include "task/run_sample.hpp"
@@ -121,6 +126,7 @@ class Run final : public RunBase {
         m_profiler(m_backend, hooks.profile),
         m_task(make_task<P>(cfg, m_comm, m_comm.size())),
         m_scaler(scaler_config(cfg.precision)),
+        m_guard(cfg),
         m_watchdog(cfg.parallel.collective_timeout_s, m_comm.rank()) {
     m_comm.set_watchdog(&m_watchdog);
     m_plan = m_task->plan();
@@ -177,12 +183,22 @@ class Run final : public RunBase {
     double loss = 0.0;        // mean training loss over the global batch
     double grad_norm = 0.0;   // global L2 norm of the (unscaled) gradient, before clipping
     double loss_scale = 1.0;  // the scale this step's backward used
-    bool skipped = false;     // inf/NaN gradient: no update (fp16)
+    bool skipped = false;     // no update: inf/NaN gradient (fp16), or a fault the guard acts on
+    NumericFault fault = NumericFault::None;  // a fault for the numeric guard (session/numeric_guard.hpp)
+    std::string fault_what;   // the fault, the tensor, the ranks (for its message)
+    bool scaler_gave_up = false;  // fp16: precision.max_consecutive_skips reached
   };
   StepResult train_step(std::int64_t step, double lr);
   // Handles an inf/NaN gradient or loss found at `step` (0-based): the scaler's
-  // decision, one log line, and the abort or failure when training cannot go on.
-  void handle_overflow(std::int64_t step);
+  // decision and its log line (fp16), and whether that is a fault for the
+  // numeric guard (bf16 and fp32: always; fp16: when the scaler gives up).
+  void handle_overflow(std::int64_t step, StepResult& r, std::int64_t lo, std::int64_t hi, P dloss, double factor);
+  // The numeric guard's diagnosis of a non-finite step: the step is run again
+  // with every rank scanning its own contribution before each reduction; names
+  // the ranks whose own gradient or loss held an inf/NaN. Collective.
+  std::string non_finite_ranks(std::int64_t step, std::int64_t lo, std::int64_t hi, P dloss, double factor);
+  // The replicas' verdict in an AgreedError or a guard message.
+  std::string replica_text(const ReplicaCheck& v) const;
   std::string tensor_of(std::int64_t flat_index) const;
   bool is_root() const { return m_comm.rank() == 0; }
   // This rank's collectives through both communicators (communicator.hpp).
@@ -210,6 +226,7 @@ class Run final : public RunBase {
   std::unique_ptr<ZeroEngine<P>> m_zero;   // their collectives, served to the model
   std::unique_ptr<AdamW> m_optim;
   LossScaler m_scaler;
+  NumericGuard m_guard;           // what a numerical fault does ([guard])
   CollectiveWatchdog m_watchdog;
   std::unique_ptr<StepHooks<P>> m_step_hooks;  // the test hooks inside a step
   std::unique_ptr<CheckpointSession<P>> m_session;  // counters, resume, save
@@ -222,8 +239,9 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   const auto [lo, hi] = rank_slice(global_batch, m_comm.rank(), m_comm.size());
   StepResult r;
   r.loss_scale = m_scaler.scale();
-  // The backward seed carries the loss scale (1 unless fp16).
-  const P dloss(static_cast<float>(r.loss_scale / static_cast<double>(global_batch * t)));
+  // The backward seed carries the loss scale (1 unless fp16), and --multiply-loss's factor.
+  const double factor = m_step_hooks->take_loss_factor(step + 1);
+  const P dloss(static_cast<float>(r.loss_scale * factor / static_cast<double>(global_batch * t)));
   m_step_hooks->at_step_start(step + 1);
 
   m_zero->begin_step();
@@ -232,6 +250,7 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   // micro-batch); a rank whose slice is used up runs empty ones.
   for (std::int64_t m = 0; m < micro_batches(global_batch, m_comm.size(), m_task->max_batch()); ++m)
     loss_sum += m_task->train_micro_batch(m_session->samples(), lo, hi, m, dloss);
+  if (factor != 1.0) loss_sum *= factor;
 
   // The summed gradient of the whole global batch: all-reduced (stage 0) or
   // reduce-scattered into each rank's shard (stages 1-3). Its squared norm is
@@ -243,11 +262,22 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   r.loss = loss_sum / static_cast<double>(global_batch * t);
   r.grad_norm = std::sqrt(norm2) / r.loss_scale;
   if (!std::isfinite(norm2) || !std::isfinite(r.loss)) {
-    handle_overflow(step);
     r.skipped = true;
+    handle_overflow(step, r, lo, hi, dloss, factor);
+    return r;
+  }
+  // The loss is on the host already (every rank holds the same): the spike
+  // check is a comparison, and no rank can decide otherwise than the others.
+  if (m_guard.is_spike(step + 1, r.loss)) {
+    r.skipped = true;
+    r.fault = NumericFault::LossSpike;
+    r.fault_what = fmt::format("loss spike: loss {:.6g} > guard.spike_factor {} x {:.6g} (the mean loss of the "
+                               "last {} updated steps)",
+                               r.loss, m_cfg.guard.spike_factor, m_guard.window_mean(), m_cfg.guard.spike_window);
     return r;
   }
   const auto decision = m_scaler.update(false);
+  m_guard.clean_step();
   if (decision.scale_changed && is_root()) fmt::print("{}\n", m_scaler.describe(decision, step + 1));
   float clip = 1.0f;
   if (m_cfg.optim.grad_clip > 0 && r.grad_norm > m_cfg.optim.grad_clip)
@@ -259,6 +289,7 @@ typename Run<P>::StepResult Run<P>::train_step(std::int64_t step, double lr) {
   }
   m_zero->params_updated();
   m_step_hooks->after_update(step + 1);
+  m_guard.accepted(r.loss);
   return r;
 }
 
@@ -270,17 +301,18 @@ std::string Run<P>::tensor_of(std::int64_t i) const {
 }
 
 template <class P>
-void Run<P>::handle_overflow(std::int64_t step) {
+void Run<P>::handle_overflow(std::int64_t step, StepResult& r, std::int64_t lo, std::int64_t hi, P dloss,
+                             double factor) {
   const std::int64_t first = m_zero->first_non_finite_gradient();  // collective
   const std::string where =
       first >= 0 ? fmt::format("first non-finite gradient in {}", tensor_of(first))
                  : std::string("the loss is not finite, the gradients are");
-  if (!m_scaler.enabled())
-    throw AgreedError(fmt::format(
-        "step {}: {} ({}); {} has no loss scaling to recover with: lower optim.lr, or use "
-        "precision.mode = \"fp16\" only with its loss scaler",
-        step + 1, first >= 0 ? "gradient overflow (inf/NaN)" : "loss overflow (inf/NaN)", where,
-        name_of(m_cfg.precision.mode)));
+  if (!m_scaler.enabled()) {
+    r.fault = NumericFault::NonFinite;
+    r.fault_what = fmt::format("{} ({}); {}", first >= 0 ? "gradient overflow (inf/NaN)" : "loss overflow (inf/NaN)",
+                               where, non_finite_ranks(step, lo, hi, dloss, factor));
+    return;
+  }
   const auto decision = m_scaler.update(true);
   if (is_root()) {
     fmt::print("{}; {}\n", m_scaler.describe(decision, step + 1), where);
@@ -290,13 +322,63 @@ void Run<P>::handle_overflow(std::int64_t step) {
                  m_cfg.precision.min_scale);
     std::fflush(stdout);
   }
-  if (decision.abort)
-    throw AgreedError(fmt::format(
-        "step {}: {} consecutive steps skipped for inf/NaN gradients (precision."
-        "max_consecutive_skips = {}) at loss scale {}; the model diverged: lower optim.lr, "
-        "raise optim.warmup_steps, or use precision.mode = \"bf16\"",
-        step + 1, decision.consecutive_skips, m_cfg.precision.max_consecutive_skips,
-        decision.new_scale));
+  const bool at_min_fault = m_guard.min_scale_overflow(decision.at_min_scale);
+  if (decision.abort) {
+    r.fault = NumericFault::NonFinite;
+    r.scaler_gave_up = true;
+    r.fault_what = fmt::format(
+        "{} consecutive steps skipped for inf/NaN gradients (precision.max_consecutive_skips = {}) at loss scale {}",
+        decision.consecutive_skips, m_cfg.precision.max_consecutive_skips, decision.new_scale);
+  } else if (at_min_fault) {
+    r.fault = NumericFault::NonFinite;
+    r.fault_what = fmt::format("{} overflowing steps in a row at the minimum loss scale {} (guard.min_scale_steps "
+                               "= {}); {}",
+                               m_cfg.guard.min_scale_steps, m_cfg.precision.min_scale, m_cfg.guard.min_scale_steps,
+                               non_finite_ranks(step, lo, hi, dloss, factor));
+  }
+}
+
+template <class P>
+std::string Run<P>::non_finite_ranks(std::int64_t step, std::int64_t lo, std::int64_t hi, P dloss, double factor) {
+  m_zero->check_local_contributions(true);
+  m_step_hooks->rearm_gradient_faults(step + 1);  // an injected fault, as the step saw it
+  m_zero->begin_step();
+  double loss_sum = 0.0;
+  for (std::int64_t m = 0; m < micro_batches(m_cfg.train.batch_size, m_comm.size(), m_task->max_batch()); ++m)
+    loss_sum += m_task->train_micro_batch(m_session->samples(), lo, hi, m, dloss);
+  if (factor != 1.0) loss_sum *= factor;
+  (void)m_zero->finish_gradients();  // collective; the step's update is dropped whatever it says
+  m_zero->check_local_contributions(false);
+  const int n = m_comm.size();
+  // Per rank: 1 + the flat index of its first inf/NaN contribution (0: none), its loss not finite.
+  std::vector<std::int64_t> flags(2 * static_cast<std::size_t>(n), 0);
+  const std::int64_t local = m_zero->local_non_finite();
+  flags[2 * m_comm.rank()] = local >= 0 ? local + 1 : 0;
+  flags[2 * m_comm.rank() + 1] = std::isfinite(loss_sum) ? 0 : 1;
+  m_comm.all_reduce(std::span<std::int64_t>(flags), ReduceOp::Sum);
+  std::string grads, losses;
+  for (int k = 0; k < n; ++k) {
+    if (flags[2 * k] > 0)
+      grads += fmt::format("{}rank {} (in {})", grads.empty() ? "" : ", ", k, tensor_of(flags[2 * k] - 1));
+    if (flags[2 * k + 1] > 0) losses += fmt::format("{}rank {}", losses.empty() ? "" : ", ", k);
+  }
+  if (grads.empty() && losses.empty())
+    return "run again, no rank's own gradient or loss is inf/NaN (a transient fault)";
+  std::string out;
+  if (!grads.empty()) out = "the inf/NaN came from the own gradient of " + grads + " before the reduction";
+  if (!losses.empty()) out += (out.empty() ? "" : "; ") + std::string("the own loss of ") + losses + " is inf/NaN";
+  return out;
+}
+
+template <class P>
+std::string Run<P>::replica_text(const ReplicaCheck& v) const {
+  if (m_cfg.parallel.zero_stage == 0)
+    return fmt::format("the ranks' replicas of the weights differ at ZeRO stage 0 (every rank updates the whole "
+                       "vector from the same all-reduced gradient, so they must stay bitwise equal): {}",
+                       v.holders);
+  return fmt::format("the ranks' replicas of the parameters differ at ZeRO stage {} (every rank all-gathers them "
+                     "from the same shards, so they must stay bitwise equal): {}",
+                     m_cfg.parallel.zero_stage, v.holders);
 }
 
 template <class P>
@@ -343,6 +425,63 @@ TrainResult Run<P>::run() {
   double longest_step = 0.0;  // seconds, for the wall-time guard
   std::int64_t stop = 0;      // agreed stop reason (agree_at_boundary), 0 while running
   std::optional<EvalResult> final_eval;  // the pass after the last step
+  std::string guard_lines;  // rank 0: the numeric guard's rollbacks, for the report
+  const int stage = m_cfg.parallel.zero_stage;
+  const bool replicas_compared = stage <= 2 && m_comm.size() > 1;
+  const std::int64_t replica_every = m_cfg.guard.replica_every;
+  // The numeric guard's decision on `fault` at step `done` (1-based): an
+  // AgreedError (abort), false (skip: the step's update is already dropped), or
+  // true after a rollback, with `step` set to go on after the checkpoint's step
+  // and the faulty step's row written (fault, skipped samples, the weights CRC
+  // after the rollback).
+  auto act_on = [&](NumericFault fault, const std::string& what, std::int64_t& step, const MetricsRow& row_of_step,
+                    bool scaler_gave_up) -> bool {
+    const std::int64_t done = step + 1;
+    const GuardAction action = m_guard.decide(fault);
+    if (action == GuardAction::Abort) {
+      // The defaults' messages stay as they were (fp16's give-up, stage 0's replicas).
+      if (scaler_gave_up && !m_guard.bound_reached())
+        throw AgreedError(fmt::format("step {}: {}; the model diverged: lower optim.lr, raise optim.warmup_steps, "
+                                      "or use precision.mode = \"bf16\"",
+                                      done, what));
+      if (fault == NumericFault::Replica && !m_guard.bound_reached())
+        throw AgreedError(fmt::format("step {}: {}", done, what));
+      throw AgreedError(m_guard.abort_message(fault, done, what));
+    }
+    if (action == GuardAction::Skip) return false;
+    const auto back = m_session->rollback(done);  // collective
+    m_zero->params_updated();  // stage 3: the gathered buckets are stale now (stages 1-2: gathered again)
+    m_guard.rolled_back();
+    const std::uint32_t crc = weights_crc(*m_state, m_comm, done);  // after it: the replicas must agree (stage 0)
+    std::string agreed;
+    if (replicas_compared) {  // the reload spread every rank's shard to every replica: they must agree now
+      const ReplicaCheck after = check_replicas(*m_state, m_comm);  // collective
+      if (!after.agree())
+        throw AgreedError(fmt::format(
+            "step {}: after the rollback to step {} the replicas still differ ({}); a rank whose copy differs "
+            "right after a reload has faulty memory or arithmetic: check that node's hardware",
+            done, back.step, after.holders));
+      agreed = fmt::format("; the replicas agree again ({} on {} ranks)", after.what, m_comm.size());
+    }
+    if (is_root()) {
+      const std::string line = fmt::format(
+          "guard: step {}: {}; guard.{} = \"rollback\": every rank reloaded {} (step {}) and skips the {} samples "
+          "[{}, {}) that led to the fault (rollback {} of at most {}){}\n",
+          done, what, fault_name(fault), back.path, back.step, back.skip_hi - back.skip_lo, back.skip_lo,
+          back.skip_hi, m_guard.rollbacks(), m_cfg.guard.max_rollbacks, agreed);
+      fmt::print("{}", line);
+      std::fflush(stdout);
+      guard_lines += "  " + line;  // the report's list
+      MetricsRow row = row_of_step;
+      row.skipped = true;
+      row.weights_crc = crc;
+      row.fault = fmt::format("{}/rollback", fault_name(fault));
+      row.skipped_samples = fmt::format("{}-{}", back.skip_lo, back.skip_hi);
+      dir->append(row);
+    }
+    step = back.step - 1;  // the loop's ++step: the step after the checkpoint's; the LR follows the counter
+    return true;
+  };
   for (std::int64_t step = first; step < end; ++step) {
     const auto step_t0 = SteadyClock::now();
     m_watchdog.set_step(step + 1);
@@ -358,6 +497,7 @@ TrainResult Run<P>::run() {
     ++result.steps_run;
     if (prof) prof->end_step();
     m_session->advance_samples(tc.batch_size);  // the data cursor moves on skipped steps too
+    m_step_hooks->at_step_end(step + 1);          // --flip-bit
     const CommTally step_tally = comm_tally() - tally_before;
     comm_job += step_tally;
     const std::uint64_t step_bytes = step_tally.payload_total();  // metrics.csv comm_bytes
@@ -366,6 +506,12 @@ TrainResult Run<P>::run() {
     else result.final_train_loss = loss;
     const std::int64_t done = step + 1;
     progress.step_done(seconds_since(t0));
+    // The row of this step as far as the step itself knows it (a rollback's row).
+    const MetricsRow step_row{done, loss, std::nullopt, lr, sr.grad_norm, progress.tokens_per_second(),
+                              seconds_since(t0), step_bytes, sr.loss_scale, sr.skipped, 0,
+                              progress.samples_per_second(), std::nullopt, step_ms, step_end_unix, {}, {}};
+    if (sr.fault != NumericFault::None && act_on(sr.fault, sr.fault_what, step, step_row, sr.scaler_gave_up))
+      continue;
 
     std::optional<EvalResult> eval;
     const bool last = done == tc.steps;
@@ -373,11 +519,18 @@ TrainResult Run<P>::run() {
       eval = m_task->evaluate(last ? 0 : tc.eval_windows);  // the final pass covers the whole split
     const std::optional<double> val = eval ? std::optional<double>(eval->loss) : std::nullopt;
     const bool log_row = done % tc.log_every == 0 || last || val || sr.skipped;
-    const std::uint32_t crc = log_row ? weights_crc(*m_state, m_comm, done) : 0;  // collective
+    // Stage 0's weights CRC compares the replicas too; the guard's check
+    // (guard.replica_every) runs where it did not.
+    ReplicaCheck replicas;
+    const std::uint32_t crc = log_row ? weights_crc(*m_state, m_comm, done, &replicas) : 0;  // collective
+    if (!replicas.compared && replicas_compared && replica_every > 0 && done % replica_every == 0)
+      replicas = check_replicas(*m_state, m_comm);  // collective
+    if (!replicas.agree() && act_on(NumericFault::Replica, replica_text(replicas), step, step_row, false)) continue;
     if (is_root() && log_row) {
       MetricsRow row{done, loss, val, lr, sr.grad_norm, progress.tokens_per_second(), seconds_since(t0),
                      step_bytes, sr.loss_scale, sr.skipped, crc, progress.samples_per_second(),
-                     eval ? eval->accuracy : std::nullopt, step_ms, step_end_unix};
+                     eval ? eval->accuracy : std::nullopt, step_ms, step_end_unix, {}, {}};
+      if (sr.fault != NumericFault::None) row.fault = fmt::format("{}/skip", fault_name(sr.fault));
       dir->append(row);
       progress.print(row);
     }
@@ -397,7 +550,17 @@ TrainResult Run<P>::run() {
     const bool job_end = done == end;
     const Boundary at = job_end ? Boundary{} : m_session->agree_at_boundary(*m_stop, longest_step);
     stop = at.stop;
-    if (m_session->checkpoints().due(done, job_end, at.checkpoint_time) || stop)
+    const bool save_due = m_session->checkpoints().due(done, job_end, at.checkpoint_time) || stop;
+    // A checkpoint holds state the replicas agreed on (guard.replica_every > 0),
+    // so that a rollback goes back to verified state.
+    if (save_due && !replicas.compared && replicas_compared && replica_every > 0) {
+      replicas = check_replicas(*m_state, m_comm);  // collective
+      if (!replicas.agree() && act_on(NumericFault::Replica, replica_text(replicas), step, step_row, false)) {
+        stop = 0;  // a requested stop is asked again at the next boundary
+        continue;
+      }
+    }
+    if (save_due)
       m_session->save(done, stop ? m_stop->describe(stop)
                           : job_end ? (done == tc.steps ? std::string("the end of the run")
                                                         : std::string("the end of this job (--stop-after-step)"))
@@ -413,6 +576,13 @@ TrainResult Run<P>::run() {
     const std::string line = checkpoints_line(m_session->checkpoints_committed(),
                                               m_session->writes_in_background(),
                                               m_session->checkpoint_blocked_seconds());
+    fmt::print("{}", line);
+    full += line;
+    std::fflush(stdout);
+  }
+  if (is_root() && (m_guard.rollbacks() > 0 || m_guard.skips() > 0)) {
+    const std::string line = fmt::format("numeric guard: {} rollback(s), {} step(s) skipped for a fault\n{}",
+                                         m_guard.rollbacks(), m_guard.skips(), guard_lines);
     fmt::print("{}", line);
     full += line;
     std::fflush(stdout);

@@ -8,7 +8,8 @@
 // (session/stop_agreement), the banner, the end summary and the reports
 // (rundir/banner, rundir/run_reports), the weights CRC (rundir/weights_crc),
 // the command line's run options and fault injections (run_options), device
-// bring-up (parallel/device_context).
+// bring-up (parallel/device_context), the numeric guard's policy and rollback
+// (session/numeric_guard, session/checkpoint_session).
 // Invariants: the sample stream depends only on (seed, global sample index),
 // never on the rank count, and resumes at the checkpoint's sample cursor;
 // a resumed run continues bitwise as the uninterrupted run would (same rank
@@ -31,12 +32,13 @@ namespace shardtrain {
 struct TrainResult {
   std::int64_t first_step = 0;     // steps done before this job (0, or the resumed checkpoint's step)
   std::int64_t last_step = 0;      // steps done when this job ended
-  std::int64_t steps_run = 0;      // steps this job trained, counted as they run (skipped ones included)
+  std::int64_t steps_run = 0;      // steps this job trained, counted as they run (skipped ones and those a
+                                   // rollback trains again included)
   double final_train_loss = 0.0;
   double final_val_loss = 0.0;
   std::optional<double> final_val_accuracy;  // classifiers
   double seconds = 0.0;
-  std::int64_t skipped_steps = 0;  // fp16: steps skipped for an inf/NaN gradient
+  std::int64_t skipped_steps = 0;  // steps without an update: fp16 overflows, the numeric guard's faults
   // Stopped early by a signal or the wall-time guard, after a checkpoint: the
   // process should exit with kExitRequeue (session/lifecycle.hpp).
   bool requeue = false;

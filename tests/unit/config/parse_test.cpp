@@ -179,7 +179,7 @@ TEST_F(ConfigParse, UnknownSection) {
             "inputs/x.toml:3:2: unknown section [optimizer] (did you mean [optim]?)");
   EXPECT_EQ(error_of("[logging]\nlevel = 1\n" + data_section()),
             "inputs/x.toml:1:2: unknown section [logging] (sections are [model], [data], "
-            "[train], [optim], [parallel], [precision], [recompute], [checkpoint])");
+            "[train], [optim], [parallel], [precision], [recompute], [checkpoint], [guard])");
 }
 
 TEST_F(ConfigParse, KeyOutsideAnySection) {
@@ -387,6 +387,23 @@ TEST_F(ConfigParse, RecomputeKeys) {
   EXPECT_EQ(error_of("[recompute]\npolicy = \"some\"\n" + data_section()),
             "inputs/x.toml:2:10: recompute.policy: must be \"none\" or \"full\" or \"sqrt\" or "
             "\"budget\", got \"some\"");
+}
+
+// [guard]: each fault's own choices (a replica mismatch has no "skip", only the spike
+// check may be "off"), and "rollback" needs checkpoints to roll back to.
+TEST_F(ConfigParse, GuardPolicies) {
+  const RunConfig c = parse_run_config("[checkpoint]\nevery_steps = 5\n[guard]\nnon_finite = \"rollback\"\n"
+                                       "loss_spike = \"skip\"\nreplica = \"rollback\"\n" + data_section(), "x.toml");
+  EXPECT_EQ(c.guard.non_finite, NonFinitePolicy::Rollback);
+  EXPECT_EQ(c.guard.loss_spike, LossSpikePolicy::Skip);
+  EXPECT_EQ(c.guard.replica, ReplicaPolicy::Rollback);
+  EXPECT_EQ(error_of("[guard]\nreplica = \"skip\"\n" + data_section()),
+            "inputs/x.toml:2:11: guard.replica: must be \"abort\" or \"rollback\", got \"skip\"");
+  EXPECT_EQ(error_of("[guard]\nnon_finite = \"off\"\n" + data_section()),
+            "inputs/x.toml:2:14: guard.non_finite: must be \"skip\" or \"rollback\" or \"abort\", got \"off\"");
+  EXPECT_EQ(error_of("[guard]\nloss_spike = \"rollback\"\n" + data_section()),
+            "inputs/x.toml:2:14: guard.loss_spike: \"rollback\" reloads the last checkpoint, but checkpoints are "
+            "off: set checkpoint.every_steps (or checkpoint.every_minutes)");
 }
 
 // Each choice key's every name, written in the file, reads as the enum value of

@@ -70,6 +70,7 @@ TEST_F(ConfigSchema, EveryKeyReadsIntoItsOwnFieldAndNoOther) {
     if (!k.model_types.empty()) set.push_back("model.type=\"" + std::string(name_of(k.model_types.front())) + "\"");
     if (dotted_name(k) == "recompute.budget_mb") set = {"recompute.policy=\"budget\"", "recompute.budget_mb=1"};
     if (dotted_name(k) == "model.attention") set.push_back("precision.mode=\"bf16\"");  // "fused" needs 16 bits
+    if (k.section == "guard") set.push_back("checkpoint.every_steps=1");  // "rollback" needs checkpoints
     const std::string text = "[data]\npath = \"" + m_data + "\"\n";
     RunConfig expected = parse_run_config(text, "inputs/x.toml", set);
     change(k, expected, m_other);
@@ -97,6 +98,7 @@ TEST_F(ConfigSchema, EveryEnumKeyReadsEachOfItsNames) {
       if (!k.model_types.empty()) set.push_back("model.type=\"" + std::string(name_of(k.model_types.front())) + "\"");
       if (name == "fused") set.push_back("precision.mode=\"bf16\"");   // needs 16 bits
       if (name == "budget") set.push_back("recompute.budget_mb=1");  // needs a budget
+      if (name == "rollback") set.push_back("checkpoint.every_steps=1");  // needs checkpoints
       set.push_back(dotted_name(k) + "=\"" + name + "\"");
       const RunConfig got = parse_run_config("[data]\npath = \"" + m_data + "\"\n", "inputs/x.toml", set);
       EXPECT_EQ(toml_value(k, got), "\"" + name + "\"");
@@ -111,7 +113,7 @@ TEST_F(ConfigSchema, EveryEnumKeyReadsEachOfItsNames) {
           k.field);
     }
   }
-  EXPECT_EQ(enum_keys, 9u);  // model.type, precision.mode and the seven of core/run_choices.hpp
+  EXPECT_EQ(enum_keys, 12u);  // model.type, precision.mode and the ten of core/run_choices.hpp
 }
 
 TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {
