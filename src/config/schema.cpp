@@ -116,6 +116,18 @@ constexpr KeySpec k_schema[] = {
     {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling_names, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},
+    {SHARDTRAIN_CONFIG_KEY(model, layout), .choices = k_encoder_layout_names, .model_types = k_encoder,
+     .doc = "The encoder's layout. `pre_ln`: pre-LayerNorm blocks, a final LayerNorm, a linear head (trains "
+            "from scratch). `bert` and `distilbert`: the layouts that hold Hugging Face's weights "
+            "(`model.init_from`): word and learned position embeddings (`bert`: plus token-type embeddings, "
+            "type 0) and an embedding LayerNorm, post-LayerNorm blocks (x = LN(x + attention(x)); x = LN(x + "
+            "FFN(x))) with GELU's exact erf form, then on the [CLS] position `bert`'s tanh pooler or "
+            "`distilbert`'s pre-classifier Linear + ReLU, dropout and the classifier. Both need `pooling = "
+            "\"cls\"`; set `layernorm_eps = 1e-12` as Hugging Face does."},
+    {SHARDTRAIN_CONFIG_KEY(model, max_positions), .ints = {0, k_int_max}, .model_types = k_encoder,
+     .range_doc = "0 or at least the sequence length",
+     .doc = "Rows of the learned position table (Hugging Face's `max_position_embeddings`, 512 for BERT and "
+            "DistilBERT), of which the model reads the first `seq_len`. `0`: `seq_len`."},
     {SHARDTRAIN_CONFIG_KEY(model, hidden), .ints = {1, 1 << 24}, .max_entries = 16, .model_types = k_mlp_cnn,
      .doc = "Widths of the fully connected hidden layers (ReLU), e.g. `[300, 100]`. Empty: the input (mlp) or "
             "the flattened feature map (cnn) goes straight to the output layer."},

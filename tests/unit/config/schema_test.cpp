@@ -111,7 +111,7 @@ TEST_F(ConfigSchema, EveryEnumKeyReadsEachOfItsNames) {
           k.field);
     }
   }
-  EXPECT_EQ(enum_keys, 9u);  // model.type, precision.mode and the seven of core/run_choices.hpp
+  EXPECT_EQ(enum_keys, 10u);  // model.type, precision.mode and the eight of core/run_choices.hpp
 }
 
 TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {
