@@ -45,7 +45,7 @@ Usage (/usr/bin/python3 with python3-torch and python3-h5py):
     (BertModel / DistilBertModel names, no classifier).
   bert_torch.py logits DIR DATA.h5 [--rows N]
     The reference's logits (float64) of the first N validation documents of a
-    shardtrain sample set (/val/tokens, /val/lengths) under the weights and
+    shardtrain sample set (/val/inputs, /val/lengths, /val/labels) under the weights and
     config of DIR (a folder as write-hf writes it, or a `trainer-ckpt export
     --names bert|distilbert` output); prints one line "logits r: x y ..." per row.
   bert_torch.py eval DIR DATA.h5
@@ -269,6 +269,8 @@ class BertForSequenceClassification(nn.Module):
 
 
 def build(cfg, eps=None):
+    if "num_labels" not in cfg:  # transformers writes id2label; num_labels is its length
+        cfg = dict(cfg, num_labels=len(cfg.get("id2label", {"0": 0, "1": 1})))
     if cfg["model_type"] == "distilbert":
         return DistilBertForSequenceClassification(cfg, 1e-12 if eps is None else eps)
     return BertForSequenceClassification(cfg, eps)
@@ -427,10 +429,9 @@ def write_hf(args):
                "max_position_embeddings": args.positions, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
                "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
                "pad_token_id": 0, "position_embedding_type": "absolute"}
-    cfg["num_labels"] = args.labels
     cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(args.labels)}
     cfg["label2id"] = {f"LABEL_{i}": i for i in range(args.labels)}
-    model = build(cfg)
+    model = build(cfg)  # num_labels from id2label, as transformers derives it
     with torch.no_grad():  # weights away from their trivial values, so every tensor matters
         for n, p in model.named_parameters():
             if "LayerNorm" in n or "layer_norm" in n:
@@ -463,7 +464,7 @@ def load_dir(path):
 def val_rows(data):
     import h5py
     with h5py.File(data, "r") as f:
-        tokens = torch.from_numpy(np.asarray(f["val/tokens"]).astype(np.int64))
+        tokens = torch.from_numpy(np.asarray(f["val/inputs"]).astype(np.int64))
         lengths = torch.from_numpy(np.asarray(f["val/lengths"]).astype(np.int64))
         labels = torch.from_numpy(np.asarray(f["val/labels"]).astype(np.int64)) if "val/labels" in f else None
     return tokens, lengths, labels

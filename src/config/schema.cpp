@@ -61,6 +61,12 @@ std::string check_init_from(const RunConfig& c) {
   std::error_code ec;
   const auto status = std::filesystem::status(c.model.init_from, ec);
   if (!std::filesystem::exists(status)) return fmt::format("no such file '{}'", printable(c.model.init_from));
+  if (std::filesystem::is_directory(status)) {  // a Hugging Face model folder
+    if (!std::filesystem::is_regular_file(std::filesystem::path(c.model.init_from) / "model.safetensors", ec))
+      return fmt::format("the folder '{}' has no model.safetensors (a Hugging Face model folder holds "
+                         "model.safetensors and config.json)", printable(c.model.init_from));
+    return "";
+  }
   if (!std::filesystem::is_regular_file(status))
     return fmt::format("'{}' is not a regular file", printable(c.model.init_from));
   return "";
@@ -148,11 +154,16 @@ constexpr KeySpec k_schema[] = {
             "split, and a resumed run draws the same ones. Off in evaluation."},
 
     {SHARDTRAIN_CONFIG_KEY(model, init_from), .written_when_set = true, .check = check_init_from,
-     .default_doc = "none", .range_doc = "an existing `.safetensors`, `.h5` or `.hdf5` file",
+     .default_doc = "none",
+     .range_doc = "an existing `.safetensors`, `.h5` or `.hdf5` file, or a Hugging Face model folder",
      .doc = "Start from the weights of this file instead of random ones: a safetensors file under our names "
             "or GPT-2's, or an HDF5 file, as `trainer-ckpt export` writes them. Every tensor of the model must be "
             "there in its shape (GPT-2's Conv1D weights transposed), and nothing else; a gpt's vocabulary must "
-            "be the data set's. Optimizer state starts fresh and training at step 0, at any rank count and ZeRO "
+            "be the data set's. An encoder_classifier with `layout = \"bert\"` or `\"distilbert\"` also reads "
+            "Hugging Face's files: a folder (or its model.safetensors) with config.json beside it, of "
+            "BertForSequenceClassification / DistilBertForSequenceClassification or BertModel / DistilBertModel "
+            "(float32), whose dimensions config.json must give as the model.* keys and the data set do; a head "
+            "the file lacks starts fresh (the log names it). Optimizer state starts fresh and training at step 0, at any rank count and ZeRO "
             "stage; each rank reads only its shard's bytes. A run that resumes from a checkpoint ignores it "
             "(the log says so). See checkpoint-format.md, \"Starting from exported weights\"."},
 
