@@ -266,7 +266,8 @@ constexpr KeySpec k_schema[] = {
     {SHARDTRAIN_CONFIG_KEY(optim, warmup_steps), .ints = {0},
      .doc = "Linear warm-up from `lr/warmup_steps` to `lr`. `0` means no warm-up."},
     {SHARDTRAIN_CONFIG_KEY(optim, schedule), .choices = k_schedule_names,
-     .doc = "After warm-up: cosine decay from `lr` to `min_lr` at the last step, or stay at `lr`."},
+     .doc = "After warm-up: `cosine` decay from `lr` to `min_lr` at the last step, `constant` (stay at `lr`), or "
+            "`linear` decay from `lr` to `min_lr` at the last step (Hugging Face's fine-tuning schedule)."},
     {SHARDTRAIN_CONFIG_KEY(optim, weight_decay), .numbers = {0, false},
      .doc = "Decoupled weight decay. It is not applied to biases, LayerNorm parameters or embeddings."},
     {SHARDTRAIN_CONFIG_KEY(optim, beta1), .numbers = {0, false, 1.0}, .doc = "Adam first-moment decay."},

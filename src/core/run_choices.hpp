@@ -67,12 +67,12 @@ inline constexpr std::string_view k_optimizer_names[] = {"adamw"};
 constexpr std::span<const std::string_view> enum_names(OptimizerType) { return k_optimizer_names; }
 static_assert(std::size(k_optimizer_names) == 1 + static_cast<std::size_t>(OptimizerType::AdamW), "a name per value");
 
-// optim.schedule: the learning rate after warm-up, a cosine decay to min_lr or
-// constant.
-enum class LrSchedule : unsigned char { Cosine, Constant };
-inline constexpr std::string_view k_schedule_names[] = {"cosine", "constant"};
+// optim.schedule: the learning rate after warm-up, a cosine decay to min_lr,
+// constant, or a linear decay to min_lr (Hugging Face's fine-tuning default).
+enum class LrSchedule : unsigned char { Cosine, Constant, Linear };
+inline constexpr std::string_view k_schedule_names[] = {"cosine", "constant", "linear"};
 constexpr std::span<const std::string_view> enum_names(LrSchedule) { return k_schedule_names; }
-static_assert(std::size(k_schedule_names) == 1 + static_cast<std::size_t>(LrSchedule::Constant), "a name per value");
+static_assert(std::size(k_schedule_names) == 1 + static_cast<std::size_t>(LrSchedule::Linear), "a name per value");
 
 // recompute.policy: which block activations the forward pass keeps
 // (model/recompute.hpp makes each policy's schedule).
