@@ -360,7 +360,7 @@ def parity(path):
         ours_logits = np.asarray(f["logits"])
     classes = params["head.weight"].shape[0]
     model = build(config_from_ours(layout, params, n_head, classes), eps).double().eval()
-    missing, unexpected = model.load_state_dict(ours_to_hf(layout, params), strict=True), None
+    model.load_state_dict(ours_to_hf(layout, params), strict=True)  # every name, both ways
     keep = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
     logits = model(tokens, keep)
     loss = F.cross_entropy(logits, labels)
