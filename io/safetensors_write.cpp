@@ -18,6 +18,14 @@
 
 namespace shardtrain {
 
+// The entry's elements: its rows of the tensor, or the whole tensor.
+static std::int64_t entry_numel(const SafetensorsEntry& e) {
+  const CheckpointTensor& t = *e.tensor;
+  if (e.rows < 0) return t.numel;
+  const std::int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  return rows == 0 ? 0 : e.rows * (t.numel / rows);
+}
+
 std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
                                const std::vector<std::pair<std::string, std::string>>& metadata,
                                const std::string& out) {
@@ -29,7 +37,7 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
   for (const auto& e : entries) {
     toml::array shape;
     for (const std::int64_t d : e.shape) shape.push_back(d);
-    const std::uint64_t bytes = static_cast<std::uint64_t>(e.tensor->numel) * 4;
+    const std::uint64_t bytes = static_cast<std::uint64_t>(entry_numel(e)) * 4;
     toml::table t;
     t.insert("dtype", "F32");
     t.insert("shape", std::move(shape));
@@ -55,7 +63,7 @@ void write_safetensors(const std::string& out, const std::vector<SafetensorsEntr
   std::uint64_t size = 0;
   for (const auto& e : entries) {
     begin.push_back(size);
-    size += static_cast<std::uint64_t>(e.tensor->numel) * 4;
+    size += static_cast<std::uint64_t>(entry_numel(e)) * 4;
   }
 
   PartialFile partial(out);
@@ -79,13 +87,16 @@ void write_safetensors(const std::string& out, const std::vector<SafetensorsEntr
     const CheckpointTensor& t = *e.tensor;
     if (t.numel == 0) continue;
     const std::uint64_t at = base + begin[i];
-    const std::int64_t rows = t.shape.empty() ? 1 : t.shape[0];
-    const std::int64_t cols = t.numel / rows;
+    const std::int64_t all_rows = t.shape.empty() ? 1 : t.shape[0];
+    const std::int64_t cols = t.numel / all_rows;
+    const std::int64_t rows = e.rows < 0 ? all_rows : e.rows;
+    SHARDTRAIN_CHECK(e.rows < 0 || (!e.transpose && e.row0 >= 0 && e.row0 + e.rows <= all_rows),
+                     out + ": bad row range of '" + e.name + "'");
     const std::int64_t block = std::max<std::int64_t>(1, chunk_elements / cols);
     buf.resize(static_cast<std::size_t>(std::min(rows, block) * cols));
     for (std::int64_t r = 0; r < rows; r += block) {
       const std::int64_t k = std::min(block, rows - r);
-      const std::int64_t lo = t.offset + r * cols;
+      const std::int64_t lo = t.offset + (e.row0 + r) * cols;
       read(lo, lo + k * cols, reinterpret_cast<float*>(buf.data()));
       if (!e.transpose) {
         put(buf.data(), static_cast<std::uint64_t>(k * cols) * 4, at + static_cast<std::uint64_t>(r * cols) * 4);

@@ -23,11 +23,16 @@ namespace shardtrain {
 // One tensor of a safetensors file: its name and shape in the file, the
 // tensor of the exported vector it holds, and whether it is that tensor
 // transposed (an (out, in) Linear weight stored as GPT-2's Conv1D, (in, out)).
+// row0 / rows: the entry is rows [row0, row0 + rows) of the tensor only (rows
+// < 0: all of it; not with transpose): Hugging Face BERT's query / key / value,
+// three pieces of our fused c_attn (io/hf_bert_names.hpp).
 struct SafetensorsEntry {
   std::string name;
   const CheckpointTensor* tensor = nullptr;
   std::vector<std::int64_t> shape;
   bool transpose = false;
+  std::int64_t row0 = 0;
+  std::int64_t rows = -1;
 };
 
 // The header (its 8-byte length and the padded JSON) of `entries` with `metadata`.

@@ -11,7 +11,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <limits>
 #include <optional>
 
@@ -460,6 +462,20 @@ void WeightsFile::read(const WeightsTensor& t, std::int64_t lo, std::int64_t hi,
     at += static_cast<std::uint64_t>(got);
     left -= static_cast<std::uint64_t>(got);
   }
+}
+
+std::map<std::string, std::string> read_json_scalars(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot be read (" + std::strerror(errno) + ")");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  const Json doc = JsonParser(s, path).parse_document();
+  if (doc.kind != Json::Object) throw InputError(path + ": not a JSON object");
+  std::map<std::string, std::string> out;
+  for (const auto& [key, v] : doc.members)
+    if (v.kind == Json::String || v.kind == Json::Number || v.kind == Json::Bool) out[key] = v.text;
+  return out;
 }
 
 }  // namespace shardtrain

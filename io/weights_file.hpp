@@ -82,4 +82,11 @@ class WeightsFile {
   std::map<std::string, std::string> m_metadata;
 };
 
+// The top-level members of the JSON object in the file `path` (Hugging Face's
+// config.json) whose values are strings, numbers or booleans, as text (a
+// string's characters, a number as written, "true" / "false"); nested objects
+// and arrays are skipped. InputError naming the file when it cannot be read or
+// is not a JSON object. Local.
+std::map<std::string, std::string> read_json_scalars(const std::string& path);
+
 }  // namespace shardtrain

@@ -15,6 +15,7 @@
 // its own index is written, so the aliasing rules above hold for 16 bits too.
 #include "kernels/gelu.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "core/error.hpp"
@@ -71,9 +72,69 @@ void backward_span(const S* x, const S* dy, S* dx, std::int64_t n) {
   }
 }
 
+// The erf form (gelu_erf_*): std::erf / std::exp in compute_t<S>, rounded once
+// on store, as the tanh form; not vectorised (std::erf is a libm call), which
+// costs little beside the GEMMs around it.
+template <class T>
+constexpr T kInvSqrt2 = T(0.7071067811865476);
+template <class T>
+constexpr T kInvSqrt2Pi = T(0.3989422804014327);
+
+template <class S>
+void erf_forward_span(const S* x, S* y, std::int64_t n) {
+  using C = compute_t<S>;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const C xi = vec::widen(x[i]);
+    y[i] = vec::narrow<S>(C(0.5) * xi * (C(1) + std::erf(xi * kInvSqrt2<C>)));
+  }
+}
+
+template <class S>
+void erf_backward_span(const S* x, const S* dy, S* dx, std::int64_t n) {
+  using C = compute_t<S>;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const C xi = vec::widen(x[i]);
+    const C cdf = C(0.5) * (C(1) + std::erf(xi * kInvSqrt2<C>));
+    const C pdf = kInvSqrt2Pi<C> * std::exp(C(-0.5) * xi * xi);
+    dx[i] = vec::narrow<S>(vec::widen(dy[i]) * (cdf + xi * pdf));
+  }
+}
+
 }  // namespace
 
 std::int64_t gelu_half_scratch_elems() { return 0; }
+
+template <class T>
+void gelu_erf_forward(CView1<T> x, View1<T> y) {
+  SHARDTRAIN_CHECK(x.extent(0) == y.extent(0), "gelu_erf_forward: x has " + std::to_string(x.extent(0)) +
+                                                   " elements, y " + std::to_string(y.extent(0)));
+  if constexpr (is_half_v<T>) half_tiles::check_host("gelu_erf_forward");
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  T* yp = y.data();
+  Kokkos::parallel_for("GeluErf::forward", range((n + kChunk - 1) / kChunk), KOKKOS_LAMBDA(const std::int64_t chunk) {
+    const std::int64_t i0 = chunk * kChunk;
+    const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+    erf_forward_span(xp + i0, yp + i0, len);
+  });
+}
+
+template <class T>
+void gelu_erf_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
+  SHARDTRAIN_CHECK(x.extent(0) == dy.extent(0) && x.extent(0) == dx.extent(0),
+                   "gelu_erf_backward: x, dy, dx have " + std::to_string(x.extent(0)) + ", " +
+                       std::to_string(dy.extent(0)) + ", " + std::to_string(dx.extent(0)) + " elements");
+  if constexpr (is_half_v<T>) half_tiles::check_host("gelu_erf_backward");
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
+  const T* xp = x.data();
+  const T* dyp = dy.data();
+  T* dxp = dx.data();
+  Kokkos::parallel_for("GeluErf::backward", range((n + kChunk - 1) / kChunk), KOKKOS_LAMBDA(const std::int64_t chunk) {
+    const std::int64_t i0 = chunk * kChunk;
+    const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+    erf_backward_span(xp + i0, dyp + i0, dxp + i0, len);
+  });
+}
 
 template <class T>
 void gelu_forward(CView1<T> x, View1<T> y) {
@@ -119,5 +180,13 @@ template void gelu_forward<f16>(CView1<f16>, View1<f16>);
 template void gelu_forward<bf16>(CView1<bf16>, View1<bf16>);
 template void gelu_backward<f16>(CView1<f16>, CView1<f16>, View1<f16>);
 template void gelu_backward<bf16>(CView1<bf16>, CView1<bf16>, View1<bf16>);
+#define SHARDTRAIN_INSTANTIATE_GELU_ERF(T)                     \
+  template void gelu_erf_forward<T>(CView1<T>, View1<T>); \
+  template void gelu_erf_backward<T>(CView1<T>, CView1<T>, View1<T>);
+SHARDTRAIN_INSTANTIATE_GELU_ERF(float)
+SHARDTRAIN_INSTANTIATE_GELU_ERF(double)
+SHARDTRAIN_INSTANTIATE_GELU_ERF(f16)
+SHARDTRAIN_INSTANTIATE_GELU_ERF(bf16)
+#undef SHARDTRAIN_INSTANTIATE_GELU_ERF
 
 }  // namespace shardtrain

@@ -1,6 +1,9 @@
 // shardtrain/kernels/gelu.hpp
 // GELU, tanh approximation (GPT-2; PyTorch nn.GELU(approximate="tanh")):
 //   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// and GELU in its exact erf form (BERT / DistilBERT, Hugging Face's "gelu";
+// PyTorch nn.GELU()), gelu_erf_*:
+//   y = 0.5 x (1 + erf(x / sqrt(2))),  y' = 0.5 (1 + erf(x / sqrt(2))) + x phi(x)
 // Elementwise over flat views. backward OVERWRITES dx. y may alias x in forward.
 // T = f16 / bf16: evaluated in fp32 in registers on the 16-bit values and rounded
 // once (bit for bit the fp32 result on the same inputs, rounded); no scratch.
@@ -17,9 +20,17 @@ void gelu_forward(CView1<T> x, View1<T> y);
 template <class T>
 void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx);
 
-#define SHARDTRAIN_DECLARE_GELU(T)                            \
-  extern template void gelu_forward<T>(CView1<T>, View1<T>); \
-  extern template void gelu_backward<T>(CView1<T>, CView1<T>, View1<T>);
+template <class T>
+void gelu_erf_forward(CView1<T> x, View1<T> y);
+
+template <class T>
+void gelu_erf_backward(CView1<T> x, CView1<T> dy, View1<T> dx);
+
+#define SHARDTRAIN_DECLARE_GELU(T)                                          \
+  extern template void gelu_forward<T>(CView1<T>, View1<T>);               \
+  extern template void gelu_backward<T>(CView1<T>, CView1<T>, View1<T>);   \
+  extern template void gelu_erf_forward<T>(CView1<T>, View1<T>);           \
+  extern template void gelu_erf_backward<T>(CView1<T>, CView1<T>, View1<T>);
 SHARDTRAIN_DECLARE_GELU(float)
 SHARDTRAIN_DECLARE_GELU(double)
 SHARDTRAIN_DECLARE_GELU(f16)

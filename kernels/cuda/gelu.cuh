@@ -5,6 +5,8 @@
 // dx = dy (s + 2 x s (1 - s) u') with x clamped to [-12, 12] first (where s is
 // exactly 0 or 1 in fp32). forward OVERWRITES y (y may alias x); backward
 // OVERWRITES dx (dx may alias dy). One thread per element, fp32 math, rounded once.
+// gelu_erf_*: the exact erf form (kernels/gelu.hpp's gelu_erf_*, BERT's "gelu"),
+// erff / expf in fp32, the same aliasing rules.
 #pragma once
 
 #include <cstdint>
@@ -18,5 +20,11 @@ void gelu_forward(const T* x, T* y, std::int64_t n, cudaStream_t stream);
 
 template <class T>
 void gelu_backward(const T* x, const T* dy, T* dx, std::int64_t n, cudaStream_t stream);
+
+template <class T>
+void gelu_erf_forward(const T* x, T* y, std::int64_t n, cudaStream_t stream);
+
+template <class T>
+void gelu_erf_backward(const T* x, const T* dy, T* dx, std::int64_t n, cudaStream_t stream);
 
 }  // namespace shardtrain::cuda

@@ -31,6 +31,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/relu.hpp"
+#include "kernels/tanh.hpp"  // the BERT pooler
 #include "kernels/seq_pool.hpp"  // encoder classifier ops
 
 #ifdef SHARDTRAIN_WITH_CUDA

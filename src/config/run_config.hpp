@@ -31,6 +31,8 @@ struct ModelConfig {
   double layernorm_eps = 1e-5;
   AttentionImpl attention = AttentionImpl::Unfused;  // gpt: unfused or fused (cuDNN flash attention, CUDA)
   Pooling pooling = Pooling::Cls;  // encoder_classifier
+  EncoderLayout layout = EncoderLayout::PreLn;  // encoder_classifier
+  int max_positions = 0;  // encoder_classifier: rows of the position table; 0: seq_len
   // mlp, cnn:
   std::vector<std::int64_t> hidden;
   // cnn: conv (stride 1) -> ReLU -> max-pool per entry of conv_channels, then the hidden layers

@@ -61,6 +61,12 @@ std::string check_init_from(const RunConfig& c) {
   std::error_code ec;
   const auto status = std::filesystem::status(c.model.init_from, ec);
   if (!std::filesystem::exists(status)) return fmt::format("no such file '{}'", printable(c.model.init_from));
+  if (std::filesystem::is_directory(status)) {  // a Hugging Face model folder
+    if (!std::filesystem::is_regular_file(std::filesystem::path(c.model.init_from) / "model.safetensors", ec))
+      return fmt::format("the folder '{}' has no model.safetensors (a Hugging Face model folder holds "
+                         "model.safetensors and config.json)", printable(c.model.init_from));
+    return "";
+  }
   if (!std::filesystem::is_regular_file(status))
     return fmt::format("'{}' is not a regular file", printable(c.model.init_from));
   return "";
@@ -116,6 +122,18 @@ constexpr KeySpec k_schema[] = {
     {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling_names, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},
+    {SHARDTRAIN_CONFIG_KEY(model, layout), .choices = k_encoder_layout_names, .model_types = k_encoder,
+     .doc = "The encoder's layout. `pre_ln`: pre-LayerNorm blocks, a final LayerNorm, a linear head (trains "
+            "from scratch). `bert` and `distilbert`: the layouts that hold Hugging Face's weights "
+            "(`model.init_from`): word and learned position embeddings (`bert`: plus token-type embeddings, "
+            "type 0) and an embedding LayerNorm, post-LayerNorm blocks (x = LN(x + attention(x)); x = LN(x + "
+            "FFN(x))) with GELU's exact erf form, then on the [CLS] position `bert`'s tanh pooler or "
+            "`distilbert`'s pre-classifier Linear + ReLU, dropout and the classifier. Both need `pooling = "
+            "\"cls\"`; set `layernorm_eps = 1e-12` as Hugging Face does."},
+    {SHARDTRAIN_CONFIG_KEY(model, max_positions), .ints = {0, k_int_max}, .model_types = k_encoder,
+     .range_doc = "0 or at least the sequence length",
+     .doc = "Rows of the learned position table (Hugging Face's `max_position_embeddings`, 512 for BERT and "
+            "DistilBERT), of which the model reads the first `seq_len`. `0`: `seq_len`."},
     {SHARDTRAIN_CONFIG_KEY(model, hidden), .ints = {1, 1 << 24}, .max_entries = 16, .model_types = k_mlp_cnn,
      .doc = "Widths of the fully connected hidden layers (ReLU), e.g. `[300, 100]`. Empty: the input (mlp) or "
             "the flattened feature map (cnn) goes straight to the output layer."},
@@ -136,11 +154,16 @@ constexpr KeySpec k_schema[] = {
             "split, and a resumed run draws the same ones. Off in evaluation."},
 
     {SHARDTRAIN_CONFIG_KEY(model, init_from), .written_when_set = true, .check = check_init_from,
-     .default_doc = "none", .range_doc = "an existing `.safetensors`, `.h5` or `.hdf5` file",
+     .default_doc = "none",
+     .range_doc = "an existing `.safetensors`, `.h5` or `.hdf5` file, or a Hugging Face model folder",
      .doc = "Start from the weights of this file instead of random ones: a safetensors file under our names "
             "or GPT-2's, or an HDF5 file, as `trainer-ckpt export` writes them. Every tensor of the model must be "
             "there in its shape (GPT-2's Conv1D weights transposed), and nothing else; a gpt's vocabulary must "
-            "be the data set's. Optimizer state starts fresh and training at step 0, at any rank count and ZeRO "
+            "be the data set's. An encoder_classifier with `layout = \"bert\"` or `\"distilbert\"` also reads "
+            "Hugging Face's files: a folder (or its model.safetensors) with config.json beside it, of "
+            "BertForSequenceClassification / DistilBertForSequenceClassification or BertModel / DistilBertModel "
+            "(float32), whose dimensions config.json must give as the model.* keys and the data set do; a head "
+            "the file lacks starts fresh (the log names it). Optimizer state starts fresh and training at step 0, at any rank count and ZeRO "
             "stage; each rank reads only its shard's bytes. A run that resumes from a checkpoint ignores it "
             "(the log says so). See checkpoint-format.md, \"Starting from exported weights\"."},
 
@@ -243,7 +266,8 @@ constexpr KeySpec k_schema[] = {
     {SHARDTRAIN_CONFIG_KEY(optim, warmup_steps), .ints = {0},
      .doc = "Linear warm-up from `lr/warmup_steps` to `lr`. `0` means no warm-up."},
     {SHARDTRAIN_CONFIG_KEY(optim, schedule), .choices = k_schedule_names,
-     .doc = "After warm-up: cosine decay from `lr` to `min_lr` at the last step, or stay at `lr`."},
+     .doc = "After warm-up: `cosine` decay from `lr` to `min_lr` at the last step, `constant` (stay at `lr`), or "
+            "`linear` decay from `lr` to `min_lr` at the last step (Hugging Face's fine-tuning schedule)."},
     {SHARDTRAIN_CONFIG_KEY(optim, weight_decay), .numbers = {0, false},
      .doc = "Decoupled weight decay. It is not applied to biases, LayerNorm parameters or embeddings."},
     {SHARDTRAIN_CONFIG_KEY(optim, beta1), .numbers = {0, false, 1.0}, .doc = "Adam first-moment decay."},

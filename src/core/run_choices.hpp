@@ -37,6 +37,15 @@ inline constexpr std::string_view k_pooling_names[] = {"cls", "mean"};
 constexpr std::span<const std::string_view> enum_names(Pooling) { return k_pooling_names; }
 static_assert(std::size(k_pooling_names) == 1 + static_cast<std::size_t>(Pooling::Mean), "a name per value");
 
+// model.layout (encoder_classifier): our pre-LayerNorm encoder, or the BERT
+// family's post-LayerNorm layout that holds Hugging Face's weights: "bert"
+// (token-type embeddings, tanh pooler) or "distilbert" (pre-classifier + ReLU).
+enum class EncoderLayout : unsigned char { PreLn, Bert, Distilbert };
+inline constexpr std::string_view k_encoder_layout_names[] = {"pre_ln", "bert", "distilbert"};
+constexpr std::span<const std::string_view> enum_names(EncoderLayout) { return k_encoder_layout_names; }
+static_assert(std::size(k_encoder_layout_names) == 1 + static_cast<std::size_t>(EncoderLayout::Distilbert),
+              "a name per value");
+
 // data.in_memory (classifiers): hold both splits in memory when they fit
 // in_memory_limit_mb, always, or never. The input file may also write true /
 // false for "on" / "off" (config/resolver.cpp).
@@ -58,12 +67,12 @@ inline constexpr std::string_view k_optimizer_names[] = {"adamw"};
 constexpr std::span<const std::string_view> enum_names(OptimizerType) { return k_optimizer_names; }
 static_assert(std::size(k_optimizer_names) == 1 + static_cast<std::size_t>(OptimizerType::AdamW), "a name per value");
 
-// optim.schedule: the learning rate after warm-up, a cosine decay to min_lr or
-// constant.
-enum class LrSchedule : unsigned char { Cosine, Constant };
-inline constexpr std::string_view k_schedule_names[] = {"cosine", "constant"};
+// optim.schedule: the learning rate after warm-up, a cosine decay to min_lr,
+// constant, or a linear decay to min_lr (Hugging Face's fine-tuning default).
+enum class LrSchedule : unsigned char { Cosine, Constant, Linear };
+inline constexpr std::string_view k_schedule_names[] = {"cosine", "constant", "linear"};
 constexpr std::span<const std::string_view> enum_names(LrSchedule) { return k_schedule_names; }
-static_assert(std::size(k_schedule_names) == 1 + static_cast<std::size_t>(LrSchedule::Constant), "a name per value");
+static_assert(std::size(k_schedule_names) == 1 + static_cast<std::size_t>(LrSchedule::Linear), "a name per value");
 
 // recompute.policy: which block activations the forward pass keeps
 // (model/recompute.hpp makes each policy's schedule).

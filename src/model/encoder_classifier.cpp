@@ -1,7 +1,9 @@
 // EncoderClassifier: dims check, layout, initialisation, costs, forward and
-// backward of the BERT-style classifier. The blocks are model/transformer_block
-// (shared with the GPT); every op is a ModelOps kernel; this file only wires
-// buffers, parameter groups and dropout sites.
+// backward of the BERT-style classifier in its three layouts (PreLn, Bert,
+// Distilbert; encoder_classifier.hpp). The blocks are model/transformer_block
+// (shared with the GPT; post-LayerNorm for the BERT family); every op is a
+// ModelOps kernel; this file only wires buffers, parameter groups and dropout
+// sites.
 #include "model/encoder_classifier.hpp"
 
 #include <algorithm>
@@ -20,7 +22,9 @@ constexpr std::uint64_t kDropoutStreamHead = kDropoutStreamEmbedding + 1;
 constexpr std::uint64_t kDropoutStreamBlocks = kDropoutStreamEmbedding + 2;
 
 TransformerBlockShape shape_of(const EncoderDims& d) {
-  return TransformerBlockShape{d.max_batch, d.seq_len, d.channels, d.n_head};
+  TransformerBlockShape s{d.max_batch, d.seq_len, d.channels, d.n_head};
+  s.post_ln = d.layout != EncoderLayout::PreLn;
+  return s;
 }
 
 struct ActivationElems {
@@ -31,8 +35,16 @@ ActivationElems activation_elems(const EncoderDims& d) {
   const std::int64_t b = d.max_batch, bt = b * d.seq_len, c = d.channels;
   ActivationElems a;
   a.per_block = transformer_block_saved_elems(shape_of(d));
-  // emb_out | blocks | lnf mean, rstd, out | pooled | logits | losses
-  a.total = bt * c + d.n_layer * a.per_block + 2 * bt + bt * c + b * c + b * d.classes + b;
+  switch (d.layout) {
+    case EncoderLayout::PreLn:  // emb_out | blocks | lnf mean, rstd, out | pooled | logits | losses
+      a.total = bt * c + d.n_layer * a.per_block + 2 * bt + bt * c + b * c + b * d.classes + b;
+      break;
+    case EncoderLayout::Bert:
+    case EncoderLayout::Distilbert:  // emb_pre | mean, rstd | emb_out | (ones) | blocks | cls, pre, act, pooled | logits | losses
+      a.total = bt * c + 2 * bt + bt * c + (d.layout == EncoderLayout::Bert ? bt : 0) + d.n_layer * a.per_block +
+                4 * b * c + b * d.classes + b;
+      break;
+  }
   return a;
 }
 
@@ -52,6 +64,20 @@ void encoder_check_dims(const EncoderDims& d) {
   need(d.classes >= 2, "classes must be >= 2 (got " + std::to_string(d.classes) + ")");
   need(d.max_batch >= 1, "micro-batch must be >= 1 (got " + std::to_string(d.max_batch) + ")");
   need(d.dropout >= 0.0 && d.dropout < 1.0, "dropout must be in [0, 1) (got " + std::to_string(d.dropout) + ")");
+  need(d.positions == 0 || d.positions >= d.seq_len,
+       "max_positions " + std::to_string(d.positions) + " is below the sequence length " + std::to_string(d.seq_len));
+  need(d.layout == EncoderLayout::PreLn || d.pooling == Pooling::Cls,
+       std::string("layout \"") + std::string(name_of(d.layout)) +
+           "\" reads the [CLS] position (its head is Hugging Face's); use pooling = \"cls\"");
+}
+
+int encoder_embedding_tensors(const EncoderDims& d) {
+  switch (d.layout) {
+    case EncoderLayout::PreLn: return 2;
+    case EncoderLayout::Bert: return 5;
+    case EncoderLayout::Distilbert: return 4;
+  }
+  return 2;
 }
 
 ParamLayout encoder_layout(const EncoderDims& d) {
@@ -59,11 +85,28 @@ ParamLayout encoder_layout(const EncoderDims& d) {
   const std::int64_t c = d.channels;
   ParamLayout layout;
   layout.add("wte.weight", {d.vocab, c}, false, 0);
-  layout.add("wpe.weight", {d.seq_len, c}, false, 0);
+  layout.add("wpe.weight", {encoder_positions(d), c}, false, 0);
+  if (d.layout == EncoderLayout::Bert) layout.add("wtt.weight", {kBertTypeVocab, c}, false, 0);
+  if (d.layout != EncoderLayout::PreLn) {
+    layout.add("ln_emb.weight", {c}, false, 0);
+    layout.add("ln_emb.bias", {c}, false, 0);
+  }
   for (int l = 0; l < d.n_layer; ++l) add_transformer_block_params(layout, l, l + 1, c);
   const int g = static_cast<int>(d.n_layer) + 1;
-  layout.add("ln_f.weight", {c}, false, g);
-  layout.add("ln_f.bias", {c}, false, g);
+  switch (d.layout) {
+    case EncoderLayout::PreLn:
+      layout.add("ln_f.weight", {c}, false, g);
+      layout.add("ln_f.bias", {c}, false, g);
+      break;
+    case EncoderLayout::Bert:
+      layout.add("pooler.weight", {c, c}, true, g);
+      layout.add("pooler.bias", {c}, false, g);
+      break;
+    case EncoderLayout::Distilbert:
+      layout.add("pre_classifier.weight", {c, c}, true, g);
+      layout.add("pre_classifier.bias", {c}, false, g);
+      break;
+  }
   layout.add("head.weight", {d.classes, c}, true, g);
   layout.add("head.bias", {d.classes}, false, g);
   return layout;
@@ -80,6 +123,11 @@ ModelOpsLimits encoder_ops_limits(const EncoderDims& d) {
   // The head: Linear(C, K) over B rows and cross-entropy over K classes.
   l.half_scratch_elems = std::max(op_sizes::linear_half_scratch(d.max_batch, d.channels, d.classes),
                                   op_sizes::cross_entropy_half_scratch(d.classes));
+  // The BERT family's pooler / pre-classifier Linear(C, C) and Bert's token-type
+  // row, a Linear of k = 1 over every token.
+  if (d.layout != EncoderLayout::PreLn)
+    l.half_scratch_elems = std::max({l.half_scratch_elems, op_sizes::linear_half_scratch(d.max_batch, d.channels, d.channels),
+                                     op_sizes::linear_half_scratch(d.max_batch * d.seq_len, 1, d.channels)});
   return l;
 }
 
@@ -91,10 +139,11 @@ ClassifierCosts encoder_costs(const EncoderDims& d) {
   costs.workspace_bytes = transformer_block_workspace_elems(shape_of(d)) * elem;
   if constexpr (is_half_v<T>)
     costs.workspace_bytes += host_half_scratch_elems(encoder_ops_limits(d)) * static_cast<std::int64_t>(sizeof(float));
-  const double tokens = static_cast<double>(d.seq_len);
+  const double tokens = static_cast<double>(d.seq_len), cd = static_cast<double>(d.channels);
   costs.forward_flops = static_cast<double>(d.n_layer) *
                             transformer_block_forward_flops(tokens, d.seq_len, d.channels, /*causal=*/false) +
-                        2.0 * static_cast<double>(d.channels) * static_cast<double>(d.classes);  // head
+                        2.0 * cd * static_cast<double>(d.classes) +               // head
+                        (d.layout != EncoderLayout::PreLn ? 2.0 * cd * cd : 0.0);  // pooler / pre_classifier
   return costs;
 }
 
@@ -106,7 +155,9 @@ EncoderClassifier<T>::EncoderClassifier(const EncoderDims& dims, const ParamLayo
   encoder_check_dims(dims);
   SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
   const auto& entries = layout.entries();
-  SHARDTRAIN_CHECK(static_cast<std::int64_t>(entries.size()) == 2 + kTransformerBlockTensors * dims.n_layer + 4,
+  m_emb_tensors = encoder_embedding_tensors(dims);
+  SHARDTRAIN_CHECK(static_cast<std::int64_t>(entries.size()) ==
+                       m_emb_tensors + kTransformerBlockTensors * dims.n_layer + 4,
                    "layout is not an encoder_layout() of these dims");
   for (const auto& e : entries) m_rel.push_back(e.offset - layout.group_range(e.group).first);
   m_ops = make_model_ops<T>(m_backend, encoder_ops_limits(dims), memory);
@@ -118,15 +169,26 @@ EncoderClassifier<T>::EncoderClassifier(const EncoderDims& dims, const ParamLayo
   const std::int64_t b = dims.max_batch, bt = b * dims.seq_len, c = dims.channels;
   T* p = m_acts.data();
   auto carve = [&p](std::int64_t n) { T* r = p; p += n; return r; };
+  if (bert_family()) {
+    m_emb_pre = carve(bt * c); m_emb_mean = carve(bt); m_emb_rstd = carve(bt);
+  }
   m_emb_out = carve(bt * c);
+  if (dims.layout == EncoderLayout::Bert) {
+    m_ones = carve(bt);
+    m_ops->fill(m_ones, T(1), bt);
+  }
   for (std::int64_t l = 0; l < dims.n_layer; ++l) m_block_acts.push_back(transformer_block_carve(carve(elems.per_block), block_shape()));
-  m_lnf_mean = carve(bt); m_lnf_rstd = carve(bt); m_lnf_out = carve(bt * c);
+  if (bert_family()) {
+    m_cls = carve(b * c); m_pre = carve(b * c); m_act = carve(b * c);
+  } else {
+    m_lnf_mean = carve(bt); m_lnf_rstd = carve(bt); m_lnf_out = carve(bt * c);
+  }
   m_pooled = carve(b * c);
   m_logits = carve(b * dims.classes);
   m_losses = carve(b);
   SHARDTRAIN_CHECK(p == m_acts.data() + m_acts.size(), "activation arena carve mismatch");
   m_label_rows.assign(static_cast<std::size_t>(bt), TokenIndex(-1));
-  m_ones.assign(static_cast<std::size_t>(b), 1);
+  m_cls_lengths.assign(static_cast<std::size_t>(b), 1);
 }
 
 template <class T>
@@ -159,7 +221,97 @@ DropoutParams EncoderClassifier<T>::dropout_site(std::uint64_t stream, std::int6
 
 template <class T>
 const std::int32_t* EncoderClassifier<T>::pool_lengths() const {
-  return m_dims.pooling == EncoderDims::Pooling::Mean ? m_lengths : m_ones.data();
+  return m_dims.pooling == EncoderDims::Pooling::Mean ? m_lengths : m_cls_lengths.data();
+}
+
+template <class T>
+void EncoderClassifier<T>::embed_forward(T* base, bool drop) {
+  const std::int64_t batch = m_batch, t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
+  if (!bert_family()) {
+    m_ops->embedding_forward(m_tokens, rel(base, 0), rel(base, 1), m_emb_out, batch, t, c, m_dims.vocab);
+  } else {
+    m_ops->embedding_forward(m_tokens, rel(base, 0), rel(base, 1), m_emb_pre, batch, t, c, m_dims.vocab);
+    if (m_dims.layout == EncoderLayout::Bert)  // + wtt row 0: ones (BT, 1) times the row as (C, 1)
+      m_ops->linear_forward(m_ones, rel(base, 2), nullptr, m_emb_pre, bt, 1, c, /*accumulate=*/true);
+    const std::size_t ln = static_cast<std::size_t>(m_emb_tensors) - 2;
+    m_ops->layernorm_forward(m_emb_pre, rel(base, ln), rel(base, ln + 1), m_emb_out, m_emb_mean, m_emb_rstd, bt, c,
+                             m_eps);
+  }
+  if (drop) m_ops->dropout_forward(dropout_site(kDropoutStreamEmbedding, t * c), m_emb_out, m_emb_out, bt * c);
+}
+
+// m_ws.dres holds d(emb_out) on entry.
+template <class T>
+void EncoderClassifier<T>::embed_backward(T* base, T* eg, bool drop) {
+  const std::int64_t batch = m_batch, t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
+  if (drop) m_ops->dropout_backward(dropout_site(kDropoutStreamEmbedding, t * c), m_ws.dres, m_ws.dres, bt * c);
+  const T* demb = m_ws.dres;
+  if (bert_family()) {
+    const std::size_t ln = static_cast<std::size_t>(m_emb_tensors) - 2;
+    m_ops->fill(m_ws.dsmall, T(0), bt * c);
+    m_ops->layernorm_backward(m_emb_pre, rel(base, ln), m_emb_mean, m_emb_rstd, m_ws.dres, m_ws.dsmall, rel(eg, ln),
+                              rel(eg, ln + 1), bt, c);
+    if (m_dims.layout == EncoderLayout::Bert)  // d wtt row 0 += column sums
+      m_ops->linear_backward(m_ones, rel(base, 2), m_ws.dsmall, nullptr, rel(eg, 2), nullptr, bt, 1, c,
+                             /*accumulate=*/true);
+    demb = m_ws.dsmall;
+  }
+  m_ops->embedding_backward(m_tokens, demb, rel(eg, 0), rel(eg, 1), batch, t, c, m_dims.vocab);
+}
+
+// x: the last block's output (B, T, C). Writes m_logits.
+template <class T>
+void EncoderClassifier<T>::head_forward(const T* x, T* hb, bool drop) {
+  const std::int64_t batch = m_batch, t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
+  const std::size_t e = m_rel.size() - 4;  // ln_f / pooler / pre_classifier weight, bias; head weight, bias
+  const DropoutParams site = dropout_site(kDropoutStreamHead, c);
+  switch (m_dims.layout) {
+    case EncoderLayout::PreLn:
+      m_ops->layernorm_forward(x, rel(hb, e), rel(hb, e + 1), m_lnf_out, m_lnf_mean, m_lnf_rstd, bt, c, m_eps);
+      m_ops->seq_mean_pool_forward(m_lnf_out, pool_lengths(), m_pooled, batch, t, c);
+      if (drop) m_ops->dropout_forward(site, m_pooled, m_pooled, batch * c);
+      break;
+    case EncoderLayout::Bert:
+    case EncoderLayout::Distilbert:
+      m_ops->seq_mean_pool_forward(x, m_cls_lengths.data(), m_cls, batch, t, c);  // the [CLS] rows
+      m_ops->linear_forward(m_cls, rel(hb, e), rel(hb, e + 1), m_pre, batch, c, c, false);
+      if (m_dims.layout == EncoderLayout::Bert) m_ops->tanh_forward(m_pre, m_act, batch * c);
+      else m_ops->relu_forward(m_pre, m_act, batch * c);
+      if (drop) m_ops->dropout_forward(site, m_act, m_pooled, batch * c);
+      else m_ops->copy(m_act, m_pooled, batch * c);
+      break;
+  }
+  m_ops->linear_forward(m_pooled, rel(hb, e + 2), rel(hb, e + 3), m_logits, batch, c, m_dims.classes, false);
+}
+
+// m_logits holds dlogits on entry; leaves d(x_L) in m_ws.dres.
+template <class T>
+void EncoderClassifier<T>::head_backward(T* hb, T* hg, bool drop, bool acc) {
+  const std::int64_t batch = m_batch, t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
+  const std::size_t e = m_rel.size() - 4;
+  const int l_count = static_cast<int>(m_dims.n_layer);
+  const DropoutParams site = dropout_site(kDropoutStreamHead, c);
+  T* dpooled = m_ws.dbig1;
+  m_ops->linear_backward(m_pooled, rel(hb, e + 2), m_logits, dpooled, rel(hg, e + 2), rel(hg, e + 3), batch, c,
+                         m_dims.classes, acc);
+  if (drop) m_ops->dropout_backward(site, dpooled, dpooled, batch * c);
+  switch (m_dims.layout) {
+    case EncoderLayout::PreLn: {
+      m_ops->seq_mean_pool_backward(dpooled, pool_lengths(), m_ws.dsmall, batch, t, c);
+      m_ops->fill(m_ws.dres, T(0), bt * c);
+      const T* x_last = l_count > 0 ? m_block_acts[l_count - 1].out : m_emb_out;
+      m_ops->layernorm_backward(x_last, rel(hb, e), m_lnf_mean, m_lnf_rstd, m_ws.dsmall, m_ws.dres, rel(hg, e),
+                                rel(hg, e + 1), bt, c);
+      break;
+    }
+    case EncoderLayout::Bert:
+    case EncoderLayout::Distilbert:
+      if (m_dims.layout == EncoderLayout::Bert) m_ops->tanh_backward(m_act, dpooled, dpooled, batch * c);
+      else m_ops->relu_backward(m_pre, dpooled, dpooled, batch * c);
+      m_ops->linear_backward(m_cls, rel(hb, e), dpooled, m_ws.dbig2, rel(hg, e), rel(hg, e + 1), batch, c, c, acc);
+      m_ops->seq_mean_pool_backward(m_ws.dbig2, m_cls_lengths.data(), m_ws.dres, batch, t, c);
+      break;
+  }
 }
 
 template <class T>
@@ -173,7 +325,7 @@ void EncoderClassifier<T>::bind(T* params, T* grads) {
 
 template <class T>
 double EncoderClassifier<T>::forward(const SampleBatch& sb) {
-  const std::int64_t batch = sb.batch, t = m_dims.seq_len, c = m_dims.channels, v = m_dims.vocab;
+  const std::int64_t batch = sb.batch, t = m_dims.seq_len;
   SHARDTRAIN_CHECK(batch >= 0 && batch <= m_dims.max_batch, "micro-batch larger than planned");
   SHARDTRAIN_CHECK(m_provider != nullptr, "EncoderClassifier::forward before bind");
   const bool work = batch > 0;
@@ -195,30 +347,21 @@ double EncoderClassifier<T>::forward(const SampleBatch& sb) {
   }
   T* base = m_provider->acquire_params(0);
   m_provider->prefetch(1);
-  if (work) {
-    m_ops->embedding_forward(m_tokens, rel(base, 0), rel(base, 1), m_emb_out, batch, t, c, v);
-    if (drop) m_ops->dropout_forward(dropout_site(kDropoutStreamEmbedding, t * c), m_emb_out, m_emb_out, bt * c);
-  }
+  if (work) embed_forward(base, drop);
   m_provider->release_params(0);
   const T* x = m_emb_out;
   for (int l = 0; l < l_count; ++l) {
     T* g = m_provider->acquire_params(l + 1);
     m_provider->prefetch(l + 2);
     if (work) {
-      const auto p = transformer_block_params(g, m_rel.data() + 2 + l * kTransformerBlockTensors);
+      const auto p = transformer_block_params(g, m_rel.data() + m_emb_tensors + l * kTransformerBlockTensors);
       transformer_block_forward(*m_ops, block_shape(), block_run(l), m_eps, p, x, m_block_acts[l], m_ws);
     }
     m_provider->release_params(l + 1);
     x = m_block_acts[l].out;
   }
-  const std::size_t e = m_rel.size() - 4;  // ln_f.weight, ln_f.bias, head.weight, head.bias
   T* hb = m_provider->acquire_params(head_group());
-  if (work) {
-    m_ops->layernorm_forward(x, rel(hb, e), rel(hb, e + 1), m_lnf_out, m_lnf_mean, m_lnf_rstd, bt, c, m_eps);
-    m_ops->seq_mean_pool_forward(m_lnf_out, pool_lengths(), m_pooled, batch, t, c);
-    if (drop) m_ops->dropout_forward(dropout_site(kDropoutStreamHead, c), m_pooled, m_pooled, batch * c);
-    m_ops->linear_forward(m_pooled, rel(hb, e + 2), rel(hb, e + 3), m_logits, batch, c, m_dims.classes, false);
-  }
+  if (work) head_forward(x, hb, drop);
   m_provider->release_params(head_group());
   if (!work) return 0.0;
   m_ops->cross_entropy_forward(m_logits, m_labels, m_losses, batch, m_dims.classes);
@@ -233,28 +376,16 @@ void EncoderClassifier<T>::logits(std::vector<float>& out) const {
 template <class T>
 void EncoderClassifier<T>::backward(T dloss) {
   SHARDTRAIN_CHECK(m_forward_done, "backward without forward");
-  const std::int64_t batch = m_batch, t = m_dims.seq_len, c = m_dims.channels, v = m_dims.vocab;
-  const std::int64_t bt = batch * t, k = m_dims.classes;
+  const std::int64_t batch = m_batch;
   const int l_count = static_cast<int>(m_dims.n_layer);
   const bool work = batch > 0, drop = m_dims.dropout > 0.0 && m_training;
-  // Head: dlogits overwrite the logits; dpooled in dbig1, dlnf_out in dsmall,
-  // d(x_L) in dres (the blocks' backward carries it down).
-  const std::size_t e = m_rel.size() - 4;
-  T* dpooled = m_ws.dbig1;
-  if (work) m_ops->cross_entropy_backward(m_logits, m_labels, dloss, m_logits, batch, k);
+  // Head: dlogits overwrite the logits; d(x_L) in dres (the blocks' backward
+  // carries it down).
+  if (work) m_ops->cross_entropy_backward(m_logits, m_labels, dloss, m_logits, batch, m_dims.classes);
   T* hb = m_provider->acquire_params(head_group());
   m_provider->prefetch(l_count);
   T* hg = m_provider->acquire_grads(head_group());
-  if (work) {
-    m_ops->linear_backward(m_pooled, rel(hb, e + 2), m_logits, dpooled, rel(hg, e + 2), rel(hg, e + 3), batch, c, k,
-                           /*accumulate=*/!m_provider->grads_zero(head_group()));
-    if (drop) m_ops->dropout_backward(dropout_site(kDropoutStreamHead, c), dpooled, dpooled, batch * c);
-    m_ops->seq_mean_pool_backward(dpooled, pool_lengths(), m_ws.dsmall, batch, t, c);
-    m_ops->fill(m_ws.dres, T(0), bt * c);
-    const T* x_last = l_count > 0 ? m_block_acts[l_count - 1].out : m_emb_out;
-    m_ops->layernorm_backward(x_last, rel(hb, e), m_lnf_mean, m_lnf_rstd, m_ws.dsmall, m_ws.dres, rel(hg, e),
-                              rel(hg, e + 1), bt, c);
-  }
+  if (work) head_backward(hb, hg, drop, /*acc=*/!m_provider->grads_zero(head_group()));
   m_provider->grads_ready(head_group());
   m_provider->release_params(head_group());
   for (int l = l_count - 1; l >= 0; --l) {
@@ -262,7 +393,7 @@ void EncoderClassifier<T>::backward(T dloss) {
     m_provider->prefetch(l);
     T* gb = m_provider->acquire_grads(l + 1);
     if (work) {
-      const std::int64_t* r = m_rel.data() + 2 + l * kTransformerBlockTensors;
+      const std::int64_t* r = m_rel.data() + m_emb_tensors + l * kTransformerBlockTensors;
       const T* x = l == 0 ? m_emb_out : m_block_acts[l - 1].out;
       transformer_block_backward(*m_ops, block_shape(), block_run(l), transformer_block_params(pb, r),
                                  transformer_block_params(gb, r), x, m_block_acts[l], m_ws,
@@ -271,12 +402,9 @@ void EncoderClassifier<T>::backward(T dloss) {
     m_provider->grads_ready(l + 1);
     m_provider->release_params(l + 1);
   }
-  m_provider->acquire_params(0);
+  T* eb = m_provider->acquire_params(0);
   T* eg = m_provider->acquire_grads(0);
-  if (work) {
-    if (drop) m_ops->dropout_backward(dropout_site(kDropoutStreamEmbedding, t * c), m_ws.dres, m_ws.dres, bt * c);
-    m_ops->embedding_backward(m_tokens, m_ws.dres, rel(eg, 0), rel(eg, 1), batch, t, c, v);
-  }
+  if (work) embed_backward(eb, eg, drop);
   m_provider->grads_ready(0);
   m_provider->release_params(0);
   m_forward_done = false;

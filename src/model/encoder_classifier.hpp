@@ -1,22 +1,39 @@
 // shardtrain/model/encoder_classifier.hpp
 // Owns the BERT-style text classifier (issue 9's `encoder_classifier`, e.g.
 // SpamAssassin with the byte tokenizer of io/text_tokenizer: [CLS] at position 0,
-// [PAD] after the valid tokens): token + position embeddings, L pre-LayerNorm
-// transformer blocks with BIDIRECTIONAL attention and a key padding mask
-// (model/transformer_block.hpp, the GPT's blocks), final LayerNorm, pooling
-// (Cls: position 0; Mean: average over the valid positions t < length), a
-// Linear(C, classes) head, loss = cross-entropy against the labels.
+// [PAD] after the valid tokens), in one of three layouts (EncoderDims::layout,
+// model.layout):
+// - PreLn (ours): token + position embeddings, L pre-LayerNorm transformer
+//   blocks with BIDIRECTIONAL attention and a key padding mask
+//   (model/transformer_block.hpp, the GPT's blocks), final LayerNorm, pooling
+//   (Cls: position 0; Mean: average over the valid positions t < length), a
+//   Linear(C, classes) head.
+// - Bert / Distilbert (issue 48, the layouts Hugging Face's weights fit):
+//   word + position (+ Bert: token-type 0) embeddings, an embedding LayerNorm,
+//   L post-LayerNorm blocks (erf GELU, the same key padding mask as
+//   Hugging Face's attention_mask over [PAD]), then on the [CLS] row (Cls
+//   pooling only) Bert's pooler Linear(C, C) + tanh or Distilbert's
+//   pre_classifier Linear(C, C) + ReLU, dropout, the classifier Linear(C, K).
+//   The token-type row is added as a Linear of a column of ones (k = 1), so
+//   its gradient is the column sum through the ordinary linear_backward.
+// Loss = cross-entropy against the labels.
 // Dropout p (BERT's sites): on the embeddings output, after each attention
 // projection and fc2, and before the head; only when SampleBatch::training.
+// (Hugging Face also drops attention probabilities, and DistilBERT has no
+// dropout after its attention projection: parity holds with dropout off.)
 // Masks depend on (dropout_seed, site stream, global element index) with row r
 // of a micro-batch = global sample first_sample + r, so they do not depend on
 // the rank count or the micro-batch split.
-// Parameter groups (GPT protocol, core/param_provider.hpp): 0 = wte + wpe,
-// 1..L = blocks, L+1 = ln_f + head; acquired right before use, released right
+// Parameter groups (GPT protocol, core/param_provider.hpp): 0 = the embeddings
+// (wte, wpe; Bert: wtt; Bert / Distilbert: ln_emb), 1..L = blocks, L+1 = the
+// head (PreLn: ln_f + head; Bert: pooler + head; Distilbert: pre_classifier +
+// head); acquired right before use, released right
 // after, so every ZeRO stage works. Gradients ACCUMULATE over micro-batches.
 // Activations (category Activations, all kept: no recompute): embeddings
-// output, every block's saved tensors, final LayerNorm, pooled rows, logits,
-// losses. Workspace: the blocks' shared scratch (the head's backward reuses it)
+// output (Bert / Distilbert: also the LayerNorm's input and statistics, and Bert
+// a column of ones), every block's saved tensors, final LayerNorm (PreLn) or the
+// [CLS] rows, pre-activation and activation (Bert / Distilbert), pooled rows,
+// logits, losses. Workspace: the blocks' shared scratch (the head's backward reuses it)
 // and the host 16-bit ModelOps' fp32 tiles. encoder_costs<T> is exactly that.
 #pragma once
 
@@ -45,17 +62,32 @@ struct EncoderDims {
   std::int64_t classes = 0;    // K >= 2
   std::int64_t max_batch = 0;  // largest micro-batch the buffers are sized for
   Pooling pooling = Pooling::Cls;
+  EncoderLayout layout = EncoderLayout::PreLn;  // model.layout
+  std::int64_t positions = 0;  // rows of wpe (model.max_positions); 0: seq_len
   double dropout = 0.0;        // p in [0, 1)
   std::uint64_t dropout_seed = 0;
 };
 
+// Rows of Bert's token-type table (Hugging Face's type_vocab_size for every
+// published BERT); the model reads row 0 (one segment).
+inline constexpr std::int64_t kBertTypeVocab = 2;
+
+// Rows of wpe: positions, or seq_len when 0.
+inline std::int64_t encoder_positions(const EncoderDims& d) { return d.positions > 0 ? d.positions : d.seq_len; }
+
 // Throws InputError naming the first bad field.
 void encoder_check_dims(const EncoderDims& d);
 
-// Parameter table (not finalized): wte.weight (V, C), wpe.weight (T, C) in group
-// 0; the GPT's block tensors "h.<l>.*" in group l + 1; ln_f.weight, ln_f.bias,
-// head.weight (K, C) (weight decay), head.bias in group L + 1.
+// Parameter table (not finalized): wte.weight (V, C), wpe.weight (P, C), Bert:
+// wtt.weight (kBertTypeVocab, C), Bert / Distilbert: ln_emb.weight, ln_emb.bias
+// in group 0; the GPT's block tensors "h.<l>.*" in group l + 1; then in group
+// L + 1: PreLn ln_f.weight, ln_f.bias; Bert pooler.weight (C, C), pooler.bias;
+// Distilbert pre_classifier.weight (C, C), pre_classifier.bias; and
+// head.weight (K, C), head.bias. Matrices (out, in) have weight decay.
 ParamLayout encoder_layout(const EncoderDims& d);
+
+// Tensors of group 0 of encoder_layout(d) (2, 4 or 5).
+int encoder_embedding_tensors(const EncoderDims& d);
 
 // Initialises params[lo, hi) (global indices: independent of the split) as
 // gpt_init_params does (transformer_init_params); head.weight N(0, init_std),
@@ -105,6 +137,11 @@ class EncoderClassifier final : public Classifier<T> {
   int head_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
   const std::int32_t* pool_lengths() const;  // Mean: the batch's lengths; Cls: ones
   T* rel(T* base, std::size_t entry) const { return base + m_rel[entry]; }
+  bool bert_family() const { return m_dims.layout != EncoderLayout::PreLn; }
+  void embed_forward(T* base, bool drop);
+  void embed_backward(T* base, T* grads, bool drop);
+  void head_forward(const T* x, T* hb, bool drop);
+  void head_backward(T* hb, T* hg, bool drop, bool acc);
 
   EncoderDims m_dims;
   const ParamLayout& m_layout;
@@ -115,18 +152,25 @@ class EncoderClassifier final : public Classifier<T> {
   std::unique_ptr<ModelOps<T>> m_ops;
   Backend& m_backend;
 
-  TrackedBuffer<T> m_acts;  // emb_out | L blocks | lnf mean, rstd, out | pooled | logits | losses
+  int m_emb_tensors = 2;  // entries of group 0
+  // PreLn: emb_out | L blocks | lnf mean, rstd, out | pooled | logits | losses
+  // Bert / Distilbert: emb_pre | emb mean, rstd | emb_out | (Bert) ones | L blocks
+  //   | cls | pre | act | pooled | logits | losses
+  TrackedBuffer<T> m_acts;
   TrackedBuffer<T> m_work;  // the blocks' workspace
   TransformerBlockWork<T> m_ws{};
   std::vector<TransformerBlockActs<T>> m_block_acts;
   T* m_emb_out = nullptr;   // (BT, C)
   T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;  // (BT), (BT), (BT, C)
+  T* m_emb_pre = nullptr; T* m_emb_mean = nullptr; T* m_emb_rstd = nullptr;  // (BT, C), (BT), (BT)
+  T* m_ones = nullptr;      // (BT) ones: Bert's token-type row as a Linear of k = 1
+  T* m_cls = nullptr; T* m_pre = nullptr; T* m_act = nullptr;  // (B, C) each: [CLS], Linear, tanh / ReLU
   T* m_pooled = nullptr;    // (B, C) after the head dropout
   T* m_logits = nullptr;    // (B, K); overwritten by dlogits in backward
   T* m_losses = nullptr;    // (B)
 
   std::vector<TokenIndex> m_label_rows;  // labels padded to B*T entries (stage_tokens stages n of each)
-  std::vector<std::int32_t> m_ones;      // Cls pooling: length 1 for every row
+  std::vector<std::int32_t> m_cls_lengths;  // Cls pooling: length 1 for every row
   const TokenIndex* m_tokens = nullptr;  // as the kernels read them
   const TokenIndex* m_labels = nullptr;
   const std::int32_t* m_lengths = nullptr;  // host, the batch's

@@ -1,5 +1,6 @@
-// The pre-LayerNorm transformer block (transformer_block.hpp): parameter
-// table, initialisation, activation/workspace layouts, forward and backward.
+// The transformer block (transformer_block.hpp), pre- and post-LayerNorm:
+// parameter table, initialisation, activation/workspace layouts, forward and
+// backward.
 // Every op is a ModelOps kernel; this file only wires buffers.
 #include "model/transformer_block.hpp"
 
@@ -36,6 +37,78 @@ DropoutParams site(const TransformerBlockShape& s, const TransformerBlockRun& ru
   d.offset = run.first_sample * static_cast<std::uint64_t>(s.seq_len * s.channels);
   d.training = run.training;
   return d;
+}
+
+
+// The post-LayerNorm block (BERT family): see transformer_block.hpp.
+template <class T>
+void post_ln_forward(ModelOps<T>& ops, const TransformerBlockShape& s, const TransformerBlockRun& run, T eps,
+                     const TransformerBlockParams<T>& p, const T* x, const TransformerBlockActs<T>& a,
+                     const TransformerBlockWork<T>& w) {
+  const std::int64_t bt = run.batch * s.seq_len, c = s.channels;
+  const bool drop = run.dropout_active();
+  ops.linear_forward(x, p.qkv_w, p.qkv_b, w.qkv, bt, c, 3 * c, false);
+  ops.attention_forward(attn_shape(s, run), w.qkv, a.att_saved, w.att, a.att_out);
+  // resid1 = x + drop(proj(att_out)); h1 = ln_1(resid1)
+  if (drop) {
+    ops.linear_forward(a.att_out, p.proj_w, p.proj_b, w.dsmall, bt, c, c, false);
+    ops.dropout_forward(site(s, run, 0), w.dsmall, w.dsmall, bt * c);
+    ops.copy(x, a.resid1, bt * c);
+    ops.accumulate(w.dsmall, a.resid1, bt * c);
+  } else {
+    ops.copy(x, a.resid1, bt * c);
+    ops.linear_forward(a.att_out, p.proj_w, p.proj_b, a.resid1, bt, c, c, /*accumulate=*/true);
+  }
+  ops.layernorm_forward(a.resid1, p.ln1_w, p.ln1_b, a.ln1_out, a.ln1_mean, a.ln1_rstd, bt, c, eps);
+  // resid2 (in ln2_out) = h1 + drop(fc2(gelu_erf(fc(h1)))); out = ln_2(resid2)
+  ops.linear_forward(a.ln1_out, p.fc_w, p.fc_b, a.fc_pre, bt, c, 4 * c, false);
+  ops.gelu_erf_forward(a.fc_pre, a.fc_act, bt * 4 * c);
+  if (drop) {
+    ops.linear_forward(a.fc_act, p.fc2_w, p.fc2_b, w.dsmall, bt, 4 * c, c, false);
+    ops.dropout_forward(site(s, run, 1), w.dsmall, w.dsmall, bt * c);
+    ops.copy(a.ln1_out, a.ln2_out, bt * c);
+    ops.accumulate(w.dsmall, a.ln2_out, bt * c);
+  } else {
+    ops.copy(a.ln1_out, a.ln2_out, bt * c);
+    ops.linear_forward(a.fc_act, p.fc2_w, p.fc2_b, a.ln2_out, bt, 4 * c, c, /*accumulate=*/true);
+  }
+  ops.layernorm_forward(a.ln2_out, p.ln2_w, p.ln2_b, a.out, a.ln2_mean, a.ln2_rstd, bt, c, eps);
+}
+
+// dres: d out on entry, d x on return. Buffers: dsmall d resid2, then d resid1;
+// dres d h1 between the LayerNorms; dbig1 / dbig2 the FFN's and attention's.
+template <class T>
+void post_ln_backward(ModelOps<T>& ops, const TransformerBlockShape& s, const TransformerBlockRun& run,
+                      const TransformerBlockParams<T>& p, const TransformerBlockParams<T>& g, const T* x,
+                      const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w, bool acc) {
+  const std::int64_t bt = run.batch * s.seq_len, c = s.channels;
+  const bool drop = run.dropout_active();
+  // out = ln_2(resid2): dsmall = d resid2 (layernorm_backward adds into dx).
+  ops.fill(w.dsmall, T(0), bt * c);
+  ops.layernorm_backward(a.ln2_out, p.ln2_w, a.ln2_mean, a.ln2_rstd, w.dres, w.dsmall, g.ln2_w, g.ln2_b, bt, c);
+  // resid2 = h1 + drop(fc2(gelu(fc(h1)))): dres = d h1 = d resid2 + the FFN's.
+  const T* dfc2 = w.dsmall;
+  if (drop) {
+    ops.dropout_backward(site(s, run, 1), w.dsmall, w.dres, bt * c);
+    dfc2 = w.dres;
+  }
+  ops.linear_backward(a.fc_act, p.fc2_w, dfc2, w.dbig1, g.fc2_w, g.fc2_b, bt, 4 * c, c, acc);
+  ops.gelu_erf_backward(a.fc_pre, w.dbig1, w.dbig2, bt * 4 * c);
+  ops.linear_backward(a.ln1_out, p.fc_w, w.dbig2, w.dres, g.fc_w, g.fc_b, bt, c, 4 * c, acc);
+  ops.accumulate(w.dsmall, w.dres, bt * c);
+  // h1 = ln_1(resid1): dsmall = d resid1.
+  ops.fill(w.dsmall, T(0), bt * c);
+  ops.layernorm_backward(a.resid1, p.ln1_w, a.ln1_mean, a.ln1_rstd, w.dres, w.dsmall, g.ln1_w, g.ln1_b, bt, c);
+  // resid1 = x + drop(proj(attention(qkv(x)))): dres = d x = d resid1 + the attention's.
+  const T* dproj = w.dsmall;
+  if (drop) {
+    ops.dropout_backward(site(s, run, 0), w.dsmall, w.dbig2, bt * c);  // dbig2 is free again
+    dproj = w.dbig2;
+  }
+  ops.linear_backward(a.att_out, p.proj_w, dproj, w.dres, g.proj_w, g.proj_b, bt, c, c, acc);
+  ops.attention_backward(attn_shape(s, run), a.att_out, w.dres, a.att_saved, w.att, w.dbig1);
+  ops.linear_backward(x, p.qkv_w, w.dbig1, w.dres, g.qkv_w, g.qkv_b, bt, c, 3 * c, acc);
+  ops.accumulate(w.dsmall, w.dres, bt * c);
 }
 
 }  // namespace
@@ -144,6 +217,7 @@ template <class T>
 void transformer_block_forward(ModelOps<T>& ops, const TransformerBlockShape& s, const TransformerBlockRun& run,
                                T eps, const TransformerBlockParams<T>& p, const T* x,
                                const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w) {
+  if (s.post_ln) return post_ln_forward(ops, s, run, eps, p, x, a, w);
   const std::int64_t bt = run.batch * s.seq_len, c = s.channels;
   const bool drop = run.dropout_active();
   ops.layernorm_forward(x, p.ln1_w, p.ln1_b, a.ln1_out, a.ln1_mean, a.ln1_rstd, bt, c, eps);
@@ -176,9 +250,10 @@ template <class T>
 void transformer_block_backward(ModelOps<T>& ops, const TransformerBlockShape& s, const TransformerBlockRun& run,
                                 const TransformerBlockParams<T>& p, const TransformerBlockParams<T>& g, const T* x,
                                 const TransformerBlockActs<T>& a, const TransformerBlockWork<T>& w, bool grads_zero) {
+  const bool acc = !grads_zero;  // the linears' dw, db: add, or overwrite the zeros
+  if (s.post_ln) return post_ln_backward(ops, s, run, p, g, x, a, w, acc);
   const std::int64_t bt = run.batch * s.seq_len, c = s.channels;
   const bool drop = run.dropout_active();
-  const bool acc = !grads_zero;  // the linears' dw, db: add, or overwrite the zeros
   T* dres = w.dres;
   // out = resid1 + drop(fc2(gelu(fc(ln2(resid1))))); dres holds d out.
   const T* dfc2 = dres;

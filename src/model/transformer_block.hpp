@@ -1,8 +1,14 @@
 // shardtrain/model/transformer_block.hpp
-// Owns the pre-LayerNorm transformer block shared by the GPT decoder
-// (model/gpt.hpp) and the encoder classifier (model/encoder_classifier.hpp):
+// Owns the transformer block shared by the GPT decoder (model/gpt.hpp) and the
+// encoder classifier (model/encoder_classifier.hpp), pre-LayerNorm (GPT-2, our
+// encoder's "pre_ln" layout):
 //   resid1 = x + drop(proj(attention(qkv(ln_1(x)))))
 //   out    = resid1 + drop(fc2(gelu(fc(ln_2(resid1)))))
+// or post-LayerNorm (TransformerBlockShape::post_ln: BERT / DistilBERT, whose
+// sa_layer_norm / attention.output.LayerNorm is our ln_1 and output_layer_norm /
+// output.LayerNorm our ln_2; GELU in its exact erf form, Hugging Face's "gelu"):
+//   h1  = ln_1(x + drop(proj(attention(qkv(x)))))
+//   out = ln_2(h1 + drop(fc2(gelu_erf(fc(h1)))))
 // with its 12 parameter tensors (GPT-2 names "h.<l>.ln_1.weight", ...), the
 // layout of the activations one block saves for backward, the layout of the
 // workspace every block shares, and forward / backward over ModelOps.
@@ -31,6 +37,7 @@ struct TransformerBlockShape {
   std::int64_t channels = 0;   // C
   std::int64_t n_head = 0;     // H
   bool fused_attention = false;  // cuDNN's fused attention (AttnShape::fused)
+  bool post_ln = false;          // the BERT family's post-LayerNorm block (and erf GELU)
 };
 
 inline constexpr int kTransformerBlockTensors = 12;
@@ -64,7 +71,9 @@ struct TransformerBlockParams {
 template <class T>
 TransformerBlockParams<T> transformer_block_params(T* group_base, const std::int64_t* rel);
 
-// Saved for backward, per block; row count B*T.
+// Saved for backward, per block; row count B*T. Post-LN blocks keep the same
+// buffers with these meanings: resid1 = x + attn (ln_1's input), ln1_out = h1,
+// ln2_out = h1 + ffn (ln_2's input), out = ln_2's output.
 template <class T>
 struct TransformerBlockActs {
   T* ln1_mean; T* ln1_rstd; T* ln1_out;  // (BT), (BT), (BT, C)

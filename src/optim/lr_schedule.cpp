@@ -1,4 +1,4 @@
-// Warmup + cosine learning-rate schedule.
+// Warmup + cosine (or linear, or no) decay learning-rate schedule.
 #include "optim/lr_schedule.hpp"
 
 #include <algorithm>
@@ -13,11 +13,13 @@ double learning_rate(const OptimConfig& o, std::int64_t step, std::int64_t total
     case LrSchedule::Constant:
       return o.lr;
     case LrSchedule::Cosine:
+    case LrSchedule::Linear:
       break;
   }
   const std::int64_t decay_steps = std::max<std::int64_t>(1, total_steps - o.warmup_steps);
   const double progress =
       std::min(1.0, static_cast<double>(step - o.warmup_steps) / static_cast<double>(decay_steps));
+  if (o.schedule == LrSchedule::Linear) return o.lr + (o.min_lr - o.lr) * progress;
   return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(3.141592653589793 * progress));
 }
 

@@ -1,6 +1,6 @@
 // shardtrain/optim/lr_schedule.hpp
 // Learning rate as a pure function of the step: linear warmup, then cosine
-// decay to min_lr at the last step (or constant). Stateless, so a resumed run
+// (or linear) decay to min_lr at the last step, or constant. Stateless, so a resumed run
 // gets the same rate for the same step.
 #pragma once
 

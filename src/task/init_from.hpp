@@ -4,7 +4,13 @@
 // `trainer-ckpt export` writes them) instead of random ones, at step 0 with a
 // fresh optimizer, at any rank count and ZeRO stage.
 //  - Matching: every tensor of the model's layout must be in the file, in its
-//    shape, and the file must hold nothing else. GPT-2 names
+//    shape, and the file must hold nothing else. An encoder_classifier in the
+//    BERT family's layouts also reads Hugging Face's names (io/hf_bert_names.hpp:
+//    BertForSequenceClassification, DistilBertForSequenceClassification or their
+//    base models; a folder or its model.safetensors, with config.json beside it,
+//    whose dimensions must be the model's): c_attn from query / key / value, and
+//    a head tensor the file lacks keeps its fresh initial value (the log line
+//    names each). GPT-2 names
 //    ("transformer.h.0.attn.c_attn.weight", ...; a gpt only; io/gpt2_names.hpp)
 //    are recognised by their "transformer." prefix; their four Linear weights
 //    per block are Conv1D's (in, out), read transposed. A gpt's vocabulary (wte.weight's rows,
@@ -27,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/run_config.hpp"
 #include "parallel/model_state.hpp"
@@ -40,11 +47,12 @@ inline constexpr std::int64_t kInitFromChunk = std::int64_t{1} << 20;  // elemen
 // What was loaded, for the log line.
 struct InitFromReport {
   std::string format;        // "safetensors" | "hdf5"
-  std::string names;         // "ours" | "gpt2"
+  std::string names;         // "ours" | "gpt2" | "bert" | "distilbert" (Hugging Face's)
   std::int64_t tensors = 0, transposed = 0, parameters = 0;
   std::uint64_t bytes_read = 0;  // by this rank
   std::uint64_t file_bytes = 0;  // of all the model's tensors in the file
   std::string source;        // the metadata's source_checkpoint and step, when recorded
+  std::vector<std::string> fresh;  // our head tensors the Hugging Face file lacks (initialised fresh)
   double seconds = 0.0;
 };
 

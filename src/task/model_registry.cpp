@@ -67,6 +67,8 @@ ClassifierDims encoder_dims(const RunConfig& cfg, const ClassifierSamples& s, st
   d.classes = s.classes;
   d.max_batch = max_batch;
   d.pooling = cfg.model.pooling;
+  d.layout = cfg.model.layout;
+  d.positions = cfg.model.max_positions;
   d.dropout = cfg.model.dropout;
   d.dropout_seed = cfg.train.seed;
   encoder_check_dims(d);
@@ -164,8 +166,9 @@ std::string describe_classifier(const ClassifierDims& dims, const RunConfig& con
                                       d.dropout > 0 ? fmt::format(" dropout {:g}", d.dropout) : "", d.classes);
                  },
                  [&](const EncoderDims& d) {
-                   return fmt::format("encoder L={} C={} H={} T={} V={} pooling {}{} -> {} classes", d.n_layer,
-                                      d.channels, d.n_head, d.seq_len, d.vocab, name_of(config.model.pooling),
+                   return fmt::format("encoder {} L={} C={} H={} T={} V={} pooling {}{} -> {} classes",
+                                      name_of(d.layout), d.n_layer, d.channels, d.n_head, d.seq_len, d.vocab,
+                                      name_of(config.model.pooling),
                                       d.dropout > 0 ? fmt::format(" dropout {:g}", d.dropout) : "", d.classes);
                  }},
       dims);

@@ -1,7 +1,7 @@
 // trainer-ckpt export: parameters of one state vector of a checkpoint as plain
 // HDF5 (io/checkpoint_export.hpp), .npy (io/npy_write.hpp) or safetensors
-// (io/safetensors_write.hpp), under our names or Hugging Face GPT-2's
-// (io/gpt2_names.hpp), with the model keys a reader of the export needs
+// (io/safetensors_write.hpp), under our names, Hugging Face GPT-2's
+// (io/gpt2_names.hpp) or BERT's / DistilBERT's (io/hf_bert_names.hpp), with the model keys a reader of the export needs
 // (ckpt_commands.hpp). This file picks the tensors and the names and reads the
 // stored config; the writers are io/'s.
 // Invariants: OUT is written to OUT.partial and renamed into place only when
@@ -34,6 +34,7 @@
 #include "io/checkpoint_phase.hpp"
 #include "io/checkpoint_export.hpp"
 #include "io/gpt2_names.hpp"
+#include "io/hf_bert_names.hpp"
 #include "io/npy_write.hpp"
 #include "io/safetensors_write.hpp"
 #include "io/token_dataset.hpp"
@@ -184,12 +185,79 @@ std::vector<SafetensorsEntry> gpt2_entries(const CheckpointReader& ckpt, Metadat
   return entries;
 }
 
+// Every parameter of an encoder_classifier checkpoint with model.layout "bert" /
+// "distilbert" under Hugging Face's ...ForSequenceClassification names
+// (io/hf_bert_names.hpp; c_attn as three tensors), in layout order, and the
+// config.json text transformers reads beside it (BertConfig / DistilBertConfig
+// of those dimensions). Anything else is an InputError naming the file.
+std::vector<SafetensorsEntry> bert_entries(const CheckpointReader& ckpt, const std::string& style,
+                                           std::string& config_json) {
+  const std::string& path = ckpt.path();
+  const toml::table model = stored_model_config(ckpt);
+  const std::string type = model["type"].value_or(std::string("(none)"));
+  const std::string layout_name = model["layout"].value_or(std::string("pre_ln"));
+  if (enum_named<ModelType>(type) != ModelType::EncoderClassifier || layout_name != style)
+    throw InputError(path + ": --names " + style + " needs an encoder_classifier checkpoint with model.layout = \"" +
+                     style + "\"; this one is model.type \"" + type + "\", layout \"" + layout_name + "\"");
+  const EncoderLayout family = style == "bert" ? EncoderLayout::Bert : EncoderLayout::Distilbert;
+  const auto& layout = ckpt.layout();
+  auto find = [&](const std::string& n) -> const CheckpointTensor* {
+    const auto it = std::find_if(layout.begin(), layout.end(), [&](const auto& t) { return t.name == n; });
+    return it == layout.end() ? nullptr : &*it;
+  };
+  const CheckpointTensor* wte = find("wte.weight");
+  const CheckpointTensor* wpe = find("wpe.weight");
+  const CheckpointTensor* head = find("head.weight");
+  if (!wte || !wpe || !head || wte->shape.size() != 2 || wpe->shape.size() != 2 || head->shape.size() != 2)
+    throw InputError(path + ": --names " + style + ": the layout has no 2-D wte.weight, wpe.weight and head.weight");
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& t : layout) {
+    const std::vector<HfPiece> pieces = hf_bert_pieces(family, t.name, t.shape.empty() ? 1 : t.shape[0], true);
+    if (pieces.empty())
+      throw InputError(path + ": --names " + style + ": parameter '" + t.name + "' has no Hugging Face name");
+    for (const HfPiece& p : pieces) {
+      std::vector<std::int64_t> shape = t.shape;
+      shape[0] = p.rows;
+      entries.push_back({p.name, &t, std::move(shape), false, p.row0, pieces.size() > 1 ? p.rows : -1});
+    }
+  }
+  const std::int64_t V = wte->shape[0], C = wte->shape[1], P = wpe->shape[0], K = head->shape[0];
+  std::int64_t L = 0;
+  while (find("h." + std::to_string(L) + ".ln_1.weight")) ++L;
+  const std::int64_t H = model["n_head"].value_or(std::int64_t{0});
+  const double eps = model["layernorm_eps"].value_or(1e-12);
+  std::string labels, ids;
+  for (std::int64_t k = 0; k < K; ++k) {
+    labels += fmt::format("{}\n    \"{}\": \"LABEL_{}\"", k ? "," : "", k, k);
+    ids += fmt::format("{}\n    \"LABEL_{}\": {}", k ? "," : "", k, k);
+  }
+  if (family == EncoderLayout::Distilbert)
+    config_json = fmt::format(
+        "{{\n  \"architectures\": [\"DistilBertForSequenceClassification\"],\n  \"model_type\": \"distilbert\",\n"
+        "  \"activation\": \"gelu\",\n  \"vocab_size\": {},\n  \"dim\": {},\n  \"n_layers\": {},\n"
+        "  \"n_heads\": {},\n  \"hidden_dim\": {},\n  \"max_position_embeddings\": {},\n"
+        "  \"dropout\": 0.1,\n  \"attention_dropout\": 0.1,\n  \"seq_classif_dropout\": 0.2,\n"
+        "  \"sinusoidal_pos_embds\": false,\n  \"initializer_range\": 0.02,\n  \"pad_token_id\": 0,\n"
+        "  \"id2label\": {{{}\n  }},\n  \"label2id\": {{{}\n  }}\n}}\n",
+        V, C, L, H, 4 * C, P, labels, ids);
+  else
+    config_json = fmt::format(
+        "{{\n  \"architectures\": [\"BertForSequenceClassification\"],\n  \"model_type\": \"bert\",\n"
+        "  \"hidden_act\": \"gelu\",\n  \"vocab_size\": {},\n  \"hidden_size\": {},\n"
+        "  \"num_hidden_layers\": {},\n  \"num_attention_heads\": {},\n  \"intermediate_size\": {},\n"
+        "  \"max_position_embeddings\": {},\n  \"type_vocab_size\": {},\n  \"layer_norm_eps\": {:g},\n"
+        "  \"hidden_dropout_prob\": 0.1,\n  \"attention_probs_dropout_prob\": 0.1,\n  \"initializer_range\": 0.02,\n"
+        "  \"pad_token_id\": 0,\n  \"position_embedding_type\": \"absolute\",\n"
+        "  \"id2label\": {{{}\n  }},\n  \"label2id\": {{{}\n  }}\n}}\n",
+        V, C, L, H, 4 * C, P, std::int64_t{2}, eps, labels, ids);
+  return entries;
+}
+
 // Hugging Face's config.json for a --names gpt2 export named model.safetensors
 // (io/gpt2_names.hpp gpt2_config_json), written to `path` (OUT's folder, so
 // that GPT2LMHeadModel.from_pretrained(folder) finds both) as path.partial and
 // renamed into place, like OUT.
-void write_hf_config(const Metadata& metadata, const std::string& path) {
-  const std::string text = gpt2_config_json(metadata);
+void write_text_file(const std::string& text, const std::string& path) {
   PartialFile partial(path);
   std::FILE* f = create_fresh_file(partial.tmp(), path);
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
@@ -213,10 +281,10 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
                double io_timeout_s) {
   const std::string format = export_format(out, format_option);
   const bool npy = format == "npy";
-  if (name_style == "gpt2" && format != "safetensors")
-    throw InputError("--names gpt2: only with --format safetensors (this export is " + format + ")");
-  if (name_style == "gpt2" && !names.empty())
-    throw InputError("--names gpt2 writes the whole model; it does not take --param");
+  if (name_style != "ours" && format != "safetensors")
+    throw InputError("--names " + name_style + ": only with --format safetensors (this export is " + format + ")");
+  if (name_style != "ours" && !names.empty())
+    throw InputError("--names " + name_style + " writes the whole model; it does not take --param");
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(out, path, ec))
     throw InputError(out + ": is the checkpoint itself; choose another output file");
@@ -256,10 +324,14 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
                       {"source_checkpoint", ckpt.path()},
                       {"step", std::to_string(ckpt.meta().step)},
                       {"vector", vector},
-                      {"names", name_style == "gpt2" ? "gpt2" : "shardtrain"}};
+                      {"names", name_style == "ours" ? "shardtrain" : name_style}};
     std::vector<SafetensorsEntry> entries;
+    std::string config_json;
     if (name_style == "gpt2") {
       entries = gpt2_entries(ckpt, metadata);
+      config_json = gpt2_config_json(metadata);
+    } else if (name_style == "bert" || name_style == "distilbert") {
+      entries = bert_entries(ckpt, name_style, config_json);
     } else {
       for (const auto* t : tensors) entries.push_back({t->name, t, t->shape, false});
     }
@@ -267,14 +339,17 @@ int cmd_export(const std::string& path, const std::string& out, std::vector<std:
       if (std::none_of(metadata.begin(), metadata.end(), [&](const auto& x) { return x.first == kv.first; }))
         metadata.push_back(std::move(kv));
     write_safetensors(out, entries, metadata, read, kExportChunkElements);
-    if (name_style == "gpt2" && std::filesystem::path(out).filename() == "model.safetensors") {
+    const std::string hf_class = name_style == "gpt2"   ? "GPT2LMHeadModel"
+                                 : name_style == "bert" ? "BertForSequenceClassification"
+                                                        : "DistilBertForSequenceClassification";
+    if (name_style != "ours" && std::filesystem::path(out).filename() == "model.safetensors") {
       const std::string config = (std::filesystem::path(out).parent_path() / "config.json").string();
-      write_hf_config(metadata, config);
-      fmt::print("{}: Hugging Face GPT2Config beside {} (GPT2LMHeadModel.from_pretrained reads the folder)\n",
-                 config, out);
-    } else if (name_style == "gpt2") {
+      write_text_file(config_json, config);
+      fmt::print("{}: Hugging Face config beside {} ({}.from_pretrained reads the folder)\n", config, out,
+                 hf_class);
+    } else if (name_style != "ours") {
       fmt::print("note: an OUT named model.safetensors also gets config.json beside it, for Hugging Face's "
-                 "GPT2LMHeadModel.from_pretrained(folder)\n");
+                 "{}.from_pretrained(folder)\n", hf_class);
     }
   }
   const double secs = seconds_since(t0);

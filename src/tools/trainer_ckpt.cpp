@@ -149,8 +149,10 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"hdf5", "npy", "safetensors"}));
   exp->add_option("--names", name_style,
                   "Tensor names in a safetensors file: ours (the layout's, e.g. h.0.attn.c_attn.weight) or "
-                  "gpt2 (Hugging Face GPT2LMHeadModel's; GPT checkpoints only)")
-      ->check(CLI::IsMember({"ours", "gpt2"}))
+                  "gpt2 (Hugging Face GPT2LMHeadModel's; GPT checkpoints only), bert or distilbert (Hugging "
+                  "Face BertForSequenceClassification's / DistilBertForSequenceClassification's; encoder_classifier "
+                  "checkpoints with that model.layout; OUT named model.safetensors gets config.json beside it)")
+      ->check(CLI::IsMember({"ours", "gpt2", "bert", "distilbert"}))
       ->capture_default_str();
   exp->footer(
       "master holds the fp32 weights, exp_avg and exp_avg_sq AdamW's first and second moments; "

@@ -51,11 +51,13 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/relu.cuh"
+#include "kernels/cuda/tanh.cuh"
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/relu.hpp"
+#include "kernels/tanh.hpp"
 #include "core/half.hpp"
 #include "kernels/half_scratch.hpp"
 #include "kernels/layernorm.hpp"
@@ -346,6 +348,32 @@ void check_gelu(Fixture& f, std::int64_t n, const std::string& tag) {
 }
 
 TYPED_TEST(PointwiseKernels, GeluMatchesHost) { check_gelu<TestFixture, typename TestFixture::Host>(*this, kFlat, ""); }
+
+// GELU's erf form (BERT) and tanh (the BERT pooler), against the host kernels, in place too.
+TYPED_TEST(PointwiseKernels, GeluErfAndTanhMatchHost) {
+  using H = typename TestFixture::Host;
+  const std::int64_t n = kFlat;
+  const auto x = random_values<H>(n, 25, -6.0f, 6.0f);
+  const auto dy = random_values<H>(n, 26);
+  std::vector<H> y(n), dx(n), t(n), dt(n);
+  gelu_erf_forward<H>(CView1<H>(x.data(), n), View1<H>(y.data(), n));
+  gelu_erf_backward<H>(CView1<H>(x.data(), n), CView1<H>(dy.data(), n), View1<H>(dx.data(), n));
+  tanh_forward<H>(CView1<H>(x.data(), n), View1<H>(t.data(), n));
+  tanh_backward<H>(CView1<H>(t.data(), n), CView1<H>(dy.data(), n), View1<H>(dt.data(), n));
+  DeviceBuffer<H> d_x(x), d_y(n), d_dy(dy), d_dx(n), d_t(n), d_dt(n);
+  cuda::gelu_erf_forward(this->dev(d_x), this->dev(d_y), n, this->m_stream);
+  cuda::gelu_erf_backward(this->dev(d_x), this->dev(d_dy), this->dev(d_dx), n, this->m_stream);
+  expect_close(d_y.download(), y, "gelu_erf y");
+  expect_close(d_dx.download(), dx, "gelu_erf dx");
+  cuda::tanh_forward(this->dev(d_x), this->dev(d_t), n, this->m_stream);
+  cuda::tanh_backward(this->dev(d_t), this->dev(d_dy), this->dev(d_dt), n, this->m_stream);
+  expect_close(d_t.download(), t, "tanh y");
+  expect_close(d_dt.download(), dt, "tanh dx");
+  cuda::tanh_forward(this->dev(d_x), this->dev(d_x), n, this->m_stream);
+  cuda::tanh_backward(this->dev(d_x), this->dev(d_dy), this->dev(d_dy), n, this->m_stream);
+  expect_close(d_x.download(), t, "tanh y in place");
+  expect_close(d_dy.download(), dt, "tanh dx in place");
+}
 
 // --- ReLU ----------------------------------------------------------------------
 

@@ -36,6 +36,7 @@
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/relu.cuh"
+#include "kernels/cuda/tanh.cuh"  // the BERT pooler
 #include "kernels/cuda/seq_pool.cuh"  // encoder classifier ops
 
 namespace shardtrain {

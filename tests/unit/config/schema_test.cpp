@@ -113,7 +113,7 @@ TEST_F(ConfigSchema, EveryEnumKeyReadsEachOfItsNames) {
           k.field);
     }
   }
-  EXPECT_EQ(enum_keys, 12u);  // model.type, precision.mode and the ten of core/run_choices.hpp
+  EXPECT_EQ(enum_keys, 13u);  // model.type, precision.mode and the eleven of core/run_choices.hpp
 }
 
 TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {

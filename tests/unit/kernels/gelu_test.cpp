@@ -2,9 +2,14 @@
 // naively in long double), in double and float (the float path uses the vectorised
 // exp), across several chunks; float64 central-difference check of dx; in-place
 // forward (y == x) and backward (dx == dy); extreme inputs; size errors.
+// gelu_erf_*: forward and dx against the erf formula in long double (double, float,
+// f16 / bf16 as the fp32 result rounded once), a float64 central-difference check
+// of dx, in place, size errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <limits>
 #include <vector>
 
@@ -130,6 +135,87 @@ TEST(Gelu, SizeMismatchThrows) {
   std::vector<double> x(4), y(5);
   EXPECT_THROW(gelu_forward<double>(cview1(x), view1(y)), Error);
   EXPECT_THROW(gelu_backward<double>(cview1(x), cview1(x), view1(y)), Error);
+}
+
+long double naive_gelu_erf(long double x) { return 0.5L * x * (1.0L + std::erf(x / std::sqrt(2.0L))); }
+
+long double naive_gelu_erf_grad(long double x) {
+  const long double pi = 3.14159265358979323846264338327950288L;
+  return 0.5L * (1.0L + std::erf(x / std::sqrt(2.0L))) + x * std::exp(-0.5L * x * x) / std::sqrt(2.0L * pi);
+}
+
+TEST(GeluErf, ForwardAndBackwardMatchErfFormula) {
+  const auto x = inputs();
+  const auto dy = test::random_vector(x.size(), 61);
+  std::vector<double> y(x.size()), dx(x.size());
+  gelu_erf_forward<double>(cview1(x), view1(y));
+  gelu_erf_backward<double>(cview1(x), cview1(dy), view1(dx));
+  const auto xf = cast_vector<float>(x), dyf = cast_vector<float>(dy);
+  std::vector<float> yf(x.size()), dxf(x.size());
+  gelu_erf_forward<float>(cview1(xf), view1(yf));
+  gelu_erf_backward<float>(cview1(xf), cview1(dyf), view1(dxf));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const long double want = naive_gelu_erf(x[i]), want_dx = dy[i] * naive_gelu_erf_grad(x[i]);
+    ASSERT_NEAR(y[i], static_cast<double>(want), 1e-14) << x[i];
+    ASSERT_NEAR(dx[i], static_cast<double>(want_dx), 1e-14) << x[i];
+    ASSERT_NEAR(yf[i], static_cast<double>(naive_gelu_erf(xf[i])), 2e-6 * (1.0 + std::fabs(x[i]))) << x[i];
+    ASSERT_NEAR(dxf[i], static_cast<double>(dyf[i] * naive_gelu_erf_grad(xf[i])), 2e-6) << x[i];
+  }
+  // The tanh form differs by up to ~1e-3 around |x| ~ 2: the two are not confused.
+  std::vector<double> y_tanh(x.size());
+  gelu_forward<double>(cview1(x), view1(y_tanh));
+  double max_diff = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) max_diff = std::max(max_diff, std::fabs(y[i] - y_tanh[i]));
+  EXPECT_GT(max_diff, 1e-4);
+}
+
+TEST(GeluErf, Gradient) {
+  auto x = test::random_vector(53, 62, -4.0, 4.0);
+  const auto r = test::random_vector(53, 63);
+  std::vector<double> dx(53, 9.0);
+  gelu_erf_backward<double>(cview1(x), cview1(r), view1(dx));
+  auto loss = [&](std::span<const double> v) {
+    std::vector<double> xv(v.begin(), v.end()), y(v.size());
+    gelu_erf_forward<double>(cview1(xv), view1(y));
+    return test::weighted_sum(y, r);
+  };
+  EXPECT_TRUE(test::gradient_ok("gelu_erf dx", test::gradcheck(loss, x, dx)));
+}
+
+template <class H>
+void check_erf_half() {
+  const auto xd = test::random_vector(3000, 64, -5.0, 5.0), dyd = test::random_vector(3000, 65);
+  std::vector<H> x(3000), dy(3000), y(3000), dx(3000);
+  std::vector<float> xf(3000), dyf(3000), yf(3000), dxf(3000);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = H(static_cast<float>(xd[i]));
+    dy[i] = H(static_cast<float>(dyd[i]));
+    xf[i] = to_float(x[i]);
+    dyf[i] = to_float(dy[i]);
+  }
+  gelu_erf_forward<H>(cview1(x), view1(y));
+  gelu_erf_backward<H>(cview1(x), cview1(dy), view1(dx));
+  gelu_erf_forward<float>(cview1(xf), view1(yf));
+  gelu_erf_backward<float>(cview1(xf), cview1(dyf), view1(dxf));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(to_float(y[i]), to_float(H(yf[i]))) << i;  // the fp32 result rounded once
+    ASSERT_EQ(to_float(dx[i]), to_float(H(dxf[i]))) << i;
+  }
+  // In place: y over x, dx over dy.
+  gelu_erf_forward<H>(cview1(x), view1(x));
+  gelu_erf_backward<H>(cview1(y), cview1(dy), view1(dy));
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(to_float(x[i]), to_float(y[i])) << i;
+}
+
+TEST(GeluErf, SixteenBitIsFp32RoundedOnceAndInPlace) {
+  check_erf_half<f16>();
+  check_erf_half<bf16>();
+}
+
+TEST(GeluErf, SizeMismatchThrows) {
+  std::vector<double> x(4), y(5);
+  EXPECT_THROW(gelu_erf_forward<double>(cview1(x), view1(y)), Error);
+  EXPECT_THROW(gelu_erf_backward<double>(cview1(x), cview1(x), view1(y)), Error);
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // (every parameter; Cls and Mean pooling; dropout off and on), padding
 // invariance (bitwise), micro-batch split equivalence with dropout, ignored
 // labels, an empty micro-batch, fp32 / 16-bit against fp64, dims errors, and
-// the tracker's Activations / Workspace peaks equal to encoder_costs<T>.
+// the tracker's Activations / Workspace peaks equal to encoder_costs<T>; the same
+// gradient checks, precision and memory checks for the BERT family's layouts
+// (Bert, Distilbert: post-LayerNorm, embedding LayerNorm, token types, pooler /
+// pre-classifier; a position table longer than the sequence), and their tensors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,8 +27,10 @@ namespace {
 
 constexpr TokenIndex kPad = 10, kCls = 9;
 
-EncoderDims tiny_dims(EncoderDims::Pooling pooling, double dropout) {
+EncoderDims tiny_dims(EncoderDims::Pooling pooling, double dropout, EncoderLayout layout = EncoderLayout::PreLn) {
   EncoderDims d;
+  d.layout = layout;
+  if (layout != EncoderLayout::PreLn) d.positions = 9;  // more rows than T = 6 (max_position_embeddings)
   d.vocab = 11; d.seq_len = 6; d.n_layer = 2; d.channels = 8; d.n_head = 2; d.classes = 3; d.max_batch = 4;
   d.pooling = pooling;
   d.dropout = dropout;
@@ -109,8 +114,9 @@ TEST(EncoderInit, IndependentOfSplit) {
   EXPECT_EQ(whole[f.layout.entries()[29].offset], 0.0f);  // head.bias
 }
 
-void gradient_check(EncoderDims::Pooling pooling, double dropout, const char* label) {
-  Fixture f(tiny_dims(pooling, dropout));
+void gradient_check(EncoderDims::Pooling pooling, double dropout, const char* label,
+                    EncoderLayout layout = EncoderLayout::PreLn) {
+  Fixture f(tiny_dims(pooling, dropout, layout));
   EncoderClassifier<double> model(f.dims, f.layout, 1e-5, f.memory);
   model.bind(f.params.data(), f.grads.data());
   const double dloss = 0.25;
@@ -133,6 +139,61 @@ TEST(EncoderGradient, ClsNoDropout) { gradient_check(EncoderDims::Pooling::Cls, 
 TEST(EncoderGradient, MeanNoDropout) { gradient_check(EncoderDims::Pooling::Mean, 0.0, "mean, p=0"); }
 TEST(EncoderGradient, ClsDropout) { gradient_check(EncoderDims::Pooling::Cls, 0.2, "cls, p=0.2"); }
 TEST(EncoderGradient, MeanDropout) { gradient_check(EncoderDims::Pooling::Mean, 0.2, "mean, p=0.2"); }
+TEST(EncoderGradient, BertNoDropout) {
+  gradient_check(EncoderDims::Pooling::Cls, 0.0, "bert, p=0", EncoderLayout::Bert);
+}
+TEST(EncoderGradient, BertDropout) {
+  gradient_check(EncoderDims::Pooling::Cls, 0.2, "bert, p=0.2", EncoderLayout::Bert);
+}
+TEST(EncoderGradient, DistilbertNoDropout) {
+  gradient_check(EncoderDims::Pooling::Cls, 0.0, "distilbert, p=0", EncoderLayout::Distilbert);
+}
+TEST(EncoderGradient, DistilbertDropout) {
+  gradient_check(EncoderDims::Pooling::Cls, 0.2, "distilbert, p=0.2", EncoderLayout::Distilbert);
+}
+
+TEST(EncoderLayout, BertFamilyTensors) {
+  Fixture bert(tiny_dims(EncoderDims::Pooling::Cls, 0.0, EncoderLayout::Bert));
+  const auto& e = bert.layout.entries();
+  ASSERT_EQ(e.size(), 5u + 12u * 2u + 4u);
+  EXPECT_EQ(e[1].shape, (std::vector<std::int64_t>{9, 8}));  // wpe: max_positions rows
+  EXPECT_EQ(e[2].name, "wtt.weight");
+  EXPECT_EQ(e[2].shape, (std::vector<std::int64_t>{kBertTypeVocab, 8}));
+  EXPECT_EQ(e[3].name, "ln_emb.weight");
+  EXPECT_EQ(e[4].group, 0);
+  EXPECT_EQ(e[5].name, "h.0.ln_1.weight");
+  EXPECT_EQ(e[29].name, "pooler.weight");
+  EXPECT_EQ(e[29].shape, (std::vector<std::int64_t>{8, 8}));
+  EXPECT_EQ(e[29].group, 3);
+  EXPECT_EQ(e[31].name, "head.weight");
+  Fixture distil(tiny_dims(EncoderDims::Pooling::Cls, 0.0, EncoderLayout::Distilbert));
+  const auto& d = distil.layout.entries();
+  ASSERT_EQ(d.size(), 4u + 12u * 2u + 4u);
+  EXPECT_EQ(d[2].name, "ln_emb.weight");
+  EXPECT_EQ(d[28].name, "pre_classifier.weight");
+  EXPECT_EQ(encoder_embedding_tensors(distil.dims), 4);
+  // Mean pooling and a short position table are refused by name.
+  auto bad = tiny_dims(EncoderDims::Pooling::Mean, 0.0, EncoderLayout::Bert);
+  EXPECT_THROW(encoder_check_dims(bad), InputError);
+  bad = tiny_dims(EncoderDims::Pooling::Cls, 0.0, EncoderLayout::Distilbert);
+  bad.positions = 5;
+  EXPECT_THROW(encoder_check_dims(bad), InputError);
+}
+
+// Post-LayerNorm is not pre-LayerNorm: the same parameters (the BERT family's
+// extra tensors aside) give other logits, so the layout choice reaches the blocks.
+TEST(EncoderForward, PostLayerNormDiffersFromPreLayerNorm) {
+  Fixture bert(tiny_dims(EncoderDims::Pooling::Cls, 0.0, EncoderLayout::Distilbert));
+  auto dims_pre = bert.dims;
+  dims_pre.layout = EncoderLayout::PreLn;
+  dims_pre.positions = 0;
+  Fixture pre(dims_pre);
+  EncoderClassifier<double> a(bert.dims, bert.layout, 1e-5, bert.memory);
+  EncoderClassifier<double> b(pre.dims, pre.layout, 1e-5, pre.memory);
+  a.bind(bert.params.data(), bert.grads.data());
+  b.bind(pre.params.data(), pre.grads.data());
+  EXPECT_NE(a.forward(bert.batch(0, 4, false, 0)), b.forward(pre.batch(0, 4, false, 0)));
+}
 
 TEST(EncoderForward, PaddingDoesNotMatterBitwise) {
   for (auto pooling : {EncoderDims::Pooling::Cls, EncoderDims::Pooling::Mean}) {
@@ -203,8 +264,8 @@ TEST(EncoderForward, EmptyMicroBatchComputesNothing) {
 }
 
 template <class T>
-void lower_precision_matches(EncoderDims::Pooling pooling, double tol) {
-  Fixture f(tiny_dims(pooling, 0.1));
+void lower_precision_matches(EncoderDims::Pooling pooling, double tol, EncoderLayout layout = EncoderLayout::PreLn) {
+  Fixture f(tiny_dims(pooling, 0.1, layout));
   EncoderClassifier<double> ref(f.dims, f.layout, 1e-5, f.memory);
   ref.bind(f.params.data(), f.grads.data());
   const double want = ref.forward(f.batch(0, 4, true, 3));
@@ -235,11 +296,17 @@ TEST(EncoderPrecision, Fp32AndSixteenBitMatchFp64) {
     lower_precision_matches<bf16>(pooling, 5e-2);
     lower_precision_matches<f16>(pooling, 1e-2);
   }
+  for (auto layout : {EncoderLayout::Bert, EncoderLayout::Distilbert}) {
+    lower_precision_matches<float>(EncoderDims::Pooling::Cls, 1e-5, layout);
+    lower_precision_matches<bf16>(EncoderDims::Pooling::Cls, 5e-2, layout);
+    lower_precision_matches<f16>(EncoderDims::Pooling::Cls, 1e-2, layout);
+  }
 }
 
 template <class T>
-void memory_matches_costs() {
-  EncoderDims d = tiny_dims(EncoderDims::Pooling::Mean, 0.1);
+void memory_matches_costs(EncoderLayout kind = EncoderLayout::PreLn) {
+  EncoderDims d = tiny_dims(kind == EncoderLayout::PreLn ? EncoderDims::Pooling::Mean : EncoderDims::Pooling::Cls,
+                            0.1, kind);
   d.max_batch = 3;
   ParamLayout layout = encoder_layout(d);
   layout.finalize(1);
@@ -267,6 +334,10 @@ void memory_matches_costs() {
 TEST(EncoderMemory, TrackerPeaksEqualCosts) {
   memory_matches_costs<float>();
   memory_matches_costs<bf16>();
+  for (auto layout : {EncoderLayout::Bert, EncoderLayout::Distilbert}) {
+    memory_matches_costs<float>(layout);
+    memory_matches_costs<bf16>(layout);
+  }
 }
 
 // Timing only (not run by ctest): L=2 C=128 H=4 T=512, batch 16, fp32,

@@ -1,5 +1,5 @@
 // The learning-rate schedule (optim/lr_schedule.hpp) against hand-computed values:
-// linear warm-up, then cosine down to min_lr; the constant schedule.
+// linear warm-up, then cosine down to min_lr; the constant schedule; the linear decay.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -23,6 +23,17 @@ TEST(LearningRate, WarmupThenCosineToMin) {
   EXPECT_DOUBLE_EQ(learning_rate(o, 50, 110), 1e-3);
   o.warmup_steps = 0;
   EXPECT_DOUBLE_EQ(learning_rate(o, 0, 110), 1e-3);
+}
+
+TEST(LearningRate, WarmupThenLinearToMin) {
+  OptimConfig o;
+  o.lr = 1e-3; o.min_lr = 0.0; o.warmup_steps = 10; o.schedule = LrSchedule::Linear;
+  EXPECT_DOUBLE_EQ(learning_rate(o, 9, 110), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(o, 10, 110), 1e-3);
+  EXPECT_NEAR(learning_rate(o, 35, 110), 0.75e-3, 1e-15);
+  EXPECT_NEAR(learning_rate(o, 60, 110), 0.5e-3, 1e-15);
+  EXPECT_NEAR(learning_rate(o, 110, 110), 0.0, 1e-18);
+  EXPECT_NEAR(learning_rate(o, 200, 110), 0.0, 1e-18);  // past the end: min_lr
 }
 
 }  // namespace
