@@ -6,11 +6,13 @@
 # By default (the host suite): installs what is missing (share/install-deps.sh:
 # --build first, then --test in the background during the build when run as
 # root), builds the host tree (share/build.sh, everything but the CUDA targets) and runs
-# every CTest test except those labelled gpu (they need a device) and bench (long
-# measurements): `ctest -LE "gpu|bench"`. On a fresh 2-core machine this is the
+# every CTest test except those labelled gpu (they need a device), bench (long
+# measurements) and script-smoke (the benchmark scripts' own smoke tests):
+# `ctest -LE "gpu|bench|script-smoke"`. On a fresh 2-core machine this is the
 # part meant to finish within 20 minutes (share/doc/testing.md has the figures).
 #
-# --all (or SHARDTRAIN_TEST_ALL=1) adds the two longer stages; .ci/run passes it:
+# --all (or SHARDTRAIN_TEST_ALL=1) adds the longer stages; .ci/run passes it:
+# - the benchmark scripts' smoke tests (`ctest -L script-smoke`);
 # - the OpenMP stage: Kokkos with OpenMP built from Debian's trilinos source
 #   (share/kokkos/build-kokkos-openmp.sh), a build against it in
 #   ${OMP_BUILD_DIR:-${BUILD_DIR}-omp} (target omp-build) and `ctest -L kokkos-omp`;
@@ -23,7 +25,10 @@
 # Without --all the script ends by naming the stages it left out.
 #
 # --all must come first; CTEST ARGS (the rest) go to the host suite's ctest only.
-# CTEST_JOBS (default 2) sets every ctest's -j; JOBS the host build's.
+# CTEST_JOBS (default: twice the cores) sets every ctest's -j; JOBS the host build's.
+# Twice the cores, because most tests wait rather than compute (MPI start-up,
+# fsyncs, deadlines and watchdogs: share/doc/testing.md measures it); the tests
+# with wall-clock bounds are RUN_SERIAL, so they run alone.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -37,6 +42,7 @@ esac
 # The build's packages first; the packages only the tests need (PyTorch, about
 # 80 s, h5py, nodejs, npm, Slurm, strace) install while the build compiles, as
 # root (apt-get then needs no password); otherwise before the build.
+ctest_jobs=${CTEST_JOBS:-$((2 * $(nproc)))}
 start=$SECONDS
 "$root/share/install-deps.sh" --build
 mkdir -p "$build"
@@ -65,14 +71,23 @@ if [[ -n $test_deps_pid ]]; then
   echo "test.sh: test dependencies (installed during the build) took $((SECONDS - start)) s after it"
 fi
 start=$SECONDS
-(cd "$build" && ctest -LE "gpu|bench" --output-on-failure -j "${CTEST_JOBS:-2}" "$@")
-echo "test.sh: host suite (ctest -LE \"gpu|bench\") took $((SECONDS - start)) s"
+(cd "$build" && ctest -LE "gpu|bench|script-smoke" --output-on-failure -j "$ctest_jobs" "$@")
+echo "test.sh: host suite (ctest -LE \"gpu|bench|script-smoke\") took $((SECONDS - start)) s"
 
 if [[ $all == 0 ]]; then
-  echo "test.sh: the host suite passed; the OpenMP Kokkos stage and the CUDA build were not run" \
-       "(share/test.sh --all, or SHARDTRAIN_TEST_ALL=1, runs them; .ci/run does)"
+  echo "test.sh: the host suite passed; the benchmark scripts' smoke tests, the OpenMP Kokkos stage" \
+       "and the CUDA build were not run (share/test.sh --all, or SHARDTRAIN_TEST_ALL=1, runs them; .ci/run does)"
   exit 0
 fi
+
+# The benchmark scripts' smoke tests (label script-smoke): the half-hour
+# benchmarks' drivers (tests/bench/torch_parity_speed.sh, tests/bench/gpu/measure.sh)
+# run end to end on tiny shapes, so that a benchmark or a GPU session does not
+# fail on its own script's bugs. About 4 minutes of CPU: the trainer's own
+# checks are all in the host suite above.
+start=$SECONDS
+(cd "$build" && ctest -L script-smoke --no-tests=error --output-on-failure -j "$ctest_jobs")
+echo "test.sh: the benchmark scripts' smoke tests (ctest -L script-smoke) took $((SECONDS - start)) s"
 
 # The OpenMP stage (issue 36): Kokkos 3.4.1 with OpenMP built from Debian's own
 # trilinos source (share/kokkos/build-kokkos-openmp.sh, about 20 s), the trainer
@@ -87,7 +102,7 @@ echo '*' > "$omp_build/.gitignore"  # the top-level .gitignore only covers build
 kokkos_prefix=$("$root/share/kokkos/build-kokkos-openmp.sh" "${KOKKOS_OMP_PREFIX:-$omp_build/kokkos-openmp}" | tail -1)
 BUILD_DIR=$omp_build TARGETS=omp-build JOBS=${OMP_JOBS:-2} "$root/share/build.sh" \
   -DSHARDTRAIN_KOKKOS_ROOT="$kokkos_prefix" -DSHARDTRAIN_SERIAL_TRAINER="$build/trainer"
-(cd "$omp_build" && ctest -L kokkos-omp --no-tests=error --output-on-failure -j "${CTEST_JOBS:-2}")
+(cd "$omp_build" && ctest -L kokkos-omp --no-tests=error --output-on-failure -j "$ctest_jobs")
 echo "test.sh: OpenMP Kokkos build and kokkos-omp tests took $((SECONDS - start)) s"
 
 if [[ -x /usr/local/cuda/bin/nvcc ]] || command -v nvcc >/dev/null 2>&1; then
@@ -97,7 +112,7 @@ if [[ -x /usr/local/cuda/bin/nvcc ]] || command -v nvcc >/dev/null 2>&1; then
   BUILD_DIR=$cuda_build TARGETS=cuda-build JOBS=${CUDA_JOBS:-2} \
     "$root/share/build.sh" -DSHARDTRAIN_ENABLE_CUDA=ON
   echo '*' > "$cuda_build/.gitignore"  # the top-level .gitignore only covers build/
-  (cd "$cuda_build" && ctest -L cuda-build --no-tests=error --output-on-failure -j "${CTEST_JOBS:-2}")
+  (cd "$cuda_build" && ctest -L cuda-build --no-tests=error --output-on-failure -j "$ctest_jobs")
   echo "test.sh: CUDA build and cuda-build tests took $((SECONDS - start)) s (no GPU test was run)"
 else
   echo "test.sh: CUDA build skipped: nvcc is not installed (neither /usr/local/cuda/bin/nvcc nor on PATH)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks tests/bench/torch_parity_speed.sh itself on tiny shapes, so that the
 # half-hour benchmark does not fail on its own bugs (CTest
-# bench_script_smoke_torch_parity; runs in share/test.sh, about 2-3 minutes):
+# bench_script_smoke_torch_parity; label script-smoke, run by share/test.sh --all, about 3 minutes):
 #   1. every variant runs on all three models (ours fp32 and bf16 at 2x1 and 1x2;
 #      PyTorch fp32 1i2b (GPTs), fp32 and bf16 2t and DDP over gloo; the CNN on a
 #      small MNIST-shaped set made here through `trainer-data mnist`), with

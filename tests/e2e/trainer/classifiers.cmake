@@ -44,8 +44,14 @@ function(classifier_e2e name np model script)
     set(fixture cls_images)
   endif()
   add_test(NAME ${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/${script} ${ARGN})
+  # Its own WORK, but the reference runs (NAME_ref_np1, the FIXTURES_SETUP of
+  # the equivalence tests) write to the shared one (CMakeLists.txt's env_common).
+  set(w ${work}/t/${name})
+  if(name MATCHES "_ref_np1$")
+    set(w ${work})
+  endif()
   set_tests_properties(${name} PROPERTIES
-    ENVIRONMENT "${env_common};MIN_DROP=${drop};DATA=${data};INPUT=${PROJECT_SOURCE_DIR}/inputs/tiny_${model}.toml;CKPT_TOOL=$<TARGET_FILE:trainer-ckpt>"
+    ENVIRONMENT "${env_common};MIN_DROP=${drop};DATA=${data};INPUT=${PROJECT_SOURCE_DIR}/inputs/tiny_${model}.toml;CKPT_TOOL=$<TARGET_FILE:trainer-ckpt>;WORK=${w}"
     LABELS "e2e;mpi" PROCESSORS ${np} TIMEOUT 600 FIXTURES_REQUIRED "${fixture}")
 endfunction()
 

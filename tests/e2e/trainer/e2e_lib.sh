@@ -1,5 +1,6 @@
 # Shared helpers of the trainer end-to-end scripts (trainer_e2e.sh, checkpoint_e2e.sh).
 # Environment (set by CTest): TRAINER, INPUT, DATA, WORK, MPIEXEC, NPFLAG.
+[[ -n ${WORK:-} ]] && mkdir -p "$WORK"  # each test's own (tests/e2e/trainer/CMakeLists.txt)
 die() { echo "FAIL: $*" >&2; exit 1; }
 
 # Trains into $WORK/NAME (kept if it exists: a resumed run), log in $WORK/NAME.log

@@ -54,9 +54,9 @@ case "${1:-}" in
   equiv)
     name=$2; np=$3; ref=$4; tol=${5%%/*}; gtol=${5#*/}; shift 5
     run_trainer "$np" "$name" --set train.log_every=1 "$@"
-    compare "$WORK/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol" "$gtol"
+    compare "${REF_WORK:-$WORK}/$ref/metrics.csv" "$WORK/$name/metrics.csv" "$tol" "$gtol"
     if [[ "$tol" == 0 ]]; then
-      diff <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$ref/metrics.csv") \
+      diff <(awk -F, 'NR > 1 { print $1, $11 }' "${REF_WORK:-$WORK}/$ref/metrics.csv") \
            <(awk -F, 'NR > 1 { print $1, $11 }' "$WORK/$name/metrics.csv") || die "weight CRCs differ"
       echo "bitwise identical losses and weight CRCs"
     fi

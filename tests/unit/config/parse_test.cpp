@@ -345,8 +345,8 @@ TEST_F(ConfigParse, ModelTypesAndAdamw) {
 
 TEST_F(ConfigParse, ScheduleMustBeKnown) {
   EXPECT_EQ(
-      error_of("[optim]\nschedule = \"linear\"\n" + data_section()),
-      "inputs/x.toml:2:12: optim.schedule: must be \"cosine\" or \"constant\", got \"linear\"");
+      error_of("[optim]\nschedule = \"step\"\n" + data_section()),
+      "inputs/x.toml:2:12: optim.schedule: must be \"cosine\" or \"constant\" or \"linear\", got \"step\"");
 }
 
 TEST_F(ConfigParse, PrecisionKeys) {
