@@ -30,7 +30,8 @@
 # real run checks against the limit; `trainer --plan --ranks NP` in one process
 # could neither measure an NP-rank job's fixed term nor probe its collectives.
 #
-# Environment knobs: NP [4]  BUDGET_MB [640]  MIN_RATIO [3]  STEPS [3]  MPIEXEC [mpirun]  PROCESS_TOL [0.10]
+# Environment knobs: STAGES ["0 1 2 3"] the stages searched, in increasing order, 0 and 3 among them
+#   (the suite's plan-only test searches "0 3"), NP [4]  BUDGET_MB [640]  MIN_RATIO [3]  STEPS [3]  MPIEXEC [mpirun]  PROCESS_TOL [0.10]
 #   MODEL ["model.d_model=512 model.n_head=8 model.seq_len=64 train.micro_batch=1 train.batch_size=4"]
 #   WORK [mktemp -d] scratch directory (kept when set)
 set -euo pipefail
@@ -44,6 +45,9 @@ BUDGET_MB=${BUDGET_MB:-640}
 MIN_RATIO=${MIN_RATIO:-3}
 STEPS=${STEPS:-3}
 MPIEXEC=${MPIEXEC:-mpirun}
+STAGES=${STAGES:-0 1 2 3}
+read -r -a stage_list <<< "$STAGES"
+[[ ${stage_list[0]:-} == 0 && ${stage_list[-1]:-} == 3 ]] || { echo "STAGES must start with 0 and end with 3 (got: $STAGES)" >&2; exit 2; }
 MODEL=${MODEL:-model.d_model=512 model.n_head=8 model.seq_len=64 train.micro_batch=1 train.batch_size=4}
 if [[ -n "${WORK:-}" ]]; then mkdir -p "$WORK"; else WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT; fi
 
@@ -52,10 +56,16 @@ for kv in $MODEL; do sets+=(--set "$kv"); done
 
 # plan STAGE LAYERS: prints "<parameters> <tracked total MiB> <predicted process peak MiB>";
 # exit status 0 when the predicted process peak fits the budget, 2 when refused.
+# Each (STAGE, LAYERS) is planned once: a repeat reads the saved log and exit status.
 plan() {
   local log="$WORK/plan_s$1_L$2.log" rc=0
-  "$MPIEXEC" -n "$NP" "$trainer" --plan "$input" "${sets[@]}" --set "parallel.zero_stage=$1" \
-    --set "model.n_layer=$2" > "$log" 2>&1 || rc=$?
+  if [[ -f "$log.rc" ]]; then
+    rc=$(< "$log.rc")
+  else
+    "$MPIEXEC" -n "$NP" "$trainer" --plan "$input" "${sets[@]}" --set "parallel.zero_stage=$1" \
+      --set "model.n_layer=$2" > "$log" 2>&1 || rc=$?
+    echo "$rc" > "$log.rc"
+  fi
   awk '/^memory plan per rank/ { for (i = 1; i <= NF; ++i) if ($i == "parameters") p = $(i - 1) }
        /^  total/ { t = $2 } /^predicted process peak per rank:/ { q = $6 } END { print p, t, q }' "$log"
   if [[ $rc -ne 0 && $rc -ne 2 ]] || ! grep -q '^predicted process peak per rank: ' "$log"; then
@@ -67,9 +77,14 @@ plan() {
   return $rc
 }
 
-# deepest STAGE: largest n_layer whose plan fits (0 if none does).
+# deepest STAGE FITS: largest n_layer whose plan fits (0 if none does), given that
+# FITS layers fit (a higher stage keeps less per rank than a lower one, so the lower
+# stage's answer is where its search starts; 0 for the first stage searched).
 deepest() {
-  local lo=0 hi=1
+  local lo=$2 hi=$(($2 > 0 ? 2 * $2 : 1))
+  if [[ $lo -gt 0 ]] && ! plan "$1" "$lo" > /dev/null; then
+    echo "stage $1 does not fit the $lo layers a lower stage fits: the plan is not monotone in the stage" >&2; exit 1
+  fi
   while plan "$1" "$hi" > /dev/null; do lo=$hi; hi=$((hi * 2)); [[ $hi -le 4096 ]] || break; done
   while [[ $((hi - lo)) -gt 1 ]]; do
     local mid=$(((lo + hi) / 2))
@@ -90,8 +105,10 @@ report=$WORK/report.md
   echo "|---|---|---|---|---|---|"
 } > "$report"
 declare -A layers params predicted
-for stage in 0 1 2 3; do
-  L=$(deepest "$stage")
+fits=0
+for stage in "${stage_list[@]}"; do
+  L=$(deepest "$stage" "$fits")
+  fits=$L
   [[ $L -gt 0 ]] || { echo "stage $stage: not even one layer fits $BUDGET_MB MiB" >&2; exit 1; }
   read -r p t q < <(plan "$stage" "$L")
   read -r _ _ q1 < <(plan "$stage" $((L + 1)) || true)
