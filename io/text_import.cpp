@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "core/error.hpp"
@@ -55,57 +56,84 @@ void progress(const std::string& input, std::uint64_t done, std::uint64_t total,
   std::fflush(stderr);
 }
 
-TextImportSummary import_gpt2(const std::string& input, const std::string& output, const TextImportOptions& options) {
-  if (options.bpe_dir.empty())
-    throw InputError("--tokenizer gpt2 needs --bpe DIR, the folder of GPT-2's encoder.json and vocab.bpe "
-                     "(share/data/fetch-gpt2-bpe.sh DIR fetches them)");
-  if (options.block_bytes < 1) throw InputError("--block-size must be at least 1 byte");
+// What stream_blocks read: the bytes of the file and the seconds spent encoding them.
+struct Streamed {
+  std::uint64_t bytes = 0;
+  double encode_seconds = 0;
+};
+
+// Reads `input` in reads of `block_bytes` and hands it on in blocks: `end_at(pending,
+// lo)` says where the text read so far may end a block (npos: read more; the end of
+// the file ends the last one), `encode(pending, end, base)` tokenizes pending[0, end)
+// (pending may hold more after it, base is pending[0]'s file offset) and `tokens()`
+// counts what is encoded, for the progress line (stderr, about once a second).
+Streamed stream_blocks(const std::string& input, std::size_t block_bytes,
+                       const std::function<std::size_t(const std::string&, std::size_t)>& end_at,
+                       const std::function<void(const std::string&, std::size_t, std::uint64_t)>& encode,
+                       const std::function<std::size_t()>& tokens) {
+  if (block_bytes < 1) throw InputError("--block-size must be at least 1 byte");
   check_input_file(input);
-  Gpt2Bpe bpe(options.bpe_dir);
   std::ifstream f(input, std::ios::binary);
   if (!f) throw InputError(input + ": cannot open for reading: " + std::strerror(errno));
   const std::uint64_t total = std::filesystem::file_size(input);
-
-  std::vector<std::uint16_t> ids;
-  std::string pending;        // bytes read and not yet encoded
-  std::uint64_t base = 0;     // file offset of pending[0]
+  Streamed out;
+  std::string pending;  // bytes read and not yet encoded; pending[0] is at file offset out.bytes
   bool eof = false;
   const auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   bool printed = false;
-  double encode_seconds = 0;
   for (;;) {
     std::size_t end = std::string::npos;
     while (!eof && end == std::string::npos) {  // read until a block can end (the rest of the last block cannot)
       const std::size_t had = pending.size();
-      pending.resize(had + options.block_bytes);
-      f.read(pending.data() + had, static_cast<std::streamsize>(options.block_bytes));
+      pending.resize(had + block_bytes);
+      f.read(pending.data() + had, static_cast<std::streamsize>(block_bytes));
       if (f.bad()) throw InputError(input + ": read error: " + std::strerror(errno));
       pending.resize(had + static_cast<std::size_t>(f.gcount()));
       eof = f.eof();
-      end = block_end(pending, had);
+      end = end_at(pending, had);
     }
     if (end == std::string::npos) end = pending.size();  // the end of the file ends the last block
     if (end == 0) break;
     const auto e0 = std::chrono::steady_clock::now();
-    validate_utf8(std::string_view(pending).substr(0, end), input, base, true);
-    const std::size_t look = std::min(end + 1, pending.size());  // the character after the block, ASCII
-    bpe.encode(std::string_view(pending).substr(0, look), end, ids);
+    encode(pending, end, out.bytes);
     const auto now = std::chrono::steady_clock::now();
-    encode_seconds += std::chrono::duration<double>(now - e0).count();
+    out.encode_seconds += std::chrono::duration<double>(now - e0).count();
     pending.erase(0, end);
-    base += end;
+    out.bytes += end;
     if (now - last >= std::chrono::seconds(1) || (printed && pending.empty() && eof)) {
-      progress(input, base, total, ids.size(), std::chrono::duration<double>(now - t0).count());
+      progress(input, out.bytes, total, tokens(), std::chrono::duration<double>(now - t0).count());
       last = now;
       printed = true;
     }
   }
   if (printed && isatty(2)) std::fputc('\n', stderr);
-  if (base == 0) throw InputError(input + ": empty file, nothing to import");
-  const auto n = static_cast<std::int64_t>(ids.size());
+  if (out.bytes == 0) throw InputError(input + ": empty file, nothing to import");
+  return out;
+}
+
+// At least one token for each split.
+void check_token_count(const std::string& input, std::int64_t n) {
   if (n < 2)
     throw InputError(input + ": only " + std::to_string(n) + " token; need at least 2 (one for train, one for val)");
+}
+
+TextImportSummary import_gpt2(const std::string& input, const std::string& output, const TextImportOptions& options) {
+  if (options.bpe_dir.empty())
+    throw InputError("--tokenizer gpt2 needs --bpe DIR, the folder of GPT-2's encoder.json and vocab.bpe "
+                     "(share/data/fetch-gpt2-bpe.sh DIR fetches them)");
+  Gpt2Bpe bpe(options.bpe_dir);
+  std::vector<std::uint16_t> ids;
+  const Streamed read = stream_blocks(
+      input, options.block_bytes, block_end,
+      [&](const std::string& pending, std::size_t end, std::uint64_t base) {
+        validate_utf8(std::string_view(pending).substr(0, end), input, base, true);
+        const std::size_t look = std::min(end + 1, pending.size());  // the character after the block, ASCII
+        bpe.encode(std::string_view(pending).substr(0, look), end, ids);
+      },
+      [&] { return ids.size(); });
+  const auto n = static_cast<std::int64_t>(ids.size());
+  check_token_count(input, n);
 
   TokenDatasetSpec spec;
   spec.tokenizer = TextTokenizer::Gpt2;
@@ -122,7 +150,7 @@ TextImportSummary import_gpt2(const std::string& input, const std::string& outpu
     writer.append(chunk);
   }
   const TokenSplitCounts counts = writer.commit();
-  return {n, static_cast<std::int64_t>(spec.vocab.size()), counts.train, counts.val, encode_seconds};
+  return {n, static_cast<std::int64_t>(spec.vocab.size()), counts.train, counts.val, read.encode_seconds};
 }
 
 // Where the next wordpiece block may end: just after the last '\n' at or after
@@ -141,53 +169,18 @@ TextImportSummary import_wordpiece(const std::string& input, const std::string& 
   if (options.vocab_path.empty())
     throw InputError("--tokenizer wordpiece needs --vocab FILE, BERT's vocab.txt (share/data/fetch-bert-vocab.sh DIR "
                      "fetches bert-base-uncased's)");
-  if (options.block_bytes < 1) throw InputError("--block-size must be at least 1 byte");
-  check_input_file(input);
   const WordPiece wp(read_wordpiece_vocab(options.vocab_path), options.lowercase);
-  std::ifstream f(input, std::ios::binary);
-  if (!f) throw InputError(input + ": cannot open for reading: " + std::strerror(errno));
-  const std::uint64_t total = std::filesystem::file_size(input);
-
   std::vector<TokenIndex> ids;
-  std::string pending;     // bytes read and not yet encoded
-  std::uint64_t base = 0;  // file offset of pending[0]
-  bool eof = false;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto last = t0;
-  bool printed = false;
-  double encode_seconds = 0;
-  for (;;) {
-    std::size_t end = std::string::npos;
-    while (!eof && end == std::string::npos) {
-      const std::size_t had = pending.size();
-      pending.resize(had + options.block_bytes);
-      f.read(pending.data() + had, static_cast<std::streamsize>(options.block_bytes));
-      if (f.bad()) throw InputError(input + ": read error: " + std::strerror(errno));
-      pending.resize(had + static_cast<std::size_t>(f.gcount()));
-      eof = f.eof();
-      end = wordpiece_block_end(pending, had);
-    }
-    if (end == std::string::npos) end = pending.size();
-    if (end == 0) break;
-    const auto e0 = std::chrono::steady_clock::now();
-    const std::string_view block = std::string_view(pending).substr(0, end);
-    validate_utf8(block, input, base, true);
-    wp.encode(block, ids);
-    const auto now = std::chrono::steady_clock::now();
-    encode_seconds += std::chrono::duration<double>(now - e0).count();
-    pending.erase(0, end);
-    base += end;
-    if (now - last >= std::chrono::seconds(1) || (printed && pending.empty() && eof)) {
-      progress(input, base, total, ids.size(), std::chrono::duration<double>(now - t0).count());
-      last = now;
-      printed = true;
-    }
-  }
-  if (printed && isatty(2)) std::fputc('\n', stderr);
-  if (base == 0) throw InputError(input + ": empty file, nothing to import");
+  const Streamed read = stream_blocks(
+      input, options.block_bytes, wordpiece_block_end,
+      [&](const std::string& pending, std::size_t end, std::uint64_t base) {
+        const std::string_view block = std::string_view(pending).substr(0, end);
+        validate_utf8(block, input, base, true);
+        wp.encode(block, ids);
+      },
+      [&] { return ids.size(); });
   const auto n = static_cast<std::int64_t>(ids.size());
-  if (n < 2)
-    throw InputError(input + ": only " + std::to_string(n) + " token; need at least 2 (one for train, one for val)");
+  check_token_count(input, n);
 
   TokenDatasetSpec spec;
   spec.tokenizer = TextTokenizer::Wordpiece;
@@ -198,7 +191,7 @@ TextImportSummary import_wordpiece(const std::string& input, const std::string& 
   spec.vocab_sha256 = wp.vocab_sha256();
   spec.lowercase = wp.lowercase();
   const TokenSplitCounts counts = write_token_dataset(output, spec, ids);
-  return {n, static_cast<std::int64_t>(spec.vocab.size()), counts.train, counts.val, encode_seconds};
+  return {n, static_cast<std::int64_t>(spec.vocab.size()), counts.train, counts.val, read.encode_seconds};
 }
 
 }  // namespace
@@ -218,9 +211,7 @@ TextImportSummary import_text(const std::string& input, const std::string& outpu
 
   TokenizedText text = tokenize_text(bytes, options.tokenizer, input);
   const auto n = static_cast<std::int64_t>(text.tokens.size());
-  if (n < 2)
-    throw InputError(input + ": only " + std::to_string(n) +
-                     " token; need at least 2 (one for train, one for val)");
+  check_token_count(input, n);
 
   TokenDatasetSpec spec;
   spec.tokenizer = options.tokenizer;
