@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <regex>
+#include <string_view>
 #include <utility>
 
 namespace shardtrain {
@@ -42,9 +42,11 @@ const char* errno_name(int err) {
 // The errno a message carries when it comes from HDF5's error stack (its
 // POSIX drivers print "errno = 5, error message = '...'"), else 0.
 int errno_in_text(const std::string& text) {
-  static const std::regex re("errno = ([0-9]+)");
-  std::smatch m;
-  if (std::regex_search(text, m, re)) return std::atoi(m[1].str().c_str());
+  constexpr std::string_view key = "errno = ";
+  for (std::size_t k = text.find(key); k != std::string::npos; k = text.find(key, k + 1)) {
+    const std::size_t d = k + key.size();
+    if (d < text.size() && text[d] >= '0' && text[d] <= '9') return std::atoi(text.c_str() + d);
+  }
   return 0;
 }
 

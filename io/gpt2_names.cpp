@@ -1,8 +1,6 @@
 // GPT-2's names of a GPT's tensors and its config.json (gpt2_names.hpp).
 #include "io/gpt2_names.hpp"
 
-#include <regex>
-
 #include "core/named_enum.hpp"
 #include "io/text_tokenizer.hpp"
 
@@ -12,9 +10,16 @@ std::string gpt2_name(std::string_view ours) { return std::string(kGpt2Prefix) +
 
 bool is_gpt2_name(std::string_view name) { return name.starts_with(kGpt2Prefix); }
 
+// "h.<layer>.{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}.weight".
 bool gpt2_conv1d(std::string_view ours) {
-  static const std::regex conv1d(R"(h\.[0-9]+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight)");
-  return std::regex_match(ours.begin(), ours.end(), conv1d);
+  if (!ours.starts_with("h.")) return false;
+  std::size_t i = 2;
+  while (i < ours.size() && ours[i] >= '0' && ours[i] <= '9') ++i;
+  if (i == 2 || i >= ours.size() || ours[i] != '.') return false;
+  const std::string_view rest = ours.substr(i + 1);
+  for (const std::string_view w : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"})
+    if (rest == w) return true;
+  return false;
 }
 
 std::vector<Gpt2Tensor> gpt2_tensors(std::int64_t vocab, std::int64_t d_model, std::int64_t seq_len,

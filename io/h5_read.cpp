@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
-#include <regex>
 
 #include "core/error.hpp"
 #include "io/checkpoint_phase.hpp"
@@ -95,10 +94,18 @@ struct VlenBudget {
 }  // namespace
 
 int read_errno(const std::string& stack) {
-  // HDF5's POSIX drivers: "file read failed: ..., errno = 5, error message = '...'".
-  static const std::regex re("read failed[^;]*errno = ([0-9]+)");
-  std::smatch m;
-  return std::regex_search(stack, m, re) ? std::atoi(m[1].str().c_str()) : 0;
+  // HDF5's POSIX drivers: "file read failed: ..., errno = 5, error message = '...'":
+  // the last "errno = N" between a "read failed" and the ';' after it.
+  constexpr std::string_view from = "read failed", key = "errno = ";
+  for (std::size_t k = stack.find(from); k != std::string::npos; k = stack.find(from, k + 1)) {
+    const std::size_t stop = std::min(stack.find(';', k), stack.size());
+    for (std::size_t e = stack.rfind(key, stop); e != std::string::npos && e >= k + from.size();
+         e = stack.rfind(key, e - 1)) {
+      const std::size_t d = e + key.size();
+      if (d < stop && stack[d] >= '0' && stack[d] <= '9') return std::atoi(stack.c_str() + d);
+    }
+  }
+  return 0;
 }
 
 [[noreturn]] void bad_input(const std::string& path, const std::string& msg) {
