@@ -48,6 +48,8 @@ Usage (/usr/bin/python3 with python3-torch and python3-h5py):
     shardtrain sample set (/val/inputs, /val/lengths, /val/labels) under the weights and
     config of DIR (a folder as write-hf writes it, or a `trainer-ckpt export
     --names bert|distilbert` output); prints one line "logits r: x y ..." per row.
+    --seq-len T (both commands): the first T ids of each row, as model.seq_len
+    cuts them: a row longer than T ends in the set's [SEP] (its sep_id attribute).
   bert_torch.py eval DIR DATA.h5
     The mean cross-entropy over the whole validation split; prints "val_loss X rows N".
 """
@@ -461,20 +463,29 @@ def load_dir(path):
     return model
 
 
-def val_rows(data):
+def val_rows(data, seq_len=0):
+    """The validation split; seq_len > 0 cuts each row to its first seq_len ids,
+    a row cut short ending in the set's [SEP] (attribute sep_id, when >= 0): what
+    BERT's tokenizer gives at max_length seq_len."""
     import h5py
     with h5py.File(data, "r") as f:
         tokens = torch.from_numpy(np.asarray(f["val/inputs"]).astype(np.int64))
         lengths = torch.from_numpy(np.asarray(f["val/lengths"]).astype(np.int64))
         labels = torch.from_numpy(np.asarray(f["val/labels"]).astype(np.int64)) if "val/labels" in f else None
+        sep = int(f.attrs.get("sep_id", -1))
+    if seq_len and seq_len < tokens.shape[1]:
+        cut = lengths > seq_len
+        tokens, lengths = tokens[:, :seq_len].clone(), lengths.clamp(max=seq_len)
+        if sep >= 0 and seq_len >= 2:
+            tokens[cut, seq_len - 1] = sep
     return tokens, lengths, labels
 
 
 def logits_cmd(args):
     model = load_dir(args.dir)
-    tokens, lengths, _ = val_rows(args.data)
+    tokens, lengths, _ = val_rows(args.data, args.seq_len)
     n = args.rows or tokens.shape[0]
-    tokens, lengths = tokens[:n, : args.seq_len or tokens.shape[1]], lengths[:n].clamp(max=args.seq_len or 1 << 30)
+    tokens, lengths = tokens[:n], lengths[:n]
     keep = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
     with torch.no_grad():
         out = model(tokens, keep)
@@ -485,9 +496,7 @@ def logits_cmd(args):
 
 def eval_cmd(args):
     model = load_dir(args.dir)
-    tokens, lengths, labels = val_rows(args.data)
-    if args.seq_len:
-        tokens, lengths = tokens[:, : args.seq_len], lengths.clamp(max=args.seq_len)
+    tokens, lengths, labels = val_rows(args.data, args.seq_len)
     keep = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
     with torch.no_grad():
         loss = F.cross_entropy(model(tokens, keep), labels, reduction="sum").item() / tokens.shape[0]
