@@ -38,10 +38,15 @@ Usage (/usr/bin/python3 with python3-torch and python3-h5py):
     logits, the loss and each gradient (max |ours - ref| / max |ref| per
     tensor); exit 1 above 1e-5.
   bert_torch.py write-hf DIR --layout bert|distilbert --vocab V --dim C
-                --layers L --heads H --positions P --labels K [--seed S] [--no-head]
+                --layers L --heads H --positions P --labels K [--seed S] [--no-head | --mlm-head]
     A random model in Hugging Face's files: DIR/model.safetensors (float32,
     written by hand in the safetensors format) and DIR/config.json (the keys
     transformers writes for that model type). --no-head: the base model only
+    (BertModel / DistilBertModel names, no classifier). --mlm-head: a
+    pretraining checkpoint as published (distilbert-base-uncased is a
+    DistilBertForMaskedLM: vocab_transform, vocab_layer_norm, vocab_projector;
+    bert-base-uncased a BertForPreTraining: cls.predictions.*,
+    cls.seq_relationship.*), no classifier.
     (BertModel / DistilBertModel names, no classifier).
   bert_torch.py logits DIR DATA.h5 [--rows N]
     The reference's logits (float64) of the first N validation documents of a
@@ -441,6 +446,20 @@ def write_hf(args):
             else:
                 p.copy_(0.2 * torch.randn_like(p))
     tensors = dict(model.state_dict())
+    if args.mlm_head:  # the prefixed base model and a random pretraining head
+        prefix, C, V = cfg["model_type"] + ".", args.dim, args.vocab
+        tensors = {n: t for n, t in tensors.items() if n.startswith(prefix)}
+        if args.layout == "distilbert":
+            head = {"vocab_transform.weight": (C, C), "vocab_transform.bias": (C,), "vocab_layer_norm.weight": (C,),
+                    "vocab_layer_norm.bias": (C,), "vocab_projector.weight": (V, C), "vocab_projector.bias": (V,)}
+            cfg["architectures"] = ["DistilBertForMaskedLM"]
+        else:
+            head = {"cls.predictions.bias": (V,), "cls.predictions.transform.dense.weight": (C, C),
+                    "cls.predictions.transform.dense.bias": (C,), "cls.predictions.transform.LayerNorm.weight": (C,),
+                    "cls.predictions.transform.LayerNorm.bias": (C,), "cls.predictions.decoder.weight": (V, C),
+                    "cls.seq_relationship.weight": (2, C), "cls.seq_relationship.bias": (2,)}
+            cfg["architectures"] = ["BertForPreTraining"]
+        tensors.update({n: 0.2 * torch.randn(*s) for n, s in head.items()})
     if args.no_head:
         prefix = cfg["model_type"] + "."
         tensors = {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
@@ -516,6 +535,7 @@ def main(argv):
         w.add_argument("--" + k, type=int, required=True)
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--no-head", action="store_true")
+    w.add_argument("--mlm-head", action="store_true")
     for name in ("logits", "eval"):
         q = sub.add_parser(name)
         q.add_argument("dir")
