@@ -41,6 +41,15 @@ bool is_hf_bert_buffer(std::string_view name) {
   return name.size() >= tail.size() && name.substr(name.size() - tail.size()) == tail;
 }
 
+bool is_hf_bert_pretraining_head(EncoderLayout layout, std::string_view name) {
+  if (layout == EncoderLayout::Distilbert)
+    return starts_with(name, "vocab_transform.") || starts_with(name, "vocab_layer_norm.") ||
+           starts_with(name, "vocab_projector.");
+  if (layout == EncoderLayout::Bert)
+    return starts_with(name, "cls.predictions.") || starts_with(name, "cls.seq_relationship.");
+  return false;
+}
+
 bool is_hf_bert_name(EncoderLayout layout, std::string_view name) {
   if (layout == EncoderLayout::PreLn) return false;
   const std::string_view body = starts_with(name, hf_bert_prefix(layout)) ? name.substr(hf_bert_prefix(layout).size())

@@ -55,6 +55,14 @@ bool hf_bert_head_tensor(std::string_view ours);
 bool is_hf_bert_name(EncoderLayout layout, std::string_view name);
 // The prefix of the ...ForSequenceClassification names ("bert." / "distilbert.").
 std::string_view hf_bert_prefix(EncoderLayout layout);
+// A pretraining head's tensor, which the published checkpoints hold and a
+// sequence classifier does not use (transformers loads them into
+// ...ForSequenceClassification with "Some weights ... were not used"):
+// DistilBERT's masked-LM head (distilbert-base-uncased is a
+// DistilBertForMaskedLM: vocab_transform.*, vocab_layer_norm.*,
+// vocab_projector.*) and BERT's (BertForPreTraining: cls.predictions.*,
+// cls.seq_relationship.*). model.init_from skips them and says so.
+bool is_hf_bert_pretraining_head(EncoderLayout layout, std::string_view name);
 // Hugging Face buffers that are not parameters ("...embeddings.position_ids"):
 // a file may hold them; they are skipped.
 bool is_hf_bert_buffer(std::string_view name);

@@ -358,6 +358,7 @@ SampleDatasetSpec make_spec(const LabelledTextOptions& o, const WordPiece* wp, s
       spec.vocab_size = static_cast<std::int64_t>(wp->vocab().size());
       spec.pad_id = wp->pad_id();
       spec.cls_id = wp->cls_id();
+      spec.sep_id = wp->sep_id();
       spec.vocab_file = fs::path(o.vocab_path).filename().string();
       spec.vocab_sha256 = wp->vocab_sha256();
       spec.lowercase = wp->lowercase();

@@ -139,7 +139,7 @@ struct SampleDataset::Impl {
   bool in_memory = false;
   std::int64_t num_classes = 0;
   std::vector<std::string> class_names;
-  std::int64_t vocab_size = 0, pad_id = -1, cls_id = -1;
+  std::int64_t vocab_size = 0, pad_id = -1, cls_id = -1, sep_id = -1;
   std::string tokenizer, source, split_rule;
 
   void open();
@@ -193,6 +193,9 @@ void SampleDataset::Impl::check_metadata() {
     vocab_size = require_int(file, "vocab_size", path, 1, kMaxSampleVocab);
     pad_id = require_int(file, "pad_id", path, 0, vocab_size - 1);
     cls_id = require_int(file, "cls_id", path, -1, vocab_size - 1);
+    // Optional: files written before it was recorded have no [SEP] (none of
+    // their tokenizers put one) or are WordPiece sets whose [SEP] is unknown here.
+    if (read_int_attr(file, "sep_id", path)) sep_id = require_int(file, "sep_id", path, -1, vocab_size - 1);
   }
   source = read_string_attr(file, "source", path).value_or("");
   split_rule = read_string_attr(file, "split_rule", path).value_or("");
@@ -289,6 +292,7 @@ const std::vector<std::string>& SampleDataset::class_names() const { return m_im
 std::int64_t SampleDataset::vocab_size() const { return m_impl->vocab_size; }
 std::int64_t SampleDataset::pad_id() const { return m_impl->pad_id; }
 std::int64_t SampleDataset::cls_id() const { return m_impl->cls_id; }
+std::int64_t SampleDataset::sep_id() const { return m_impl->sep_id; }
 const std::string& SampleDataset::tokenizer() const { return m_impl->tokenizer; }
 const std::string& SampleDataset::source() const { return m_impl->source; }
 const std::string& SampleDataset::split_rule() const { return m_impl->split_rule; }

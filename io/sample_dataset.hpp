@@ -63,6 +63,7 @@ class SampleDataset {
   std::int64_t vocab_size() const;                        // tokens only; 0 for images
   std::int64_t pad_id() const;                            // tokens only; -1 for images
   std::int64_t cls_id() const;                            // tokens: -1 if none; -1 for images
+  std::int64_t sep_id() const;                            // tokens: [SEP] after the text, -1 if none or not recorded
   const std::string& tokenizer() const;                   // tokens only; "" for images
   const std::string& source() const;                      // informational ("" if absent)
   const std::string& split_rule() const;                  // informational ("" if absent)

@@ -133,6 +133,8 @@ void SampleDatasetWriter::Impl::validate_spec() {
       bad("pad_id " + std::to_string(spec.pad_id) + " out of range [0, " + std::to_string(spec.vocab_size) + ")");
     if (spec.cls_id < -1 || spec.cls_id >= spec.vocab_size)
       bad("cls_id " + std::to_string(spec.cls_id) + " out of range [-1, " + std::to_string(spec.vocab_size) + ")");
+    if (spec.sep_id < -1 || spec.sep_id >= spec.vocab_size)
+      bad("sep_id " + std::to_string(spec.sep_id) + " out of range [-1, " + std::to_string(spec.vocab_size) + ")");
   }
   const std::int64_t elem_bytes = image ? 1 : (spec.vocab_size <= 65536 ? 2 : 4);
   chunk_rows = std::clamp<std::int64_t>(kTargetChunkBytes / (sample_elems * elem_bytes), 1, kMaxChunkRows);
@@ -158,6 +160,7 @@ void SampleDatasetWriter::Impl::create() {
     write_int_attr(file, "vocab_size", spec.vocab_size);
     write_int_attr(file, "pad_id", spec.pad_id);
     write_int_attr(file, "cls_id", spec.cls_id);
+    write_int_attr(file, "sep_id", spec.sep_id);
     if (!spec.vocab_sha256.empty()) {
       write_string_attr(file, "vocab_file", spec.vocab_file);
       write_string_attr(file, "vocab_sha256", spec.vocab_sha256);

@@ -49,6 +49,7 @@ struct SampleDatasetSpec {
   std::int64_t vocab_size = 0;           // ids in [0, vocab_size), pad_id included
   std::int64_t pad_id = -1;              // the padding token (in range), -1 for images
   std::int64_t cls_id = -1;              // the [CLS] token the importer puts first, or -1
+  std::int64_t sep_id = -1;              // the [SEP] token the importer puts after the text, or -1
   // Tokens made by a vocabulary file (wordpiece): written as the attributes
   // vocab_file, vocab_sha256 and lowercase when vocab_sha256 is set (informational).
   std::string vocab_file;                // its file name

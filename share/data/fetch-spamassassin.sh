@@ -12,11 +12,24 @@
 # Tokens: hashed lowercase words (--tokenizer word-hash --lowercase, 32768
 # buckets; share/doc/dataset-format.md), 512 per e-mail: about 2-3 KB of text,
 # where 512 bytes would hold only the subject and the first lines.
+# Extra options go to `trainer-data textdir`; a --tokenizer among them replaces
+# the default "--tokenizer word-hash --lowercase" and a --seq-len the default 512,
+# e.g. for a BERT model (the [CLS] ... [SEP] [PAD] samples of bert-base-uncased's
+# vocabulary, share/data/fetch-bert-vocab.sh):
+#   fetch-spamassassin.sh build/trainer-data build/data/spam-wordpiece.h5 \
+#     --tokenizer wordpiece --vocab build/data/bert-vocab/vocab.txt --seq-len 128
 # Usage: share/data/fetch-spamassassin.sh TRAINER_DATA OUTPUT.h5 [extra trainer-data textdir options]
 set -euo pipefail
 tool=${1:?usage: fetch-spamassassin.sh TRAINER_DATA OUTPUT.h5 [options]}
 out=${2:?usage: fetch-spamassassin.sh TRAINER_DATA OUTPUT.h5 [options]}
 shift 2
+tokenizer=(--tokenizer word-hash --lowercase) seq_len=(--seq-len 512)
+for a in "$@"; do
+  case $a in
+    --tokenizer|--tokenizer=*) tokenizer=() ;;
+    --seq-len|--seq-len=*) seq_len=() ;;
+  esac
+done
 if [[ -f "$out" ]]; then
   echo "fetch-spamassassin: $out already exists"
   exit 0
@@ -35,4 +48,4 @@ fi
 "$tool" textdir "$tmp/package/data" "$out" \
   --label easy-ham-1=ham --label easy-ham-2=ham --label hard-ham-1=ham \
   --label spam-1=spam --label spam-2=spam \
-  --strip-headers --tokenizer word-hash --lowercase --seq-len 512 --val-fraction 0.2 --seed 1234 "$@"
+  --strip-headers "${tokenizer[@]}" "${seq_len[@]}" --val-fraction 0.2 --seed 1234 "$@"

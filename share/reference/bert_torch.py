@@ -38,16 +38,23 @@ Usage (/usr/bin/python3 with python3-torch and python3-h5py):
     logits, the loss and each gradient (max |ours - ref| / max |ref| per
     tensor); exit 1 above 1e-5.
   bert_torch.py write-hf DIR --layout bert|distilbert --vocab V --dim C
-                --layers L --heads H --positions P --labels K [--seed S] [--no-head]
+                --layers L --heads H --positions P --labels K [--seed S] [--no-head | --mlm-head]
     A random model in Hugging Face's files: DIR/model.safetensors (float32,
     written by hand in the safetensors format) and DIR/config.json (the keys
     transformers writes for that model type). --no-head: the base model only
+    (BertModel / DistilBertModel names, no classifier). --mlm-head: a
+    pretraining checkpoint as published (distilbert-base-uncased is a
+    DistilBertForMaskedLM: vocab_transform, vocab_layer_norm, vocab_projector;
+    bert-base-uncased a BertForPreTraining: cls.predictions.*,
+    cls.seq_relationship.*), no classifier.
     (BertModel / DistilBertModel names, no classifier).
   bert_torch.py logits DIR DATA.h5 [--rows N]
     The reference's logits (float64) of the first N validation documents of a
     shardtrain sample set (/val/inputs, /val/lengths, /val/labels) under the weights and
     config of DIR (a folder as write-hf writes it, or a `trainer-ckpt export
     --names bert|distilbert` output); prints one line "logits r: x y ..." per row.
+    --seq-len T (both commands): the first T ids of each row, as model.seq_len
+    cuts them: a row longer than T ends in the set's [SEP] (its sep_id attribute).
   bert_torch.py eval DIR DATA.h5
     The mean cross-entropy over the whole validation split; prints "val_loss X rows N".
 """
@@ -439,6 +446,20 @@ def write_hf(args):
             else:
                 p.copy_(0.2 * torch.randn_like(p))
     tensors = dict(model.state_dict())
+    if args.mlm_head:  # the prefixed base model and a random pretraining head
+        prefix, C, V = cfg["model_type"] + ".", args.dim, args.vocab
+        tensors = {n: t for n, t in tensors.items() if n.startswith(prefix)}
+        if args.layout == "distilbert":
+            head = {"vocab_transform.weight": (C, C), "vocab_transform.bias": (C,), "vocab_layer_norm.weight": (C,),
+                    "vocab_layer_norm.bias": (C,), "vocab_projector.weight": (V, C), "vocab_projector.bias": (V,)}
+            cfg["architectures"] = ["DistilBertForMaskedLM"]
+        else:
+            head = {"cls.predictions.bias": (V,), "cls.predictions.transform.dense.weight": (C, C),
+                    "cls.predictions.transform.dense.bias": (C,), "cls.predictions.transform.LayerNorm.weight": (C,),
+                    "cls.predictions.transform.LayerNorm.bias": (C,), "cls.predictions.decoder.weight": (V, C),
+                    "cls.seq_relationship.weight": (2, C), "cls.seq_relationship.bias": (2,)}
+            cfg["architectures"] = ["BertForPreTraining"]
+        tensors.update({n: 0.2 * torch.randn(*s) for n, s in head.items()})
     if args.no_head:
         prefix = cfg["model_type"] + "."
         tensors = {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
@@ -461,20 +482,29 @@ def load_dir(path):
     return model
 
 
-def val_rows(data):
+def val_rows(data, seq_len=0):
+    """The validation split; seq_len > 0 cuts each row to its first seq_len ids,
+    a row cut short ending in the set's [SEP] (attribute sep_id, when >= 0): what
+    BERT's tokenizer gives at max_length seq_len."""
     import h5py
     with h5py.File(data, "r") as f:
         tokens = torch.from_numpy(np.asarray(f["val/inputs"]).astype(np.int64))
         lengths = torch.from_numpy(np.asarray(f["val/lengths"]).astype(np.int64))
         labels = torch.from_numpy(np.asarray(f["val/labels"]).astype(np.int64)) if "val/labels" in f else None
+        sep = int(f.attrs.get("sep_id", -1))
+    if seq_len and seq_len < tokens.shape[1]:
+        cut = lengths > seq_len
+        tokens, lengths = tokens[:, :seq_len].clone(), lengths.clamp(max=seq_len)
+        if sep >= 0 and seq_len >= 2:
+            tokens[cut, seq_len - 1] = sep
     return tokens, lengths, labels
 
 
 def logits_cmd(args):
     model = load_dir(args.dir)
-    tokens, lengths, _ = val_rows(args.data)
+    tokens, lengths, _ = val_rows(args.data, args.seq_len)
     n = args.rows or tokens.shape[0]
-    tokens, lengths = tokens[:n, : args.seq_len or tokens.shape[1]], lengths[:n].clamp(max=args.seq_len or 1 << 30)
+    tokens, lengths = tokens[:n], lengths[:n]
     keep = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
     with torch.no_grad():
         out = model(tokens, keep)
@@ -485,9 +515,7 @@ def logits_cmd(args):
 
 def eval_cmd(args):
     model = load_dir(args.dir)
-    tokens, lengths, labels = val_rows(args.data)
-    if args.seq_len:
-        tokens, lengths = tokens[:, : args.seq_len], lengths.clamp(max=args.seq_len)
+    tokens, lengths, labels = val_rows(args.data, args.seq_len)
     keep = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
     with torch.no_grad():
         loss = F.cross_entropy(model(tokens, keep), labels, reduction="sum").item() / tokens.shape[0]
@@ -507,6 +535,7 @@ def main(argv):
         w.add_argument("--" + k, type=int, required=True)
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--no-head", action="store_true")
+    w.add_argument("--mlm-head", action="store_true")
     for name in ("logits", "eval"):
         q = sub.add_parser(name)
         q.add_argument("dir")

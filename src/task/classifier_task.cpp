@@ -53,6 +53,7 @@ class ClassifierTask final : public Task<P> {
     if (!images) {
       samples.vocab = m_data.vocab_size();
       samples.has_cls = m_data.cls_id() >= 0;
+      m_sep_id = m_data.sep_id();
     }
     m_dims = row.classifier_dims(cfg, samples, mb);
     m_seq_len = classifier_tokens(m_dims);
@@ -184,9 +185,14 @@ class ClassifierTask final : public Task<P> {
     m_data.read(split, m_indices, images ? m_values.data() : nullptr, images ? nullptr : m_tokens.data(),
                 m_labels.data(), images ? nullptr : m_lengths.data());
     if (!images && m_seq_len < m_row) {  // the model reads the first m_seq_len tokens of every row
+      const auto t = static_cast<std::int32_t>(m_seq_len);
       for (std::int64_t i = 0; i < b.batch; ++i) {
-        std::copy_n(m_tokens.data() + i * m_row, m_seq_len, m_tokens.data() + i * m_seq_len);
-        m_lengths.data()[i] = std::min<std::int32_t>(m_lengths.data()[i], static_cast<std::int32_t>(m_seq_len));
+        TokenIndex* row = m_tokens.data() + i * m_seq_len;
+        std::copy_n(m_tokens.data() + i * m_row, m_seq_len, row);
+        // A row cut short ends in [SEP] where the set has one (WordPiece: [CLS]
+        // + the first t - 2 pieces + [SEP], what an import at --seq-len t gives).
+        if (m_lengths.data()[i] > t && m_sep_id >= 0 && t >= 2) row[t - 1] = static_cast<TokenIndex>(m_sep_id);
+        m_lengths.data()[i] = std::min(m_lengths.data()[i], t);
       }
     }
     b.values = images ? m_values.data() : nullptr;
@@ -204,6 +210,7 @@ class ClassifierTask final : public Task<P> {
   std::int64_t m_classes = 0;
   std::int64_t m_row = 0;      // elements of one sample as stored
   std::int64_t m_seq_len = 0;  // tokens per sample the model reads (<= m_row); 0: images
+  std::int64_t m_sep_id = -1;  // the set's [SEP], put last in a row cut to m_seq_len; -1: none
   ClassifierDims m_dims;  // the model's, from its row (task/model_registry.hpp)
   std::unique_ptr<Classifier<P>> m_model;
   std::unique_ptr<SampleSampler> m_sampler;

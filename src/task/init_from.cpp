@@ -110,7 +110,7 @@ void check_hf_config(const std::string& path, const ParamLayout& layout, const R
 // three tensors, a head the file lacks fresh; missing, extra or misshapen
 // tensors refused by name.
 std::vector<Source> match_hf(const WeightsFile& file, const ParamLayout& layout, const RunConfig& cfg,
-                             std::vector<std::string>& fresh) {
+                             std::vector<std::string>& fresh, std::vector<std::string>& unused) {
   const std::string& path = file.path();
   const EncoderLayout family = cfg.model.layout;
   const std::string_view prefix = hf_bert_prefix(family);
@@ -151,9 +151,13 @@ std::vector<Source> match_hf(const WeightsFile& file, const ParamLayout& layout,
     }
   }
   std::vector<std::string> extra;
-  for (const WeightsTensor& t : file.tensors())
-    if (!is_hf_bert_buffer(t.name) && std::find(used.begin(), used.end(), &t) == used.end())
+  for (const WeightsTensor& t : file.tensors()) {
+    if (is_hf_bert_buffer(t.name) || std::find(used.begin(), used.end(), &t) != used.end()) continue;
+    if (is_hf_bert_pretraining_head(family, t.name))
+      unused.push_back(t.name);
+    else
       extra.push_back(t.name + " " + shape_text(t.shape));
+  }
   if (!extra.empty()) {
     std::string list;
     for (std::size_t i = 0; i < extra.size() && i < 6; ++i) list += (i ? ", " : "") + extra[i];
@@ -301,7 +305,7 @@ InitFromReport load_init_from(const RunConfig& cfg, MpiCommunicator& comm, Commu
     std::vector<Source> sources;
     if (hf_names) {
       check_hf_config(hf.config, state.layout(), cfg);
-      sources = match_hf(file, state.layout(), cfg, report.fresh);
+      sources = match_hf(file, state.layout(), cfg, report.fresh, report.unused);
     } else {
       sources = match(file, state.layout(), cfg, data, gpt2);
     }
@@ -347,8 +351,10 @@ std::string start_from_exported_weights(const RunConfig& cfg, MpiCommunicator& c
       r.names == "gpt2" ? "GPT-2" : r.names == "ours" ? "our" : "Hugging Face " + r.names,
       r.transposed > 0 ? fmt::format(", {} read transposed", r.transposed) : std::string(),
       r.source.empty() ? std::string() : ", " + r.source,
-      r.fresh.empty() ? std::string()
-                      : fmt::format("; not in the file, initialised fresh: {}", fmt::join(r.fresh, ", ")),
+      (r.fresh.empty() ? std::string()
+                       : fmt::format("; not in the file, initialised fresh: {}", fmt::join(r.fresh, ", "))) +
+          (r.unused.empty() ? std::string()
+                            : fmt::format("; the file's pretraining head, not used: {}", fmt::join(r.unused, ", "))),
       r.bytes_read, r.file_bytes, r.seconds, crc);
 }
 

@@ -10,7 +10,8 @@
 //    base models; a folder or its model.safetensors, with config.json beside it,
 //    whose dimensions must be the model's): c_attn from query / key / value, and
 //    a head tensor the file lacks keeps its fresh initial value (the log line
-//    names each). GPT-2 names
+//    names each); a pretraining head the file holds (the published
+//    checkpoints' masked-LM heads) is skipped and named. GPT-2 names
 //    ("transformer.h.0.attn.c_attn.weight", ...; a gpt only; io/gpt2_names.hpp)
 //    are recognised by their "transformer." prefix; their four Linear weights
 //    per block are Conv1D's (in, out), read transposed. A gpt's vocabulary (wte.weight's rows,
@@ -53,6 +54,7 @@ struct InitFromReport {
   std::uint64_t file_bytes = 0;  // of all the model's tensors in the file
   std::string source;        // the metadata's source_checkpoint and step, when recorded
   std::vector<std::string> fresh;  // our head tensors the Hugging Face file lacks (initialised fresh)
+  std::vector<std::string> unused;  // its pretraining head's tensors, skipped (hf_bert_names.hpp)
   double seconds = 0.0;
 };
 

@@ -18,6 +18,9 @@
 #     step-20 validation loss within 1e-5.
 #  5. base: hf_base/, the base model only (BertModel / DistilBertModel names, no
 #     head): init_from starts and the log says which head tensors start fresh.
+#     mlm: hf_mlm/, a pretraining checkpoint as published (DistilBertForMaskedLM /
+#     BertForPreTraining: the masked-LM head's tensors beside the base model):
+#     init_from skips that head, naming it, and starts the classifier fresh.
 #  6. refusals (exit 2, the message naming the tensor or key): a tensor missing,
 #     one misshapen, one extra, config.json with another n_heads.
 # Environment (CTest): TRAINER, DATAGEN (trainer-data), CKPT_TOOL, WORK, MPIEXEC,
@@ -101,6 +104,14 @@ close "$(val_loss "$dir/again" 1)" "$ref" "validation loss from the export throu
   --positions 40 --labels 2 --seed 5 --no-head > /dev/null
 train base --set model.init_from="$dir/hf_base"
 grep -q "initialised fresh: .*head.weight" "$dir/base.log" || { cat "$dir/base.log"; die "no fresh-head line"; }
+# A pretraining checkpoint as published (DistilBertForMaskedLM / BertForPreTraining):
+# its masked-LM head is skipped and named, the classifier starts fresh.
+"$py" "$REF" write-hf "$dir/hf_mlm" --layout "$layout" --vocab "$vocab" --dim 16 --layers 2 --heads 2 \
+  --positions 40 --labels 2 --seed 5 --mlm-head > /dev/null
+train mlm --set model.init_from="$dir/hf_mlm"
+mlm=$([[ $layout == bert ]] && echo "cls.predictions.decoder.weight" || echo "vocab_projector.weight")
+grep -q "initialised fresh: .*head.weight.*pretraining head, not used: .*$mlm" "$dir/mlm.log" ||
+  { cat "$dir/mlm.log"; die "no line naming the skipped pretraining head ($mlm) and the fresh classifier"; }
 
 # 6. Refusals, each naming what is wrong.
 refuse() {  # NAME EXPECTED-TEXT  (the folder $dir/NAME)

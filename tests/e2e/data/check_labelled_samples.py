@@ -29,7 +29,8 @@ def main():
         for key, value in (("format", "shardtrain-samples"), ("kind", "tokens"), ("tokenizer", "byte")):
             if a[key] != value:
                 problems.append(f"attribute {key} is {a[key]!r}, expected {value!r}")
-        for key, value in (("vocab_size", 258), ("pad_id", PAD), ("cls_id", CLS), ("num_classes", len(classes))):
+        for key, value in (("vocab_size", 258), ("pad_id", PAD), ("cls_id", CLS), ("sep_id", -1),
+                           ("num_classes", len(classes))):
             if int(a[key]) != value:
                 problems.append(f"attribute {key} is {a[key]}, expected {value}")
         if list(a["sample_shape"]) != [int(seq_len)]:

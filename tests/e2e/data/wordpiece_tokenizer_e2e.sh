@@ -127,7 +127,7 @@ import csv, sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], "r")
 s = lambda v: v.decode() if isinstance(v, bytes) else v
 assert s(f.attrs["tokenizer"]) == "wordpiece" and int(f.attrs["vocab_size"]) == 30522
-assert int(f.attrs["pad_id"]) == 0 and int(f.attrs["cls_id"]) == 101, dict(f.attrs)
+assert int(f.attrs["pad_id"]) == 0 and int(f.attrs["cls_id"]) == 101 and int(f.attrs["sep_id"]) == 102, dict(f.attrs)
 assert len(s(f.attrs["vocab_sha256"])) == 64 and int(f.attrs["lowercase"]) == 1
 classes = [s(c) for c in f["classes"][:]]
 assert classes == ["neg", "pos"], classes

@@ -97,5 +97,20 @@ TEST(HfBertNames, RecognisesNamesHeadsAndBuffers) {
   EXPECT_FALSE(is_hf_bert_buffer("bert.embeddings.position_embeddings.weight"));
 }
 
+TEST(HfBertNames, PretrainingHeads) {  // the published checkpoints' masked-LM heads, skipped by init_from
+  for (const char* n : {"vocab_transform.weight", "vocab_layer_norm.bias", "vocab_projector.weight"}) {
+    EXPECT_TRUE(is_hf_bert_pretraining_head(EncoderLayout::Distilbert, n)) << n;
+    EXPECT_FALSE(is_hf_bert_pretraining_head(EncoderLayout::Bert, n)) << n;
+  }
+  for (const char* n : {"cls.predictions.bias", "cls.predictions.decoder.weight", "cls.seq_relationship.weight"}) {
+    EXPECT_TRUE(is_hf_bert_pretraining_head(EncoderLayout::Bert, n)) << n;
+    EXPECT_FALSE(is_hf_bert_pretraining_head(EncoderLayout::Distilbert, n)) << n;
+  }
+  for (const char* n : {"classifier.weight", "pre_classifier.bias", "distilbert.embeddings.LayerNorm.weight",
+                        "bert.pooler.dense.weight", "vocab_projector"})
+    for (const EncoderLayout l : {EncoderLayout::Bert, EncoderLayout::Distilbert, EncoderLayout::PreLn})
+      EXPECT_FALSE(is_hf_bert_pretraining_head(l, n)) << n;
+}
+
 }  // namespace
 }  // namespace shardtrain

@@ -175,6 +175,7 @@ SampleDatasetSpec token_spec(std::int64_t vocab) {
   spec.vocab_size = vocab;
   spec.pad_id = 0;
   spec.cls_id = 1;
+  spec.sep_id = 2;
   return spec;
 }
 
@@ -197,6 +198,7 @@ void check_tokens(const std::string& path, std::int64_t vocab) {
   EXPECT_EQ(ds.vocab_size(), vocab);
   EXPECT_EQ(ds.pad_id(), 0);
   EXPECT_EQ(ds.cls_id(), 1);
+  EXPECT_EQ(ds.sep_id(), 2);
   EXPECT_EQ(ds.tokenizer(), "byte");
   EXPECT_EQ(ds.class_names(), (std::vector<std::string>{"neg", "pos", "neutral"}));
   EXPECT_EQ(ds.size(SampleSplit::Train), 10000);
@@ -356,6 +358,9 @@ TEST(SampleDatasetWriter, RejectsBadSpecs) {
   t = token_spec(300);
   t.cls_id = -2;
   expect_input_error([&] { SampleDatasetWriter w(p, t); }, p, "cls_id -2 out of range");
+  t = token_spec(300);
+  t.sep_id = 300;
+  expect_input_error([&] { SampleDatasetWriter w(p, t); }, p, "sep_id 300 out of range [-1, 300)");
   expect_input_error([&] { SampleDatasetWriter w("/nonexistent_dir/x.h5", image_spec()); }, "/nonexistent_dir/x.h5",
                      "cannot create");
   EXPECT_FALSE(fs::exists(p + ".partial"));
@@ -607,7 +612,11 @@ TEST(SampleDatasetHostile, TokenAttributes) {
   expect_open_fails(p, "pad_id 300 out of range [0, 299]");
   mutate([](hid_t f) { set_int_attr(f, "pad_id", 0); H5Adelete(f, "cls_id"); });
   expect_open_fails(p, "missing attribute 'cls_id'");
-  mutate([](hid_t f) { set_int_attr(f, "cls_id", -1); H5Ldelete(f, "/train/lengths", H5P_DEFAULT); });
+  mutate([](hid_t f) { set_int_attr(f, "cls_id", -1); set_int_attr(f, "sep_id", 300); });
+  expect_open_fails(p, "sep_id 300 out of range [-1, 299]");
+  mutate([](hid_t f) { H5Adelete(f, "sep_id"); });  // optional: a file from before it was recorded
+  EXPECT_EQ(SampleDataset(p, MPI_COMM_SELF).sep_id(), -1);
+  mutate([](hid_t f) { H5Ldelete(f, "/train/lengths", H5P_DEFAULT); });
   expect_open_fails(p, "missing dataset '/train/lengths'");
 }
 TEST(SampleDatasetHostile, NotAFile) {
