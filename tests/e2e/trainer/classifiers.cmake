@@ -141,6 +141,16 @@ foreach(case "pre_ln;sqrt" "distilbert;budget")
   set_tests_properties(trainer_encoder_rc_${policy}_np2 PROPERTIES
     FIXTURES_REQUIRED "trainer_encoder_rc_${layout}_ref;cls_text")
 endforeach()
+# The same under ZeRO stage 3 (the recomputed blocks' parameters gathered again):
+# budget on distilbert against none, both at stage 3.
+set(rc_s3 --set model.n_layer=4 --set model.layout=distilbert --set train.steps=100 --set parallel.zero_stage=3
+    --set parallel.bucket_mb=0)
+classifier_e2e(trainer_encoder_rc_s3_ref_np2 2 encoder trainer_e2e.sh run 2 encoder_rc_s3_ref_np2 ${rc_s3}
+  --set train.log_every=1)
+set_tests_properties(trainer_encoder_rc_s3_ref_np2 PROPERTIES FIXTURES_SETUP trainer_encoder_rc_s3_ref)
+classifier_e2e(trainer_encoder_rc_budget_s3_np2 2 encoder trainer_e2e.sh equiv encoder_rc_budget_s3_np2 2
+  encoder_rc_s3_ref_np2 0 ${rc_s3} --set recompute.policy=budget --set recompute.budget_mb=0.22)
+set_tests_properties(trainer_encoder_rc_budget_s3_np2 PROPERTIES FIXTURES_REQUIRED "trainer_encoder_rc_s3_ref;cls_text")
 # A classifier without a chain of blocks refuses any policy but "none", naming those that have one.
 classifier_e2e(trainer_mlp_bad_recompute 2 mlp trainer_e2e.sh bad-input 2 mlp_recompute
   "input\\.toml: recompute\\.policy = \"sqrt\": model\\.type = \"mlp\" has no chain of blocks to recompute")
