@@ -343,7 +343,8 @@ constexpr KeySpec k_schema[] = {
 
     // [recompute]
     {SHARDTRAIN_CONFIG_KEY(recompute, policy), .choices = k_recompute_policy_names,
-     .doc = "Which activations of the transformer blocks are kept through the forward pass and which are "
+     .doc = "Which activations of the transformer blocks (of `gpt` and `encoder_classifier`, every layout) are "
+            "kept through the forward pass and which are "
             "recomputed in backward. `\"none\"`: keep everything. `\"full\"`: keep only each block's input; "
             "every block but the last is run forward again just before its backward. `\"sqrt\"`: keep every "
             "ceil(sqrt(L))-th block input; each segment is recomputed once. `\"budget\"`: the schedule with "
@@ -351,8 +352,9 @@ constexpr KeySpec k_schema[] = {
             "programming over the chain of blocks (Rotor/revolve style; it may recompute a segment from a "
             "checkpoint recomputed itself, i.e. more than one level). Every policy gives bitwise the same "
             "losses and gradients. `trainer --plan` prints the schedule, the activation peak and the extra "
-            "forward FLOPs. The classifiers keep all activations: any policy but `\"none\"` with them is "
-            "refused (exit 2)."},
+            "forward FLOPs. Dropout inside a recomputed block draws the masks of its first forward (they are "
+            "a function of the seed and the element's global index). `mlp` and `cnn` have no blocks: any "
+            "policy but `\"none\"` with them is refused (exit 2)."},
     {SHARDTRAIN_CONFIG_KEY(recompute, budget_mb), .numbers = {0, false},
      .range_doc = "> 0 with policy `\"budget\"`, else 0",
      .doc = "Activation memory per rank in MiB (the whole `activations` category of the plan: the embeddings "

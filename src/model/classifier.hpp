@@ -14,6 +14,7 @@
 #include "core/types.hpp"
 #include "core/half.hpp"
 #include "core/param_provider.hpp"
+#include "model/recompute.hpp"
 
 namespace shardtrain {
 
@@ -37,9 +38,18 @@ struct SampleBatch {
 // allocated, and equal to what the model then allocates (its tests check it
 // against the tracker). Host backend; T = the storage type.
 struct ClassifierCosts {
-  std::int64_t activation_bytes = 0;  // category Activations: everything the model allocates there
+  std::int64_t activation_bytes = 0;  // category Activations with recompute "none": everything kept
   std::int64_t workspace_bytes = 0;   // category Workspace, incl. its ModelOps' scratch (16-bit host tiles)
   double forward_flops = 0;           // one sample's forward pass (multiply-adds count 2)
+  // A model whose layers include a chain of blocks the recompute scheduler can
+  // run (the encoder's transformer blocks, model/block_chain.hpp): the chain's
+  // costs over a micro-batch of max_batch samples (other_forward_flops: the
+  // rest of the model), and the Activations bytes outside the chain (always
+  // kept), so that a schedule's activations are kept_activation_bytes +
+  // schedule.peak_bytes. An empty chain (MLP, CNN): no recompute.
+  ChainCosts chain;
+  std::int64_t kept_activation_bytes = 0;
+  bool has_chain() const { return chain.size() > 0; }
 };
 
 template <class T>
@@ -57,10 +67,12 @@ class Classifier {
   // Backward of the last forward: grads += d(dloss * sum of sample losses)/d(params).
   virtual void backward(T dloss) = 0;
   // Measured activation use in bytes (the memory report's activations_measured,
-  // beside the planned activation_bytes). The classifiers' arenas are fixed: no
-  // recompute schedule, no stack, every region written by every forward (an
-  // empty micro-batch claims the same regions), so this is the bytes carved in
-  // category Activations once a forward has run, 0 before.
+  // beside the planned activation bytes), 0 before a forward ran. The MLP's and
+  // the CNN's arenas are fixed (no recompute schedule, every region written by
+  // every forward; an empty micro-batch claims the same regions): the bytes
+  // carved in category Activations. The encoder's: the regions outside its
+  // block chain plus the chain's measured stack high-water and scratch block
+  // (model/block_chain.hpp), as the GPT measures.
   virtual std::int64_t activation_high_water_bytes() const = 0;
 };
 

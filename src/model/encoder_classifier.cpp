@@ -1,8 +1,9 @@
 // EncoderClassifier: dims check, layout, initialisation, costs, forward and
 // backward of the BERT-style classifier in its three layouts (PreLn, Bert,
 // Distilbert; encoder_classifier.hpp). The blocks are model/transformer_block
-// (shared with the GPT; post-LayerNorm for the BERT family); every op is a
-// ModelOps kernel; this file only wires buffers, parameter groups and dropout
+// (shared with the GPT; post-LayerNorm for the BERT family), run as a chain
+// under the recompute schedule by model/block_chain (as the GPT's); every op
+// is a ModelOps kernel; this file only wires buffers, parameter groups and dropout
 // sites.
 #include "model/encoder_classifier.hpp"
 
@@ -28,7 +29,9 @@ TransformerBlockShape shape_of(const EncoderDims& d) {
 }
 
 struct ActivationElems {
-  std::int64_t per_block = 0, total = 0;
+  std::int64_t per_block = 0;  // one block's saved tensors
+  std::int64_t kept = 0;       // outside the chain: always kept
+  std::int64_t total = 0;      // under "none": kept + every block's
 };
 
 ActivationElems activation_elems(const EncoderDims& d) {
@@ -36,16 +39,23 @@ ActivationElems activation_elems(const EncoderDims& d) {
   ActivationElems a;
   a.per_block = transformer_block_saved_elems(shape_of(d));
   switch (d.layout) {
-    case EncoderLayout::PreLn:  // emb_out | blocks | lnf mean, rstd, out | pooled | logits | losses
-      a.total = bt * c + d.n_layer * a.per_block + 2 * bt + bt * c + b * c + b * d.classes + b;
+    case EncoderLayout::PreLn:  // emb_out | chain | lnf mean, rstd, out | pooled | logits | losses
+      a.kept = bt * c + 2 * bt + bt * c + b * c + b * d.classes + b;
       break;
     case EncoderLayout::Bert:
-    case EncoderLayout::Distilbert:  // emb_pre | mean, rstd | emb_out | (ones) | blocks | cls, pre, act, pooled | logits | losses
-      a.total = bt * c + 2 * bt + bt * c + (d.layout == EncoderLayout::Bert ? bt : 0) + d.n_layer * a.per_block +
-                4 * b * c + b * d.classes + b;
+    case EncoderLayout::Distilbert:  // emb_pre | mean, rstd | emb_out | (ones) | chain | cls, pre, act, pooled | logits | losses
+      a.kept = bt * c + 2 * bt + bt * c + (d.layout == EncoderLayout::Bert ? bt : 0) + 4 * b * c + b * d.classes + b;
       break;
   }
+  a.total = a.kept + d.n_layer * a.per_block;
   return a;
+}
+
+// One sample's forward FLOPs outside the blocks: the head (and the pooler /
+// pre-classifier of the BERT family).
+double head_forward_flops(const EncoderDims& d) {
+  const double cd = static_cast<double>(d.channels);
+  return 2.0 * cd * static_cast<double>(d.classes) + (d.layout != EncoderLayout::PreLn ? 2.0 * cd * cd : 0.0);
 }
 
 }  // namespace
@@ -135,24 +145,33 @@ template <class T>
 ClassifierCosts encoder_costs(const EncoderDims& d) {
   ClassifierCosts costs;
   const auto elem = static_cast<std::int64_t>(sizeof(T));
-  costs.activation_bytes = activation_elems(d).total * elem;
+  const ActivationElems a = activation_elems(d);
+  costs.activation_bytes = a.total * elem;
+  costs.kept_activation_bytes = a.kept * elem;
   costs.workspace_bytes = transformer_block_workspace_elems(shape_of(d)) * elem;
   if constexpr (is_half_v<T>)
     costs.workspace_bytes += host_half_scratch_elems(encoder_ops_limits(d)) * static_cast<std::int64_t>(sizeof(float));
-  const double tokens = static_cast<double>(d.seq_len), cd = static_cast<double>(d.channels);
   costs.forward_flops = static_cast<double>(d.n_layer) *
-                            transformer_block_forward_flops(tokens, d.seq_len, d.channels, /*causal=*/false) +
-                        2.0 * cd * static_cast<double>(d.classes) +               // head
-                        (d.layout != EncoderLayout::PreLn ? 2.0 * cd * cd : 0.0);  // pooler / pre_classifier
+                            transformer_block_forward_flops(static_cast<double>(d.seq_len), d.seq_len, d.channels,
+                                                            /*causal=*/false) +
+                        head_forward_flops(d);
+  costs.chain = transformer_chain_costs(shape_of(d), d.n_layer, elem, /*causal=*/false);
+  costs.chain.other_forward_flops = head_forward_flops(d) * static_cast<double>(d.max_batch);
   return costs;
 }
 
 template <class T>
+std::int64_t encoder_activation_bytes(const EncoderDims& d, const RecomputeSchedule& schedule) {
+  const ActivationElems a = activation_elems(d);
+  return (a.kept + block_chain_elems(a.per_block, schedule)) * static_cast<std::int64_t>(sizeof(T));
+}
+
+template <class T>
 EncoderClassifier<T>::EncoderClassifier(const EncoderDims& dims, const ParamLayout& layout, double layernorm_eps,
-                                        MemoryTracker& memory, Backend* backend)
+                                        MemoryTracker& memory, const RecomputeSchedule* schedule, Backend* backend)
     : m_dims(dims), m_layout(layout), m_eps(static_cast<T>(layernorm_eps)),
-      m_backend(backend ? *backend : host_backend()) {
-  encoder_check_dims(dims);
+      m_backend(backend ? *backend : host_backend()),
+      m_chain((encoder_check_dims(dims), shape_of(dims)), dims.n_layer, /*causal=*/false, schedule) {
   SHARDTRAIN_CHECK(layout.padded_size() > 0, "layout must be finalized before building the model");
   const auto& entries = layout.entries();
   m_emb_tensors = encoder_embedding_tensors(dims);
@@ -161,8 +180,8 @@ EncoderClassifier<T>::EncoderClassifier(const EncoderDims& dims, const ParamLayo
                    "layout is not an encoder_layout() of these dims");
   for (const auto& e : entries) m_rel.push_back(e.offset - layout.group_range(e.group).first);
   m_ops = make_model_ops<T>(m_backend, encoder_ops_limits(dims), memory);
-  const auto elems = activation_elems(dims);
-  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, elems.total, m_ops->memory());
+  m_kept_elems = activation_elems(dims).kept;
+  m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, m_kept_elems + m_chain.arena_elems(), m_ops->memory());
   m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, transformer_block_workspace_elems(block_shape()),
                             m_ops->memory());
   m_ws = transformer_block_workspace(m_work.data(), block_shape());
@@ -177,7 +196,7 @@ EncoderClassifier<T>::EncoderClassifier(const EncoderDims& dims, const ParamLayo
     m_ones = carve(bt);
     m_ops->fill(m_ones, T(1), bt);
   }
-  for (std::int64_t l = 0; l < dims.n_layer; ++l) m_block_acts.push_back(transformer_block_carve(carve(elems.per_block), block_shape()));
+  m_chain.carve(carve(m_chain.arena_elems()));
   if (bert_family()) {
     m_cls = carve(b * c); m_pre = carve(b * c); m_act = carve(b * c);
   } else {
@@ -195,7 +214,7 @@ template <class T>
 TransformerBlockShape EncoderClassifier<T>::block_shape() const { return shape_of(m_dims); }
 
 template <class T>
-TransformerBlockRun EncoderClassifier<T>::block_run(int layer) const {
+TransformerBlockRun EncoderClassifier<T>::block_run() const {
   TransformerBlockRun run;
   run.batch = m_batch;
   run.causal = false;
@@ -203,9 +222,17 @@ TransformerBlockRun EncoderClassifier<T>::block_run(int layer) const {
   run.dropout = m_dims.dropout;
   run.training = m_training;
   run.seed = m_dims.dropout_seed;
-  run.stream = kDropoutStreamBlocks + 2 * static_cast<std::uint64_t>(layer);
+  run.stream = kDropoutStreamBlocks;  // block l: + 2 l (BlockChain)
   run.first_sample = m_first_sample;
   return run;
+}
+
+template <class T>
+std::int64_t EncoderClassifier<T>::activation_high_water_bytes() const {
+  if (!m_forward_ran) return 0;
+  const std::int64_t elems =
+      m_kept_elems + m_chain.stack_high_elems() + (m_chain.scratch_used() ? m_chain.block_elems() : 0);
+  return elems * static_cast<std::int64_t>(sizeof(T));
 }
 
 template <class T>
@@ -289,7 +316,6 @@ template <class T>
 void EncoderClassifier<T>::head_backward(T* hb, T* hg, bool drop, bool acc) {
   const std::int64_t batch = m_batch, t = m_dims.seq_len, c = m_dims.channels, bt = batch * t;
   const std::size_t e = m_rel.size() - 4;
-  const int l_count = static_cast<int>(m_dims.n_layer);
   const DropoutParams site = dropout_site(kDropoutStreamHead, c);
   T* dpooled = m_ws.dbig1;
   m_ops->linear_backward(m_pooled, rel(hb, e + 2), m_logits, dpooled, rel(hg, e + 2), rel(hg, e + 3), batch, c,
@@ -299,7 +325,7 @@ void EncoderClassifier<T>::head_backward(T* hb, T* hg, bool drop, bool acc) {
     case EncoderLayout::PreLn: {
       m_ops->seq_mean_pool_backward(dpooled, pool_lengths(), m_ws.dsmall, batch, t, c);
       m_ops->fill(m_ws.dres, T(0), bt * c);
-      const T* x_last = l_count > 0 ? m_block_acts[l_count - 1].out : m_emb_out;
+      const T* x_last = m_chain.output();
       m_ops->layernorm_backward(x_last, rel(hb, e), m_lnf_mean, m_lnf_rstd, m_ws.dsmall, m_ws.dres, rel(hg, e),
                                 rel(hg, e + 1), bt, c);
       break;
@@ -315,7 +341,12 @@ void EncoderClassifier<T>::head_backward(T* hb, T* hg, bool drop, bool acc) {
 }
 
 template <class T>
-void EncoderClassifier<T>::bind(ParamProvider<T>& provider) { m_provider = &provider; }
+void EncoderClassifier<T>::bind(ParamProvider<T>& provider) {
+  m_provider = &provider;
+  // Block l's tensors follow the embeddings'; after the last block's forward
+  // the head's group is next, after the first block's backward the embeddings'.
+  m_chain.bind(*m_ops, provider, m_rel.data() + m_emb_tensors, m_eps, m_ws, head_group(), 0);
+}
 
 template <class T>
 void EncoderClassifier<T>::bind(T* params, T* grads) {
@@ -329,7 +360,7 @@ double EncoderClassifier<T>::forward(const SampleBatch& sb) {
   SHARDTRAIN_CHECK(batch >= 0 && batch <= m_dims.max_batch, "micro-batch larger than planned");
   SHARDTRAIN_CHECK(m_provider != nullptr, "EncoderClassifier::forward before bind");
   const bool work = batch > 0;
-  const std::int64_t bt = batch * t, l_count = m_dims.n_layer;
+  const std::int64_t bt = batch * t;
   m_batch = batch;
   m_training = sb.training;
   m_first_sample = sb.first_sample;
@@ -349,17 +380,8 @@ double EncoderClassifier<T>::forward(const SampleBatch& sb) {
   m_provider->prefetch(1);
   if (work) embed_forward(base, drop);
   m_provider->release_params(0);
-  const T* x = m_emb_out;
-  for (int l = 0; l < l_count; ++l) {
-    T* g = m_provider->acquire_params(l + 1);
-    m_provider->prefetch(l + 2);
-    if (work) {
-      const auto p = transformer_block_params(g, m_rel.data() + m_emb_tensors + l * kTransformerBlockTensors);
-      transformer_block_forward(*m_ops, block_shape(), block_run(l), m_eps, p, x, m_block_acts[l], m_ws);
-    }
-    m_provider->release_params(l + 1);
-    x = m_block_acts[l].out;
-  }
+  m_chain.forward(m_emb_out, block_run(), work);
+  const T* x = m_chain.output();
   T* hb = m_provider->acquire_params(head_group());
   if (work) head_forward(x, hb, drop);
   m_provider->release_params(head_group());
@@ -377,31 +399,17 @@ template <class T>
 void EncoderClassifier<T>::backward(T dloss) {
   SHARDTRAIN_CHECK(m_forward_done, "backward without forward");
   const std::int64_t batch = m_batch;
-  const int l_count = static_cast<int>(m_dims.n_layer);
   const bool work = batch > 0, drop = m_dims.dropout > 0.0 && m_training;
   // Head: dlogits overwrite the logits; d(x_L) in dres (the blocks' backward
   // carries it down).
   if (work) m_ops->cross_entropy_backward(m_logits, m_labels, dloss, m_logits, batch, m_dims.classes);
   T* hb = m_provider->acquire_params(head_group());
-  m_provider->prefetch(l_count);
+  m_provider->prefetch(m_chain.first_backward_group());
   T* hg = m_provider->acquire_grads(head_group());
   if (work) head_backward(hb, hg, drop, /*acc=*/!m_provider->grads_zero(head_group()));
   m_provider->grads_ready(head_group());
   m_provider->release_params(head_group());
-  for (int l = l_count - 1; l >= 0; --l) {
-    T* pb = m_provider->acquire_params(l + 1);
-    m_provider->prefetch(l);
-    T* gb = m_provider->acquire_grads(l + 1);
-    if (work) {
-      const std::int64_t* r = m_rel.data() + m_emb_tensors + l * kTransformerBlockTensors;
-      const T* x = l == 0 ? m_emb_out : m_block_acts[l - 1].out;
-      transformer_block_backward(*m_ops, block_shape(), block_run(l), transformer_block_params(pb, r),
-                                 transformer_block_params(gb, r), x, m_block_acts[l], m_ws,
-                                 m_provider->grads_zero(l + 1));
-    }
-    m_provider->grads_ready(l + 1);
-    m_provider->release_params(l + 1);
-  }
+  m_chain.backward();  // d(x_L) in dres -> d(x_0)
   T* eb = m_provider->acquire_params(0);
   T* eg = m_provider->acquire_grads(0);
   if (work) embed_backward(eb, eg, drop);
@@ -417,7 +425,8 @@ template class EncoderClassifier<bf16>;
 #define SHARDTRAIN_INSTANTIATE_ENCODER(T)                                                                    \
   template void encoder_init_params<T>(const ParamLayout&, const EncoderDims&, double, std::uint64_t, T*, \
                                        std::int64_t, std::int64_t);                                        \
-  template ClassifierCosts encoder_costs<T>(const EncoderDims&);
+  template ClassifierCosts encoder_costs<T>(const EncoderDims&);                                           \
+  template std::int64_t encoder_activation_bytes<T>(const EncoderDims&, const RecomputeSchedule&);
 SHARDTRAIN_INSTANTIATE_ENCODER(float)
 SHARDTRAIN_INSTANTIATE_ENCODER(double)
 SHARDTRAIN_INSTANTIATE_ENCODER(f16)

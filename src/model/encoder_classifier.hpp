@@ -29,12 +29,19 @@
 // head (PreLn: ln_f + head; Bert: pooler + head; Distilbert: pre_classifier +
 // head); acquired right before use, released right
 // after, so every ZeRO stage works. Gradients ACCUMULATE over micro-batches.
-// Activations (category Activations, all kept: no recompute): embeddings
-// output (Bert / Distilbert: also the LayerNorm's input and statistics, and Bert
-// a column of ones), every block's saved tensors, final LayerNorm (PreLn) or the
-// [CLS] rows, pre-activation and activation (Bert / Distilbert), pooled rows,
-// logits, losses. Workspace: the blocks' shared scratch (the head's backward reuses it)
-// and the host 16-bit ModelOps' fp32 tiles. encoder_costs<T> is exactly that.
+// Activations (category Activations): embeddings output (Bert / Distilbert:
+// also the LayerNorm's input and statistics, and Bert a column of ones), the
+// blocks' chain (model/block_chain.hpp: run by a RecomputeSchedule as the
+// GPT's; with "none" every block's saved tensors, else the schedule's stack of
+// internals and checkpoints and its scratch block, sized by the schedule's plan
+// as given), final LayerNorm (PreLn) or the [CLS] rows, pre-activation and
+// activation (Bert / Distilbert), pooled rows, logits, losses. Every policy
+// computes bitwise the same loss and gradients: dropout masks inside a
+// recomputed block are regenerated from (seed, stream, global element index),
+// the same as in its first forward. Workspace: the blocks' shared scratch (the
+// head's backward reuses it) and the host 16-bit ModelOps' fp32 tiles.
+// encoder_costs<T> is exactly that under "none" and gives the chain's costs for
+// the plan (encoder_activation_bytes<T>: under a schedule).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +55,8 @@
 #include "core/param_layout.hpp"
 #include "core/param_provider.hpp"
 #include "core/run_choices.hpp"
+#include "model/block_chain.hpp"
+#include "model/recompute.hpp"
 #include "model/transformer_block.hpp"
 
 namespace shardtrain {
@@ -99,17 +108,25 @@ void encoder_init_params(const ParamLayout& layout, const EncoderDims& d, double
 // The ModelOps limits the model makes its kernels for.
 ModelOpsLimits encoder_ops_limits(const EncoderDims& d);
 
-// Activation and workspace bytes the model and its host ModelOps allocate, and
-// one sample's forward FLOPs.
+// Activation (under "none") and workspace bytes the model and its host ModelOps
+// allocate, one sample's forward FLOPs, and the blocks' chain for the recompute
+// scheduler (ClassifierCosts::chain, kept_activation_bytes).
 template <class T>
 ClassifierCosts encoder_costs(const EncoderDims& d);
+
+// Activation bytes the model allocates under `schedule` (made for
+// encoder_costs<T>(d).chain): the regions outside the chain plus the schedule's.
+template <class T>
+std::int64_t encoder_activation_bytes(const EncoderDims& d, const RecomputeSchedule& schedule);
 
 template <class T>
 class EncoderClassifier final : public Classifier<T> {
  public:
-  // backend: where the kernels run and activations live (nullptr: the host).
+  // schedule: the recompute schedule of the blocks (nullptr: keep everything,
+  // "none"), made for encoder_costs<T>(dims).chain. backend: where the kernels
+  // run and activations live (nullptr: the host).
   EncoderClassifier(const EncoderDims& dims, const ParamLayout& layout, double layernorm_eps, MemoryTracker& memory,
-                    Backend* backend = nullptr);
+                    const RecomputeSchedule* schedule = nullptr, Backend* backend = nullptr);
   EncoderClassifier(const EncoderClassifier&) = delete;
   EncoderClassifier& operator=(const EncoderClassifier&) = delete;
 
@@ -122,17 +139,20 @@ class EncoderClassifier final : public Classifier<T> {
   double forward(const SampleBatch& b) override;
   void logits(std::vector<float>& out) const override;
   void backward(T dloss) override;
-  // Fixed arena (every block's internals kept: no recompute schedule, no
-  // stack): what was carved, once a forward wrote it.
-  std::int64_t activation_high_water_bytes() const override {
-    return m_forward_ran ? static_cast<std::int64_t>(m_acts.bytes()) : 0;
+  // The regions outside the chain once a forward wrote them, plus the chain's
+  // measured stack high-water and scratch block (classifier.hpp). Under "none"
+  // that is the whole arena.
+  std::int64_t activation_high_water_bytes() const override;
+  // The recompute stack's high-water in bytes since the last forward() began.
+  std::int64_t last_pass_stack_high_water_bytes() const {
+    return m_chain.pass_stack_high_elems() * static_cast<std::int64_t>(sizeof(T));
   }
 
   const EncoderDims& dims() const { return m_dims; }
 
  private:
   TransformerBlockShape block_shape() const;
-  TransformerBlockRun block_run(int layer) const;
+  TransformerBlockRun block_run() const;  // block 0's; the chain moves the stream per block
   DropoutParams dropout_site(std::uint64_t stream, std::int64_t elems_per_sample) const;
   int head_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
   const std::int32_t* pool_lengths() const;  // Mean: the batch's lengths; Cls: ones
@@ -153,13 +173,15 @@ class EncoderClassifier final : public Classifier<T> {
   Backend& m_backend;
 
   int m_emb_tensors = 2;  // entries of group 0
-  // PreLn: emb_out | L blocks | lnf mean, rstd, out | pooled | logits | losses
-  // Bert / Distilbert: emb_pre | emb mean, rstd | emb_out | (Bert) ones | L blocks
+  // PreLn: emb_out | chain | lnf mean, rstd, out | pooled | logits | losses
+  // Bert / Distilbert: emb_pre | emb mean, rstd | emb_out | (Bert) ones | chain
   //   | cls | pre | act | pooled | logits | losses
+  // (chain: the schedule's stack and scratch block; "none": L blocks' internals)
   TrackedBuffer<T> m_acts;
   TrackedBuffer<T> m_work;  // the blocks' workspace
   TransformerBlockWork<T> m_ws{};
-  std::vector<TransformerBlockActs<T>> m_block_acts;
+  BlockChain<T> m_chain;    // the blocks, run by the schedule
+  std::int64_t m_kept_elems = 0;  // the arena outside the chain
   T* m_emb_out = nullptr;   // (BT, C)
   T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;  // (BT), (BT), (BT, C)
   T* m_emb_pre = nullptr; T* m_emb_mean = nullptr; T* m_emb_rstd = nullptr;  // (BT, C), (BT), (BT)

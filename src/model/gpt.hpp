@@ -10,16 +10,17 @@
 // its activation arena (category Activations: what backward needs) and its
 // workspace (category Workspace: scratch reused by every block), both sized
 // once, before the first step, for micro-batches of up to max_batch sequences.
-// Recompute: the blocks are a chain run by a RecomputeSchedule (model/recompute.hpp):
+// Recompute: the blocks are a chain run by a RecomputeSchedule (model/recompute.hpp)
+// through model/block_chain.hpp (shared with the encoder classifier):
 // forward() runs the schedule's forward pass, backward() the rest (re-running
 // block forwards where it says so); the arena holds the head, the schedule's
 // internals and checkpoint slots and its scratch block, sized by the schedule's
 // plan as given (stack_bytes, uses_scratch: what the memory plan reports). The
-// model measures what it uses of it: the stack's high-water (stack_push/pop)
-// and whether the scratch block is used, so activation_high_water_bytes() is
-// the measured activation peak to check the plan against (more than planned
-// cannot happen: a push past the planned stack throws). The blocks know nothing
-// of the policy; every policy computes bitwise the same loss and gradients.
+// chain measures what it uses of it: the stack's high-water and whether the
+// scratch block is used, so activation_high_water_bytes() is the measured
+// activation peak to check the plan against (more than planned cannot happen: a
+// push past the planned stack throws). The blocks know nothing of the policy;
+// every policy computes bitwise the same loss and gradients.
 // Gradient convention: backward() ACCUMULATES into the gradient vector, so
 // micro-batches add up; the caller zeroes it once per optimizer step.
 #pragma once
@@ -35,8 +36,9 @@
 #include "core/half.hpp"
 #include "core/param_layout.hpp"
 #include "core/param_provider.hpp"
-#include "model/transformer_block.hpp"
+#include "model/block_chain.hpp"
 #include "model/recompute.hpp"
+#include "model/transformer_block.hpp"
 
 namespace shardtrain {
 
@@ -127,22 +129,12 @@ class Gpt {
   std::int64_t last_pass_stack_high_water_bytes() const;
 
  private:
-  using BlockParams = TransformerBlockParams<T>;
-  using BlockActs = TransformerBlockActs<T>;
-
-  static constexpr int kBlockTensors = kTransformerBlockTensors;
-  // Binds the views of group g (parameters or gradients) to storage starting at `base`.
-  void bind_group(int g, T* base, T*& wte, T*& wpe, T*& lnf_w, T*& lnf_b, std::vector<BlockParams>& blocks) const;
+  // Binds the views of group 0 (wte, wpe) or the final LayerNorm's group
+  // (parameters or gradients) to storage starting at `base`.
+  void bind_group(int g, T* base, T*& wte, T*& wpe, T*& lnf_w, T*& lnf_b) const;
   void acquire_params(int g);
   void acquire_grads(int g);
   int lnf_group() const { return static_cast<int>(m_dims.n_layer) + 1; }
-  TransformerBlockShape block_shape() const;
-  // Runs schedule ops [first, last): forwards, backwards (m_ws.dres holds the
-  // gradient of the current block output) and frees. Kernels only when work.
-  void run_ops(std::size_t first, std::size_t last, bool work, std::int64_t batch);
-  // The group the op after `k` needs parameters of (-1: none), for prefetching.
-  int next_group(std::size_t k) const;
-  const T* input_of(int layer) const;  // x_layer wherever the schedule keeps it
 
   GptDims m_dims;
   const ParamLayout& m_layout;
@@ -156,30 +148,13 @@ class Gpt {
   // wte (V, C), wpe (T, C), ln_f weight and bias (C); the ops take pointers.
   T *m_wte = nullptr, *m_wpe = nullptr, *m_lnf_w = nullptr, *m_lnf_b = nullptr;       // parameters
   T *m_dwte = nullptr, *m_dwpe = nullptr, *m_dlnf_w = nullptr, *m_dlnf_b = nullptr;   // gradients
-  std::vector<BlockParams> m_blocks, m_dblocks;
 
-  TrackedBuffer<T> m_acts;       // Activations: embeddings out, blocks, head
+  TrackedBuffer<T> m_acts;       // Activations: embeddings out, the chain's stack and scratch, head
   TrackedBuffer<T> m_work;       // Workspace: the blocks' (transformer_block_workspace)
   TransformerBlockWork<T> m_ws{};
-  RecomputeSchedule m_schedule;
-  std::int64_t m_per_block = 0;                // elements one block saves (gpt_activation_plan)
-  T* m_stack = nullptr;                        // the schedule's activation stack (LIFO)
-  std::int64_t m_stack_capacity = 0;           // elements: the plan's stack_bytes
-  std::int64_t m_stack_top = 0;                // elements in use
-  std::int64_t m_stack_high = 0;               // highest m_stack_top since construction
-  std::int64_t m_pass_stack_high = 0;          // highest m_stack_top since the last forward() began
-  std::vector<std::int64_t> m_stack_marks;     // start of every region held, bottom to top
-  std::int64_t m_head_elems = 0;               // the arena outside the stack and the scratch block
-  bool m_has_scratch = false;                  // the plan's uses_scratch: the arena holds a scratch block
+  BlockChain<T> m_chain;                       // the blocks, run by the schedule (model/block_chain.hpp)
+  std::int64_t m_head_elems = 0;               // the arena outside the chain
   bool m_head_used = false;                    // a forward ran
-  bool m_scratch_used = false;                 // a forward dropped its internals
-  BlockActs m_scratch{};                       // internals of a forward that keeps none
-  std::vector<BlockActs> m_int_acts;           // per block: its internals while held
-  std::vector<char> m_int_held;
-  std::vector<T*> m_ck_of;                     // per block input x_j: its checkpoint, or nullptr
-  T* stack_push(std::int64_t elems);
-  BlockActs carve_block_at(T* base) const;
-  void stack_pop(const T* region);
   T* m_emb_out = nullptr;        // (BT, C) block 0 input
   T* m_lnf_mean = nullptr; T* m_lnf_rstd = nullptr; T* m_lnf_out = nullptr;
   T* m_logits = nullptr;         // (BT, V); overwritten by dlogits in backward

@@ -14,6 +14,24 @@ namespace shardtrain {
 
 namespace {
 
+// The schedule of a chain of blocks for the config's recompute policy:
+// recompute.budget_mb bounds the whole Activations category, of which
+// `kept_bytes` (the embeddings and the head) are always kept.
+RecomputeSchedule plan_recompute(const RunConfig& c, const ChainCosts& chain, std::int64_t kept_bytes) {
+  const std::int64_t budget = static_cast<std::int64_t>(c.recompute.budget_mb * kMiB);
+  auto schedule = make_recompute_schedule(c.recompute.policy, chain, budget - kept_bytes);
+  if (!schedule) {
+    const std::int64_t least = kept_bytes + min_recompute_peak(chain);
+    throw InputError(fmt::format(
+        "{}: recompute.budget_mb = {} MiB cannot be met: even with maximal recomputation the "
+        "activations need {:.2f} MiB per rank ({:.2f} MiB for the embeddings and the head, which are "
+        "always kept); raise recompute.budget_mb, lower train.micro_batch or model.seq_len, or use "
+        "more ranks",
+        c.source_name, c.recompute.budget_mb, static_cast<double>(least) / kMiB,
+        static_cast<double>(kept_bytes) / kMiB));
+  }
+  return std::move(*schedule);
+}
 
 }  // namespace
 
@@ -106,19 +124,7 @@ MemoryPlan plan_gpt_memory(const RunConfig& c, std::int64_t vocab, int world) {
   const ChainCosts chain = gpt_chain_costs(p.dims, f);
   const std::int64_t head = f * acts.head;
   p.activations_none = head + make_recompute_schedule(RecomputePolicy::None, chain)->peak_bytes;
-  const std::int64_t budget = static_cast<std::int64_t>(c.recompute.budget_mb * kMiB);
-  auto schedule = make_recompute_schedule(c.recompute.policy, chain, budget - head);
-  if (!schedule) {
-    const std::int64_t least = head + min_recompute_peak(chain);
-    throw InputError(fmt::format(
-        "{}: recompute.budget_mb = {} MiB cannot be met: even with maximal recomputation the "
-        "activations need {:.2f} MiB per rank ({:.2f} MiB for the embeddings and the head, which are "
-        "always kept); raise recompute.budget_mb, lower train.micro_batch or model.seq_len, or use "
-        "more ranks",
-        c.source_name, c.recompute.budget_mb, static_cast<double>(least) / kMiB,
-        static_cast<double>(head) / kMiB));
-  }
-  p.recompute = std::move(*schedule);
+  p.recompute = plan_recompute(c, chain, head);
   {
     double one_pass = chain.other_forward_flops;
     for (double fl : chain.forward_flops) one_pass += fl;
@@ -138,12 +144,23 @@ MemoryPlan plan_classifier_memory(const RunConfig& c, ParamLayout layout, const 
   MemoryPlan p = plan_model_state(c, layout, world);
   p.max_batch = max_batch;
   auto set = [&p](MemCategory cat, std::int64_t b) { p.bytes[static_cast<int>(cat)] = b; };
-  set(MemCategory::Activations, costs.activation_bytes);
+  std::int64_t activations = costs.activation_bytes;
+  if (costs.has_chain()) {
+    // The model's chain of blocks (the encoder's) runs by the schedule, as the GPT's.
+    p.recompute = plan_recompute(c, costs.chain, costs.kept_activation_bytes);
+    activations = costs.kept_activation_bytes + p.recompute.peak_bytes;
+  } else if (c.recompute.policy != RecomputePolicy::None) {
+    throw InputError(fmt::format(
+        "{}: recompute.policy = \"{}\": model.type = \"{}\" has no chain of blocks to recompute; activation "
+        "recompute runs the transformer blocks of model.type = \"gpt\" and \"encoder_classifier\"; use \"none\"",
+        c.source_name, name_of(c.recompute.policy), name_of(c.model.type)));
+  }
+  set(MemCategory::Activations, activations);
   set(MemCategory::Workspace, costs.workspace_bytes);
   set(MemCategory::Data, data_bytes);
   p.activations_none = costs.activation_bytes;
   p.forward_flops_per_sequence = costs.forward_flops;
-  p.step_flops = costs.forward_flops * static_cast<double>(p.batch_size) * 3.0;
+  p.step_flops = costs.forward_flops * static_cast<double>(p.batch_size) * (3.0 + p.recompute.extra_flops);
   return p;
 }
 
@@ -178,15 +195,17 @@ std::string format_plan(const MemoryPlan& p) {
                        p.process.before_model.size(), static_cast<double>(p.total()) / kMiB,
                        static_cast<double>(p.process.scratch()) / kMiB);
   }
-  if (p.model == ModelType::Gpt) {
+  const bool gpt = p.model == ModelType::Gpt;
+  if (!p.recompute.ops.empty()) {  // a model with a chain of blocks: the GPT, the encoder classifier
     out += format_schedule(p.recompute);
     out += fmt::format("  activations {:.3f} MiB per rank (policy \"none\" would need {:.3f} MiB)\n",
                        static_cast<double>(p.of(MemCategory::Activations)) / kMiB,
                        static_cast<double>(p.activations_none) / kMiB);
-    out += fmt::format("compute per step: {:.4g} GFLOP for the global batch of {} sequences ({:.4g} MFLOP forward per "
-                       "sequence; x (3 + {:.3f} recomputed) for forward, backward and recompute), {:.4g} GFLOP per "
+    out += fmt::format("compute per step: {:.4g} GFLOP for the global batch of {} {} ({:.4g} MFLOP forward per "
+                       "{}; x (3 + {:.3f} recomputed) for forward, backward and recompute), {:.4g} GFLOP per "
                        "rank\n",
-                       p.step_flops / 1e9, p.batch_size, p.forward_flops_per_sequence / 1e6, p.recompute.extra_flops,
+                       p.step_flops / 1e9, p.batch_size, gpt ? "sequences" : "samples",
+                       p.forward_flops_per_sequence / 1e6, gpt ? "sequence" : "sample", p.recompute.extra_flops,
                        p.step_flops / 1e9 / p.world);
   } else {
     out += fmt::format("  activations kept whole ({} has no recompute schedule)\n", name_of(p.model));

@@ -5,8 +5,8 @@
 // exactly these buffers (the same functions size both), so the plan is checked
 // against the tracked allocator's measured peaks at the end of every run, and
 // its activations also against the model's measured high-water (how far the
-// recompute stack rose: Gpt::activation_high_water_bytes), which allocation
-// alone cannot show.
+// recompute stack rose: Gpt / Classifier::activation_high_water_bytes), which
+// allocation alone cannot show.
 //   parameters, gradients, optimizer state: ModelState (parallel/model_state.hpp) by stage
 //   (fp32: stage 0 16 Psi, 1 8 Psi + 8 Psi/N, 2 4 Psi + 12 Psi/N, 3 16 Psi/N;
 //   fp16/bf16 with fp32 master weights and moments: 16 Psi, 4 Psi + 12 Psi/N,
@@ -62,7 +62,8 @@ struct MemoryPlan {
   ModelType model = ModelType::Gpt;  // model.type
   std::int64_t max_batch = 0;       // samples per rank per micro-batch
   GptDims dims;                     // gpt only
-  RecomputeSchedule recompute;      // gpt: the blocks' schedule; activations are sized by it
+  RecomputeSchedule recompute;      // gpt, encoder_classifier: the blocks' schedule (activations are sized by
+                                    // it); empty (no ops) for a model without a chain of blocks
   std::int64_t activations_none = 0;  // activation bytes policy "none" would need (for the report)
   // Compute per optimizer step (analytic, gpt_chain_costs): forward FLOPs of one
   // sequence, and the global batch's training FLOPs: forward + recomputed
@@ -94,7 +95,11 @@ MemoryPlan plan_gpt_memory(const RunConfig& config, std::int64_t vocab, int worl
 
 // The plan of a classifier (a model type whose row reads labelled samples): model
 // state from its layout (not finalized; finalized here for `world`), activations and
-// workspace from its costs, `data_bytes` of input buffers per rank.
+// workspace from its costs, `data_bytes` of input buffers per rank. A classifier
+// with a chain of blocks (costs.chain: the encoder) gets the recompute schedule
+// of the config's policy and its activations under it, as the GPT; one without
+// (MLP, CNN) refuses any policy but "none" (InputError naming the models that
+// have one).
 MemoryPlan plan_classifier_memory(const RunConfig& config, ParamLayout layout, const ClassifierCosts& costs,
                                   std::int64_t data_bytes, std::int64_t max_batch, int world);
 

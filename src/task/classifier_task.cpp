@@ -39,10 +39,6 @@ class ClassifierTask final : public Task<P> {
                                    "trainer-data ({}), or choose a model for this data",
                                    path, images ? "image" : "token", type, images ? "token sequences" : "images",
                                    images ? "text" : "images", images ? "textdir, csv" : "mnist"));
-    if (cfg.recompute.policy != RecomputePolicy::None)
-      throw InputError(fmt::format("{}: recompute.policy = \"{}\": activation recompute is implemented for "
-                                   "model.type = \"gpt\" only; use \"none\"",
-                                   cfg.source_name, name_of(cfg.recompute.policy)));
     if (m_data.size(SampleSplit::Train) < 1 || m_data.size(SampleSplit::Val) < 1)
       throw InputError(fmt::format("{}: a classifier needs training and validation samples; the file has {} and {}",
                                    path, m_data.size(SampleSplit::Train), m_data.size(SampleSplit::Val)));
@@ -112,7 +108,7 @@ class ClassifierTask final : public Task<P> {
   }
   void build(const ParamLayout& layout, MemoryTracker& memory, Backend& backend,
              ParamProvider<P>& provider) override {
-    m_model = make_classifier<P>(m_dims, m_cfg, layout, memory, backend);
+    m_model = make_classifier<P>(m_dims, m_cfg, layout, memory, backend, this->m_plan.recompute);
     m_model->bind(provider);
     const std::int64_t mb = this->max_batch();
     if (m_seq_len == 0) {

@@ -128,7 +128,8 @@ ClassifierCosts classifier_costs(const ClassifierDims& dims) {
 
 template <class P>
 std::unique_ptr<Classifier<P>> make_classifier(const ClassifierDims& dims, const RunConfig& config,
-                                               const ParamLayout& layout, MemoryTracker& memory, Backend& backend) {
+                                               const ParamLayout& layout, MemoryTracker& memory, Backend& backend,
+                                               const RecomputeSchedule& recompute) {
   return std::visit(
       Overloaded{[&](const MlpDims& d) -> std::unique_ptr<Classifier<P>> {
                    return std::make_unique<Mlp<P>>(d, layout, memory, &backend);
@@ -138,7 +139,7 @@ std::unique_ptr<Classifier<P>> make_classifier(const ClassifierDims& dims, const
                  },
                  [&](const EncoderDims& d) -> std::unique_ptr<Classifier<P>> {
                    return std::make_unique<EncoderClassifier<P>>(d, layout, config.model.layernorm_eps, memory,
-                                                                 &backend);
+                                                                 &recompute, &backend);
                  }},
       dims);
 }
@@ -184,7 +185,8 @@ void classifier_warm_up(const ClassifierDims& dims) {
                                           std::int64_t, std::int64_t);                                        \
   template ClassifierCosts classifier_costs<P>(const ClassifierDims&);                                        \
   template std::unique_ptr<Classifier<P>> make_classifier<P>(const ClassifierDims&, const RunConfig&,        \
-                                                             const ParamLayout&, MemoryTracker&, Backend&);   \
+                                                             const ParamLayout&, MemoryTracker&, Backend&,    \
+                                                             const RecomputeSchedule&);                       \
   template void classifier_warm_up<P>(const ClassifierDims&);
 SHARDTRAIN_INSTANTIATE(float)
 SHARDTRAIN_INSTANTIATE(f16)

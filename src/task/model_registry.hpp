@@ -71,9 +71,12 @@ void classifier_init_params(const ClassifierDims& dims, const RunConfig& config,
                             P* params, std::int64_t lo, std::int64_t hi);
 template <class P>
 ClassifierCosts classifier_costs(const ClassifierDims& dims);
+// recompute: the plan's schedule of the model's block chain (MemoryPlan::recompute,
+// made for classifier_costs<P>(dims).chain); ignored by a model without a chain.
 template <class P>
 std::unique_ptr<Classifier<P>> make_classifier(const ClassifierDims& dims, const RunConfig& config,
-                                               const ParamLayout& layout, MemoryTracker& memory, Backend& backend);
+                                               const ParamLayout& layout, MemoryTracker& memory, Backend& backend,
+                                               const RecomputeSchedule& recompute);
 // Tokens of one sample the model reads (token sequences), 0 for images.
 std::int64_t classifier_tokens(const ClassifierDims& dims);
 // The model's line of the start-up summary ("MLP 784-300-10", ...).

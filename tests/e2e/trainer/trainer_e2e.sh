@@ -304,6 +304,7 @@ case "${1:-}" in
       data_too_short) sed -i 's/^seq_len = .*/seq_len = 512/' "$input" ;;
       memory_limit) sed -i 's/^log_every = .*/log_every = 5\nmemory_limit_mb = 0.1/' "$input" ;;
       recompute_budget) printf '\n[recompute]\npolicy = "budget"\nbudget_mb = 0.01\n' >> "$input" ;;
+      mlp_recompute) printf '\n[recompute]\npolicy = "sqrt"\n' >> "$input" ;;
       mlp_on_text) sed -i "s|^path = .*|path = \"${DATA%/*}/text.h5\"|" "$input" ;;
       cnn_kernel)  sed -i 's/^conv_kernel = .*/conv_kernel = 7/' "$input" ;;
       cnn_bad_label) sed -i "s|^path = .*|path = \"${DATA%/*}/images_bad_label.h5\"|" "$input" ;;
