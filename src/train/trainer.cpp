@@ -133,13 +133,13 @@ class Run final : public RunBase {
     // The predicted process peak (its measured terms: train/process_memory.hpp)
     // against train.memory_limit_mb, before anything large is allocated.
     measure_process_before_model(m_plan, m_comm, cfg, m_task->make_layout());
-    check_memory_limit(m_plan, cfg);
+    check_memory_limit(m_plan, cfg, device.device_sharers, device.device_bytes);
 
     m_layout = std::make_unique<ParamLayout>(m_task->make_layout());
     m_layout->finalize(m_comm.size());
     if (m_backend.memory() == nullptr) {  // host collectives (a device's go through NCCL: not probed)
       measure_collective_scratch(m_plan, cfg, *m_layout, dtype_of<P>(), m_comm);
-      check_memory_limit(m_plan, cfg);
+      check_memory_limit(m_plan, cfg, device.device_sharers, device.device_bytes);
     }
     m_state = std::make_unique<ModelState<P>>(*m_layout, cfg.parallel.zero_stage, m_comm.rank(), m_memory,
                                               &m_backend);
@@ -623,7 +623,9 @@ namespace {
 // (every rank has the same config and device kind, so every rank refuses).
 std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world) {
   set_host_compute_threads(config.parallel.threads);
-  auto context = bring_up_device(config.train.device, config.source_name, world);
+  auto context = bring_up_device(
+      DeviceChoice{config.train.device, config.parallel.device_collectives, config.parallel.share_device},
+      config.source_name, world);
   if (config.model.type == ModelType::Gpt && config.model.attention == AttentionImpl::Fused &&
       context->backend->kind() == BackendKind::Host)
     throw InputError(fmt::format(
