@@ -202,7 +202,11 @@ void check_memory_limit(const MemoryPlan& p, const RunConfig& c, int device_shar
   const double limit = c.train.memory_limit_mb;
   const double need = static_cast<double>(p.process_peak()) / kMiB;
   if (device_sharers > 1) {  // what all the ranks on this device need of it together
-    const double each = static_cast<double>(p.total()) / kMiB, together = each * device_sharers;
+    // On a device run these categories are device memory; the data and the
+    // checkpoint staging stay on the host.
+    const double each = static_cast<double>(p.total() - p.of(MemCategory::Data) -
+                                            p.of(MemCategory::CheckpointStaging)) / kMiB;
+    const double together = each * device_sharers;
     const double device = static_cast<double>(device_bytes) / kMiB;
     const bool over_limit = limit > 0 && together > limit, over_device = device_bytes > 0 && together > device;
     if (over_limit || over_device)
