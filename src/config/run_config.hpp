@@ -95,6 +95,8 @@ struct ParallelConfig {
   double bucket_mb = 4.0;
   double collective_timeout_s = 300.0;  // 0 = off
   int threads = 1;  // oneDNN's (and OpenBLAS's) threads per rank (kernels/cpu_compute.hpp)
+  DeviceCollectives device_collectives = DeviceCollectives::Nccl;  // parallel/device_context.hpp
+  bool share_device = false;  // ranks of a node may share one GPU (device_collectives = "mpi" only)
 };
 
 // Mixed precision. fp16 and bf16 store parameters, activations and gradients in

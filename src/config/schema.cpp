@@ -57,6 +57,11 @@ std::string check_init_scale(const RunConfig& c) {
   return fmt::format("must fit in a float (<= 3.4e38), got {}", show(c.precision.init_scale));
 }
 
+std::string check_share_device(const RunConfig& c) {
+  if (!c.parallel.share_device || c.parallel.device_collectives == DeviceCollectives::Mpi) return "";
+  return "needs parallel.device_collectives = \"mpi\" (NCCL refuses two ranks on one device)";
+}
+
 std::string check_init_from(const RunConfig& c) {
   std::error_code ec;
   const auto status = std::filesystem::status(c.model.init_from, ec);
@@ -309,6 +314,23 @@ constexpr KeySpec k_schema[] = {
             "stalls or dies cannot hang the job for longer. `0` turns the watchdog off. Checkpoint I/O is "
             "watched by its own deadline (`checkpoint.io_timeout_s`), which the watchdog adds to its own while "
             "a checkpoint is in flight."},
+
+    {SHARDTRAIN_CONFIG_KEY(parallel, device_collectives), .choices = k_device_collectives_names,
+     .doc = "On GPUs (`train.device` = `\"cuda\"`): what moves device memory between ranks. `\"nccl\"` (the "
+            "default): NCCL, one device per rank. `\"mpi\"`: the host MPI library; each collective copies "
+            "the rank's piece to pinned host memory on the collective stream, runs the host engine's collective "
+            "(its fixed reduction order, its fp32-combined bf16/fp16 sums: the results equal a host run's bit for "
+            "bit) and copies the result back; with a CUDA-aware MPI (detected at run time) broadcasts and "
+            "all-gathers pass the device pointers. Slower than NCCL between GPUs; it is what lets ranks share "
+            "a device (`share_device`). Ignored on the host."},
+    {SHARDTRAIN_CONFIG_KEY(parallel, share_device), .check = check_share_device,
+     .range_doc = "`true` needs `device_collectives = \"mpi\"`",
+     .doc = "On GPUs: `true` lets several ranks of a node share one device when there are more ranks than "
+            "devices (ranks go to devices round-robin in node-local rank order; each rank has its own streams). "
+            "Only with `device_collectives = \"mpi\"` (NCCL refuses two ranks on one device). The default, "
+            "`false`, stops the job when ranks would share a device. The memory plan then counts what all the "
+            "sharers need of the device: `train.memory_limit_mb` is checked against the plan of one rank "
+            "times the ranks on its device, too (share/doc/gpu.md, \"Many ranks on one GPU\")."},
 
     // [precision]
     {SHARDTRAIN_CONFIG_KEY(precision, mode), .choices = k_precision_names,

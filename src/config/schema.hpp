@@ -53,6 +53,7 @@ using AnyConfigField =
                  ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
                  ConfigField<ModelType>, ConfigField<PrecisionMode>, ConfigField<AttentionImpl>,
                  ConfigField<Pooling>, ConfigField<EncoderLayout>, ConfigField<DataInMemory>, ConfigField<TrainDevice>,
+                 ConfigField<DeviceCollectives>,
                  ConfigField<OptimizerType>, ConfigField<LrSchedule>, ConfigField<RecomputePolicy>,
                  ConfigField<NonFinitePolicy>, ConfigField<LossSpikePolicy>, ConfigField<ReplicaPolicy>>;
 

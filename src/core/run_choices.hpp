@@ -61,6 +61,17 @@ inline constexpr std::string_view k_device_names[] = {"auto", "cpu", "cuda"};
 constexpr std::span<const std::string_view> enum_names(TrainDevice) { return k_device_names; }
 static_assert(std::size(k_device_names) == 1 + static_cast<std::size_t>(TrainDevice::Cuda), "a name per value");
 
+// parallel.device_collectives: what moves device memory between ranks on GPUs.
+// nccl: NCCL (one device per rank); mpi: the host MPI library through pinned
+// staging buffers (parallel/mpi/staging_communicator.hpp), bit for bit the host
+// engine's reductions, and the only one that lets ranks share a device
+// (parallel.share_device).
+enum class DeviceCollectives : unsigned char { Nccl, Mpi };
+inline constexpr std::string_view k_device_collectives_names[] = {"nccl", "mpi"};
+constexpr std::span<const std::string_view> enum_names(DeviceCollectives) { return k_device_collectives_names; }
+static_assert(std::size(k_device_collectives_names) == 1 + static_cast<std::size_t>(DeviceCollectives::Mpi),
+              "a name per value");
+
 // optim.type: the optimizer (only AdamW so far).
 enum class OptimizerType : unsigned char { AdamW };
 inline constexpr std::string_view k_optimizer_names[] = {"adamw"};

@@ -204,6 +204,9 @@ class Communicator {
     if (modelled) m_tally.model[k] += bytes;
     else ++m_tally.unmodelled[k];
   }
+  // Calls counted by a communicator this one runs on (the staging communicator's
+  // host MpiCommunicator): their tally, added whole.
+  void count_tally(const CommTally& calls) { m_tally += calls; }
 
  private:
   CommTally m_tally;

@@ -14,7 +14,10 @@ namespace {
 
 // The device node-local rank j would take, ignoring collisions with other
 // views: its place among the ranks with the same view, or -1 (with `why`).
-int choice(int j, const std::vector<VisibleDevices>& node, std::string* why) {
+constexpr const char* kShareHint =
+    "; or let ranks share a device with parallel.share_device = true and parallel.device_collectives = \"mpi\"";
+
+int choice(int j, const std::vector<VisibleDevices>& node, bool share, std::string* why) {
   const VisibleDevices& me = node[static_cast<std::size_t>(j)];
   const std::string who = "rank " + std::to_string(me.rank);
   if (!me.error.empty()) {
@@ -34,6 +37,7 @@ int choice(int j, const std::vector<VisibleDevices>& node, std::string* why) {
     sharers.push_back(node[k].rank);
   }
   const int devices = static_cast<int>(me.uuids.size());
+  if (share) return place % devices;
   if (sharing > devices) {
     if (why) {
       std::string ranks;
@@ -42,7 +46,7 @@ int choice(int j, const std::vector<VisibleDevices>& node, std::string* why) {
              std::to_string(devices) + " CUDA device(s) (" + join(me.uuids, ", ") +
              "); one device per rank is needed (start at most " + std::to_string(devices) +
              " ranks per node, give each task its own GPU with srun --gpus-per-task=1, or make more devices "
-             "visible)";
+             "visible)" + std::string(kShareHint);
     }
     return -1;
   }
@@ -51,13 +55,13 @@ int choice(int j, const std::vector<VisibleDevices>& node, std::string* why) {
 
 }  // namespace
 
-DeviceAssignment assign_device(int local_rank, const std::vector<VisibleDevices>& node) {
+DeviceAssignment assign_device(int local_rank, const std::vector<VisibleDevices>& node, bool share) {
   DeviceAssignment a;
   if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= node.size()) {
     a.problem = "invalid node-local rank " + std::to_string(local_rank) + " of " + std::to_string(node.size());
     return a;
   }
-  const int mine = choice(local_rank, node, &a.problem);
+  const int mine = choice(local_rank, node, share, &a.problem);
   if (mine < 0) return a;
   const VisibleDevices& me = node[static_cast<std::size_t>(local_rank)];
   const std::string& uuid = me.uuids[static_cast<std::size_t>(mine)];
@@ -66,15 +70,22 @@ DeviceAssignment assign_device(int local_rank, const std::vector<VisibleDevices>
   std::string others;
   for (std::size_t k = 0; k < node.size(); ++k) {
     if (static_cast<int>(k) == local_rank) continue;
-    const int theirs = choice(static_cast<int>(k), node, nullptr);
-    if (theirs >= 0 && node[k].uuids[static_cast<std::size_t>(theirs)] == uuid)
+    const int theirs = choice(static_cast<int>(k), node, share, nullptr);
+    if (theirs >= 0 && node[k].uuids[static_cast<std::size_t>(theirs)] == uuid) {
       others += (others.empty() ? "" : ", ") + std::to_string(node[k].rank);
+      ++a.sharers;
+    }
+  }
+  if (share) {
+    a.device = mine;
+    return a;
   }
   if (!others.empty()) {
     a.problem = "rank " + std::to_string(me.rank) + ": CUDA device " + uuid + " (its visible device " +
                 std::to_string(mine) + ") would also be used by rank(s) " + others +
                 " on this node; NCCL needs one device per rank (give the ranks disjoint CUDA_VISIBLE_DEVICES, "
-                "or one GPU per task with srun --gpus-per-task=1)";
+                "or one GPU per task with srun --gpus-per-task=1)" + std::string(kShareHint);
+    a.sharers = 1;
     return a;
   }
   a.device = mine;
@@ -103,7 +114,7 @@ std::string get_str(const char*& p) {
 
 }  // namespace
 
-DeviceAssignment assign_node_device(MPI_Comm comm, const VisibleDevices& mine) {
+DeviceAssignment assign_node_device(MPI_Comm comm, const VisibleDevices& mine, bool share) {
   int rank = 0;
   SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_Comm node_comm = MPI_COMM_NULL;
@@ -140,7 +151,7 @@ DeviceAssignment assign_node_device(MPI_Comm comm, const VisibleDevices& mine) {
     const std::int32_t n = get_int(p);
     for (std::int32_t k = 0; k < n; ++k) v.uuids.push_back(get_str(p));
   }
-  return assign_device(local_rank, node);
+  return assign_device(local_rank, node, share);
 }
 
 }  // namespace shardtrain

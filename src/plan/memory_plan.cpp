@@ -217,9 +217,27 @@ std::string format_plan(const MemoryPlan& p) {
   return out;
 }
 
-void check_memory_limit(const MemoryPlan& p, const RunConfig& c) {
+void check_memory_limit(const MemoryPlan& p, const RunConfig& c, int device_sharers, std::size_t device_bytes) {
   const double limit = c.train.memory_limit_mb;
   const double need = static_cast<double>(p.process_peak()) / kMiB;
+  if (device_sharers > 1) {  // what all the ranks on this device need of it together
+    // On a device run these categories are device memory; the data and the
+    // checkpoint staging stay on the host.
+    const double each = static_cast<double>(p.total() - p.of(MemCategory::Data) -
+                                            p.of(MemCategory::CheckpointStaging)) / kMiB;
+    const double together = each * device_sharers;
+    const double device = static_cast<double>(device_bytes) / kMiB;
+    const bool over_limit = limit > 0 && together > limit, over_device = device_bytes > 0 && together > device;
+    if (over_limit || over_device)
+      throw InputError(fmt::format(
+          "{}: {} ranks share this rank's device (parallel.share_device = true) and together need {:.2f} MiB of it "
+          "(the plan's {:.2f} MiB per rank times {}), above {}; use fewer ranks per device, a higher "
+          "parallel.zero_stage, a smaller train.micro_batch{}",
+          c.source_name, device_sharers, together, each, device_sharers,
+          over_limit ? fmt::format("train.memory_limit_mb = {} MiB", limit)
+                     : fmt::format("the device's {:.2f} MiB", device),
+          over_limit ? ", or raise the limit" : ""));
+  }
   if (limit <= 0 || need <= limit) return;
   throw InputError(fmt::format(
       "{}: train.memory_limit_mb = {} MiB, but the predicted process peak is {:.2f} MiB per rank ({:.2f} MiB "

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -109,7 +110,14 @@ std::string format_plan(const MemoryPlan& plan);
 
 // Throws InputError naming the shortfall if train.memory_limit_mb is set and the
 // predicted process peak (process_peak(): the measured terms plus the tracked
-// total) exceeds it.
-void check_memory_limit(const MemoryPlan& plan, const RunConfig& config);
+// total) exceeds it. Ranks sharing one device (parallel.share_device):
+// `device_sharers` ranks of the node are on this rank's device, so what they
+// need of it together, the plan's device bytes (its tracked total but the data
+// and the checkpoint staging: the model state, activations, workspace and
+// buckets a device run allocates there) times the sharers, is
+// checked against train.memory_limit_mb too, and against `device_bytes` (the
+// device's memory; 0: not known, not checked).
+void check_memory_limit(const MemoryPlan& plan, const RunConfig& config, int device_sharers = 1,
+                        std::size_t device_bytes = 0);
 
 }  // namespace shardtrain

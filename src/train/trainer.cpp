@@ -32,6 +32,7 @@
 #include "core/memory.hpp"
 #include "core/profiler.hpp"
 #include "parallel/device_context.hpp"
+#include "parallel/mpi/staging_communicator.hpp"
 #include "parallel/model_state.hpp"
 #include "parallel/mpi/mpi_communicator.hpp"
 #include "parallel/watchdog.hpp"
@@ -129,17 +130,21 @@ class Run final : public RunBase {
         m_guard(cfg),
         m_watchdog(cfg.parallel.collective_timeout_s, m_comm.rank()) {
     m_comm.set_watchdog(&m_watchdog);
+    if (device.staging) {  // the MPI device collectives run on their own host communicator
+      m_staging_host = &device.staging->host();
+      m_staging_host->set_watchdog(&m_watchdog);
+    }
     m_plan = m_task->plan();
     // The predicted process peak (its measured terms: train/process_memory.hpp)
     // against train.memory_limit_mb, before anything large is allocated.
     measure_process_before_model(m_plan, m_comm, cfg, m_task->make_layout());
-    check_memory_limit(m_plan, cfg);
+    check_memory_limit(m_plan, cfg, device.device_sharers, device.device_bytes);
 
     m_layout = std::make_unique<ParamLayout>(m_task->make_layout());
     m_layout->finalize(m_comm.size());
     if (m_backend.memory() == nullptr) {  // host collectives (a device's go through NCCL: not probed)
       measure_collective_scratch(m_plan, cfg, *m_layout, dtype_of<P>(), m_comm);
-      check_memory_limit(m_plan, cfg);
+      check_memory_limit(m_plan, cfg, device.device_sharers, device.device_bytes);
     }
     m_state = std::make_unique<ModelState<P>>(*m_layout, cfg.parallel.zero_stage, m_comm.rank(), m_memory,
                                               &m_backend);
@@ -161,6 +166,10 @@ class Run final : public RunBase {
     m_session = std::make_unique<CheckpointSession<P>>(cfg, m_comm, m_state_comm, *m_state, m_scaler, *m_task,
                                                        hooks.pause_checkpoint_step, m_memory);
     m_stop = std::make_unique<StopAgreement>(m_comm, cfg.train.time_limit_minutes, m_session->checkpoint_bytes());
+  }
+
+  ~Run() override {
+    if (m_staging_host) m_staging_host->set_watchdog(nullptr);  // the device context outlives the run
   }
 
   TrainResult run() override;
@@ -216,7 +225,7 @@ class Run final : public RunBase {
   MpiCommunicator m_comm;         // host values: losses, flags, CRC pieces, memory report
   RunLock m_lock;                 // this job alone in its run directory (before anything is read or written there)
   Backend& m_backend;             // where model state and kernels live
-  Communicator& m_state_comm;     // moves backend memory (m_comm on the host, NCCL on a device)
+  Communicator& m_state_comm;     // moves backend memory (m_comm on the host; NCCL or the MPI device collectives on a device)
   ProfilerBinding m_profiler;     // --profile (before everything that makes ops)
   MemoryTracker m_memory;
   std::unique_ptr<Task<P>> m_task;  // the model and its data
@@ -228,6 +237,7 @@ class Run final : public RunBase {
   LossScaler m_scaler;
   NumericGuard m_guard;           // what a numerical fault does ([guard])
   CollectiveWatchdog m_watchdog;
+  MpiCommunicator* m_staging_host = nullptr;  // the MPI device collectives' (watched too), or none
   std::unique_ptr<StepHooks<P>> m_step_hooks;  // the test hooks inside a step
   std::unique_ptr<CheckpointSession<P>> m_session;  // counters, resume, save
   std::unique_ptr<StopAgreement> m_stop;              // the agreement at each step boundary
@@ -623,7 +633,9 @@ namespace {
 // (every rank has the same config and device kind, so every rank refuses).
 std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world) {
   set_host_compute_threads(config.parallel.threads);
-  auto context = bring_up_device(config.train.device, config.source_name, world);
+  auto context = bring_up_device(
+      DeviceChoice{config.train.device, config.parallel.device_collectives, config.parallel.share_device},
+      config.source_name, world);
   if (config.model.type == ModelType::Gpt && config.model.attention == AttentionImpl::Fused &&
       context->backend->kind() == BackendKind::Host)
     throw InputError(fmt::format(

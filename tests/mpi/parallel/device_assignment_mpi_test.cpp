@@ -111,7 +111,13 @@ TEST(AssignNodeDevice, RanksSharingOneDeviceAreRefused) {
   EXPECT_EQ(a.problem, "rank " + std::to_string(w.rank) + ": " + std::to_string(w.size) + " ranks on this node (" +
                            ranks + ") see the same 1 CUDA device(s) (GPU-7); one device per rank is needed (start "
                            "at most 1 ranks per node, give each task its own GPU with srun --gpus-per-task=1, or "
-                           "make more devices visible)");
+                           "make more devices visible); or let ranks share a device with parallel.share_device = "
+                           "true and parallel.device_collectives = \"mpi\"");
+  // Asked for (parallel.share_device = true): every rank on the one device, all of them counted.
+  const DeviceAssignment shared = assign_node_device(MPI_COMM_WORLD, v, /*share=*/true);
+  EXPECT_EQ(shared.device, 0);
+  EXPECT_TRUE(shared.problem.empty()) << shared.problem;
+  EXPECT_EQ(shared.sharers, w.size);
 }
 
 TEST(AssignNodeDevice, ARankWithoutADeviceIsRefusedAlone) {

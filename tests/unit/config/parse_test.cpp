@@ -171,7 +171,7 @@ TEST_F(ConfigParse, UnknownKeySuggestsAKeyOfAnotherSection) {
 TEST_F(ConfigParse, UnknownKeyWithoutCloseMatchListsTheSectionsKeys) {
   EXPECT_EQ(error_of("[parallel]\ntensor_parallel = 2\n" + data_section()),
             "inputs/x.toml:2:1: unknown key parallel.tensor_parallel (keys of [parallel] are "
-            "zero_stage, overlap, bucket_mb, threads, collective_timeout_s)");
+            "zero_stage, overlap, bucket_mb, threads, collective_timeout_s, device_collectives, share_device)");
 }
 
 TEST_F(ConfigParse, UnknownSection) {
@@ -369,6 +369,24 @@ TEST_F(ConfigParse, PrecisionKeys) {
             "inputs/x.toml:2:18: precision.backoff_factor: must be in [0, 1), got 1");
   EXPECT_EQ(error_of("[precision]\ngrowth_interval = 0\n" + data_section()),
             "inputs/x.toml:2:19: precision.growth_interval: must be >= 1, got 0");
+}
+
+// parallel.device_collectives (NCCL the default) and parallel.share_device, which
+// only the MPI device collectives allow.
+TEST_F(ConfigParse, DeviceCollectivesAndSharingADevice) {
+  const RunConfig d = parse_run_config(data_section(), "x.toml");
+  EXPECT_EQ(d.parallel.device_collectives, DeviceCollectives::Nccl);
+  EXPECT_FALSE(d.parallel.share_device);
+  const RunConfig c = parse_run_config(
+      "[parallel]\ndevice_collectives = \"mpi\"\nshare_device = true\n" + data_section(), "x.toml");
+  EXPECT_EQ(c.parallel.device_collectives, DeviceCollectives::Mpi);
+  EXPECT_TRUE(c.parallel.share_device);
+  EXPECT_EQ(error_of("[parallel]\ndevice_collectives = \"gloo\"\n" + data_section()),
+            "inputs/x.toml:2:22: parallel.device_collectives: must be \"nccl\" or \"mpi\", got \"gloo\"");
+  EXPECT_NE(error_of("[parallel]\nshare_device = true\n" + data_section())
+                .find("parallel.share_device: needs parallel.device_collectives = \"mpi\""),
+            std::string::npos)
+      << error_of("[parallel]\nshare_device = true\n" + data_section());
 }
 
 TEST_F(ConfigParse, RecomputeKeys) {

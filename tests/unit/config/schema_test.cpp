@@ -71,6 +71,7 @@ TEST_F(ConfigSchema, EveryKeyReadsIntoItsOwnFieldAndNoOther) {
     if (dotted_name(k) == "recompute.budget_mb") set = {"recompute.policy=\"budget\"", "recompute.budget_mb=1"};
     if (dotted_name(k) == "model.attention") set.push_back("precision.mode=\"bf16\"");  // "fused" needs 16 bits
     if (k.section == "guard") set.push_back("checkpoint.every_steps=1");  // "rollback" needs checkpoints
+    if (dotted_name(k) == "parallel.share_device") set.push_back("parallel.device_collectives=\"mpi\"");  // needs it
     const std::string text = "[data]\npath = \"" + m_data + "\"\n";
     RunConfig expected = parse_run_config(text, "inputs/x.toml", set);
     change(k, expected, m_other);
@@ -113,7 +114,7 @@ TEST_F(ConfigSchema, EveryEnumKeyReadsEachOfItsNames) {
           k.field);
     }
   }
-  EXPECT_EQ(enum_keys, 13u);  // model.type, precision.mode and the eleven of core/run_choices.hpp
+  EXPECT_EQ(enum_keys, 14u);  // model.type, precision.mode and the twelve of core/run_choices.hpp
 }
 
 TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {

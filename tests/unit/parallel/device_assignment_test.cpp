@@ -78,7 +78,8 @@ TEST(DeviceAssignment, GpuBindClosestSharesEachSocketsDevices) {
   EXPECT_EQ(over.problem,
             "rank 12: 5 ranks on this node (8, 9, 10, 11, 12) see the same 4 CUDA device(s) (GPU-0, GPU-1, GPU-2, "
             "GPU-3); one device per rank is needed (start at most 4 ranks per node, give each task its own GPU "
-            "with srun --gpus-per-task=1, or make more devices visible)");
+            "with srun --gpus-per-task=1, or make more devices visible); or let ranks share a device with "
+            "parallel.share_device = true and parallel.device_collectives = \"mpi\"");
   // The other socket's ranks are fine.
   for (int j = 5; j < 8; ++j) EXPECT_EQ(assign_device(j, node).device, j - 5);
   views.erase(views.begin());  // 4 + 3 ranks
@@ -128,7 +129,8 @@ TEST(DeviceAssignment, TwoRanksOnOnePhysicalDeviceAreRefused) {
   EXPECT_EQ(b.device, -1);
   EXPECT_EQ(a.problem, "rank 0: CUDA device GPU-0 (its visible device 0) would also be used by rank(s) 1 on this "
                        "node; NCCL needs one device per rank (give the ranks disjoint CUDA_VISIBLE_DEVICES, or one "
-                       "GPU per task with srun --gpus-per-task=1)");
+                       "GPU per task with srun --gpus-per-task=1); or let ranks share a device with "
+                       "parallel.share_device = true and parallel.device_collectives = \"mpi\"");
   // Two tasks bound to the same single GPU (a wrong map_gpu): both refused, the third is fine.
   const auto same = node_of({{gpu(3)}, {gpu(1)}, {gpu(3)}});
   EXPECT_EQ(assign_device(0, same).device, -1);
@@ -143,6 +145,43 @@ TEST(DeviceAssignment, TwoRanksOnOnePhysicalDeviceAreRefused) {
             std::string::npos)
       << assign_device(1, three).problem;
   EXPECT_NE(assign_device(2, three).problem.find("would also be used by rank(s) 1"), std::string::npos);
+}
+
+// parallel.share_device: refused by default (the message names the key), allowed
+// when asked: the k-th rank of a view takes device k mod devices, and each rank
+// learns how many ranks of the node are on its device.
+TEST(DeviceAssignment, SharingADeviceOnlyWhenAsked) {
+  const auto one_gpu = node_of({{gpu(0)}, {gpu(0)}, {gpu(0)}});
+  for (int j = 0; j < 3; ++j) {
+    const DeviceAssignment refused = assign_device(j, one_gpu);
+    EXPECT_EQ(refused.device, -1);
+    EXPECT_NE(refused.problem.find("parallel.share_device = true"), std::string::npos) << refused.problem;
+    EXPECT_NE(refused.problem.find("parallel.device_collectives = \"mpi\""), std::string::npos) << refused.problem;
+    const DeviceAssignment shared = assign_device(j, one_gpu, /*share=*/true);
+    EXPECT_EQ(shared.device, 0);
+    EXPECT_TRUE(shared.problem.empty()) << shared.problem;
+    EXPECT_EQ(shared.sharers, 3);
+  }
+  // 5 ranks on 2 devices: 0, 1, 0, 1, 0; three ranks on device 0, two on device 1.
+  std::vector<std::vector<std::string>> views(5, gpus(0, 2));
+  const auto node = node_of(views);
+  for (int j = 0; j < 5; ++j) {
+    const DeviceAssignment a = assign_device(j, node, true);
+    EXPECT_EQ(a.device, j % 2);
+    EXPECT_EQ(a.sharers, j % 2 == 0 ? 3 : 2);
+  }
+  // Overlapping views (a wrong map_gpu) share too when asked, and are counted.
+  const auto overlap = node_of({{gpu(0), gpu(1)}, {gpu(0)}});
+  EXPECT_NE(assign_device(0, overlap).problem.find("parallel.share_device"), std::string::npos);
+  EXPECT_EQ(assign_device(0, overlap, true).device, 0);
+  EXPECT_EQ(assign_device(0, overlap, true).sharers, 2);
+  // One rank per device: sharing changes nothing.
+  const auto own = node_of({gpus(0, 2), gpus(0, 2)});
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(assign_device(j, own, true).device, j);
+    EXPECT_EQ(assign_device(j, own, true).sharers, 1);
+    EXPECT_EQ(assign_device(j, own).sharers, 1);
+  }
 }
 
 TEST(DeviceAssignment, AnInvalidLocalRankIsRefused) {
