@@ -366,19 +366,19 @@ SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape) {
   const std::int64_t d_k = gb.view(uid::dK, "dK", io, bhtd, qkv_str, Buffer::DQkv, C, qkv_elems);
   const std::int64_t d_v = gb.view(uid::dV, "dV", io, bhtd, qkv_str, Buffer::DQkv, 2 * C, qkv_elems);
 
-  // The graph's workspace tensors, in the frontend's order
-  // (CompositeSDPABackwardNode::collect_tensors_in_workspace_node): the fp32 dQ
-  // accumulator (B,H,T,D) packed at offset 0 -- a non-virtual dQ_accum is how the
-  // backend is told to take its default dQ path rather than the dP-workspace one
-  // -- then softmax_sum (B,H,T,1) packed right after it (4BHTD bytes, a multiple
-  // of 32 since D % 8 == 0). Neither is reordered.
-  const std::int64_t accum_elems = B * H * T * D, sum_elems = B * H * T;
-  const std::int64_t prefix_bytes = ((accum_elems + sum_elems) * 4 + 255) / 256 * 256;
-  const std::int64_t d_q_accum = gb.view(uid::dQAccum, "dQ_accum", DataType::Float, bhtd,
-                                         packed_strides(bhtd), Buffer::Workspace, 0, prefix_bytes / 4);
+  // The graph's workspace tensor (CompositeSDPABackwardNode::
+  // collect_tensors_in_workspace_node): softmax_sum (B,H,T,1) packed at offset 0.
+  // The DETERMINISTIC graph: with set_deterministic_algorithm(true) the frontend
+  // sets use_dp_workspace on Hopper and earlier, and then makes no dQ_accum --
+  // matmul_dS_K writes dQ itself (the "dP workspace" engines, which do not sum dQ
+  // in fp32 across key blocks in a varying order). Without determinism it would
+  // put a non-virtual fp32 dQ_accum (B,H,T,D) at offset 0, matmul_dS_K into it and
+  // identity_dQ from it to dQ; this graph never does (validate() refuses a
+  // Workspace dQ_accum). Not reordered.
+  const std::int64_t sum_elems = B * H * T;
+  const std::int64_t prefix_bytes = (sum_elems * 4 + 255) / 256 * 256;
   const std::int64_t softmax_sum = gb.view(uid::SoftmaxSum, "softmax_sum", DataType::Float, bht1,
-                                           packed_strides(bht1), Buffer::Workspace, accum_elems,
-                                           prefix_bytes / 4);
+                                           packed_strides(bht1), Buffer::Workspace, 0, prefix_bytes / 4);
   const std::int64_t scale = gb.scalar(uid::AttnScale, "attn_scale",
                                        static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))));
   std::int64_t neg_inf = 0;
@@ -413,19 +413,17 @@ SdpaGraph make_sdpa_backward_graph(const SdpaShape& shape) {
   // "dp_scaled @ K => dQ" chain. reshape_k's output type is not set by the
   // frontend, so fill_from_context gives it the intermediate type: float.
   const std::int64_t k = gb.reshape("reshape_k", "K", kt, DataType::Float, bhtd, qkv_str);
-  gb.matmul_into("matmul_dS_K", ds, k, d_q_accum);
-  gb.pointwise_into("identity_dQ", PointwiseMode::Identity, {d_q_accum}, d_q);
+  gb.matmul_into("matmul_dS_K", ds, k, d_q);
 
   SdpaGraph& g = gb.graph();
   g.inputs = {q, kt, vt, o, d_o, stats, scale};
   if (shape.causal) g.inputs.push_back(neg_inf);
   g.inputs.push_back(one);
-  g.outputs = {d_q, d_k, d_v, d_q_accum, softmax_sum};
+  g.outputs = {d_q, d_k, d_v, softmax_sum};
   g.workspace_prefix_bytes = prefix_bytes;
-  // The frontend memsets dQ_accum itself only for cuDNN < 9.6.0 (workspace
-  // modification type 1); later engines initialise it. CudnnSdpa zeroes it
-  // before every backward anyway: cheap, and right under either contract.
-  g.zero_before_execute = {d_q_accum};
+  // Nothing to zero: softmax_sum is written by the graph before it is read (the
+  // non-deterministic graph's dQ_accum was the only tensor zeroed before a run).
+  g.zero_before_execute = {};
   g.validate();
   return std::move(g);
 }
@@ -642,6 +640,47 @@ void SdpaGraph::validate() const {
   for (const auto& t : tensors)
     if (t.is_virtual && !read.count(t.uid))
       fail("virtual " + label(t) + " is never consumed by an op");
+
+  // Determinism (backward): dQ is the product of matmul_dS_K written straight into
+  // dQ, never summed in fp32 across key blocks through a workspace accumulator
+  // (the frontend's non-deterministic dQ_accum graph): no matmul writes a
+  // Workspace tensor, and the op that writes dQ is a matmul.
+  if (direction == Direction::Backward) {
+    for (const Operation& op : ops) {
+      const TensorDesc& out = tensor(op.output);
+      if (op.kind == OpKind::Matmul && out.buffer == Buffer::Workspace)
+        fail("op '" + op.name + "' (matmul) writes " + label(out) +
+             " in the workspace: an fp32 accumulator across key blocks is the non-deterministic backward");
+      if (op.output == uid::dQ && op.kind != OpKind::Matmul)
+        fail("op '" + op.name + "' (" + to_string(op.kind) + ") writes dQ: the deterministic backward writes dQ "
+             "from the dS K matmul itself");
+    }
+  }
+}
+
+void check_cudnn_version(std::int64_t version) {
+  auto text = [](std::int64_t v) {
+    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  };
+  if (version < kMinCudnnVersion)
+    SHARDTRAIN_FAIL("cuDNN SDPA: the cuDNN library loaded is " + text(version) + " (" + std::to_string(version) +
+                    "), older than " + text(kMinCudnnVersion) +
+                    ", the oldest for which these graphs are the ones cudnn-frontend builds (it adds a "
+                    "padding-mask workaround up to 9.15.0 and masks with the lowest float before 9.10); "
+                    "use model.attention = \"unfused\" or \"flash\"");
+  if (version >= kEndCudnnVersion)
+    SHARDTRAIN_FAIL("cuDNN SDPA: the cuDNN library loaded is " + text(version) + " (" + std::to_string(version) +
+                    "), not older than " + text(kEndCudnnVersion) +
+                    ", from which newer cudnn-frontends lower the mask, the softmax and the causal forward "
+                    "to other backend operations than these graphs (not checked against it); use "
+                    "model.attention = \"unfused\" or \"flash\"");
+}
+
+std::string engine_refusal(const std::vector<NumericalNote>& notes) {
+  for (NumericalNote n : notes)
+    if (n == NumericalNote::Nondeterministic)
+      return "its engine carries the numerical note NONDETERMINISTIC (results may differ between runs)";
+  return {};
 }
 
 // ---------------------------------------------------------------- names

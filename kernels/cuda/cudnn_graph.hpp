@@ -45,14 +45,20 @@
 //            mul_dS_attn_scale dS = (dP - softmax_sum) * P * scale;
 //            reshape_dS dS^T (I/O type); matmul_dST_Q dK = dS^T Q;
 //            reshape_k K (float: the frontend leaves its type to the graph's
-//            intermediate type); matmul_dS_K dQ_accum = dS K (NON-virtual fp32
-//            (B,H,T,D) in the workspace, no reordering); identity_dQ dQ = dQ_accum.
+//            intermediate type); matmul_dS_K dQ = dS K, straight into dQ.
+// The backward is the DETERMINISTIC graph: what the frontend builds with
+// set_deterministic_algorithm(true) on Hopper and earlier (use_dp_workspace: no
+// fp32 dQ_accum summed across key blocks in a varying order, no identity_dQ);
+// validate() refuses a matmul into the workspace or a dQ not written by a matmul.
+// CudnnSdpa also refuses engine configs whose engine carries the numerical note
+// NONDETERMINISTIC (engine_refusal below) and a runtime cuDNN outside
+// [kMinCudnnVersion, kEndCudnnVersion) (check_cudnn_version).
 // The "* 1" of scale_dropout_inv is the frontend's dropout slot (a by-value
 // 1.0f without dropout); there is no other multiply by one.
 // Workspace (the graph's prefix of the caller's workspace, then the engine's):
-//   [0, 4BHTD)            dQ_accum    fp32 (B,H,T,D) packed, zeroed before each backward
-//   [4BHTD, 4BHTD + 4BHT) softmax_sum fp32 (B,H,T,1) packed, written by the graph
-//   rounded up to 256 bytes: workspace_prefix_bytes; the forward has none.
+//   [0, 4BHT)   softmax_sum fp32 (B,H,T,1) packed, written by the graph
+//   rounded up to 256 bytes: workspace_prefix_bytes; the forward has none;
+//   zero_before_execute is empty (only the non-deterministic dQ_accum needed it).
 // The frontend derives this graph from the runtime cuDNN version: the mask value
 // is the lowest float before 9.10, backward adds a padding-mask workaround for
 // T % 128 != 0 up to 9.15.0, and from 9.20 / 9.21 newer frontends lower the
@@ -71,7 +77,8 @@
 // ones the flash engines take; the head size is within the flash limits;
 // Buffer::Workspace tensors lie inside workspace_prefix_bytes and their extents
 // (first to last element reached) do not overlap; every tensor in
-// zero_before_execute is such a workspace tensor.
+// zero_before_execute is such a workspace tensor; backward: no matmul writes a
+// workspace tensor and dQ is written by a matmul (the deterministic graph).
 #pragma once
 
 #include <cstdint>
@@ -206,7 +213,7 @@ struct SdpaGraph {
 // Fixed uids of the graph's non-virtual tensors (virtual ones start at 100).
 namespace uid {
 inline constexpr std::int64_t Q = 1, K = 2, V = 3, O = 4, Stats = 5, dO = 6, dQ = 7, dK = 8,
-                              dV = 9, AttnScale = 10, NegInf = 11, One = 12, dQAccum = 13,
+                              dV = 9, AttnScale = 10, NegInf = 11, One = 12, /* 13: the non-deterministic graph's dQ_accum, never made */
                               SoftmaxSum = 14;
 inline constexpr std::int64_t FirstVirtual = 100;
 }  // namespace uid
@@ -240,5 +247,23 @@ inline constexpr std::int64_t kHeadDimMultiple = 8;
 // workaround for T % 128 != 0 up to 9.15.0, and the lowest float instead of
 // -inf as the mask value before 9.10). Checked by CudnnSdpa's constructor.
 inline constexpr std::int64_t kMinCudnnVersion = 91501;
+// The first runtime cuDNN for which they are no longer: 9.20 (newer frontends
+// lower the mask and the softmax, and from 9.21 the causal forward, to single
+// backend operations). The range is [kMinCudnnVersion, kEndCudnnVersion).
+inline constexpr std::int64_t kEndCudnnVersion = 92000;
+// Throws shardtrain::Error naming the version and the range when `version`
+// (cudnnGetVersion()'s encoding, major*10000 + minor*100 + patch) is outside it.
+void check_cudnn_version(std::int64_t version);
+
+// Mirrors cudnnBackendNumericalNote_t (values are cuDNN's; checked in
+// kernels/cuda/cudnn_sdpa.cpp). Only the notes this code looks at.
+enum class NumericalNote : std::int32_t {
+  TensorCore = 0,        // CUDNN_NUMERICAL_NOTE_TENSOR_CORE
+  Nondeterministic = 4,  // CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+};
+// Why an engine config with these numerical notes (CUDNN_ATTR_ENGINE_NUMERICAL_NOTE
+// of its engine) is refused, or "" if it is taken: every config whose engine
+// notes NONDETERMINISTIC is refused, so a run is bitwise repeatable.
+std::string engine_refusal(const std::vector<NumericalNote>& notes);
 
 }  // namespace shardtrain::cudnn

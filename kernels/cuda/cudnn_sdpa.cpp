@@ -9,14 +9,18 @@
 // run here (no GPU).
 //
 // Workspace, per call: [graph prefix | plan workspace]. The prefix holds the
-// graph's Buffer::Workspace tensors (the backward's dQ_accum and softmax_sum, at
-// the offsets the graph gives; cudnn_graph.hpp) and is workspace_prefix_bytes
+// graph's Buffer::Workspace tensors (the backward's softmax_sum, at the offset the
+// graph gives; cudnn_graph.hpp) and is workspace_prefix_bytes
 // long; the engine's own workspace starts right after it, as in cudnn-frontend
 // (its workspace tensors first, the plan's workspace at the frontend-workspace
-// offset). Both workspace tensors are graph outputs, so execute() binds their
+// offset). Workspace tensors are graph outputs, so execute() binds their
 // pointers in the variant pack like any other tensor; the graph's
-// zero_before_execute tensors (dQ_accum) are zeroed with cudaMemsetAsync on the
-// caller's stream, ordered before cudnnBackendExecute on that same stream.
+// zero_before_execute tensors (none in the deterministic backward) would be zeroed
+// with cudaMemsetAsync on the caller's stream, ordered before cudnnBackendExecute.
+// Determinism: the backward graph is the deterministic one (cudnn_graph.hpp), and
+// an engine config whose engine carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC is
+// skipped (cudnn::engine_refusal), as any config whose plan does not finalize.
+// The runtime cuDNN must lie in [kMinCudnnVersion, kEndCudnnVersion).
 #include "kernels/cuda/cudnn_sdpa.cuh"
 
 #include <cudnn.h>
@@ -66,6 +70,8 @@ static_assert(static_cast<int>(ReductionMode::Add) == CUDNN_REDUCE_TENSOR_ADD);
 static_assert(static_cast<int>(ReductionMode::Max) == CUDNN_REDUCE_TENSOR_MAX);
 static_assert(static_cast<int>(Reordering::None) == CUDNN_TENSOR_REORDERING_NONE);
 static_assert(static_cast<int>(Reordering::F16x16) == CUDNN_TENSOR_REORDERING_F16x16);
+static_assert(static_cast<int>(cudnn::NumericalNote::TensorCore) == CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+static_assert(static_cast<int>(cudnn::NumericalNote::Nondeterministic) == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
 
 // Checked cudnnBackendSetAttribute / Finalize / GetAttribute; being macros, the
 // error message shows the attribute name and the file:line of the use.
@@ -101,6 +107,24 @@ class BackendDescriptor {
 };
 
 cudnnDataType_t to_cudnn(DataType t) { return static_cast<cudnnDataType_t>(t); }
+
+// The numerical notes of an engine config's engine (CUDNN_ATTR_ENGINECFG_ENGINE,
+// then CUDNN_ATTR_ENGINE_NUMERICAL_NOTE), as the frontend reads them.
+std::vector<cudnn::NumericalNote> numerical_notes(cudnnBackendDescriptor_t config) {
+  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t e = engine.get();
+  std::int64_t count = 0;
+  SHARDTRAIN_CUDNN_CHECK(
+      cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count, &e));
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  std::int64_t n = 0;
+  SHARDTRAIN_CUDNN_CHECK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                                  CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+  std::vector<cudnn::NumericalNote> out;
+  for (std::int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; ++i)
+    out.push_back(static_cast<cudnn::NumericalNote>(notes[i]));
+  return out;
+}
 
 }  // namespace
 
@@ -266,10 +290,16 @@ std::unique_ptr<CudnnSdpa::Plan> CudnnSdpa::build_plan(cudnnHandle_t handle, cud
                                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, n_configs,
                                                     &returned, configs.data()));
 
-  // The first config whose execution plan finalizes. A refusal here is expected
-  // for some configs, so these statuses are collected rather than thrown.
+  // The first config whose engine is not noted NONDETERMINISTIC and whose
+  // execution plan finalizes. A refusal here is expected for some configs, so
+  // these statuses are collected rather than thrown.
   std::string refusals;
   for (std::int64_t i = 0; i < returned; ++i) {
+    const std::string why = cudnn::engine_refusal(numerical_notes(configs[static_cast<std::size_t>(i)]));
+    if (!why.empty()) {
+      refusals += " [config " + std::to_string(i) + ": " + why + "]";
+      continue;
+    }
     BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     SHARDTRAIN_CUDNN_SET(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     SHARDTRAIN_CUDNN_SET(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
@@ -283,7 +313,8 @@ std::unique_ptr<CudnnSdpa::Plan> CudnnSdpa::build_plan(cudnnHandle_t handle, cud
   }
   if (p->plan.get() == nullptr)
     SHARDTRAIN_FAIL("no cuDNN engine takes this SDPA graph: heuristics mode A returned " +
-                    std::to_string(returned) + " engine configs, none finalized" + refusals + "\n" +
+                    std::to_string(returned) + " engine configs, none deterministic and finalized" + refusals +
+                    "\n" +
                     cudnn::describe(g));
   std::int64_t got = 0;
   SHARDTRAIN_CUDNN_CHECK(cudnnBackendGetAttribute(p->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
@@ -299,16 +330,12 @@ std::unique_ptr<CudnnSdpa::Plan> CudnnSdpa::build_plan(cudnnHandle_t handle, cud
 CudnnSdpa::CudnnSdpa(cudnnHandle_t handle, const cudnn::SdpaShape& shape)
     : m_handle(handle), m_shape(shape) {
   SHARDTRAIN_CHECK(handle != nullptr, "CudnnSdpa needs a cuDNN handle");
-  // The graphs are what cudnn-frontend lowers our case to from cuDNN 9.15.1 on
-  // (cudnn_graph.hpp); for older libraries the frontend builds a different graph
+  // The graphs are what cudnn-frontend lowers our case to for cuDNN 9.15.1 <= v <
+  // 9.20 (cudnn_graph.hpp); outside it the frontend builds a different graph
   // (lowest-float mask before 9.10, a padding-mask workaround for T % 128 != 0
-  // up to 9.15.0), which this class does not reproduce.
-  const auto version = static_cast<std::int64_t>(cudnnGetVersion());
-  SHARDTRAIN_CHECK(version >= cudnn::kMinCudnnVersion,
-                   "CudnnSdpa: the cuDNN library loaded is version " + std::to_string(version) +
-                       ", older than " + std::to_string(cudnn::kMinCudnnVersion) +
-                       " (9.15.1), the oldest for which these SDPA graphs are the ones cudnn-frontend "
-                       "builds");
+  // up to 9.15.0; fused mask / softmax operations from 9.20), which this class
+  // does not reproduce. Throws with both ends named.
+  cudnn::check_cudnn_version(static_cast<std::int64_t>(cudnnGetVersion()));
   m_forward = build_plan(handle, cudnn::make_sdpa_forward_graph(shape));
   if (shape.training) m_backward = build_plan(handle, cudnn::make_sdpa_backward_graph(shape));
 }
@@ -352,8 +379,7 @@ void CudnnSdpa::execute(const Plan& plan, cudaStream_t stream, const void* const
   }
   void* plan_workspace = static_cast<char*>(workspace) + g.workspace_prefix_bytes;
   // What must be zero before the graph runs, on the caller's stream (never the
-  // legacy default stream): the frontend memsets dQ_accum itself for cuDNN < 9.6
-  // and leaves it to the engine from 9.6 on; zeroing it here is right under both.
+  // legacy default stream); the deterministic backward has nothing there.
   for (std::int64_t id : g.zero_before_execute) {
     const cudnn::TensorDesc& t = g.tensor(id);
     char* begin = static_cast<char*>(workspace) + t.offset * cudnn::element_bytes(t.dtype);
@@ -401,7 +427,7 @@ void CudnnSdpa::backward(cudaStream_t stream, const T* qkv, const T* out, const 
   buffers[static_cast<int>(Buffer::Stats)] = stats;
   buffers[static_cast<int>(Buffer::DQkv)] = dqkv;
   buffers[static_cast<int>(Buffer::Workspace)] = workspace;
-  execute(*m_backward, stream, buffers, workspace);  // zeroes dQ_accum on `stream` first
+  execute(*m_backward, stream, buffers, workspace);
 }
 
 #define SHARDTRAIN_CUDA_DEFINE_CUDNN_SDPA(T)                                                    \

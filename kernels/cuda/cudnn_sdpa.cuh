@@ -66,8 +66,8 @@ class CudnnSdpa {
   const cudnn::SdpaGraph& backward_graph() const;  // throws unless shape.training
 
   // Bytes of workspace that forward and backward need (the larger of the two):
-  // the graph's prefix (backward: B*H*T*D + B*H*T floats for dQ_accum and
-  // softmax_sum, rounded up to 256 bytes) plus that plan's own workspace.
+  // the graph's prefix (backward: B*H*T floats for softmax_sum, rounded up to
+  // 256 bytes) plus that plan's own workspace.
   std::size_t workspace_bytes() const;
 
   // out (B,T,C) = attention(qkv (B,T,3C)); stats (B,H,T) fp32, may be nullptr

@@ -151,10 +151,12 @@ class HostBackend final : public Backend {
 
 AttentionShape host_shape(const AttnShape& s) { return {s.batch, s.seq_len, s.channels, s.n_head, s.causal}; }
 
-// Fused attention is cuDNN's (the CUDA device ops); the trainer refuses model.attention =
-// "fused" on the host before a model exists, so reaching this is a bug.
+// Fused attention is cuDNN's and flash attention our CUDA kernels' (the device ops);
+// the trainer refuses model.attention = "fused" and "flash" on the host before a model
+// exists, so reaching this is a bug.
 void refuse_fused(const AttnShape& s) {
   SHARDTRAIN_CHECK(!s.fused, "fused attention runs on a CUDA device only (model.attention = \"fused\")");
+  SHARDTRAIN_CHECK(!s.flash, "flash attention runs on a CUDA device only (model.attention = \"flash\")");
 }
 
 // AttnShape's / the pooling ops' host lengths as a view (empty: all valid).
@@ -413,11 +415,11 @@ template std::unique_ptr<ModelOps<bf16>> make_model_ops<bf16>(Backend&, const Mo
 namespace op_sizes {
 
 std::int64_t attention_saved(const AttnShape& s) {
-  if (s.fused) return 3 * s.batch * s.seq_len * s.channels + 2 * s.batch * s.n_head * s.seq_len + 32;
+  if (s.fused || s.flash) return 3 * s.batch * s.seq_len * s.channels + 2 * s.batch * s.n_head * s.seq_len + 32;
   return attention_saved_elems(AttentionShape{s.batch, s.seq_len, s.channels, s.n_head});
 }
 std::int64_t attention_workspace(const AttnShape& s) {
-  if (s.fused) return 0;
+  if (s.fused || s.flash) return 0;
   return attention_workspace_elems(AttentionShape{s.batch, s.seq_len, s.channels, s.n_head});
 }
 template <class T>

@@ -46,6 +46,9 @@ struct ModelOpsLimits {
   // GPT attention through cuDNN's fused flash-attention graphs (model.attention =
   // "fused"; CUDA device, 16-bit storage): the device ops size their scratch for it.
   bool fused_attention = false;
+  // GPT attention through our tiled kernels (model.attention = "flash"; CUDA device):
+  // the device ops size their scratch for its backward.
+  bool flash_attention = false;
 };
 
 struct AttnShape {  // multi-head attention over packed qkv (B, T, 3C), kernels/attention.hpp
@@ -56,6 +59,11 @@ struct AttnShape {  // multi-head attention over packed qkv (B, T, 3C), kernels/
   // forward keeps qkv and the (B, H) rows' fp32 log-sum-exp, not the (B, H, T, T)
   // probabilities, and the backward recomputes them. Sizes: op_sizes below.
   bool fused = false;
+  // Our tiled ("flash") attention (CUDA device, any storage type, no lengths;
+  // kernels/cuda/flash_attention.cuh): the forward keeps qkv and the rows' fp32
+  // log-sum-exp, the backward recomputes the probabilities tile by tile. Sizes:
+  // op_sizes below (the same as fused).
+  bool flash = false;
 };
 
 // What a model asks the op table for before it has one (its plan and costs
@@ -66,12 +74,13 @@ struct AttnShape {  // multi-head attention over packed qkv (B, T, 3C), kernels/
 // built ahead of the process measurement. A model sizes what it allocates by
 // these, never by a kernel's header. Defined in host_backend.cpp.
 namespace op_sizes {
-// attention_forward's `saved`. Fused: qkv (3BTC) | the statistics (B*H*T floats, as
-// 2 elements each: fused runs only 16-bit storage) | 32 elements for the device
-// ops to start both pieces 16-byte aligned (cuDNN's requirement).
+// attention_forward's `saved`. Fused and flash: qkv (3BTC) | the statistics (B*H*T
+// floats, counted as 2 elements each: exact for 16-bit storage, twice the need for
+// fp32, which only flash runs) | 32 elements for the device ops to start both
+// pieces 16-byte aligned (cuDNN's requirement; flash keeps the same layout).
 std::int64_t attention_saved(const AttnShape& s);
-// attention_forward/backward's `workspace` (fused: none; the device ops' own scratch
-// holds cuDNN's).
+// attention_forward/backward's `workspace` (fused, flash: none; the device ops' own
+// scratch holds cuDNN's / flash's backward rowsum(dO * O)).
 std::int64_t attention_workspace(const AttnShape& s);
 template <class T>
 std::int64_t conv2d_workspace(const Conv2dShape& s);   // conv2d_forward/backward's `workspace`

@@ -154,6 +154,16 @@ void check_across_keys(Resolver& r, const RunConfig& c) {
                            c.model.seq_len));
   }
 
+  // Our tiled attention keeps a head's row in 4 fp32 registers per lane
+  // (kernels/cuda/flash_attention.cuh: kFlashMaxHeadDim).
+  if (c.model.type == ModelType::Gpt && c.model.attention == AttentionImpl::Flash && !r.failed("model.attention") &&
+      !r.failed("model.n_head") && !r.failed("model.d_model") && c.model.n_head > 0 &&
+      c.model.d_model % c.model.n_head == 0 && c.model.d_model / c.model.n_head > 128)
+    r.report(r.origin("model.attention"), "model.attention",
+             fmt::format("\"flash\" (our tiled attention) needs a head width d_model / n_head of at most 128, got "
+                         "{} / {} = {}",
+                         c.model.d_model, c.model.n_head, c.model.d_model / c.model.n_head));
+
   const auto& t = c.train;
   if (!r.failed("train.steps") && !r.failed("train.batch_size") && !r.failed("model.seq_len")) {
     std::int64_t sequences = 0, tokens = 0;

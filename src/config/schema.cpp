@@ -123,7 +123,14 @@ constexpr KeySpec k_schema[] = {
             "device (refused on the host, exit 2), `precision.mode` `\"fp16\"` or `\"bf16\"` (cuDNN's flash "
             "engines have no fp32), a head width `d_model / n_head` that is a multiple of 8 and at most 128, "
             "and a `seq_len` that is a multiple of 8 (the 16-byte alignment of the buffers cuDNN reads). "
-            "Not yet the default: it has not run in the trainer on a GPU (gpu.md)."},
+            "Not yet the default: it has not run in the trainer on a GPU (gpu.md). `\"flash\"`: our own tiled "
+            "attention (kernels/cuda/flash_attention.cuh): an online softmax over tiles of 32 keys, no T x T "
+            "matrix in memory, the tiles above the causal diagonal skipped; the forward keeps q, k, v and one "
+            "fp32 log-sum-exp per row (the memory plan counts it, as for `\"fused\"`) and the backward "
+            "recomputes the probabilities; bitwise deterministic (no atomics). Any `precision.mode`, any "
+            "`seq_len`, a head width of at most 128; needs a CUDA device (refused on the host, exit 2: the "
+            "host has its own per-head attention, `\"unfused\"`). Not yet the default: it has not run on a "
+            "GPU (gpu.md)."},
     {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling_names, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},

@@ -23,12 +23,13 @@
 
 namespace shardtrain {
 
-// model.attention (gpt): batched GEMMs and a softmax kernel, or cuDNN's fused
-// flash attention (a CUDA device, 16-bit storage).
-enum class AttentionImpl : unsigned char { Unfused, Fused };
-inline constexpr std::string_view k_attention_names[] = {"unfused", "fused"};
+// model.attention (gpt): batched GEMMs and a softmax kernel, cuDNN's fused
+// flash attention (a CUDA device, 16-bit storage), or our own tiled attention
+// (kernels/cuda/flash_attention.cuh: a CUDA device, any storage type).
+enum class AttentionImpl : unsigned char { Unfused, Fused, Flash };
+inline constexpr std::string_view k_attention_names[] = {"unfused", "fused", "flash"};
 constexpr std::span<const std::string_view> enum_names(AttentionImpl) { return k_attention_names; }
-static_assert(std::size(k_attention_names) == 1 + static_cast<std::size_t>(AttentionImpl::Fused), "a name per value");
+static_assert(std::size(k_attention_names) == 1 + static_cast<std::size_t>(AttentionImpl::Flash), "a name per value");
 
 // model.pooling (encoder_classifier): the [CLS] position, or the mean over each
 // document's valid positions.

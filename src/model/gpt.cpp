@@ -16,7 +16,9 @@ namespace shardtrain {
 namespace {
 
 TransformerBlockShape block_shape_of(const GptDims& d) {
-  return TransformerBlockShape{d.max_batch, d.seq_len, d.channels, d.n_head, d.fused_attention};
+  TransformerBlockShape s{d.max_batch, d.seq_len, d.channels, d.n_head, d.fused_attention};
+  s.flash_attention = d.flash_attention;
+  return s;
 }
 
 // The GPT's blocks: causal, no padding, no dropout.
@@ -83,6 +85,7 @@ Gpt<T>::Gpt(const GptDims& dims, const ParamLayout& layout, double layernorm_eps
   m_head_elems = plan.head;
   ModelOpsLimits limits{dims.max_batch, dims.seq_len, dims.channels, dims.n_head, dims.vocab};
   limits.fused_attention = dims.fused_attention;
+  limits.flash_attention = dims.flash_attention;
   m_ops = make_model_ops<T>(backend ? *backend : host_backend(), limits, memory);
   m_acts = TrackedBuffer<T>(memory, MemCategory::Activations, m_head_elems + m_chain.arena_elems(), m_ops->memory());
   m_work = TrackedBuffer<T>(memory, MemCategory::Workspace, plan.workspace, m_ops->memory());

@@ -19,12 +19,14 @@ namespace {
 AttnShape attention_shape(const TransformerBlockShape& s, std::int64_t batch) {
   AttnShape a{batch, s.seq_len, s.channels, s.n_head};
   a.fused = s.fused_attention;
+  a.flash = s.flash_attention;
   return a;
 }
 
 AttnShape attn_shape(const TransformerBlockShape& s, const TransformerBlockRun& run) {
   AttnShape a{run.batch, s.seq_len, s.channels, s.n_head, run.causal, run.lengths};
   a.fused = s.fused_attention;
+  a.flash = s.flash_attention;
   return a;
 }
 

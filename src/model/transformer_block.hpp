@@ -38,6 +38,7 @@ struct TransformerBlockShape {
   std::int64_t n_head = 0;     // H
   bool fused_attention = false;  // cuDNN's fused attention (AttnShape::fused)
   bool post_ln = false;          // the BERT family's post-LayerNorm block (and erf GELU)
+  bool flash_attention = false;  // our tiled attention on the device (AttnShape::flash)
 };
 
 inline constexpr int kTransformerBlockTensors = 12;

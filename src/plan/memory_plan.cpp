@@ -70,6 +70,7 @@ GptDims gpt_dims(const RunConfig& c, std::int64_t vocab, int world) {
   d.vocab = vocab;
   d.max_batch = std::min<std::int64_t>(c.train.micro_batch, (c.train.batch_size + world - 1) / world);
   d.fused_attention = c.model.attention == AttentionImpl::Fused;
+  d.flash_attention = c.model.attention == AttentionImpl::Flash;
   return d;
 }
 

@@ -629,8 +629,11 @@ TrainResult Run<P>::run() {
 namespace {
 // The host compute threads first (parallel.threads; the host kernels run even
 // beside a device), then the device.
-// model.attention = "fused" is cuDNN's: refused where the run computes on the host
-// (every rank has the same config and device kind, so every rank refuses).
+// model.attention = "fused" is cuDNN's and "flash" our CUDA kernels': refused where
+// the run computes on the host (every rank has the same config and device kind, so
+// every rank refuses). The host has one attention (kernels/attention.hpp, already
+// tiled per (sequence, head) pair); "flash" is not mapped onto it silently, so a
+// config names what runs.
 std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world) {
   set_host_compute_threads(config.parallel.threads);
   auto context = bring_up_device(
@@ -640,6 +643,12 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
       context->backend->kind() == BackendKind::Host)
     throw InputError(fmt::format(
         "{}: model.attention = \"fused\" is cuDNN's flash attention and needs a CUDA device, but this run "
+        "computes on the host (train.device = \"{}\"); use model.attention = \"unfused\" on the host",
+        config.source_name, name_of(config.train.device)));
+  if (config.model.type == ModelType::Gpt && config.model.attention == AttentionImpl::Flash &&
+      context->backend->kind() == BackendKind::Host)
+    throw InputError(fmt::format(
+        "{}: model.attention = \"flash\" is our tiled CUDA attention and needs a CUDA device, but this run "
         "computes on the host (train.device = \"{}\"); use model.attention = \"unfused\" on the host",
         config.source_name, name_of(config.train.device)));
   return context;

@@ -4,7 +4,9 @@
 //    the host: loss and every parameter's gradient, fp32 (relative 1e-4) and
 //    fp16/bf16 storage against fp32 host (relative L2 3e-2), and bitwise the
 //    same gradients under two recompute schedules on the device; the same with
-//    cuDNN's fused attention (model.attention = "fused");
+//    cuDNN's fused attention (model.attention = "fused") and with our tiled
+//    attention (model.attention = "flash", fp32 too); both bitwise repeatable over
+//    two runs at T = 1024 (32 key tiles of 32: dQ summed over many key blocks);
 //  - the backend's vector kernels (norm, inf/NaN scan, accumulate, widen,
 //    narrow, AdamW) against the host backend's;
 //  - training steps through the ZeRO engine on NcclCommunicator, every stage,
@@ -46,6 +48,18 @@ GptDims dims() {
   return d;
 }
 
+// The repeatability shape: T = 1024 (many key tiles per query block in cuDNN's and
+// our kernels), GPT-2's head width 64.
+GptDims long_dims() {
+  GptDims d = dims();
+  d.n_layer = 2;
+  d.channels = 128;
+  d.n_head = 2;
+  d.seq_len = 1024;
+  d.max_batch = 2;
+  return d;
+}
+
 struct Batch {
   std::vector<TokenIndex> tokens, targets;
 };
@@ -76,9 +90,10 @@ struct Device {
 // Loss and gradients (as fp32) of one forward/backward of a T model on `backend` (nullptr: host).
 template <class T>
 std::pair<double, std::vector<float>> gradients(Backend* backend, RecomputePolicy policy = RecomputePolicy::None,
-                                                bool fused_attention = false) {
-  GptDims d = dims();
-  d.fused_attention = fused_attention;
+                                                AttentionImpl attention = AttentionImpl::Unfused,
+                                                GptDims d = dims()) {
+  d.fused_attention = attention == AttentionImpl::Fused;
+  d.flash_attention = attention == AttentionImpl::Flash;
   ParamLayout layout = gpt_layout(d);
   layout.finalize(1);
   const std::size_t n = static_cast<std::size_t>(layout.padded_size());
@@ -146,8 +161,8 @@ TEST(DeviceGpt, FusedAttentionMatchesTheHostAndTheUnfusedKernels) {
   layout.finalize(1);
   for (int kind = 0; kind < 2; ++kind) {
     const char* what = kind == 0 ? " fp16" : " bf16";
-    const auto [loss, grad] = kind == 0 ? gradients<f16>(&dev.backend, RecomputePolicy::None, true)
-                                        : gradients<bf16>(&dev.backend, RecomputePolicy::None, true);
+    const auto [loss, grad] = kind == 0 ? gradients<f16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Fused)
+                                        : gradients<bf16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Fused);
     const auto [unfused_loss, unfused_grad] =
         kind == 0 ? gradients<f16>(&dev.backend) : gradients<bf16>(&dev.backend);
     EXPECT_NEAR(loss, host_loss, 2e-2 * std::abs(host_loss)) << what;
@@ -159,16 +174,59 @@ TEST(DeviceGpt, FusedAttentionMatchesTheHostAndTheUnfusedKernels) {
   }
 }
 
+// Bitwise repeatability at T = 1024 (a single 24-token tile has no order across
+// key blocks to vary); recompute on the short shape.
 TEST(DeviceGpt, FusedAttentionIsRepeatableAndRecomputes) {
   Device dev;
-  const auto [loss_a, grad_a] = gradients<bf16>(&dev.backend, RecomputePolicy::None, true);
-  const auto [loss_b, grad_b] = gradients<bf16>(&dev.backend, RecomputePolicy::None, true);
-  EXPECT_EQ(loss_a, loss_b);
-  EXPECT_EQ(grad_a, grad_b) << "two fused runs differ: cuDNN's backward is not deterministic here";
-  const auto [loss_c, grad_c] = gradients<bf16>(&dev.backend, RecomputePolicy::Sqrt, true);
+  const auto [loss_l, grad_l] = gradients<bf16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Fused, long_dims());
+  const auto [loss_m, grad_m] = gradients<bf16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Fused, long_dims());
+  EXPECT_EQ(loss_l, loss_m);
+  EXPECT_EQ(grad_l, grad_m) << "two fused runs at T = 1024 differ: cuDNN's backward is not deterministic here";
+  const auto [loss_a, grad_a] = gradients<bf16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Fused);
+  const auto [loss_c, grad_c] = gradients<bf16>(&dev.backend, RecomputePolicy::Sqrt, AttentionImpl::Fused);
   EXPECT_EQ(loss_a, loss_c);
   EXPECT_EQ(grad_a, grad_c) << "recompute changed the fused gradients";
-  EXPECT_THROW(gradients<float>(&dev.backend, RecomputePolicy::None, true), Error) << "fp32 fused attention must be refused";
+  EXPECT_THROW(gradients<float>(&dev.backend, RecomputePolicy::None, AttentionImpl::Fused), Error) << "fp32 fused attention must be refused";
+}
+
+// model.attention = "flash" (our tiled kernels through CudaModelOps, the saved qkv
+// and log-sum-exp in the block's buffers): fp32 against the fp32 host model within
+// 1e-4 (as the unfused device model), fp16 and bf16 within the 16-bit bounds and
+// against the unfused device model in the same type.
+TEST(DeviceGpt, FlashAttentionMatchesTheHostAndTheUnfusedKernels) {
+  Device dev;
+  const auto [host_loss, host_grad] = gradients<float>(nullptr);
+  ParamLayout layout = gpt_layout(dims());
+  layout.finalize(1);
+  const auto [f32_loss, f32_grad] = gradients<float>(&dev.backend, RecomputePolicy::None, AttentionImpl::Flash);
+  EXPECT_NEAR(f32_loss, host_loss, 1e-5 * std::abs(host_loss));
+  for (const auto& e : layout.entries())
+    EXPECT_LT(rel_l2(f32_grad, host_grad, e.offset, e.offset + e.numel), 1e-4) << e.name << " fp32 flash";
+  for (int kind = 0; kind < 2; ++kind) {
+    const char* what = kind == 0 ? " fp16" : " bf16";
+    const auto [loss, grad] = kind == 0 ? gradients<f16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Flash)
+                                        : gradients<bf16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Flash);
+    const auto [unfused_loss, unfused_grad] =
+        kind == 0 ? gradients<f16>(&dev.backend) : gradients<bf16>(&dev.backend);
+    EXPECT_NEAR(loss, host_loss, 2e-2 * std::abs(host_loss)) << what;
+    EXPECT_NEAR(loss, unfused_loss, 2e-2 * std::abs(unfused_loss)) << what;
+    for (const auto& e : layout.entries()) {
+      EXPECT_LT(rel_l2(grad, host_grad, e.offset, e.offset + e.numel), 3e-2) << e.name << what << " vs host";
+      EXPECT_LT(rel_l2(grad, unfused_grad, e.offset, e.offset + e.numel), 3e-2) << e.name << what << " vs unfused";
+    }
+  }
+}
+
+TEST(DeviceGpt, FlashAttentionIsRepeatableAndRecomputes) {
+  Device dev;
+  const auto [loss_a, grad_a] = gradients<bf16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Flash, long_dims());
+  const auto [loss_b, grad_b] = gradients<bf16>(&dev.backend, RecomputePolicy::None, AttentionImpl::Flash, long_dims());
+  EXPECT_EQ(loss_a, loss_b);
+  EXPECT_EQ(grad_a, grad_b) << "two flash runs at T = 1024 differ";
+  const auto [loss_c, grad_c] = gradients<float>(&dev.backend, RecomputePolicy::None, AttentionImpl::Flash);
+  const auto [loss_d, grad_d] = gradients<float>(&dev.backend, RecomputePolicy::Sqrt, AttentionImpl::Flash);
+  EXPECT_EQ(loss_c, loss_d);
+  EXPECT_EQ(grad_c, grad_d) << "recompute changed the flash gradients";
 }
 
 // The CUDA backend's vector kernels (kernels/cuda/vector_reduce, elementwise,

@@ -19,3 +19,14 @@ target_compile_options(gpu_encoder_kernels_test PRIVATE -Wall -Wextra)
 add_test(NAME gpu_encoder_kernels COMMAND gpu_encoder_kernels_test)
 set_tests_properties(gpu_encoder_kernels PROPERTIES LABELS "gpu;gpu1")
 add_dependencies(cuda-build gpu_encoder_kernels_test)
+
+# gpu_flash_attention_test: our tiled attention (kernels/cuda/flash_attention.cuh,
+# model.attention = "flash") against the Kokkos host attention, float / __half /
+# __nv_bfloat16, a planted-error case and bitwise repeatability at T = 1024.
+add_executable(gpu_flash_attention_test flash_attention_test.cpp)
+target_link_libraries(gpu_flash_attention_test PRIVATE
+  shardtrain_cuda_kernels shardtrain_kernels shardtrain_gpu_test_kernels GTest::gtest CUDA::cudart)
+target_compile_options(gpu_flash_attention_test PRIVATE -Wall -Wextra)
+add_test(NAME gpu_flash_attention COMMAND gpu_flash_attention_test)
+set_tests_properties(gpu_flash_attention PROPERTIES LABELS "gpu;gpu1")
+add_dependencies(cuda-build gpu_flash_attention_test)

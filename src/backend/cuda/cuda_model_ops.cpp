@@ -28,6 +28,7 @@
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/cudnn_conv.cuh"  // CNN ops
 #include "kernels/cuda/cudnn_sdpa.cuh"  // fused attention (model.attention = "fused")
+#include "kernels/cuda/flash_attention.cuh"  // our tiled attention (model.attention = "flash")
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/pool.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -116,6 +117,8 @@ class CudaModelOps {
       AttnShape largest{l.max_batch, l.seq_len, l.channels, l.n_head};
       largest.fused = true;
       attention_bytes = build_sdpa(largest).workspace_bytes();
+    } else if (l.n_head > 0 && l.flash_attention) {
+      attention_bytes = cuda::flash_attention_workspace_bytes(att);
     } else if (l.n_head > 0) {
       attention_bytes = cuda::attention_workspace_bytes<D>(att);
     }
@@ -209,11 +212,13 @@ class CudaModelOps {
   }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) {
     if (s.fused) return fused_attention_forward(s, qkv, saved, out);
+    if (s.flash) return flash_attention_forward(s, qkv, saved, out);
     cuda::attention_forward(m_cublas, m_stream, shape(s), dev(qkv), dev(saved), m_scratch.data(), m_scratch_bytes,
                             dev(out), device_lengths(s.lengths, s.batch));
   }
   void attention_backward(const AttnShape& s, const T* out, const T* dout, const T* saved, T*, T* dqkv) {
     if (s.fused) return fused_attention_backward(s, out, dout, saved, dqkv);
+    if (s.flash) return flash_attention_backward(s, out, dout, saved, dqkv);
     cuda::attention_backward(m_cublas, m_stream, shape(s), dev(dout), dev(saved), m_scratch.data(),
                              m_scratch_bytes, dev(dqkv), device_lengths(s.lengths, s.batch));
   }
@@ -356,6 +361,30 @@ class CudaModelOps {
     check_aligned(dqkv, "qkv gradient");
     if constexpr (!std::is_same_v<D, float>)
       op->template backward<D>(m_stream, f.qkv, dev(out), dev(dout), f.stats, dev(dqkv), m_scratch.data());
+  }
+
+  // --- our tiled attention (model.attention = "flash"): `saved` has the fused
+  // layout (fused_saved: a copy of qkv, then the rows' fp32 log-sum-exp); the
+  // backward's rowsum(dO * O) lives in m_scratch (sized for the largest micro-batch
+  // by the constructor). Any storage type; causal or not; no lengths. ---
+  void check_flash(const AttnShape& s) const {
+    SHARDTRAIN_CHECK(s.lengths == nullptr, "flash attention takes unpadded sequences only (model.attention = "
+                                           "\"flash\" is the GPT's)");
+  }
+  void flash_attention_forward(const AttnShape& s, const T* qkv, T* saved, T* out) {
+    check_flash(s);
+    if (s.batch == 0) return;
+    const FusedSaved f = fused_saved(s, saved);
+    const std::size_t bytes = static_cast<std::size_t>(3 * s.batch * s.seq_len * s.channels) * sizeof(T);
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(f.qkv, qkv, bytes, cudaMemcpyDeviceToDevice, m_stream));
+    cuda::flash_attention_forward<D>(m_stream, shape(s), f.qkv, dev(out), f.stats);
+  }
+  void flash_attention_backward(const AttnShape& s, const T* out, const T* dout, const T* saved, T* dqkv) {
+    check_flash(s);
+    if (s.batch == 0) return;
+    const FusedSaved f = fused_saved(s, saved);
+    cuda::flash_attention_backward<D>(m_stream, shape(s), f.qkv, dev(out), dev(dout), f.stats, m_scratch.data(),
+                                      m_scratch_bytes, dev(dqkv));
   }
 
   template <class A>

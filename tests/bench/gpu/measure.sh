@@ -34,9 +34,11 @@
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
 #                 quickstart GPT on Moby Dick); default big,qs
-#   --who LIST    for speed: which of ours,fused,eager,compile run (default all four;
-#                 fused: ours with model.attention = "fused", cuDNN's flash attention,
-#                 16-bit precisions on a GPU only)
+#   --who LIST    for speed: which of ours,fused,flash,eager,compile run (default all
+#                 five; fused: ours with model.attention = "fused", cuDNN's flash
+#                 attention, 16-bit precisions on a GPU only; flash: ours with
+#                 model.attention = "flash", our tiled attention, every precision on a
+#                 GPU only). ours is today's default, "unfused": the A/B's baseline
 #   --profile     for speed: after each model and precision, one more run of ours
 #                 with the trainer's --profile (every op timed with the device
 #                 synchronised: per-op ms/step, shares, by class), its table appended
@@ -63,7 +65,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; e
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,fused,eager,compile" profile=0
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,fused,flash,eager,compile" profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
@@ -241,12 +243,13 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
            ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
   }' | tee -a "$report"
 }
-ours() {  # MODEL PREC CAP [--fused] [--profile]
-  local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=()
+ours() {  # MODEL PREC CAP [--fused|--flash] [--profile]
+  local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=() attn=""
   shift 3
   for a in "$@"; do
     case $a in
-      --fused) fused=(--set model.attention=fused) name=${name}_fused ;;
+      --fused) fused=(--set model.attention=fused) name=${name}_fused attn=" (fused attention)" ;;
+      --flash) fused=(--set model.attention=flash) name=${name}_flash attn=" (flash attention)" ;;
       --profile) extra=(--profile) name=${name}_profile ;;
     esac
   done
@@ -267,7 +270,7 @@ ours() {  # MODEL PREC CAP [--fused] [--profile]
   fi
   if (( ${#extra[@]} )); then  # the profile run: its table, not a speed row
     note ""
-    note "Profile of ours, $model $prec${fused:+ (fused attention)} (\`${cmd[*]}\`):"
+    note "Profile of ours, $model $prec$attn (\`${cmd[*]}\`):"
     note '```'
     sed -n '/^profile of /,/^  by class/p' "$log" | tee -a "$report"
     note '```'
@@ -335,6 +338,13 @@ verdict_big_bf16() {
     [[ -n $e ]] && note "- 124M bf16, fused attention: ours/eager tokens/s = $(awk -v f="$f" -v e="$e" 'BEGIN { printf "%.3f", e / f }')"
     [[ -n $c ]] && note "- 124M bf16, fused attention: ours/torch.compile tokens/s = $(awk -v f="$f" -v c="$c" 'BEGIN { printf "%.3f", c / f }')"
   fi
+  local l=${ms_of[ours_big_bf16_flash]:-}
+  if [[ -n $l ]]; then  # model.attention = "flash": the A/B against today's default, same call
+    note "- 124M bf16, flash attention: tokens/s against today's default (unfused) = $(awk -v l="$l" -v o="$o" 'BEGIN { printf "%.3f", o / l }')"
+    [[ -n $f ]] && note "- 124M bf16, flash attention: tokens/s against fused = $(awk -v l="$l" -v f="$f" 'BEGIN { printf "%.3f", f / l }')"
+    [[ -n $e ]] && note "- 124M bf16, flash attention: ours/eager tokens/s = $(awk -v l="$l" -v e="$e" 'BEGIN { printf "%.3f", e / l }')"
+    [[ -n $c ]] && note "- 124M bf16, flash attention: ours/torch.compile tokens/s = $(awk -v l="$l" -v c="$c" 'BEGIN { printf "%.3f", c / l }')"
+  fi
 }
 
 cmds=()
@@ -361,12 +371,15 @@ if has "$parts" speed; then
       has "$who" ours && ours "$model" "$prec" 90
       # fused: model.attention = "fused" (cuDNN's flash attention), GPT in 16 bits on a GPU
       has "$who" fused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 90 --fused
+      # flash: model.attention = "flash" (our tiled attention), every precision, on a GPU
+      has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --flash
       has "$who" eager && torch_run "$model" "$prec" eager 60
       [[ $smoke == 0 ]] && has "$who" compile && torch_run "$model" "$prec" compile 150
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
       if (( profile )); then
         ours "$model" "$prec" 60 --profile
         has "$who" fused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --fused --profile
+        has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --flash --profile
       fi
     done
   done

@@ -297,10 +297,22 @@ TEST_F(ConfigParse, FusedAttentionNeedsSixteenBitsAndAHeadWidthCudnnTakes) {
   EXPECT_EQ(error_of("[model]\nattention = \"fused\"\nseq_len = 100\n" + bf16 + data_section()),
             "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs model.seq_len to be a "
             "multiple of 8 (the 16-byte alignment of its buffers), got 100");
-  EXPECT_EQ(error_of("[model]\nattention = \"flash\"\n" + data_section()),
-            "inputs/x.toml:2:13: model.attention: must be \"unfused\" or \"fused\", got \"flash\"");
+  EXPECT_EQ(error_of("[model]\nattention = \"sdpa\"\n" + data_section()),
+            "inputs/x.toml:2:13: model.attention: must be \"unfused\" or \"fused\" or \"flash\", got \"sdpa\"");
   EXPECT_EQ(error_of("[model]\ntype = \"mlp\"\nattention = \"fused\"\n" + data_section()),
             "inputs/x.toml:3:13: model.attention: is not used by model.type = \"mlp\" (only by gpt)");
+}
+
+// model.attention = "flash" is our tiled CUDA attention: any storage type and seq_len,
+// a head width of at most 128 (its 4 accumulators per lane).
+TEST_F(ConfigParse, FlashAttentionTakesAnyPrecisionAndHeadsUpTo128) {
+  EXPECT_EQ(parse_run_config("[model]\nattention = \"flash\"\nseq_len = 100\n" + data_section(), "inputs/x.toml")
+                .model.attention,
+            AttentionImpl::Flash);  // fp32, T not a multiple of 8
+  EXPECT_EQ(error_of("[model]\nattention = \"flash\"\nn_head = 8\nd_model = 96\n" + data_section()), "<no error>");
+  EXPECT_EQ(error_of("[model]\nattention = \"flash\"\nn_head = 1\nd_model = 256\n" + data_section()),
+            "inputs/x.toml:2:13: model.attention: \"flash\" (our tiled attention) needs a head width d_model / "
+            "n_head of at most 128, got 256 / 1 = 256");
 }
 
 TEST_F(ConfigParse, MicroBatchNeedNotDivideBatchSize) {

@@ -317,5 +317,24 @@ TEST(GptMemory, FusedAttentionPlansNoScoresPerBlock) {
   EXPECT_LT(fused.activations(), unfused.activations());
 }
 
+// model.attention = "flash" (our tiled kernels) plans the same as "fused": qkv and the
+// rows' log-sum-exp per block, no scores anywhere; so the plan counts what it keeps.
+TEST(GptMemory, FlashAttentionPlansAsFused) {
+  GptDims d;
+  d.n_layer = 3;
+  d.channels = 64;
+  d.n_head = 4;
+  d.seq_len = 47;  // flash takes any T
+  d.vocab = 83;
+  d.max_batch = 5;
+  const auto unfused = gpt_activation_plan(d);
+  d.flash_attention = true;
+  const auto flash = gpt_activation_plan(d);
+  const std::int64_t b = 5, t = 47, c = 64, h = 4;
+  EXPECT_EQ(unfused.per_block - flash.per_block, (3 * b * t * c + b * h * t * t) - (3 * b * t * c + 2 * b * h * t + 32));
+  EXPECT_EQ(unfused.workspace - flash.workspace, attention_workspace_elems(AttentionShape{b, t, c, h}));
+  EXPECT_EQ(flash.head, unfused.head);
+}
+
 }  // namespace
 }  // namespace shardtrain

@@ -5,10 +5,14 @@
 // graphs node by node against what cudnn-frontend v1.19.0 lowers its SDPA nodes
 // to for our case (CompositeSDPANode / CompositeSDPABackwardNode, composite
 // softmax and diagonal band mask: names, kinds, modes, inputs, outputs, output
-// types, compute types); the backward's workspace tensors (dQ_accum, then the
-// stored softmax_sum: layout, no overlap, no reordering, what is zeroed); uids;
-// the causal mask only when causal; the by-value scalars; and every validate()
-// refusal on a mutated graph, checked by its message.
+// types, compute types); the backward is the DETERMINISTIC graph (matmul_dS_K
+// straight into dQ, no fp32 dQ_accum, as the frontend builds it with
+// set_deterministic_algorithm(true)), and validate() refuses the non-deterministic
+// one rebuilt by hand; the backward's workspace tensor (the stored softmax_sum:
+// layout, no reordering, nothing zeroed); uids; the causal mask only when causal;
+// the by-value scalars; every validate() refusal on a mutated graph, checked by its
+// message; the cuDNN version range at both ends; and the refusal of engine configs
+// noted NONDETERMINISTIC.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -174,7 +178,8 @@ std::vector<Node> frontend_forward(DataType io, bool causal) {
   return n;
 }
 
-// CompositeSDPABackwardNode for I/O type `io`, MHA, no dropout, dQ_accum path.
+// CompositeSDPABackwardNode for I/O type `io`, MHA, no dropout, deterministic
+// (use_dp_workspace: no dQ_accum).
 std::vector<Node> frontend_backward(DataType io, bool causal) {
   std::vector<Node> n = {
       {"mul_dO_O", OpKind::Pointwise, pw(PointwiseMode::Mul), {"dO", "O"}, "dO_times_O", DataType::Float},
@@ -208,8 +213,7 @@ std::vector<Node> frontend_backward(DataType io, bool causal) {
       {"matmul_dST_Q", OpKind::Matmul, kNoMode, {"dS^T", "Q"}, "dK", io, false},
       // The frontend does not set reshape_k's output type: the intermediate type.
       {"reshape_k", OpKind::Reshape, kNoMode, {"K^T"}, "K", DataType::Float},
-      {"matmul_dS_K", OpKind::Matmul, kNoMode, {"dS", "K"}, "dQ_accum", DataType::Float, false},
-      {"identity_dQ", OpKind::Pointwise, pw(PointwiseMode::Identity), {"dQ_accum"}, "dQ", io, false},
+      {"matmul_dS_K", OpKind::Matmul, kNoMode, {"dS", "K"}, "dQ", io, false},
   };
   n.insert(n.end(), rest.begin(), rest.end());
   return n;
@@ -250,7 +254,7 @@ TEST(CudnnSdpaGraph, Bf16GraphUsesBf16ForEveryIoTensor) {
   const SdpaGraph b = make_sdpa_backward_graph(test_shape(DataType::BFloat16));
   for (const char* n : {"Q", "K^T", "V^T", "O", "dO", "dQ", "dK", "dV", "P^T", "dS^T"})
     EXPECT_EQ(b.tensor(n).dtype, DataType::BFloat16) << n;
-  for (const char* n : {"dQ_accum", "softmax_sum", "K", "dS", "P"})
+  for (const char* n : {"softmax_sum", "K", "dS", "P"})
     EXPECT_EQ(b.tensor(n).dtype, DataType::Float) << n;
 }
 
@@ -279,11 +283,11 @@ TEST(CudnnSdpaGraph, BackwardIsTheFrontendsLoweringNodeByNode) {
                                       "row>col", "binary_select", "exp_s", "reshape_p", "matmul_pT_dO",
                                       "matmul_dO_VT", "sub_dP_softmax_sum", "mul_dP_exp_s",
                                       "mul_dS_attn_scale", "reshape_dS", "matmul_dST_Q", "reshape_k",
-                                      "matmul_dS_K", "identity_dQ"}));
+                                      "matmul_dS_K"}));
   EXPECT_EQ(op_named(g, "matmul_pT_dO").output, uid::dV);
   EXPECT_EQ(op_named(g, "matmul_dST_Q").output, uid::dK);
-  EXPECT_EQ(op_named(g, "matmul_dS_K").output, uid::dQAccum);
-  EXPECT_EQ(op_named(g, "identity_dQ").output, uid::dQ);
+  EXPECT_EQ(op_named(g, "matmul_dS_K").output, uid::dQ);  // deterministic: no dQ_accum
+  EXPECT_EQ(g.find("dQ_accum"), nullptr);
   EXPECT_EQ(op_named(g, "scale_dropout_inv").output, uid::SoftmaxSum);
   EXPECT_EQ(op_named(g, "sub_dP_softmax_sum").inputs, (V64{g.tensor("dP").uid, uid::SoftmaxSum}));
 }
@@ -310,21 +314,15 @@ TEST(CudnnSdpaGraph, BackwardHasNoExtraMultiplyByOne) {
 
 TEST(CudnnSdpaGraph, BackwardStoresTheSoftmaxSumInTheWorkspace) {
   const SdpaGraph g = make_sdpa_backward_graph(test_shape());
-  // dQ_accum: fp32 (B,H,T,D) packed at workspace byte 0; softmax_sum: fp32
-  // (B,H,T,1) packed right after it, at byte 4BHTD = 2880 (element 720).
-  expect_view(g, "dQ_accum", uid::dQAccum, DataType::Float, {3, 3, 5, 16}, {240, 80, 16, 1},
-              Buffer::Workspace, 0, 768);
+  // softmax_sum: fp32 (B,H,T,1) packed at workspace byte 0 (the deterministic
+  // graph has no dQ_accum before it).
   expect_view(g, "softmax_sum", uid::SoftmaxSum, DataType::Float, {3, 3, 5, 1}, {15, 5, 1, 1},
-              Buffer::Workspace, 720, 768);
-  const TensorDesc& accum = g.tensor("dQ_accum");
+              Buffer::Workspace, 0, 64);
   const TensorDesc& sum = g.tensor("softmax_sum");
-  EXPECT_EQ(extent_bytes(accum), 2880);
   EXPECT_EQ(extent_bytes(sum), 180);
-  // Disjoint, both inside the prefix (2880 + 180 = 3060 bytes, rounded to 256).
-  const std::int64_t accum_end = accum.offset * 4 + extent_bytes(accum);
+  // Inside the prefix (180 bytes, rounded to 256).
   const std::int64_t sum_begin = sum.offset * 4, sum_end = sum_begin + extent_bytes(sum);
-  EXPECT_LE(accum_end, sum_begin);
-  EXPECT_EQ(g.workspace_prefix_bytes, 3072);
+  EXPECT_EQ(g.workspace_prefix_bytes, 256);
   EXPECT_LE(sum_end, g.workspace_prefix_bytes);
   EXPECT_EQ(sum_begin % 16, 0);
   // Every workspace tensor is a graph output, so it is bound in the variant pack.
@@ -334,13 +332,13 @@ TEST(CudnnSdpaGraph, BackwardStoresTheSoftmaxSumInTheWorkspace) {
       in_workspace.push_back(t.name);
       EXPECT_NE(std::count(g.outputs.begin(), g.outputs.end(), t.uid), 0) << t.name;
     }
-  EXPECT_EQ(in_workspace, (std::vector<std::string>{"dQ_accum", "softmax_sum"}));
-  // Only the accumulator is zeroed; the graph writes softmax_sum before it reads it.
-  EXPECT_EQ(g.zero_before_execute, (V64{uid::dQAccum}));
+  EXPECT_EQ(in_workspace, (std::vector<std::string>{"softmax_sum"}));
+  // Nothing is zeroed: the graph writes softmax_sum before it reads it.
+  EXPECT_TRUE(g.zero_before_execute.empty());
   const auto names = op_names(g);
   EXPECT_LT(std::find(names.begin(), names.end(), "scale_dropout_inv"),
             std::find(names.begin(), names.end(), "sub_dP_softmax_sum"));
-  // No tensor is reordered (the frontend no longer sets F16x16 on dQ_accum).
+  // No tensor is reordered.
   for (const auto& t : g.tensors) EXPECT_EQ(t.reordering, Reordering::None) << t.name;
   // The GPT-2-sized shape: B=4, H=12, T=1024, D=64.
   SdpaShape big = test_shape();
@@ -349,9 +347,9 @@ TEST(CudnnSdpaGraph, BackwardStoresTheSoftmaxSumInTheWorkspace) {
   big.channels = 768;
   big.n_head = 12;
   const SdpaGraph b = make_sdpa_backward_graph(big);
-  EXPECT_EQ(b.tensor("softmax_sum").offset, 4 * 12 * 1024 * 64);
+  EXPECT_EQ(b.tensor("softmax_sum").offset, 0);
   EXPECT_EQ(b.tensor("softmax_sum").dims, (V64{4, 12, 1024, 1}));
-  EXPECT_EQ(b.workspace_prefix_bytes, (4 * 12 * 1024 * 65 * 4 + 255) / 256 * 256);
+  EXPECT_EQ(b.workspace_prefix_bytes, 4 * 12 * 1024 * 4);
 }
 
 TEST(CudnnSdpaGraph, BackwardVirtualLayoutsAreTheFrontends) {
@@ -384,7 +382,7 @@ TEST(CudnnSdpaGraph, UidsAreUnique) {
       }
     }
   }
-  EXPECT_EQ(make_sdpa_backward_graph(test_shape()).tensors.size(), 31u);
+  EXPECT_EQ(make_sdpa_backward_graph(test_shape()).tensors.size(), 30u);  // no dQ_accum (deterministic)
   EXPECT_EQ(make_sdpa_forward_graph(test_shape()).tensors.size(), 19u);
 }
 
@@ -484,7 +482,7 @@ TEST(CudnnSdpaGraph, BackwardViewsInputsAndOutputs) {
   expect_view(g, "dV", uid::dV, DataType::Half, {3, 3, 5, 16}, {720, 16, 144, 1}, Buffer::DQkv, 96, 2160);
   EXPECT_EQ(g.inputs, (V64{uid::Q, uid::K, uid::V, uid::O, uid::dO, uid::Stats, uid::AttnScale,
                            uid::NegInf, uid::One}));
-  EXPECT_EQ(g.outputs, (V64{uid::dQ, uid::dK, uid::dV, uid::dQAccum, uid::SoftmaxSum}));
+  EXPECT_EQ(g.outputs, (V64{uid::dQ, uid::dK, uid::dV, uid::SoftmaxSum}));
 }
 
 TEST(CudnnSdpaGraph, DescribeListsTensorsAndOps) {
@@ -499,11 +497,9 @@ TEST(CudnnSdpaGraph, DescribeListsTensorsAndOps) {
   EXPECT_NE(d.find("op 5 binary_select: pointwise binary_select (S_scaled, neg_inf, causal_mask) -> S_masked"),
             std::string::npos) << d;
   const std::string b = describe(make_sdpa_backward_graph(test_shape()));
-  EXPECT_NE(b.find("31 tensors, 22 ops, workspace prefix 3072 bytes"), std::string::npos) << b;
-  EXPECT_NE(b.find("tensor 13 dQ_accum: float dims [3,3,5,16] strides [240,80,16,1] align 16 workspace+0 "
-                   "output zeroed-before-execute"),
-            std::string::npos) << b;
-  EXPECT_NE(b.find("tensor 14 softmax_sum: float dims [3,3,5,1] strides [15,5,1,1] align 16 workspace+720 "
+  EXPECT_NE(b.find("30 tensors, 21 ops, workspace prefix 256 bytes"), std::string::npos) << b;
+  EXPECT_EQ(b.find("zeroed-before-execute"), std::string::npos) << b;
+  EXPECT_NE(b.find("tensor 14 softmax_sum: float dims [3,3,5,1] strides [15,5,1,1] align 16 workspace+0 "
                    "output\n"),
             std::string::npos) << b;
   EXPECT_NE(b.find("op 2 scale_dropout_inv: pointwise mul (softmax_sum_raw, one) -> softmax_sum compute float"),
@@ -644,18 +640,23 @@ TEST(CudnnSdpaGraphValidate, OperandShapesMustAgree) {
                                  "[3,3,5,5] do not form a batched matrix product");
 }
 
+// A second workspace tensor (a copy of softmax_sum, planted) over softmax_sum's bytes.
 TEST(CudnnSdpaGraphValidate, WorkspaceTensorsOverlap) {
   SdpaGraph g = make_sdpa_backward_graph(test_shape());
-  g.tensor_mut("softmax_sum").offset = 712;  // bytes [2848, 3028): inside dQ_accum's [0, 2880)
-  EXPECT_ERROR_HAS(g.validate(), "tensor 'softmax_sum' (uid 14): workspace bytes [2848, 3028) overlap "
-                                 "tensor 'dQ_accum' (uid 13)'s [0, 2880)");
+  TensorDesc extra = g.tensor("softmax_sum");
+  extra.uid = 13;
+  extra.name = "extra";
+  extra.offset = 8;  // bytes [32, 212): inside softmax_sum's [0, 180)
+  g.tensors.push_back(extra);
+  EXPECT_ERROR_HAS(g.validate(), "tensor 'extra' (uid 13): workspace bytes [32, 212) overlap "
+                                 "tensor 'softmax_sum' (uid 14)'s [0, 180)");
 }
 
 TEST(CudnnSdpaGraphValidate, WorkspaceTensorPastThePrefix) {
   SdpaGraph g = make_sdpa_backward_graph(test_shape());
-  g.workspace_prefix_bytes = 2816;
-  EXPECT_ERROR_HAS(g.validate(), "tensor 'dQ_accum' (uid 13): workspace bytes [0, 2880) reach past the "
-                                 "graph's workspace prefix of 2816 bytes");
+  g.workspace_prefix_bytes = 0;
+  EXPECT_ERROR_HAS(g.validate(), "tensor 'softmax_sum' (uid 14): workspace bytes [0, 180) reach past the "
+                                 "graph's workspace prefix of 0 bytes");
   SdpaGraph h = make_sdpa_backward_graph(test_shape());
   h.workspace_prefix_bytes = 3060;
   EXPECT_ERROR_HAS(h.validate(), "workspace prefix of 3060 bytes is not a non-negative multiple of 256");
@@ -667,6 +668,67 @@ TEST(CudnnSdpaGraphValidate, ZeroedTensorNotInTheWorkspace) {
   EXPECT_ERROR_HAS(g.validate(), "tensor 'dQ' (uid 7) is in zero_before_execute but not in the graph's workspace");
   g.zero_before_execute = {77};
   EXPECT_ERROR_HAS(g.validate(), "zero_before_execute uid 77 is not a tensor of the graph");
+}
+
+// The non-deterministic backward (what the frontend builds without
+// set_deterministic_algorithm: matmul_dS_K into an fp32 dQ_accum in the workspace,
+// identity_dQ from it into dQ), rebuilt from the deterministic one, is refused.
+TEST(CudnnSdpaGraphValidate, NonDeterministicDqAccumulatorIsRefused) {
+  SdpaGraph g = make_sdpa_backward_graph(test_shape());
+  g.workspace_prefix_bytes = 256 + 2880 + 192;  // softmax_sum, then dQ_accum, rounded up to 256
+  TensorDesc accum = g.tensor("softmax_sum");
+  accum.uid = 13;
+  accum.name = "dQ_accum";
+  accum.dims = {3, 3, 5, 16};
+  accum.strides = {240, 80, 16, 1};
+  accum.offset = 64;  // workspace byte 256
+  accum.buffer_elems = g.workspace_prefix_bytes / 4;
+  g.tensors.push_back(accum);
+  g.outputs.push_back(13);
+  for (Operation& op : g.ops)
+    if (op.name == "matmul_dS_K") op.output = 13;
+  Operation identity;
+  identity.kind = OpKind::Pointwise;
+  identity.name = "identity_dQ";
+  identity.pointwise_mode = PointwiseMode::Identity;
+  identity.inputs = {13};
+  identity.output = uid::dQ;
+  g.ops.push_back(identity);
+  EXPECT_ERROR_HAS(g.validate(), "cuDNN SDPA backward graph: op 'matmul_dS_K' (matmul) writes tensor 'dQ_accum' "
+                                 "(uid 13) in the workspace: an fp32 accumulator across key blocks is the "
+                                 "non-deterministic backward");
+  // The accumulator made virtual instead: dQ still comes from an identity, refused too.
+  SdpaGraph h = make_sdpa_backward_graph(test_shape());
+  TensorDesc v = h.tensor("dS");  // a virtual float tensor of the right kind
+  v.uid = 200;
+  v.name = "dQ_virtual";
+  v.dims = {3, 3, 5, 16};
+  v.strides = {240, 80, 16, 1};
+  h.tensors.push_back(v);
+  for (Operation& op : h.ops)
+    if (op.name == "matmul_dS_K") op.output = 200;
+  identity.inputs = {200};
+  h.ops.push_back(identity);
+  EXPECT_ERROR_HAS(h.validate(), "op 'identity_dQ' (pointwise) writes dQ: the deterministic backward writes dQ "
+                                 "from the dS K matmul itself");
+}
+
+TEST(CudnnVersion, RangeCheckedAtBothEnds) {
+  EXPECT_EQ(error_of([] { check_cudnn_version(91900); }), "<no error>");  // the build's 9.19.0
+  EXPECT_EQ(error_of([] { check_cudnn_version(kMinCudnnVersion); }), "<no error>");
+  EXPECT_EQ(error_of([] { check_cudnn_version(kEndCudnnVersion - 1); }), "<no error>");
+  EXPECT_ERROR_HAS(check_cudnn_version(91500), "the cuDNN library loaded is 9.15.0 (91500), older than 9.15.1");
+  EXPECT_ERROR_HAS(check_cudnn_version(90100), "older than 9.15.1");
+  EXPECT_ERROR_HAS(check_cudnn_version(92000), "the cuDNN library loaded is 9.20.0 (92000), not older than 9.20.0");
+  EXPECT_ERROR_HAS(check_cudnn_version(100000), "not older than 9.20.0");
+}
+
+TEST(CudnnEngineNotes, NondeterministicEnginesAreRefused) {
+  EXPECT_EQ(engine_refusal({}), "");
+  EXPECT_EQ(engine_refusal({NumericalNote::TensorCore}), "");
+  EXPECT_NE(engine_refusal({NumericalNote::TensorCore, NumericalNote::Nondeterministic}).find("NONDETERMINISTIC"),
+            std::string::npos);
+  EXPECT_NE(engine_refusal({NumericalNote::Nondeterministic}), "");
 }
 
 TEST(CudnnSdpaGraphValidate, TheUnmutatedGraphsPass) {
