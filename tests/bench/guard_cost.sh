@@ -4,7 +4,8 @@
 # guard on without a fault (non_finite and loss_spike "skip", the spike check
 # from step 21 over a window of 20, the replica check every 50 steps),
 # interleaved A B, B A, ... over ROUNDS rounds (default 6) of STEPS steps
-# (default 100). Reports the medians of step_ms (the step alone: the loss and
+# (default 100; of a run of 100,000 steps stopped there by --stop-after-step, so
+# that no final evaluation pass is timed). Reports the medians of step_ms (the step alone: the loss and
 # norm checks) and of the step-to-step elapsed time (which also holds the
 # replica checks at the step boundary), each side's median over rounds and
 # their ratio on/off, and the mean step-to-step time (which holds the replica
@@ -41,7 +42,7 @@ for ((r = 1; r <= rounds; ++r)); do
     extra=(); [[ $side == on ]] && extra=("${on[@]}")
     dir=$work/${side}_$r
     "$mpiexec" -n "$np" "$trainer" "$input" --set data.path="$data" --set train.run_dir="$dir" "${extra_set[@]}" \
-      --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=0 "${extra[@]}" \
+      --set train.steps=100000 --stop-after-step "$steps" --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every_steps=0 "${extra[@]}" \
       > "$dir.log" 2>&1 || { tail -20 "$dir.log"; die "$side run $r failed"; }
     grep -q '^guard: ' "$dir.log" && die "the guard acted in a run without a fault ($dir.log)"
     step_med[$side]+="$(step_ms_times "$dir/metrics.csv" "$warmup" "$steps" | median) "
