@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-namespace shardtrain {
+namespace shardtrain::h5 {
 namespace {
 
 TEST(H5Read, ReadErrnoFromTheStack) {
@@ -19,4 +19,4 @@ TEST(H5Read, ReadErrnoFromTheStack) {
 }
 
 }  // namespace
-}  // namespace shardtrain
+}  // namespace shardtrain::h5
