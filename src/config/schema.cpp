@@ -110,7 +110,9 @@ constexpr KeySpec k_schema[] = {
      },
      .default_doc = "gpt `128`; encoder_classifier: the data set's",
      .doc = "gpt: context length T, in tokens. encoder_classifier: tokens of every document the model reads "
-            "(the first `seq_len` of the stored row; at most the row's length)."},
+            "(the first `seq_len` of the stored row; at most the row's length). A row cut short ends in the "
+            "set's `[SEP]` where it records one (`sep_id`: WordPiece imports), so it is `[CLS]` + the first "
+            "`seq_len - 2` pieces + `[SEP]`, as an import at `--seq-len seq_len` gives it."},
     {SHARDTRAIN_CONFIG_KEY(model, init_std), .numbers = {0, false}, .model_types = k_transformers,
      .doc = "Weights start from N(0, init_std). Residual projections are scaled by 1/√(2L)."},
     {SHARDTRAIN_CONFIG_KEY(model, layernorm_eps), .numbers = {0, true}, .model_types = k_transformers,
