@@ -15,6 +15,9 @@
 #      build-tree.tar.xz   the build tree without objects, archives and CMakeFiles
 #      data/mobydick.h5    the quickstart's data set, when build/data has it (for
 #                          tests/bench/gpu/measure.sh)
+#      data/bert-vocab.txt bert-base-uncased's vocab.txt (231 KB), when build/data/bert-vocab
+#                          has it (share/data/fetch-bert-vocab.sh): the BERT checks of
+#                          measure.sh's hf part (else they use a toy vocab.txt)
 #      manifest.txt        paths, commit, date, versions, GLIBC needs, package list
 #      packages.tsv libs.tsv dropped.tsv cuda.tsv   what share/gpu/on-device.sh reads
 # 4. Prints the folder's size and fails if it and the working tree together are
@@ -201,6 +204,13 @@ if [[ -f "$root/build/data/mobydick.h5" ]]; then
 else
   rm -f "$bundle/data/mobydick.h5"
   echo "prepare.sh: note: build/data/mobydick.h5 is absent (share/quickstart.sh or share/data/fetch-mobydick.sh makes it); the GPU measurements will use synthetic tokens for the quickstart model"
+fi
+if [[ -f "$root/build/data/bert-vocab/vocab.txt" ]]; then
+  cp "$root/build/data/bert-vocab/vocab.txt" "$bundle/data/bert-vocab.txt"
+  echo "prepare.sh: carrying build/data/bert-vocab/vocab.txt for the BERT checks of the GPU measurements"
+else
+  rm -f "$bundle/data/bert-vocab.txt"
+  echo "prepare.sh: note: build/data/bert-vocab/vocab.txt is absent (share/data/fetch-bert-vocab.sh build/data/bert-vocab makes it); the BERT checks will use a toy vocab.txt"
 fi
 
 # --- 3c. manifest -------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def plan_checks(run, expected, seconds=None, limit=90):
     message; the smoke's trainer --version passing and its two device commands
     reaching that message (so the run goes on rather than stopping for a runtime
     that does not load); the GPU measurements skipped and the summary saying why;
-    the Hugging Face check passing on the host; the whole call under LIMIT seconds.
+    the Hugging Face checks (GPT-2, DistilBERT / BERT) passing on the host; the whole call under LIMIT seconds.
     Prints a line per item; returns the problems found."""
     bad = []
     summary = open(os.path.join(run, "summary.txt")).read().splitlines()
@@ -162,6 +162,10 @@ def plan_checks(run, expected, seconds=None, limit=90):
     print("  " + (hf[0] if hf else "measure.md: no passing hf_check line"))
     if not hf:
         bad.append("measure.md has no passing hf_check line")
+    hb = [l for l in open(md).read().splitlines() if "hf_bert_check: PASS: client" in l] if os.path.exists(md) else []
+    print("  " + (hb[0] if hb else "measure.md: no passing hf_bert_check line"))
+    if not hb:
+        bad.append("measure.md has no passing hf_bert_check line (DistilBERT / BERT exports, tokenizer)")
     if seconds is not None:
         print(f"on-device.sh took {seconds} s (limit {limit} s)")
         if seconds >= limit:

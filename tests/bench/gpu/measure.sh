@@ -29,7 +29,19 @@
 #                 its loss over the whole validation split against our trainer's
 #                 final validation loss (relative 1e-4). transformers when it
 #                 imports, else hf_check.py's plain-PyTorch stand-in (the report
-#                 says which).
+#                 says which). Then the BERT family (issue 48): a DistilBERT- and a
+#                 BERT-shaped encoder_classifier (2 layers, d 32, 40 steps of
+#                 inputs/tiny_encoder.toml, on the GPU when there is one) trained on
+#                 make_text_fixture.sh's labelled texts imported with WordPiece
+#                 (BERT_VOCAB, else BUILD_DIR/data/bert-vocab/vocab.txt, else the
+#                 bundle's data/bert-vocab.txt, else a toy vocab.txt made here),
+#                 exported with --names distilbert|bert; share/gpu/hf_bert_check.py:
+#                 transformers' DistilBertForSequenceClassification /
+#                 BertForSequenceClassification on each export (validation loss
+#                 against the trainer's, logits against bert_torch.py's, 1e-4), and
+#                 BertTokenizer's ids of a test text against `trainer-data text
+#                 --tokenizer wordpiece` (exact). Without transformers: the loss by
+#                 the stand-in (bert_torch.py), the logits and the tokenizer NOT RUN.
 #   --precisions  for speed: fp32,bf16,fp16 (default bf16,fp32,fp16)
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
@@ -456,6 +468,70 @@ if has "$parts" hf; then
       (( rc == 0 )) || fail "hf_check.py exited $rc (log: hf_check.log in measure-logs.tar.xz)$( ((rc == 124)) && echo ": ran out of its $secs s")"
       cmds+=("hf: \`$ckpt_tool export $ck $work/hf/model.safetensors --format safetensors --names gpt2\`; \`$python share/gpu/hf_check.py $work/hf $qs_data --expect $ours_val\`")
     fi
+  fi
+
+  # The BERT family (issue 48): our trainer fine-tunes a DistilBERT- and a BERT-shaped
+  # classifier (on the GPU when there is one), exports them with --names; transformers'
+  # own classes load the exports (loss against ours, logits against bert_torch.py), and
+  # its BertTokenizer encodes a test text as trainer-data does.
+  note ""
+  note "### Hugging Face DistilBERT / BERT on \`trainer-ckpt export --names distilbert|bert\`, BertTokenizer against \`trainer-data\`"
+  hb=$work/hf_bert
+  rm -rf "$hb"; mkdir -p "$hb"
+  bdev=cpu; [[ $smoke == 0 && $gpu != none* ]] && bdev=cuda
+  vocab=${BERT_VOCAB:-$build/data/bert-vocab/vocab.txt}
+  [[ -f $vocab || -n ${BERT_VOCAB:-} ]] || vocab=$root/gpu-bundle/data/bert-vocab.txt  # share/gpu/prepare.sh carries it
+  vocab_what="bert-base-uncased's vocab.txt ($vocab)"
+  if [[ ! -f $vocab ]]; then
+    vocab=$hb/vocab.txt vocab_what="a toy vocab.txt made here (no bert-base-uncased vocab.txt found)"
+    "$python" "$root/share/gpu/hf_bert_check.py" toy-vocab "$vocab" > /dev/null || fail "cannot write a toy vocab.txt"
+  fi
+  note "- vocabulary: $vocab_what; data: tests/e2e/trainer/make_text_fixture.sh's 400 labelled texts, WordPiece, 32 ids; trainer on $bdev"
+  bert_ok=1 bert_models=()
+  bash "$root/tests/e2e/trainer/make_text_fixture.sh" "$hb/text.csv" &&
+    "$build/trainer-data" csv "$hb/text.csv" "$hb/data.h5" --tokenizer wordpiece --vocab "$vocab" --seq-len 32 \
+      --val-fraction 0.25 > "$hb/data.log" 2>&1 || { fail "trainer-data csv --tokenizer wordpiece: $(why "$hb/data.log")"; bert_ok=0; }
+  for layout in distilbert bert; do
+    (( bert_ok )) || break
+    secs=$(budget 45)
+    if (( secs < 10 )); then note "NOT RUN (time budget): $layout"; notrun=$((notrun + 1)); continue; fi
+    cmd=("$mpiexec" -n 1 "$trainer" "$root/inputs/tiny_encoder.toml" --set model.layout=$layout
+      --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.seq_len=32 --set model.max_positions=40
+      --set model.layernorm_eps=1e-12 --set model.pooling=cls --set data.path="$hb/data.h5" --set train.steps=40
+      --set train.batch_size=16 --set train.micro_batch=16 --set train.eval_every=40 --set train.log_every=10
+      --set train.device=$bdev --set train.run_dir="$hb/run_$layout" --set checkpoint.every_steps=40)
+    echo "\$ ${cmd[*]}" > "$hb/run_$layout.log"
+    if ! timeout -k 5 "$secs" "${cmd[@]}" >> "$hb/run_$layout.log" 2>&1; then
+      fail "$layout: the trainer failed or ran out of its $secs s: $(why "$hb/run_$layout.log")"; continue
+    fi
+    bval=$(awk -F, 'NR > 1 && $1 == 40 && $3 != "" { print $3 }' "$hb/run_$layout/metrics.csv")
+    bck=$hb/run_$layout/checkpoints/$(cat "$hb/run_$layout/checkpoints/latest" 2>/dev/null)
+    mkdir -p "$hb/$layout"
+    if [[ -z $bval ]]; then
+      fail "$layout: no validation loss at step 40 in $hb/run_$layout/metrics.csv"
+    elif ! timeout 60 "$ckpt_tool" export "$bck" "$hb/$layout/model.safetensors" --names "$layout" > "$hb/export_$layout.log" 2>&1; then
+      fail "trainer-ckpt export --names $layout of $bck: $(tail -2 "$hb/export_$layout.log" | tr '\n' ' ')"
+    else
+      bert_models+=(--model "$layout" "$hb/$layout" "$hb/data.h5" "$bval")
+      cmds+=("hf_bert $layout: \`${cmd[*]}\`; \`$ckpt_tool export $bck $hb/$layout/model.safetensors --names $layout\`")
+    fi
+  done
+  bert_tokens=()
+  if "$python" "$root/share/gpu/hf_bert_check.py" write-text "$hb/words.txt" && cut -d, -f2- "$hb/text.csv" >> "$hb/words.txt" &&
+     "$build/trainer-data" text "$hb/words.txt" "$hb/words.h5" --tokenizer wordpiece --vocab "$vocab" > "$hb/words.log" 2>&1; then
+    bert_tokens=(--tokens "$vocab" "$hb/words.txt" "$hb/words.h5")
+  else
+    fail "trainer-data text --tokenizer wordpiece of the test text: $(why "$hb/words.log")"
+  fi
+  if (( ${#bert_models[@]} + ${#bert_tokens[@]} )); then
+    secs=$(budget 90)
+    rc=0
+    echo "\$ $python share/gpu/hf_bert_check.py ${bert_models[*]} ${bert_tokens[*]}" > "$work/hf_bert_check.log"
+    timeout -k 5 "$secs" "$python" "$root/share/gpu/hf_bert_check.py" "${bert_models[@]}" "${bert_tokens[@]}" \
+      >> "$work/hf_bert_check.log" 2>&1 || rc=$?
+    grep '^hf_bert_check: ' "$work/hf_bert_check.log" | sed "s|^|- |" | tee -a "$report"
+    (( rc == 0 )) || fail "hf_bert_check.py exited $rc (log: hf_bert_check.log in measure-logs.tar.xz)$( ((rc == 124)) && echo ": ran out of its $secs s")"
+    cmds+=("hf_bert: \`$python share/gpu/hf_bert_check.py ${bert_models[*]} ${bert_tokens[*]}\`")
   fi
 fi
 

@@ -2,7 +2,8 @@
 # CTest gpu_measure_script_smoke: measure.sh --cpu-smoke must finish, and its
 # table must hold one row per run (ours and PyTorch eager, both models) with a
 # positive ms/step, and ours a tracked memory peak, and the hf part (host
-# quickstart checkpoint, GPT-2 export, share/gpu/hf_check.py's stand-in) must
+# quickstart checkpoint, GPT-2 export, share/gpu/hf_check.py's stand-in; the
+# DistilBERT and BERT exports through share/gpu/hf_bert_check.py's stand-in) must
 # pass, and --profile must append one profile table per model, so that a broken parser (or awk code only gawk understands) fails here
 # rather than on a GPU.
 # Arguments: BUILD_DIR OUT_DIR.
@@ -25,5 +26,8 @@ n=$(grep -c '^profile of [0-9]* training steps' "$report" || true)
 [[ $n == 2 ]] || { cat "$report"; echo "FAIL: $n profile tables in the report (--profile, 2 models: expected 2)"; exit 1; }
 grep -q '^  linear ' "$report" || { cat "$report"; echo "FAIL: the profile tables have no linear row"; exit 1; }
 grep -q 'hf_check: PASS: client stand-in' "$report" || { cat "$report"; echo "FAIL: no passing hf_check line (the hf part)"; exit 1; }
+for line in 'hf_bert_check: PASS: distilbert loss: stand-in' 'hf_bert_check: PASS: bert loss: stand-in' 'hf_bert_check: PASS: client stand-in'; do
+  grep -q "$line" "$report" || { cat "$report"; echo "FAIL: no '$line' line (the hf part's BERT family)"; exit 1; }
+done
 [[ -s $2/measure-logs.tar.xz ]] || { echo "FAIL: no log archive"; exit 1; }
-echo "ok: measure.sh --cpu-smoke --profile wrote a row for each of the 4 runs, 2 profile tables, and the hf part passed"
+echo "ok: measure.sh --cpu-smoke --profile wrote a row for each of the 4 runs, 2 profile tables, and the hf part (GPT-2, DistilBERT, BERT) passed"
