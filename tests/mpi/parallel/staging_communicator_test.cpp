@@ -28,18 +28,7 @@ using Bytes = std::vector<unsigned char>;
 constexpr DType kTypes[] = {DType::F32, DType::F64, DType::I32, DType::I64, DType::U8, DType::F16, DType::BF16};
 constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
 
-std::string type_name(DType t) {
-  switch (t) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-    case DType::U8: return "U8";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-  }
-  return "?";
-}
+std::string type_name(DType t) { return std::string(numpy_name(t)); }
 
 // `count` elements of `type` that differ per rank, per element and per `salt`;
 // floats with many mantissa bits, so a changed summation order changes bits.
