@@ -52,6 +52,19 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done
 of() { tr ' ' '\n' <<< "$1" | grep . | median; }
+# The step boundary's own time (elapsed_s step to step, less step_ms: the CRCs,
+# logging and agreements after a step), at the steps where the guard's replica
+# check runs (done % REPLICA_EVERY == 0) and at the others, over the steady steps
+# of every run of a side: the replica check's cost, measured inside each run, so
+# the machine's drift between runs cancels.
+boundary() {  # SIDE CHECK(1|0): mean ms over the side's runs
+  cat "$work/$1"_*/metrics.csv | awk -F, -v w="$warmup" -v last="$steps" -v every="$replica_every" -v want="$2" '
+    $1 == "step" { for (i = 1; i <= NF; i++) { if ($i == "elapsed_s") e = i; if ($i == "step_ms") m = i }; prev = ""; next }
+    { if (prev != "" && $1 > w && $1 < last && (($1 % every == 0) == want)) { s += 1e3 * ($e - prev) - $m; n++ }
+      prev = $e }
+    END { printf "%.2f", n ? s / n : 0 }'
+}
+b_on_check=$(boundary on 1) b_on_other=$(boundary on 0) b_off_check=$(boundary off 1) b_off_other=$(boundary off 0)
 s_off=$(of "${step_med[off]}") s_on=$(of "${step_med[on]}")
 e_off=$(of "${elapsed_med[off]}") e_on=$(of "${elapsed_med[on]}")
 m_off=$(of "${elapsed_mean[off]}") m_on=$(of "${elapsed_mean[on]}")
@@ -69,5 +82,7 @@ model=$(lscpu | sed -n 's/^Model name: *//p')
   awk -v a="$m_off" -v b="$m_on" 'BEGIN { printf "| step-to-step elapsed (ms), mean (replica checks included) | %.2f | %.2f | %.3f |\n", a * 1e3, b * 1e3, b / a }'
   echo
   echo "round medians of step_ms, off: ${step_med[off]}; on: ${step_med[on]}"
+  echo "step boundary (elapsed less step_ms), mean ms: guards on: $b_on_check at the replica-check steps, $b_on_other at the others; guards off: $b_off_check and $b_off_other at the same steps"
+  awk -v c="$b_on_check" -v o="$b_on_other" -v k="$replica_every" -v st="$s_off" 'BEGIN { printf "replica check: %.2f ms a check, %.4f%% of a step at replica_every %d\n", c - o, 100 * (c - o) / k / st, k }'
   echo "paired round ratios on/off, step_ms: $(pair_ratios "${step_med[off]}" "${step_med[on]}"); mean step-to-step: $(pair_ratios "${elapsed_mean[off]}" "${elapsed_mean[on]}")"
 } | tee "$report"
