@@ -30,10 +30,10 @@ for v in TRAINER INPUT DATA JOBS CLUSTER WORK; do
   [[ -n "${!v:-}" ]] || die "$v is not set (run through ctest)"
 done
 
-STEPS=${STEPS:-600}
-PREEMPT_AFTER=${PREEMPT_AFTER:-150}
+STEPS=${STEPS:-300}
+PREEMPT_AFTER=${PREEMPT_AFTER:-100}
 deadline=$((SECONDS + ${BUDGET:-140}))
-model=(--set model.n_layer=8 --set model.d_model=64 --set model.seq_len=64
+model=(--set model.n_layer=4 --set model.d_model=64 --set model.seq_len=64
        --set "train.steps=$STEPS" --set train.log_every=10 --set train.eval_every=50
        --set checkpoint.every_steps=0 --set checkpoint.every_minutes=0)
 
