@@ -23,7 +23,10 @@
 // ISA (which honours ONEDNN_MAX_CPU_ISA) have; bf16 on AMX where oneDNN runs AMX
 // (the CPU has it and Linux granted it), else on vdpbf16ps where oneDNN runs
 // AVX512-BF16, else on the fp32 unit: without native bf16 the kernels convert
-// bf16 tiles to fp32 and run fp32 GEMMs (half_tiles.hpp), and the floor says so.
+// bf16 tiles to fp32 and run fp32 GEMMs (half_tiles.hpp), and the floor says so
+// (oneDNN 2.6 itself has no bf16 matmul on an AVX2 CPU: creating one fails with
+// "could not create a primitive descriptor iterator"; ONEDNN_VERBOSE there says
+// "isa:Intel AVX2").
 // Not run here: the AVX-512, AVX512-FP16 and AMX probes need such a CPU (this
 // project's test machine is an AVX2 Zen 3); on one, the same tests run them.
 #pragma once

@@ -125,10 +125,13 @@ class HostBackend final : public Backend {
     const CorePeak p = measure_core_peak();
     const bool bf16 = precision == PrecisionMode::Bf16;
     const double per_core = bf16 ? p.bf16_floor_gflops : p.fp32_gflops;
-    return {per_core * threads,
-            fmt::format("{} {:.1f} GFLOP/s per core x {} thread{}; oneDNN ISA {}",
-                        bf16 ? p.bf16_floor_label() : p.fp32_floor_label(), per_core, threads, threads == 1 ? "" : "s",
-                        p.onednn_isa)};
+    const std::string unit = bf16 ? p.bf16_floor_label()
+                             : precision == PrecisionMode::Fp16
+                                 ? floor_unit_label("fp16", p.units.fp32, true) +
+                                       " (fp16 GEMMs run in fp32 on converted tiles)"
+                                 : p.fp32_floor_label();
+    return {per_core * threads, fmt::format("{} {:.1f} GFLOP/s per core x {} thread{}; oneDNN ISA {}", unit, per_core,
+                                            threads, threads == 1 ? "" : "s", p.onednn_isa)};
   }
   MemorySpace* memory() override { return nullptr; }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
