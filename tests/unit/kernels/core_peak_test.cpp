@@ -53,6 +53,13 @@ TEST(CorePeak, FloorUnitsPerCpuAndOnednnIsa) {
       {"Xeon AMX", xeon, true, kOnednnIsaAvx512CoreAmx, PeakUnit::Avx512Fma, PeakUnit::AmxBf16, true},
       // Linux refused AMX (oneDNN then reports no AMX either): vdpbf16ps.
       {"Xeon, AMX refused", xeon, false, kOnednnIsaAvx512CoreBf16, PeakUnit::Avx512Fma, PeakUnit::Avx512Bf16Dot, true},
+      // Refused to our probe while oneDNN reports AMX (not seen: both ask in the same
+      // process): AMX cannot be measured, so the next unit, vdpbf16ps.
+      {"Xeon, AMX refused, oneDNN at AMX", xeon, false, kOnednnIsaAvx512CoreAmx, PeakUnit::Avx512Fma,
+       PeakUnit::Avx512Bf16Dot, true},
+      // A CPU whose OS does not enable AMX state: no AMX whatever oneDNN says.
+      {"Xeon, no OS AMX state", features(true, true, true, false), true, kOnednnIsaAvx512CoreAmx, PeakUnit::Avx512Fma,
+       PeakUnit::Avx512Bf16Dot, true},
       // ONEDNN_MAX_CPU_ISA caps: the floor follows what oneDNN runs.
       {"Xeon, oneDNN at AVX512_CORE_BF16", xeon, true, kOnednnIsaAvx512CoreBf16, PeakUnit::Avx512Fma,
        PeakUnit::Avx512Bf16Dot, true},
