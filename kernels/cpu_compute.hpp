@@ -29,6 +29,12 @@ int compute_threads();
 // fp32 accumulation). Without it they convert tiles to fp32 (half_tiles.hpp).
 bool cpu_bf16_native();
 
+// oneDNN's effective ISA (dnnl::get_effective_cpu_isa(), honouring
+// ONEDNN_MAX_CPU_ISA): its dnnl_cpu_isa_t bits (the kOnednnIsa* values of
+// core_peak.hpp) and its name ("AVX2", "AVX-512 BF16", "AVX-512 AMX").
+unsigned cpu_onednn_isa_bits();
+std::string cpu_onednn_isa_name();
+
 // Loads what the first heavy op would: oneDNN's code and global state and the
 // OpenMP pool, by running one tiny fp32 matmul (and a bf16 one with native bf16).
 // The trainer calls it before it measures the process's RSS "before the model",

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "kernels/core_peak.hpp"  // the kOnednnIsa* values, checked here
 #include "kernels/cpu_compute.hpp"
 
 // oneDNN (Debian's libdnnl 2.6) threads with GNU OpenMP; its pool size is
@@ -23,6 +24,11 @@ namespace shardtrain {
 namespace {
 
 int g_threads = 1;
+
+static_assert(kOnednnIsaAvx2 == static_cast<unsigned>(dnnl::cpu_isa::avx2));
+static_assert(kOnednnIsaAvx512Core == static_cast<unsigned>(dnnl::cpu_isa::avx512_core));
+static_assert(kOnednnIsaAvx512CoreBf16 == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16));
+static_assert(kOnednnIsaAvx512CoreAmx == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx));
 
 const char* isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
@@ -77,6 +83,10 @@ bool cpu_bf16_native() {
   return native;
 }
 
+unsigned cpu_onednn_isa_bits() { return static_cast<unsigned>(dnnl::get_effective_cpu_isa()); }
+
+std::string cpu_onednn_isa_name() { return isa_name(dnnl::get_effective_cpu_isa()); }
+
 std::string cpu_compute_describe() {
   const dnnl::version_t* v = dnnl::version();
   return fmt::format(
@@ -84,7 +94,7 @@ std::string cpu_compute_describe() {
       "(no AVX512-FP16 path)",
       v->major, v->minor, v->patch, isa_name(dnnl::get_effective_cpu_isa()), g_threads, g_threads == 1 ? "" : "s",
       omp_get_max_threads(),
-      cpu_bf16_native() ? "native (AVX512-BF16): bf16 operands straight into oneDNN, fp32 accumulation"
+      cpu_bf16_native() ? "native (AVX512-BF16 or AMX): bf16 operands straight into oneDNN, fp32 accumulation"
                         : "NO AVX512-BF16 on this CPU: bf16 GEMMs convert tiles to fp32 (slower than fp32)");
 }
 

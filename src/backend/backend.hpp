@@ -77,12 +77,12 @@ class Backend {
   // One line for the run's header: "host (Kokkos Serial)", "CUDA device 0 (NVIDIA H100 ...)".
   virtual std::string describe() const = 0;
   // The arithmetic limit of one rank for models stored as `precision` with `threads` threads per rank, measured now on the calling
-  // thread (the host: this core's FMA or bf16 dot-product chains,
-  // kernels/core_peak.hpp): the denominator of the FLOP floor that --plan and
+  // thread (the host: this core's rate on the unit oneDNN uses for that precision,
+  // AMX, AVX512-BF16 or FMA, named in `what`; kernels/core_peak.hpp): the denominator of the FLOP floor that --plan and
   // --profile print. gflops = 0 when the backend has no probe.
   struct ComputePeak {
     double gflops = 0;
-    std::string what;  // e.g. "fp32 FMA (avx512) 265.0 GFLOP/s per core x 1 thread"
+    std::string what;  // e.g. "fp32 on AVX-512 FMA vfmadd231ps 265.0 GFLOP/s per core x 1 thread; oneDNN ISA AVX-512 AMX"
   };
   virtual ComputePeak compute_peak(PrecisionMode precision, int threads) {
     (void)precision;

@@ -119,13 +119,19 @@ class HostBackend final : public Backend {
   BackendKind kind() const override { return BackendKind::Host; }
   std::string describe() const override { return "host (" + host_kokkos_describe() + "; " + cpu_compute_describe() + ")"; }
   ComputePeak compute_peak(PrecisionMode precision, int threads) override {
+    // bf16: the unit oneDNN runs bf16 GEMMs on (AMX, AVX512-BF16, or the fp32 FMA
+    // unit on converted tiles); fp32 and fp16 (fp32 GEMMs on converted tiles): the
+    // fp32 FMA unit (kernels/core_peak.hpp).
     const CorePeak p = measure_core_peak();
-    const bool bf16 = precision == PrecisionMode::Bf16 && cpu_bf16_native() && p.bf16_gflops > 0;
-    const double per_core = bf16 ? p.bf16_gflops : p.fp32_gflops;
-    return {per_core * threads,
-            fmt::format("{} {:.1f} GFLOP/s per core x {} thread{}", bf16 ? "bf16 dot-product (avx512_bf16)"
-                                                                       : "fp32 FMA (" + p.fp32_isa + ")",
-                        per_core, threads, threads == 1 ? "" : "s")};
+    const bool bf16 = precision == PrecisionMode::Bf16;
+    const double per_core = bf16 ? p.bf16_floor_gflops : p.fp32_gflops;
+    const std::string unit = bf16 ? p.bf16_floor_label()
+                             : precision == PrecisionMode::Fp16
+                                 ? floor_unit_label("fp16", p.units.fp32, true) +
+                                       " (fp16 GEMMs run in fp32 on converted tiles)"
+                                 : p.fp32_floor_label();
+    return {per_core * threads, fmt::format("{} {:.1f} GFLOP/s per core x {} thread{}; oneDNN ISA {}", unit, per_core,
+                                            threads, threads == 1 ? "" : "s", p.onednn_isa)};
   }
   MemorySpace* memory() override { return nullptr; }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {

@@ -64,11 +64,8 @@ OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512 WORK=$work/run1 "$root/tests/benc
   > "$work/run1.log" 2>&1 || die "run 1 failed: $(tail -5 "$work/run1.log")"
 r=$work/report1.md
 runs=0
-# A CPU without AVX512-BF16 (an AVX2-only Zen 3) has no bf16 dot-product peak: the
-# probe reports 0 and the bf16 rows say "- (no bf16 peak)" with no floor ratio.
-# Only there, and only for bf16 rows, is that a complete row.
-no_bf16_peak=0
-grep -qw avx512_bf16 /proc/cpuinfo || no_bf16_peak=1
+# Every CPU has a bf16 floor (issue 50): AMX, vdpbf16ps, or without native bf16 the
+# fp32 FMA unit (bf16 GEMMs then run in fp32), so every row has a floor and a ratio.
 for model in quickstart big cnn; do
   vs=$gpt_variants; [[ $model != cnn ]] || vs=$cnn_variants
   rounds=1; [[ $model != quickstart ]] || rounds=2
@@ -77,7 +74,7 @@ for model in quickstart big cnn; do
     # | variant | step | best run | near: ms (steps) | far: ms (steps) | items/s | GFLOP/s | floor ms (PREC peak) |
     #   step / floor | CPU use per run | rss | idle |; the near and far steps add up to at most the timed
     #   steps (4 per run in every model).
-    awk -F'|' -v m="$model" -v v="$v" -v rounds="$rounds" -v nofloor="$no_bf16_peak" '
+    awk -F'|' -v m="$model" -v v="$v" -v rounds="$rounds" '
       function runs(cell) { if (cell ~ /^ - $/) return 0; if (cell !~ /^ [0-9.]+ \([0-9]+\) $/) return -99
                             sub(/.*\(/, "", cell); return cell + 0 }
       /^#### Model/ { cur = ($0 ~ "`" m "`") } cur && $2 == " " v " " {
@@ -85,7 +82,6 @@ for model in quickstart big cnn; do
         for (i = 1; i <= n; i++) ok = ok && c[i] > 0.2 && c[i] < 2.5
         pl = runs($5) + runs($6); ok = ok && pl >= 0 && pl <= 4 * n
         floor = $9 ~ /^ [0-9.e+-]+ \((fp32|bf16) [0-9.]+\) $/ && $10 + 0 > 0
-        if (nofloor && v ~ /bf16/) floor = $9 == " - (no bf16 peak) " && $10 == " - "
         ok = ok && floor && $7 + 0 > 0 && $8 + 0 > 0
         found = ok && $3 + 0 > 0 && $4 + 0 > 0 && $4 + 0 <= $3 + 0 && $12 + 0 > $13 + 0 && $13 + 0 > 0 }
       END { exit !found }' "$r" || die "$model: no complete row for $v in $r"
@@ -115,8 +111,10 @@ grep -q "^OpenBLAS: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in every comman
 [[ $(grep -c "(this variant's environment: .*OPENBLAS_CORETYPE=(unset) OPENBLAS_L2_SIZE=(unset))" "$r") == 5 ]] ||
   die "the PyTorch setups' environment lines do not show OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
 # The core_peak table: before, after and used rows with numbers; the library GEMM rate labelled.
-grep -q '^| when | fp32 FMA, 2 ranks x 1 thread | bf16 dot product, 2 ranks x 1 thread | fp32 FMA, 1 rank (x 2) | bf16 dot product, 1 rank (x 2) | library GEMM rate (not a floor)' "$r" ||
+grep -q '^| when | fp32 FMA, 2 ranks x 1 thread | bf16 floor unit, 2 ranks x 1 thread | fp32 FMA, 1 rank (x 2) | bf16 floor unit, 1 rank (x 2) | library GEMM rate (not a floor)' "$r" ||
   die "no core_peak table with the library GEMM rate labelled"
+grep -q "^This core's peak (tests/bench/core_peak, .*; units: fp32: fp32 on .*; bf16: bf16 on .*; oneDNN ISA .*): the FLOP floor" "$r" ||
+  die "the core_peak table does not name the floors' units and oneDNN's ISA"
 for w in before after; do
   grep -q "^| $w | [0-9.]* | [0-9.]* | [0-9.]* x 2 = [0-9.]* | [0-9.]* x 2 = [0-9.]* | [0-9.]* | [0-9.]* |$" "$r" || die "no core_peak row '$w' with numbers"
 done
@@ -131,11 +129,10 @@ head -1 "$work/r1.tsv" | grep -q '^# torch_parity_speed results v2 ' || die "the
 # step placement.
 far=$(sed -n 's/^a probe above [0-9.]*x that, \([0-9.]*\) ns, is far.*/\1/p' "$r")
 [[ -n $far ]] || die "the report names no far threshold"
-/usr/bin/python3 - "$work/run1" "$far" "$r" "$gpt_variants" "$cnn_variants" "$no_bf16_peak" <<'PY' || die "a recount differs from the report (above)"
+/usr/bin/python3 - "$work/run1" "$far" "$r" "$gpt_variants" "$cnn_variants" <<'PY' || die "a recount differs from the report (above)"
 import csv, glob, re, statistics, sys
 work, far, report = sys.argv[1], float(sys.argv[2]), open(sys.argv[3]).read()
 variants = {"quickstart": sys.argv[4].split(), "big": sys.argv[4].split(), "cnn": sys.argv[5].split()}
-no_bf16_peak = sys.argv[6] == "1"  # this CPU has no bf16 dot product: bf16 rows have no floor
 warm = {"quickstart": 2, "big": 1, "cnn": 2}
 last = {"quickstart": 6, "big": 5, "cnn": 6}
 bad = []
@@ -163,10 +160,6 @@ for model, vs in variants.items():
         row = re.search(r"^\| %s \| (.*)$" % re.escape(v), sec, re.M).group(1).split(" | ")
         cell = row[6]
         prec, layout = v.split("-")[1], v.split("-")[2]
-        if prec == "bf16" and no_bf16_peak:
-            if cell != "- (no bf16 peak)" or row[7] != "-":
-                bad.append(f"{model} {v}: floor cell '{cell}' and ratio '{row[7]}' on a CPU without a bf16 peak")
-            continue
         ratio = float(row[7])
         want = peak[(prec, layout in ("2x1", "ddp"))]
         m = re.fullmatch(r"[0-9.e+-]+ \((fp32|bf16) ([0-9.]+)\)", cell)
@@ -193,7 +186,7 @@ for model, vs in variants.items():
              "cnn": [r"our best step \(\S+\) >= 1\.5x faster than PyTorch's best"]}[model]
     goals += [r"peak RSS summed over our best's ranks \(\S+\) <= 0\.7x", r"every run of ours: VmHWM within"]
     for g in goals:
-        number = r"-x$" if no_bf16_peak and "bf16 floor" in g else r"[^:]*[0-9]"
+        number = r"[^:]*[0-9]"
         if not re.search(r"^- (PASS|FAIL \(below the goal\)): %s.*: %s" % (g, number), sec, re.M):
             bad.append(f"{model}: no goal line '{g}' with a number")
     # The step placement.

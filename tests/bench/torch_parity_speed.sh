@@ -384,15 +384,22 @@ describe() {
 # measure_peak WHEN: tests/bench/core_peak at 2 ranks x 1 thread (the aggregate with
 # both cores busy) and at 1 rank (its per-core rates x 2, the 1-process 2-thread
 # layouts' peak); the library GEMM rate beside it. Keeps the higher of each.
-peak_fp32_2x1=0 peak_bf16_2x1=0 peak_fp32_1x2=0 peak_bf16_1x2=0 peak_isa="" peak_log=""
+peak_fp32_2x1=0 peak_bf16_2x1=0 peak_fp32_1x2=0 peak_bf16_1x2=0 peak_isa="" peak_log="" peak_units=""
 is_number() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
 higher() { awk -v x="$1" -v y="$2" 'BEGIN { print (y > x ? y : x) }'; }
 measure_peak() {
-  local isa f2 b2 af2 ab2 isa1 f1 b1 af1 ab1 lib2="-" lib1="-"
-  read -r isa f2 b2 af2 ab2 < <("$MPIEXEC" -n 2 "$core_peak" "$CORE_PEAK_SECONDS" |
-    awk '$1 == "core_peak" && $2 == "ranks" && $3 == 2 { print $5, $7, $9, $11, $13 }') || true
+  local isa f2 b2 af2 ab2 isa1 f1 b1 af1 ab1 lib2="-" lib1="-" out2
+  # core_peak's key/value line (issue 50): the bf16 floor is the rate of the unit oneDNN
+  # runs bf16 on (AMX, vdpbf16ps, or the fp32 FMA unit without native bf16), named on
+  # its core_peak_floors line.
+  local kv='{ for (i = 2; i < NF; i += 2) v[$i] = $(i + 1) }'
+  out2=$("$MPIEXEC" -n 2 "$core_peak" "$CORE_PEAK_SECONDS") || true
+  read -r isa f2 b2 af2 ab2 < <(awk '$1 == "core_peak" && $2 == "ranks" && $3 == 2 '"$kv"' END {
+    print v["fp32_isa"], v["fp32_gflops_per_core"], v["bf16_floor_gflops_per_core"], v["aggregate_fp32_gflops"], v["aggregate_bf16_floor_gflops"] }' <<< "$out2") || true
+  peak_units=$(sed -n 's/^core_peak_floors //p' <<< "$out2" | head -1)
   read -r isa1 f1 b1 < <("$MPIEXEC" -n 1 --bind-to none "$core_peak" "$CORE_PEAK_SECONDS" |
-    awk '$1 == "core_peak" && $2 == "ranks" && $3 == 1 { print $5, $7, $9 }') || true
+    awk '$1 == "core_peak" && $2 == "ranks" && $3 == 1 '"$kv"' END {
+      print v["fp32_isa"], v["fp32_gflops_per_core"], v["bf16_floor_gflops_per_core"] }') || true
   for x in "${af2:-}" "${ab2:-}" "${f1:-}" "${b1:-}"; do is_number "$x" || die "core_peak printed no rates (2 ranks: '$isa $f2 $b2 $af2 $ab2'; 1 rank: '$isa1 $f1 $b1')"; done
   awk -v f="$af2" 'BEGIN { exit !(f > 0) }' || die "core_peak measured no fp32 rate"
   af1=$(awk -v x="$f1" 'BEGIN { printf "%.1f", 2 * x }') ab1=$(awk -v x="$b1" 'BEGIN { printf "%.1f", 2 * x }')
@@ -665,12 +672,12 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
   done
   echo '```'
   echo
-  echo "This core's peak (tests/bench/core_peak, $CORE_PEAK_SECONDS s per probe, fp32 ISA $peak_isa; GFLOP/s): the FLOP floor of every"
+  echo "This core's peak (tests/bench/core_peak, $CORE_PEAK_SECONDS s per probe, fp32 ISA $peak_isa; GFLOP/s; units: $peak_units): the FLOP floor of every"
   echo "step is FLOPs / the peak of its precision, at 2 ranks x 1 thread (all cores busy, aggregate) for the 2x1 and DDP"
   echo "variants, at 1 rank (per core x 2) for the one-process variants. The library GEMM rate beside it"
   echo "(tests/bench/sgemm_peak: the trainer's gemm<float> on oneDNN, N=$SGEMM_N, best of 10) is shown for reference only, not used as a floor."
   echo
-  echo "| when | fp32 FMA, 2 ranks x 1 thread | bf16 dot product, 2 ranks x 1 thread | fp32 FMA, 1 rank (x 2) | bf16 dot product, 1 rank (x 2) | library GEMM rate (not a floor), 2 ranks | library GEMM rate (not a floor), 1 rank x 2 threads |"
+  echo "| when | fp32 FMA, 2 ranks x 1 thread | bf16 floor unit, 2 ranks x 1 thread | fp32 FMA, 1 rank (x 2) | bf16 floor unit, 1 rank (x 2) | library GEMM rate (not a floor), 2 ranks | library GEMM rate (not a floor), 1 rank x 2 threads |"
   echo "|---|---|---|---|---|---|---|"
   printf '%s' "$peak_log"
   echo "| used (higher) | $peak_fp32_2x1 | $peak_bf16_2x1 | $peak_fp32_1x2 | $peak_bf16_1x2 | | |"
