@@ -46,4 +46,13 @@ void warm_up_compute();
 // what bf16 and fp16 storage do on this CPU.
 std::string cpu_compute_describe();
 
+// The kernels the two host libraries chose for this CPU, as they report them:
+// OpenBLAS's core (openblas_get_corename: its DYNAMIC_ARCH pick from CPUID, or
+// OPENBLAS_CORETYPE's) and version, and oneDNN's ISA (dnnl_get_effective_cpu_isa
+// by its dnnl_cpu_isa_t name: avx2, avx512_core_bf16, avx512_core_amx, ...;
+// ONEDNN_MAX_CPU_ISA caps it) and version: "OpenBLAS core Haswell (OpenBLAS
+// 0.3.21), oneDNN ISA avx2 (oneDNN 2.6.3)". tests/bench/blas_core_probe.py
+// names PyTorch's the same way.
+std::string cpu_libraries_describe();
+
 }  // namespace shardtrain

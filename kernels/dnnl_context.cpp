@@ -1,12 +1,14 @@
 // shardtrain/kernels/dnnl_context.cpp
 // Owns the process's oneDNN engine and stream (dnnl_context.hpp) and the CPU
 // compute settings of cpu_compute.hpp: the thread count of oneDNN's OpenMP pool
-// and OpenBLAS's, and the ISA report.
+// and OpenBLAS's, the ISA report, and the host libraries' line (OpenBLAS's core,
+// oneDNN's ISA).
 // Invariants: the engine and stream are function-local statics (created on first
 // use, thread-safe initialisation, alive until exit); the thread count is what
 // the last set_compute_threads call set (1 until then).
 #include "kernels/dnnl_context.hpp"
 
+#include <cblas.h>  // openblas_get_corename, openblas_get_config (OpenBLAS's cblas.h)
 #include <dlfcn.h>
 #include <fmt/format.h>
 
@@ -44,6 +46,26 @@ const char* isa_name(dnnl::cpu_isa isa) {
     case dnnl::cpu_isa::avx2_vnni: return "AVX2 VNNI";
     default: return "baseline";
   }
+}
+
+// dnnl_cpu_isa_t's own names (dnnl_types.h; ONEDNN_MAX_CPU_ISA's values in
+// lower case), so that the trainer's line and PyTorch's (blas_core_probe.py)
+// compare word for word.
+std::string isa_enum_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::all: return "all";
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+  }
+  return fmt::format("{:#x}", static_cast<unsigned>(isa));
 }
 
 }  // namespace
@@ -96,6 +118,16 @@ std::string cpu_compute_describe() {
       omp_get_max_threads(),
       cpu_bf16_native() ? "native (AVX512-BF16 or AMX): bf16 operands straight into oneDNN, fp32 accumulation"
                         : "NO AVX512-BF16 on this CPU: bf16 GEMMs convert tiles to fp32 (slower than fp32)");
+}
+
+std::string cpu_libraries_describe() {
+  // openblas_get_config: "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64".
+  const std::string config = openblas_get_config();
+  const auto space = config.find(' ', config.find(' ') + 1);
+  const dnnl::version_t* v = dnnl::version();
+  return fmt::format("OpenBLAS core {} ({}), oneDNN ISA {} (oneDNN {}.{}.{})", openblas_get_corename(),
+                     config.substr(0, space), isa_enum_name(dnnl::get_effective_cpu_isa()), v->major, v->minor,
+                     v->patch);
 }
 
 }  // namespace shardtrain

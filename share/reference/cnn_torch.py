@@ -41,7 +41,9 @@ Usage (Debian's python3-torch and python3-h5py, through /usr/bin/python3):
     workers (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment);
     each of the N processes takes B/N of the step's images, rank 0 prints the
     steps, every process its two RSS lines. --parallel-info prints
-    torch.__config__.parallel_info(), each line prefixed "parallel_info ".
+    torch.__config__.parallel_info(), each line prefixed "parallel_info ", and
+    then "parallel_info OpenBLAS core: C" (openblas_get_corename of the OpenBLAS
+    this process maps: the kernels of its fp32 GEMMs).
     This is the PyTorch side of tests/bench/torch_parity_speed.sh's cnn model;
     share/reference/gpt_torch.py is the GPT's, with the same conventions.
 """
@@ -183,6 +185,7 @@ def train(argv):
     if a.parallel_info and rank == 0:
         for line in torch.__config__.parallel_info().splitlines():
             print("parallel_info " + line.replace("\t", "  "), flush=True)
+        print("parallel_info OpenBLAS core: " + openblas_core(), flush=True)
     images, labels, classes = load_images(a.data)
     n = images.shape[0]
     if n < a.batch:
@@ -231,6 +234,19 @@ def train(argv):
     if a.ddp:
         import torch.distributed as dist
         dist.destroy_process_group()
+
+
+def openblas_core():
+    """openblas_get_corename() of the OpenBLAS this process maps (Debian's torch runs its
+    fp32 GEMMs there; OPENBLAS_CORETYPE or CPUID picks the core): for --parallel-info."""
+    import ctypes
+    with open("/proc/self/maps") as f:
+        paths = [line.split()[-1] for line in f if "libopenblas" in line.split()[-1]]
+    if not paths:
+        return "(no OpenBLAS in this process)"
+    lib = ctypes.CDLL(paths[0])
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib.openblas_get_corename().decode()
 
 
 def main(argv):

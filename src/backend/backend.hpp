@@ -153,6 +153,9 @@ void set_host_compute_threads(int threads);
 void warm_up_host_compute();
 // Whether the host runs bf16 GEMMs natively (AVX512-BF16; kernels/cpu_compute.hpp).
 bool host_bf16_native();
+// The host libraries' kernels for this CPU: "OpenBLAS core Haswell (OpenBLAS
+// 0.3.21), oneDNN ISA avx2 (oneDNN 2.6.3)" (kernels/cpu_compute.hpp).
+std::string host_libraries_describe();
 // The Kokkos the host kernels were built against: "Kokkos 3.4.1 Serial", and once
 // Kokkos is initialized its host space's threads ("Kokkos 3.4.1 OpenMP, 2 threads").
 std::string host_kokkos_describe();

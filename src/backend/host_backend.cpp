@@ -371,6 +371,7 @@ std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
 void set_host_compute_threads(int threads) { set_compute_threads(threads); }
 void warm_up_host_compute() { warm_up_compute(); }
 bool host_bf16_native() { return cpu_bf16_native(); }
+std::string host_libraries_describe() { return cpu_libraries_describe(); }
 
 std::string host_kokkos_describe() {
   constexpr int v = KOKKOS_VERSION;  // e.g. 30401

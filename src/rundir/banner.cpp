@@ -15,6 +15,8 @@ void print_start_banner(const RunConfig& cfg, int ranks, const MemoryPlan& plan,
              cfg.parallel.zero_stage, name_of(cfg.precision.mode), b.model, b.parameters, b.batch, b.data);
   fmt::print("{}", format_plan(plan));
   fmt::print("compute: {}\n", backend.describe());
+  // Linked into every trainer, whichever backend computes (issue 50: the benchmarks quote it).
+  fmt::print("host libraries: {}\n", host_libraries_describe());
   if (cfg.precision.mode == PrecisionMode::Bf16 && backend.kind() == BackendKind::Host && !host_bf16_native())
     fmt::print("warning: precision.mode = \"bf16\" on a CPU without AVX512-BF16: every GEMM converts its bf16 "
                "operands to fp32 tiles, so this run is slower than fp32 (precision.mode = \"fp32\"); bf16 "

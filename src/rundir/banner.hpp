@@ -1,7 +1,7 @@
 // shardtrain/rundir/banner.hpp
 // Owns what rank 0 prints about a job around its steps: the start-up banner
 // (ranks, ZeRO stage, precision, the model, the plan, where it computes, the
-// run directory, the resume note, the checkpoint schedule) and the end of the
+// host libraries' kernels (OpenBLAS's core, oneDNN's ISA), the run directory, the resume note, the checkpoint schedule) and the end of the
 // job (its checkpoints, the last line -- done, stopped or stopping --, the
 // short summary, the confusion matrix), with what goes into RUN_DIR/report.txt
 // and confusion.txt. The loop (train/trainer.cpp) hands the values in; nothing

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Checks tests/bench/torch_parity_speed.sh itself on tiny shapes, so that the
 # half-hour benchmark does not fail on its own bugs (CTest
-# bench_script_smoke_torch_parity; label script-smoke, run by share/test.sh --all, about 3 minutes):
+# bench_script_smoke_torch_parity; label script-smoke, run by share/test.sh --all, about 4 minutes):
 #   1. every variant runs on all three models (ours fp32 and bf16 at 2x1 and 1x2;
 #      PyTorch fp32 1i2b (GPTs), fp32 and bf16 2t and DDP over gloo; the CNN on a
 #      small MNIST-shaped set made here through `trainer-data mnist`), with
 #      OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE set in the environment, and the report has:
-#      the OpenBLAS line (unset in the benchmark's commands, and what they were);
+#      the OpenBLAS line (OPENBLAS_CHOICE=fastest: each side's chosen core, and what
+#      the variables were); both sides' OpenBLAS core candidate tables (issue 50), a
+#      wrong core ("unset", planted through BLAS_CORE_PROBE_PLANT) and a crashing one
+#      (Prescott, planted) excluded as such, the cores this CPU's flags rule out
+#      named, and the choice recounted (the fastest correct loaded core: every core
+#      but Sandybridge on PyTorch's side and Nehalem on ours is planted wrong, so the
+#      sides must differ from each other and from OpenBLAS's own pick); the CPU line
+#      (model name, family, model, as /proc/cpuinfo has them) with each side's
+#      OpenBLAS core and oneDNN ISA, PyTorch's the loaded core of its chosen row and
+#      ours the trainer's own "host libraries:" line; every PyTorch setup's
+#      parallel_info block naming that core from inside its process;
 #      for every model, one row per variant with a step time, a CPU use per run,
 #      a peak and idle RSS sum and a FLOP floor of the variant's precision and
 #      layout (the core_peak table's "used" rate) with the step's ratio to it;
@@ -18,7 +28,9 @@
 #      place the report and the headline between their markers. The per-run
 #      medians, the floors and the step placement are recounted here (Python,
 #      not the script's awk) from the runs' own logs and metrics.csv files;
-#   2. --reproduce against an earlier results file: a second run compared with
+#   2. --reproduce against an earlier results file, with OPENBLAS_CHOICE=unset (issue
+#      33's rule: no candidate tables, OPENBLAS_CORETYPE unset on both sides, PyTorch's
+#      processes at OpenBLAS's own pick): a second run compared with
 #      a doctored copy of the first (one variant's step times made 100x, all
 #      runs' and each placement's) must report FAIL for the reproduction, with a
 #      row per model and variant, and exit 1 under --check; a results file of
@@ -59,6 +71,20 @@ args=("$build/trainer" "$build/tests/bench/core_peak" "$data" "$work/mnist.h5" "
 gpt_variants="ours-fp32-2x1 ours-fp32-1x2 ours-bf16-2x1 ours-bf16-1x2 torch-fp32-1i2b torch-fp32-2t torch-fp32-ddp torch-bf16-2t torch-bf16-ddp"
 cnn_variants="ours-fp32-2x1 ours-fp32-1x2 ours-bf16-2x1 ours-bf16-1x2 torch-fp32-2t torch-fp32-ddp torch-bf16-2t torch-bf16-ddp"
 
+# The OpenBLAS core probe on a small GEMM, with planted faults (BLAS_CORE_PROBE_PLANT):
+# "unset" wrong and Prescott crashing on both sides, and every other core wrong but
+# Sandybridge on PyTorch's side and Nehalem on ours, so that each side must choose its
+# one (neither is OpenBLAS's own pick on an AVX2 CPU): a command that missed its side's
+# setting then runs another core than its side's table chose, and shows it.
+natural=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 "$root/tests/bench/blas_core_probe.py" info |
+          sed -n 's/^info openblas_core=\([^ ]*\) .*/\1/p')
+[[ -n $natural && $natural != Sandybridge && $natural != Nehalem ]] ||
+  die "OpenBLAS's own core here is '$natural': the planted choice needs another than Sandybridge and Nehalem"
+plant="unset:wrong,Prescott:crash"
+for c in Core2 Nehalem Haswell Zen SkylakeX Cooperlake SapphireRapids; do plant+=",torch/$c:wrong"; done
+for c in Core2 Sandybridge Haswell Zen SkylakeX Cooperlake SapphireRapids; do plant+=",lib/$c:wrong"; done
+export BLAS_PROBE_N=192 BLAS_PROBE_REPS=3
+BLAS_CORE_PROBE_PLANT=$plant \
 OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512 WORK=$work/run1 "$root/tests/bench/torch_parity_speed.sh" \
   --doc "$work/doc.md" --readme "$work/readme.md" --results "$work/r1.tsv" "${args[@]}" "$work/report1.md" \
   > "$work/run1.log" 2>&1 || die "run 1 failed: $(tail -5 "$work/run1.log")"
@@ -105,11 +131,92 @@ for v in torch-fp32-1i2b torch-fp32-2t torch-fp32-ddp torch-bf16-2t torch-bf16-d
   grep -q "^\[$v\]" "$r" || die "no parallel_info block for $v"
 done
 grep -q "at::get_num_threads() : 2" "$r" || die "parallel_info shows no 2-thread setup"
-# OpenBLAS's variables: set for run 1, unset in the benchmark's commands, and the report says both.
-grep -q "^OpenBLAS: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in every command this benchmark ran .*; in the environment they were OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512\.$" "$r" ||
-  die "the report does not say that OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE were unset and what they were"
-[[ $(grep -c "(this variant's environment: .*OPENBLAS_CORETYPE=(unset) OPENBLAS_L2_SIZE=(unset))" "$r") == 5 ]] ||
-  die "the PyTorch setups' environment lines do not show OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset"
+# OpenBLAS (issue 50): each side's core chosen by the probe, recounted from its tables;
+# the CPU line; every PyTorch setup ran the chosen core (its own parallel_info line).
+/usr/bin/python3 - "$r" "$natural" <<'PY' || die "the OpenBLAS core choice or the CPU line is wrong (above)"
+import re, sys
+report, natural = open(sys.argv[1]).read(), sys.argv[2]
+keep = {"torch": "Sandybridge", "ours": "Nehalem"}  # the one core of each side not planted wrong
+bad = []
+m = re.search(r"^OpenBLAS: OPENBLAS_CHOICE=fastest: OPENBLAS_L2_SIZE unset in every command; OPENBLAS_CORETYPE per side, "
+              r"the fastest correct core \(the tables below\): PyTorch's (\S+), ours (\S+); in the environment they were "
+              r"OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512\.$", report, re.M)
+if not m:
+    sys.exit("torch_parity_smoke: no OpenBLAS line naming each side's chosen core and the environment's variables")
+said = {"torch": m.group(1), "ours": m.group(2)}
+info = {}
+for l in open("/proc/cpuinfo"):
+    k, _, v = l.partition(":")
+    info.setdefault(k.strip(), v.strip())
+flags = set(info["flags"].split())
+bound = float(re.search(r"excluded above the fp32 bound \d+ x 2\^-24 = ([0-9.e+-]+)", report).group(1))
+needs = {"Prescott": ["pni"], "Core2": ["ssse3"], "Nehalem": ["sse4_2"], "Sandybridge": ["avx"],
+         "Haswell": ["avx2", "fma"], "Zen": ["avx2", "fma"], "SkylakeX": ["avx512f"], "Cooperlake": ["avx512f", "avx512_bf16"],
+         "SapphireRapids": ["avx512f", "amx_tile"]}
+loaded_of = {}
+for side, title in (("torch", r"PyTorch \(torch\.mm; /\S+\):"), ("ours", r"Ours \(cblas_sgemm of /\S+, which the trainer links\):")):
+    t = re.search(r"^%s\n\n\| OPENBLAS_CORETYPE \|.*\n\|---.*\n((?:\|.*\n)+)" % title, report, re.M)
+    if not t:
+        bad.append(f"{side}: no candidate table"); continue
+    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in t.group(1).splitlines()]
+    cores = [r[0] for r in rows]
+    if cores[0] != "unset" or not {"Prescott", "Haswell", "Zen", "SkylakeX", "Cooperlake"} <= set(cores):
+        bad.append(f"{side}: candidates {cores}, expected unset first and at least Prescott Haswell Zen SkylakeX Cooperlake")
+    rate = {}
+    for core, loaded, gflops, rel, cell in rows:
+        if core == "unset" and not cell.startswith("excluded: wrong result"):
+            bad.append(f"{side}: the planted wrong result of 'unset' is not excluded: {cell}")
+        if core not in ("unset", "Prescott", keep[side]) and cell in ("correct", "**chosen**", "correct (the chosen kernels)"):
+            bad.append(f"{side}: {core}, planted wrong, is called {cell}")
+        if core == "Prescott" and cell != "excluded: its process failed (killed by SIGILL)":
+            bad.append(f"{side}: the planted crash of Prescott is not excluded as such: {cell}")
+        missing = [f for f in needs.get(core, []) if f not in flags]
+        if missing and not cell.startswith("not run: this CPU lacks") and not cell.startswith("not run: not a core"):
+            bad.append(f"{side}: {core} needs {missing}, which this CPU lacks, yet: {cell}")
+        if cell.startswith("not run: this CPU lacks") and not missing:
+            bad.append(f"{side}: {core} said to need flags this CPU lacks, but it has {needs.get(core)}")
+        if cell in ("correct", "**chosen**", "correct (the chosen kernels)"):
+            if not float(rel) <= bound or not float(gflops) > 0:
+                bad.append(f"{side}: {core} called correct at error {rel} (bound {bound}) and {gflops} GFLOP/s")
+            rate[loaded] = max(rate.get(loaded, 0.0), float(gflops))
+    if not rate:
+        bad.append(f"{side}: no correct core"); continue
+    fastest = max(rate, key=rate.get)
+    if fastest != keep[side]:
+        bad.append(f"{side}: the chosen kernels are {fastest}; the only core not planted wrong is {keep[side]}")
+    want = next(r[0] for r in rows if r[1] == fastest and r[4] in ("correct", "**chosen**", "correct (the chosen kernels)"))
+    chosen = [r[0] for r in rows if r[4] == "**chosen**"]
+    if chosen != [want] or said[side] != want:
+        bad.append(f"{side}: chosen {chosen}, the OpenBLAS line says {said[side]}, a recount {want} (fastest loaded core {fastest})")
+    loaded_of[side] = fastest
+cpu = re.search(r"^\*\*CPU: (.*) \(family (\S+) model (\S+); (.*)\)\. PyTorch ran OpenBLAS core (\S+) \(OpenBLAS [0-9.]+\), "
+                r"oneDNN ISA (\S+) \(oneDNN [0-9.]+; ONEDNN_VERBOSE: [^)]+\), OPENBLAS_CORETYPE=(\S+); ours OpenBLAS core (\S+) "
+                r"\(OpenBLAS [0-9.]+\), oneDNN ISA (\S+) \(oneDNN [0-9.]+\), OPENBLAS_CORETYPE=(\S+)\.\*\*$", report, re.M)
+if not cpu:
+    bad.append("no CPU line naming the CPU and each side's OpenBLAS core and oneDNN ISA with its OPENBLAS_CORETYPE")
+else:
+    name, fam, model, flagtext, tcore, tisa, tset, ocore, oisa, oset = cpu.groups()
+    if (name, fam, model) != (info["model name"], info["cpu family"], info["model"]):
+        bad.append(f"the CPU line names {name} family {fam} model {model}; /proc/cpuinfo: {info['model name']} "
+                   f"family {info['cpu family']} model {info['model']}")
+    if ("no avx2" in flagtext) == ("avx2" in flags) or ("no avx512" in flagtext) == ("avx512f" in flags) or \
+       ("no amx" in flagtext) == ("amx_tile" in flags):
+        bad.append(f"the CPU line's flags '{flagtext}' disagree with /proc/cpuinfo")
+    isas = {"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"}
+    if tisa not in isas or oisa not in isas:
+        bad.append(f"oneDNN ISAs '{tisa}' (PyTorch) / '{oisa}' (ours): not dnnl_cpu_isa_t names")
+    for side, core, setting in (("torch", tcore, tset), ("ours", ocore, oset)):
+        if side in loaded_of and (core != loaded_of[side] or setting != said[side]):
+            bad.append(f"{side} ran OpenBLAS core {core} with OPENBLAS_CORETYPE={setting}; chosen {said[side]}, loading {loaded_of[side]}")
+    for v in ("torch-fp32-1i2b", "torch-fp32-2t", "torch-fp32-ddp", "torch-bf16-2t", "torch-bf16-ddp"):
+        block = re.search(r"^\[%s\]\n((?:(?!\[torch-).*\n)*)" % v, report, re.M)
+        if not block or f"OpenBLAS core: {tcore}\n" not in block.group(1) or \
+           f"OPENBLAS_CORETYPE={said['torch']} OPENBLAS_L2_SIZE=(unset))" not in block.group(1):
+            bad.append(f"{v}: its parallel_info block does not show OpenBLAS core {tcore} under OPENBLAS_CORETYPE={said['torch']}")
+for b in bad:
+    print("torch_parity_smoke: " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
 # The core_peak table: before, after and used rows with numbers; the library GEMM rate labelled.
 grep -q '^| when | fp32 FMA, 2 ranks x 1 thread | bf16 floor unit, 2 ranks x 1 thread | fp32 FMA, 1 rank (x 2) | bf16 floor unit, 1 rank (x 2) | library GEMM rate (not a floor)' "$r" ||
   die "no core_peak table with the library GEMM rate labelled"
@@ -247,9 +354,19 @@ MIN_PLACED=0 refused run_bad_mp "MIN_PLACED must be a whole number" "$root/tests
 awk -F'\t' 'BEGIN { OFS = "\t" } !d && $2 == "ours-fp32-2x1" { $3 *= 100; $4 *= 100; if ($6 > 0) $5 *= 100; if ($8 > 0) $7 *= 100; d = 1 } { print }' \
   "$work/r1.tsv" > "$work/r0.tsv"
 rc=0
-PROFILE=0 QS_ROUNDS=1 WORK=$work/run2 "$root/tests/bench/torch_parity_speed.sh" --check --reproduce "$work/r0.tsv" "${args[@]}" \
-  "$work/report2.md" > "$work/run2.log" 2>&1 || rc=$?
+OPENBLAS_CORETYPE=Prescott OPENBLAS_L2_SIZE=256 OPENBLAS_CHOICE=unset PROFILE=0 QS_ROUNDS=1 WORK=$work/run2 "$root/tests/bench/torch_parity_speed.sh" --check \
+  --reproduce "$work/r0.tsv" "${args[@]}" "$work/report2.md" > "$work/run2.log" 2>&1 || rc=$?
 [[ $rc == 1 ]] || die "--check with a doctored --reproduce file exited $rc, expected 1: $(tail -3 "$work/run2.log")"
+# OPENBLAS_CHOICE=unset: issue 33's rule, no candidate tables, both sides at OpenBLAS's own
+# pick although the environment forced Prescott.
+grep -q "^OpenBLAS: OPENBLAS_CHOICE=unset: OPENBLAS_L2_SIZE unset in every command; OPENBLAS_CORETYPE unset on both sides (each OpenBLAS picks its own core from CPUID); in the environment they were OPENBLAS_CORETYPE=Prescott OPENBLAS_L2_SIZE=256\.$" "$work/report2.md" ||
+  die "OPENBLAS_CHOICE=unset: the report's OpenBLAS line does not say so"
+grep -q "^OpenBLAS core candidates" "$work/report2.md" && die "OPENBLAS_CHOICE=unset: the report has candidate tables"
+grep -q "^\*\*CPU: .* PyTorch ran OpenBLAS core $natural (.*, OPENBLAS_CORETYPE unset; ours OpenBLAS core $natural (.*, OPENBLAS_CORETYPE unset\.\*\*$" "$work/report2.md" ||
+  die "OPENBLAS_CHOICE=unset: the CPU line does not show both sides at OpenBLAS's own core $natural"
+[[ $(grep -c "^  (this variant's environment: .*OPENBLAS_CORETYPE unset OPENBLAS_L2_SIZE=(unset))" "$work/report2.md") == 5 &&
+   $(grep -c "^OpenBLAS core: $natural$" "$work/report2.md") == 5 ]] ||
+  die "OPENBLAS_CHOICE=unset: the PyTorch setups' parallel_info blocks do not show OPENBLAS_CORETYPE unset and core $natural"
 grep -q "^- FAIL (below the goal): every variant's step time within 10% of the earlier run's, within the same core placement" "$work/report2.md" ||
   die "the doctored reproduction did not FAIL in the report"
 # ... and for the doctored variant: each placement both runs have shows it

@@ -71,11 +71,35 @@
 # cnn = inputs/mnist_cnn.toml (conv 5x5x20, pool 2, conv 5x5x50, pool 2, fc 500, ReLU,
 # dropout 0.5; padding, pool, dropout and the optimizer from CNN_INPUT), batch 128, on MNIST.
 # Method:
-#   - OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for every command the
-#     benchmark runs (ours, PyTorch, the peak probes; KEEP_OPENBLAS_ENV=1 keeps
-#     them): a PyTorch user would not force OpenBLAS's AVX2 kernels, and neither
-#     side gets them. Tests and CI keep their environment. The report prints what
-#     the variables were;
+#   - every side at its best on this CPU (issue 50): Debian's OpenBLAS 0.3.21
+#     (PyTorch's fp32 GEMMs; our double GEMMs) picks its kernels from CPUID, and
+#     on a CPU it does not know it falls back to its generic "Prescott" ones (an
+#     Intel family 6 model 207: PyTorch fp32 3x slower than with SkylakeX). So
+#     before the rounds, for each side, tests/bench/blas_core_probe.py tries
+#     OPENBLAS_CORETYPE unset and each x86-64 core the library names and this
+#     CPU's flags can run (Prescott, Core2, Nehalem, Sandybridge, Haswell, Zen;
+#     SkylakeX, Cooperlake with AVX-512; SapphireRapids where the library has
+#     it), each in a fresh process at 1 thread: an fp32 GEMM of BLAS_PROBE_N^3
+#     (PyTorch's through torch.mm, ours through cblas_sgemm of the library the
+#     trainer links), checked against float64 computed without BLAS and timed.
+#     A core is excluded when its process fails (a SIGILL, an error), when
+#     OpenBLAS loads another core than asked, or when an entry's error exceeds
+#     the fp32 worst-case bound N * 2^-24 * (|A| |B|)_ij. Each side runs at its
+#     fastest correct core (OPENBLAS_CHOICE=fastest; "unset" where that is
+#     OpenBLAS's own pick): PyTorch's commands with OPENBLAS_CORETYPE set (or
+#     unset) for them, ours (the trainer, core_peak, sgemm_peak) with ours
+#     exported. OPENBLAS_L2_SIZE is unset. OPENBLAS_CHOICE=unset keeps issue
+#     33's rule (both sides' variable unset: "a PyTorch user would not force
+#     the kernels"); =keep, the environment's. The report prints the CPU (model
+#     name, family and model, AVX2 / AVX-512 / AMX), both candidate tables (core,
+#     the core OpenBLAS loaded, GFLOP/s, max relative error, chosen or why
+#     excluded), and each side's OpenBLAS core and oneDNN ISA as its processes
+#     report them: PyTorch's from blas_core_probe.py info under its setting
+#     (openblas_get_corename, dnnl_get_effective_cpu_isa and ONEDNN_VERBOSE's
+#     isa line) and each variant's parallel_info block ("OpenBLAS core:"); ours
+#     from the trainer's "host libraries:" line (the same in every run). oneDNN
+#     is not chosen: it dispatches to the best ISA it finds. Tests and CI keep
+#     their environment;
 #   - rounds of all variants of a model, the order reversed every other round,
 #     so machine noise hits all of them;
 #   - the same span on both sides: one training step (data, forward, backward,
@@ -140,7 +164,11 @@
 #   SGEMM_PEAK [dirname CORE_PEAK/sgemm_peak]  SGEMM_N [2048; 0: no library GEMM rate]
 #   CORE_LATENCY [dirname CORE_PEAK/core_latency]  FAR_FACTOR [2.5]  PROBE_EVERY [1]
 #   MIN_PLACED [5] (steps a placement needs in both runs to be compared)
-#   KEEP_OPENBLAS_ENV [0] (1: leave OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as they are)
+#   OPENBLAS_CHOICE [fastest] (fastest: each side's fastest correct OpenBLAS core, probed;
+#   unset: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset on both sides, issue 33's rule;
+#   keep: both as in the environment)  KEEP_OPENBLAS_ENV [0] (1: the older spelling of
+#   OPENBLAS_CHOICE=keep)  BLAS_PROBE_N [1024] BLAS_PROBE_REPS [5] (the core probe's GEMM
+#   size, and the least number of timed GEMMs per candidate; each is timed for 0.5 s at least)
 #   QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch)
 #   CNN_DIMS ["20,50 5 500 128"]  (conv channels, kernel, hidden widths, batch; smaller
 #                                  ones for a smoke run)
@@ -152,7 +180,9 @@
 # (ours ~0.7-1.3 s, PyTorch ~1.2-2 s a step, ~5 s start-up) ~10 min; the quickstart GPT
 # 9 x 8 rounds of 60 steps (~20-80 ms a step, 1-3 s start-up) ~6 min; the CNN 8 x 5
 # rounds of 60 steps (~20-60 ms a step) ~3 min; the six --profile runs, the peak probes
-# and the core-placement probes ~2 min. On a loaded machine, about twice that.
+# and the core-placement probes ~2 min; the OpenBLAS core probes (OPENBLAS_CHOICE=fastest,
+# 2 sides x up to 10 candidates) 0.5-1.5 min (1.4 min for PyTorch's and 0.5 min for ours on
+# a loaded 2-core Zen 3, 2026-11-29). On a loaded machine, about twice that.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -200,6 +230,9 @@ FAR_FACTOR=${FAR_FACTOR:-2.5}
 PROBE_EVERY=${PROBE_EVERY:-1}
 MIN_PLACED=${MIN_PLACED:-5}
 KEEP_OPENBLAS_ENV=${KEEP_OPENBLAS_ENV:-0}
+OPENBLAS_CHOICE=${OPENBLAS_CHOICE:-fastest}
+BLAS_PROBE_N=${BLAS_PROBE_N:-1024}
+BLAS_PROBE_REPS=${BLAS_PROBE_REPS:-5}
 gpt_reference=$root/share/reference/gpt_torch.py
 cnn_reference=$root/share/reference/cnn_torch.py
 
@@ -234,6 +267,9 @@ for k in WARMUP BIG_WARMUP CNN_WARMUP; do [[ ${!k} =~ ^[0-9]+$ ]] || die "$k mus
 "$PYTHON" -c 'import torch, h5py' 2>/dev/null || die "$PYTHON lacks torch or h5py (apt-get install python3-torch python3-h5py)"
 [[ $ZERO_STAGE =~ ^[0-3]$ && $CNN_ZERO_STAGE =~ ^[0-3]$ ]] || die "ZERO_STAGE and CNN_ZERO_STAGE must be 0-3"
 [[ $KEEP_OPENBLAS_ENV =~ ^[01]$ ]] || die "KEEP_OPENBLAS_ENV must be 0 or 1"
+[[ $OPENBLAS_CHOICE =~ ^(fastest|unset|keep)$ ]] || die "OPENBLAS_CHOICE must be fastest, unset or keep"
+(( ! KEEP_OPENBLAS_ENV )) || OPENBLAS_CHOICE=keep  # the older spelling of OPENBLAS_CHOICE=keep
+[[ $BLAS_PROBE_N =~ ^[1-9][0-9]*$ && $BLAS_PROBE_REPS =~ ^[1-9][0-9]*$ ]] || die "BLAS_PROBE_N and BLAS_PROBE_REPS must be whole numbers >= 1"
 begin_mark="<!-- torch_parity_speed: begin -->" end_mark="<!-- torch_parity_speed: end -->"
 hl_begin="<!-- torch_parity_speed headline: begin -->" hl_end="<!-- torch_parity_speed headline: end -->"
 marked() {  # marked FILE BEGIN END: checked before the measuring, not after
@@ -285,22 +321,85 @@ with h5py.File(sys.argv[1], "r") as f:
     sys.exit(0 if a.get("format") == "shardtrain-samples" and a.get("kind") == "image" else 1)
 PY
 
-# OpenBLAS's variables: recorded, then unset for everything this script runs
-# (issue 33: a PyTorch user would not force its AVX2 kernels).
-declare -A openblas_was
-for k in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do openblas_was[$k]=${!k-(unset)}; done
-if (( KEEP_OPENBLAS_ENV )); then
-  openblas_note="OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE kept as they were (KEEP_OPENBLAS_ENV=1)"
-else
-  unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-  openblas_note="OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in every command this benchmark ran (ours, PyTorch, the peak probes)"
-fi
-openblas_note+="; in the environment they were OPENBLAS_CORETYPE=${openblas_was[OPENBLAS_CORETYPE]} OPENBLAS_L2_SIZE=${openblas_was[OPENBLAS_L2_SIZE]}"
-log "$openblas_note"
-
 bench_env  # OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1, root consent
 bench_workdir torch_parity_speed
 bench_private_trainer
+
+# ---------------------------------------------------------------- each side's OpenBLAS core (issue 50)
+# OPENBLAS_CHOICE (see the header): fastest: each side at the core that computes an
+# fp32 GEMM correctly and fastest here (tests/bench/blas_core_probe.py choose:
+# PyTorch's through torch.mm, ours through cblas_sgemm of the library the trainer
+# links); unset: OPENBLAS_CORETYPE unset on both sides (issue 33's rule); keep: as
+# in the environment. OPENBLAS_L2_SIZE is unset except with keep. Ours' choice is
+# exported (the trainer, core_peak, sgemm_peak); every PyTorch command runs under
+# torch_env, which sets or unsets OPENBLAS_CORETYPE for it.
+declare -A openblas_was
+for k in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do openblas_was[$k]=${!k-(unset)}; done
+blas_probe=$root/tests/bench/blas_core_probe.py
+[[ -f $blas_probe ]] || die "no $blas_probe"
+ours_openblas=$(ldd "$trainer" | awk '$1 ~ /^libopenblas/ && $3 ~ /^\// && !n++ { print $3 }') ||
+  die "ldd $trainer_src failed"  # (awk reads to the end: an early exit would end ldd by SIGPIPE, under pipefail)
+[[ -n $ours_openblas && -f $ours_openblas ]] || die "ldd finds no libopenblas in $trainer_src (the double GEMMs link it)"
+ours_openblas=$(readlink -f "$ours_openblas")
+torch_openblas=$("$PYTHON" "$blas_probe" library) || die "$blas_probe library: torch loads no libopenblas"
+torch_core=unset ours_core=unset
+if [[ $OPENBLAS_CHOICE == keep ]]; then
+  torch_core=${OPENBLAS_CORETYPE:-unset} ours_core=${OPENBLAS_CORETYPE:-unset}
+  openblas_note="OPENBLAS_CHOICE=keep: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE as in the environment, both sides"
+else
+  unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+  openblas_note="OPENBLAS_CHOICE=$OPENBLAS_CHOICE: OPENBLAS_L2_SIZE unset in every command; OPENBLAS_CORETYPE "
+  if [[ $OPENBLAS_CHOICE == fastest ]]; then
+    for side in torch ours; do
+      lib=torch; [[ $side == torch ]] || lib=$ours_openblas
+      log "choosing $side's OpenBLAS core: an fp32 GEMM of N=$BLAS_PROBE_N per candidate core ($blas_probe choose $lib)"
+      chosen=$("$PYTHON" "$blas_probe" choose "$lib" --n "$BLAS_PROBE_N" --reps "$BLAS_PROBE_REPS" \
+               --markdown "$work/blas.$side.md" 2> "$work/blas.$side.log") ||
+        die "no OpenBLAS core computed $side's fp32 GEMM correctly, or the probe failed: $(tail -3 "$work/blas.$side.log")"
+      read -r word core _ rate <<< "$chosen"
+      [[ $word == chosen && -n ${rate:-} ]] || die "$blas_probe printed no choice for $side: '$chosen'"
+      if [[ $side == torch ]]; then torch_core=$core; else ours_core=$core; fi
+    done
+    openblas_note+="per side, the fastest correct core (the tables below): PyTorch's $torch_core, ours $ours_core"
+  else
+    openblas_note+="unset on both sides (each OpenBLAS picks its own core from CPUID)"
+  fi
+fi
+openblas_note+="; in the environment they were OPENBLAS_CORETYPE=${openblas_was[OPENBLAS_CORETYPE]} OPENBLAS_L2_SIZE=${openblas_was[OPENBLAS_L2_SIZE]}"
+log "$openblas_note"
+if [[ $OPENBLAS_CHOICE != keep && $ours_core != unset ]]; then export OPENBLAS_CORETYPE=$ours_core; fi
+torch_env=(env)
+if [[ $OPENBLAS_CHOICE != keep ]]; then
+  if [[ $torch_core == unset ]]; then torch_env=(env -u OPENBLAS_CORETYPE); else torch_env=(env OPENBLAS_CORETYPE="$torch_core"); fi
+fi
+# What each side runs, from inside its processes: PyTorch's OpenBLAS core and oneDNN
+# ISA (blas_core_probe.py info under torch_env; the variants' own core is in their
+# parallel_info blocks), ours from the trainer's "host libraries:" line (its first run).
+torch_libs=$("${torch_env[@]}" "$PYTHON" "$blas_probe" info) || die "$blas_probe info failed under ${torch_env[*]}"
+[[ $torch_libs =~ ^info\ openblas_core=([^ ]+)\ openblas=([^ ]+)\ onednn_isa=([^ ]+)\ onednn=([^ ]+)\ onednn_verbose_isa=([^ ]+)$ ]] ||
+  die "$blas_probe info printed '$torch_libs'"
+torch_libs="OpenBLAS core ${BASH_REMATCH[1]} (OpenBLAS ${BASH_REMATCH[2]}), oneDNN ISA ${BASH_REMATCH[3]} (oneDNN ${BASH_REMATCH[4]}; ONEDNN_VERBOSE: ${BASH_REMATCH[5]//_/ })"
+ours_libs=""  # set by the first run of ours
+# core_setting CORE: how a side's OPENBLAS_CORETYPE is set, in words.
+core_setting() { if [[ $OPENBLAS_CHOICE == keep ]]; then echo "OPENBLAS_CORETYPE=${openblas_was[OPENBLAS_CORETYPE]} (kept)";
+                 elif [[ $1 == unset ]]; then echo "OPENBLAS_CORETYPE unset"; else echo "OPENBLAS_CORETYPE=$1"; fi; }
+# The CPU in words: /proc/cpuinfo's (lscpu's) model name, family and model, and
+# which of AVX2, AVX-512 (foundation, BF16, FP16) and AMX (tiles, BF16) it has.
+cpu_words() {
+  awk -F': *' '
+    $1 ~ /^model name/ && !name { name = $2 } $1 ~ /^cpu family/ && fam == "" { fam = $2 }
+    $1 ~ /^model[ \t]*$/ && model == "" { model = $2 } $1 ~ /^flags/ && !flags { flags = " " $2 " " }
+    function has(f) { return index(flags, " " f " ") > 0 }
+    END {
+      a = has("avx2") ? "avx2" : "no avx2"
+      n = split("avx512f avx512_bf16 avx512_fp16", x, " "); v = ""
+      for (i = 1; i <= n; i++) if (has(x[i])) v = v (v ? " " : "") x[i]
+      n = split("amx_tile amx_bf16", y, " "); m = ""
+      for (i = 1; i <= n; i++) if (has(y[i])) m = m (m ? " " : "") y[i]
+      printf "%s (family %s model %s; %s, %s, %s)\n", name, fam, model, a, v ? v : "no avx512", m ? m : "no amx" }' /proc/cpuinfo
+}
+cpu=$(cpu_words)
+log "CPU: $cpu; PyTorch: $torch_libs ($(core_setting "$torch_core"))"
 core_peak_src=$core_peak
 cp -p "$core_peak" "$work/core_peak"; core_peak=$work/core_peak
 (( SGEMM_N == 0 )) || { cp -p "$SGEMM_PEAK" "$work/sgemm_peak"; }
@@ -489,13 +588,14 @@ run() {
       OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 timed "$tf" "$MPIEXEC" -n 1 --bind-to none "$trainer" "$ours_input" \
         "${set[@]}" --set parallel.threads=2 --set train.micro_batch="$B" > "$log" 2>&1 ;;
     torch-*-1i2b)
-      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 timed "$tf" "${torch[@]}" --threads 1 > "$log" 2>&1 ;;
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 timed "$tf" "${torch_env[@]}" "${torch[@]}" --threads 1 > "$log" 2>&1 ;;
     torch-*-2t)
-      OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE timed "$tf" "${torch[@]}" --threads 2 \
-        > "$log" 2>&1 ;;
+      OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE timed "$tf" "${torch_env[@]}" "${torch[@]}" \
+        --threads 2 > "$log" 2>&1 ;;
     torch-*-ddp)
       ddp_port=$(( ddp_port + 1 ))
-      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timed "$tf" ddp_pair "$log" "$ddp_port" "${torch[@]}" --threads 1 --ddp ;;
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timed "$tf" ddp_pair "$log" "$ddp_port" "${torch_env[@]}" "${torch[@]}" \
+        --threads 1 --ddp ;;
     *) die "unknown variant $variant" ;;
   esac || { [[ -z $prober_pid ]] || kill "$prober_pid"; die "$tag failed: $(tail -3 "$log")"; }
   if [[ -n $prober_pid ]]; then kill "$prober_pid"; wait "$prober_pid" 2>/dev/null || true; fi
@@ -516,7 +616,7 @@ run() {
     idle=$(awk '$1 == "idle_rss_kib" { s += $2; n++ } END { if (n) printf "%.1f", s / 1024 }' "$log")
     [[ -f $work/parallel_info.$variant ]] ||
       { grep '^parallel_info ' "$log" | sed 's/^parallel_info //'
-        echo "  (this variant's environment: $(describe "$variant"); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-(unset)})"
+        echo "  (this variant's environment: $(describe "$variant"); $(core_setting "$torch_core") OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-(unset)})"
       } > "$work/parallel_info.$variant"
   else
     # The precision the trainer says it ran (its run header) must be the variant's.
@@ -529,6 +629,12 @@ run() {
     rss=$(rank_sum "process peak RSS per rank" "$log")
     idle=$(rank_sum "process RSS before the model per rank" "$log")
     flops[$model]=$(awk '/^compute per step:/ { print $4 }' "$log")
+    # The trainer's own words for its libraries' kernels (the same in every run).
+    local libs
+    libs=$(sed -n 's/^host libraries: //p' "$log" | awk '!n++')
+    [[ -n $libs ]] || die "$tag: the trainer printed no 'host libraries:' line ($log)"
+    [[ -z $ours_libs || $libs == "$ours_libs" ]] || die "$tag: the trainer's host libraries changed between runs: '$ours_libs', now '$libs'"
+    ours_libs=$libs
   fi
   (( $(wc -l < "$work/$tag.steps") == steps - warm )) || die "$tag: expected $((steps - warm)) timed steps, got $(wc -l < "$work/$tag.steps") ($log)"
   [[ -n "$med" && "$med" != nan && -n "$rss" && -n "$idle" && -n "$cpu" ]] ||
@@ -647,9 +753,27 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
   echo "### Our trainer against PyTorch at fp32 and bf16, set up as its users would, and against this core's peak"
   echo
   echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), ${wall} s; commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown);"
-  echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before the runs: $load_before;"
+  echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $cpu, $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before the runs: $load_before;"
   echo "PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') (Debian python3-torch: fp32 GEMMs on OpenBLAS, bf16 autocast and convolutions on oneDNN, no MKL); ZeRO stage $ZERO_STAGE for our GPTs, $CNN_ZERO_STAGE for our CNN."
   echo "OpenBLAS: $openblas_note."
+  echo
+  echo "**CPU: $cpu. PyTorch ran $torch_libs, $(core_setting "$torch_core"); ours $ours_libs, $(core_setting "$ours_core").**"
+  if [[ $OPENBLAS_CHOICE == fastest ]]; then
+    echo
+    echo "OpenBLAS core candidates per side (tests/bench/blas_core_probe.py choose: OPENBLAS_CORETYPE unset and each core the library"
+    echo "names and this CPU can run, each in a fresh process at 1 thread; an fp32 GEMM of $BLAS_PROBE_N^3, the best of at least"
+    echo "$BLAS_PROBE_REPS GEMMs and 0.5 s; max rel error = max over the entries of |C - C64| / (|A| |B|), C64 in float64 without"
+    echo "BLAS; a core is excluded above the fp32 bound $BLAS_PROBE_N x 2^-24 = $(awk -v n="$BLAS_PROBE_N" 'BEGIN { printf "%.1e", n * 2 ^ -24 }'), when its process fails, or when OpenBLAS"
+    echo "loads another core; chosen: the fastest loaded core, by the variable's setting that loads it):"
+    for side in torch ours; do
+      echo
+      if [[ $side == torch ]]; then echo "PyTorch (torch.mm; $torch_openblas):"; else echo "Ours (cblas_sgemm of $ours_openblas, which the trainer links):"; fi
+      echo
+      echo "| OPENBLAS_CORETYPE | core loaded (openblas_get_corename) | GFLOP/s | max rel error | |"
+      echo "|---|---|---|---|---|"
+      cat "$work/blas.$side.md"
+    done
+  fi
   echo
   echo "Command: \`tests/bench/torch_parity_speed.sh$( ((check)) && echo " --check")${doc:+ --doc $doc}${readme:+ --readme $readme}${results:+ --results $results}${reproduce:+ --reproduce $reproduce} $trainer_src $core_peak_src $data $mnist $input $out\`"
   echo "(knobs: QS_STEPS=$QS_STEPS QS_ROUNDS=$QS_ROUNDS WARMUP=$WARMUP BIG_STEPS=$BIG_STEPS BIG_ROUNDS=$BIG_ROUNDS BIG_WARMUP=$BIG_WARMUP CNN_STEPS=$CNN_STEPS CNN_ROUNDS=$CNN_ROUNDS CNN_WARMUP=$CNN_WARMUP CORE_PEAK_SECONDS=$CORE_PEAK_SECONDS SGEMM_N=$SGEMM_N)"
@@ -667,7 +791,7 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
   echo
   echo '```'
   for v in "${all_torch_variants[@]}"; do
-    echo "[$v]"; grep -E 'get_num_threads|get_num_interop|omp_get_max_threads|OMP_NUM_THREADS :|parallel backend|MKL not|environment:' \
+    echo "[$v]"; grep -E 'get_num_threads|get_num_interop|omp_get_max_threads|OMP_NUM_THREADS :|parallel backend|MKL not|OpenBLAS core:|environment:' \
       "$work/parallel_info.$v" || true
   done
   echo '```'
@@ -844,7 +968,7 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
 if [[ "$out" == - ]]; then cat "$report"; else cp "$report" "$out"; log "report: $out"; fi
 if [[ -n $doc ]]; then place "$doc" "$begin_mark" "$end_mark" "$report"; log "report placed in $doc"; fi
 if [[ -n $readme ]]; then
-  { echo "Measured by \`tests/bench/torch_parity_speed.sh\` on $(getconf _NPROCESSORS_ONLN) cores ($(date -u '+%Y-%m-%d'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)), against PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') eager at its best setup (fp32 or bf16 autocast; threads, BLAS threads, DDP), ours at our best (fp32 or bf16; 2 ranks x 1 thread or 1 x 2); the FLOP floor is this core's own peak (tests/bench/core_peak):"
+  { echo "Measured by \`tests/bench/torch_parity_speed.sh\` on $(getconf _NPROCESSORS_ONLN) cores ($(date -u '+%Y-%m-%d'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)), against PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') eager at its best setup (fp32 or bf16 autocast; threads, BLAS threads, DDP; $(sed 's/ ([^)]*)//g' <<< "$torch_libs"), $(core_setting "$torch_core")), ours at our best (fp32 or bf16; 2 ranks x 1 thread or 1 x 2; $(sed 's/ ([^)]*)//g' <<< "$ours_libs"), $(core_setting "$ours_core")), on $cpu; the FLOP floor is this core's own peak (tests/bench/core_peak):"
     cat "$work/headline"
     echo "Method, goals and the full report: [share/doc/benchmarks.md](share/doc/benchmarks.md)."; } > "$work/headline.md"
   place "$readme" "$hl_begin" "$hl_end" "$work/headline.md"; log "headline placed in $readme"
