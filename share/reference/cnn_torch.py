@@ -59,6 +59,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gpt_torch import openblas_core  # this process's OpenBLAS core, for --parallel-info
+
 
 class Cnn(nn.Module):
     """src/model/cnn.cpp's forward: [conv + ReLU + max-pool] per conv, flatten,
@@ -234,19 +236,6 @@ def train(argv):
     if a.ddp:
         import torch.distributed as dist
         dist.destroy_process_group()
-
-
-def openblas_core():
-    """openblas_get_corename() of the OpenBLAS this process maps (Debian's torch runs its
-    fp32 GEMMs there; OPENBLAS_CORETYPE or CPUID picks the core): for --parallel-info."""
-    import ctypes
-    with open("/proc/self/maps") as f:
-        paths = [line.split()[-1] for line in f if "libopenblas" in line.split()[-1]]
-    if not paths:
-        return "(no OpenBLAS in this process)"
-    lib = ctypes.CDLL(paths[0])
-    lib.openblas_get_corename.restype = ctypes.c_char_p
-    return lib.openblas_get_corename().decode()
 
 
 def main(argv):
