@@ -32,40 +32,43 @@ static_assert(kOnednnIsaAvx512Core == static_cast<unsigned>(dnnl::cpu_isa::avx51
 static_assert(kOnednnIsaAvx512CoreBf16 == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16));
 static_assert(kOnednnIsaAvx512CoreAmx == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx));
 
-const char* isa_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::sse41: return "SSE4.1";
-    case dnnl::cpu_isa::avx: return "AVX";
-    case dnnl::cpu_isa::avx2: return "AVX2";
-    case dnnl::cpu_isa::avx512_mic: return "AVX-512 (MIC)";
-    case dnnl::cpu_isa::avx512_mic_4ops: return "AVX-512 (MIC 4ops)";
-    case dnnl::cpu_isa::avx512_core: return "AVX-512";
-    case dnnl::cpu_isa::avx512_core_vnni: return "AVX-512 VNNI";
-    case dnnl::cpu_isa::avx512_core_bf16: return "AVX-512 BF16";
-    case dnnl::cpu_isa::avx512_core_amx: return "AVX-512 AMX";
-    case dnnl::cpu_isa::avx2_vnni: return "AVX2 VNNI";
-    default: return "baseline";
-  }
+// Each ISA oneDNN reports, by two names: dnnl_cpu_isa_t's own (dnnl_types.h;
+// ONEDNN_MAX_CPU_ISA's values in lower case), so that the host libraries' line
+// and PyTorch's (blas_core_probe.py) compare word for word, and a reader's label
+// for the compute line.
+struct IsaNames {
+  dnnl::cpu_isa isa;
+  const char* id;
+  const char* label;
+};
+constexpr IsaNames k_isa_names[] = {
+    {dnnl::cpu_isa::all, "all", "baseline"},
+    {dnnl::cpu_isa::sse41, "sse41", "SSE4.1"},
+    {dnnl::cpu_isa::avx, "avx", "AVX"},
+    {dnnl::cpu_isa::avx2, "avx2", "AVX2"},
+    {dnnl::cpu_isa::avx512_mic, "avx512_mic", "AVX-512 (MIC)"},
+    {dnnl::cpu_isa::avx512_mic_4ops, "avx512_mic_4ops", "AVX-512 (MIC 4ops)"},
+    {dnnl::cpu_isa::avx512_core, "avx512_core", "AVX-512"},
+    {dnnl::cpu_isa::avx512_core_vnni, "avx512_core_vnni", "AVX-512 VNNI"},
+    {dnnl::cpu_isa::avx512_core_bf16, "avx512_core_bf16", "AVX-512 BF16"},
+    {dnnl::cpu_isa::avx512_core_amx, "avx512_core_amx", "AVX-512 AMX"},
+    {dnnl::cpu_isa::avx2_vnni, "avx2_vnni", "AVX2 VNNI"},
+};
+
+const IsaNames* find_isa(dnnl::cpu_isa isa) {
+  for (const IsaNames& n : k_isa_names)
+    if (n.isa == isa) return &n;
+  return nullptr;
 }
 
-// dnnl_cpu_isa_t's own names (dnnl_types.h; ONEDNN_MAX_CPU_ISA's values in
-// lower case), so that the trainer's line and PyTorch's (blas_core_probe.py)
-// compare word for word.
+const char* isa_name(dnnl::cpu_isa isa) {
+  const IsaNames* n = find_isa(isa);
+  return n != nullptr ? n->label : "baseline";
+}
+
 std::string isa_enum_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::all: return "all";
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-  }
-  return fmt::format("{:#x}", static_cast<unsigned>(isa));
+  const IsaNames* n = find_isa(isa);
+  return n != nullptr ? std::string(n->id) : fmt::format("{:#x}", static_cast<unsigned>(isa));
 }
 
 }  // namespace
