@@ -42,8 +42,9 @@
 #      first (SHARDTRAIN_GPU_FIRST_TESTS, default gpu_flash_attention, gpu_cudnn_sdpa,
 #      gpu_device_training_np1; not with --only). Label gpu2 (two GPUs) is listed NOT RUN;
 #   c. measurements (tests/bench/gpu/measure.sh): the 124M GPT in bf16, ours against
-#      PyTorch eager and torch.compile, ours with model.attention = "fused" and with
-#      "flash" (A/B against today's default "unfused" in the same call), then the three
+#      PyTorch eager and torch.compile, ours with model.attention = "unfused" and with
+#      "flash" (A/B against today's default "auto", cuDNN's fused attention in 16 bits,
+#      in the same call; two runs of each bitwise equal), then the three
 #      of ours under --profile (210 s), the fp32 quickstart GPU against host and
 #      the checkpoint crossings (75 s), then Hugging Face (80 s; on the host when there is
 #      no device): GPT2LMHeadModel on our safetensors export, and (issue 48) our trainer's
@@ -53,7 +54,7 @@
 #   d. compute-sanitizer memcheck and racecheck on the kernel tests without their
 #      GPT-2-sized cases (racecheck not on the cuDNN tests, whose hazards were all
 #      cuDNN's own: share/doc/gpu.md), only when at least 150 s remain;
-#   e. the 124M GPT in fp32 and fp16 (ours, "flash" in both, "fused" in fp16), in what is left.
+#   e. the 124M GPT in fp32 and fp16 (ours, "flash" in both, "unfused" in fp16), in what is left.
 # Results, rewritten after each phase (a call cut short still brings back what ran):
 # summary.txt (the environment line, then one line per smoke, test and phase: name,
 # phase, result, seconds), environment.txt, setup.log, ctest.log, measure.md (the
@@ -452,7 +453,7 @@ mapfile -t selected < <(cd "$build" && ctest -N "${ctest_sel[@]}" 2>/dev/null | 
 mapfile -t two_gpu < <(cd "$build" && ctest -N -L gpu2 ${only:+-R "$only"} 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
 say "selected ${#selected[@]} one-GPU tests (ctest ${ctest_sel[*]}): ${selected[*]:-none}"
 (( ${#selected[@]} )) || problem "no test selected"
-# What the phases after the tests need (s): 124M bf16 speed 210 (ours, fused, flash, eager, compile, three
+# What the phases after the tests need (s): 124M bf16 speed 210 (ours, unfused, flash, eager, compile, three
 # profiles), correctness 75, Hugging Face checks 80 (GPT-2; DistilBERT, BERT, BertTokenizer).
 cap_speed=210 cap_correct=75 cap_hf=80
 # --measure: its one call gets what the tests leave, at least SHARDTRAIN_GPU_MEASURE_S (default 120).

@@ -129,29 +129,11 @@ void check_across_keys(Resolver& r, const RunConfig& c) {
                fmt::format("must be a multiple of model.n_head ({}), got {}", c.model.n_head, c.model.d_model));
   }
 
-  if (c.model.type == ModelType::Gpt && c.model.attention == AttentionImpl::Fused && !r.failed("model.attention")) {
-    const Origin where = r.origin("model.attention");
-    if (c.precision.mode == PrecisionMode::Fp32 && !r.failed("precision.mode"))
-      r.report(where, "model.attention",
-               "\"fused\" (cuDNN's flash attention) needs precision.mode = \"fp16\" or \"bf16\": cuDNN has no "
-               "fp32 flash-attention engine; use model.attention = \"unfused\" for fp32");
-    if (!r.failed("model.n_head") && !r.failed("model.d_model") && c.model.n_head > 0 &&
-        c.model.d_model % c.model.n_head == 0) {
-      const std::int64_t head = c.model.d_model / c.model.n_head;
-      if (head % 8 != 0 || head > 128)
-        r.report(where, "model.attention",
-                 fmt::format("\"fused\" (cuDNN's flash attention) needs a head width d_model / n_head that is a "
-                             "multiple of 8 and at most 128, got {} / {} = {}",
-                             c.model.d_model, c.model.n_head, head));
-    }
-    // With T (and C, by the head width) a multiple of 8, every activation and workspace
-    // piece is a multiple of 8 elements, so the attention's buffers start 16-byte
-    // aligned, which cuDNN needs.
-    if (!r.failed("model.seq_len") && c.model.seq_len % 8 != 0)
-      r.report(where, "model.attention",
-               fmt::format("\"fused\" (cuDNN's flash attention) needs model.seq_len to be a multiple of 8 (the "
-                           "16-byte alignment of its buffers), got {}",
-                           c.model.seq_len));
+  if (c.model.type == ModelType::Gpt && c.model.attention == AttentionImpl::Fused && !r.failed("model.attention") &&
+      !r.failed("precision.mode") && !r.failed("model.n_head") && !r.failed("model.d_model") &&
+      !r.failed("model.seq_len")) {
+    if (const std::string why = fused_attention_refusal(c); !why.empty())
+      r.report(r.origin("model.attention"), "model.attention", why);
   }
 
   // Our tiled attention keeps a head's row in 4 fp32 registers per lane
@@ -259,6 +241,33 @@ RunConfig parse_run_config(std::string_view text, std::string_view source_name,
   check_each_key(resolver, config);
   if (!diagnostics.empty()) diagnostics.raise();
   return config;
+}
+
+std::string fused_attention_refusal(const RunConfig& c) {
+  if (c.precision.mode == PrecisionMode::Fp32)
+    return "\"fused\" (cuDNN's flash attention) needs precision.mode = \"fp16\" or \"bf16\": cuDNN has no fp32 "
+           "flash-attention engine; use model.attention = \"unfused\" (or \"auto\") for fp32";
+  if (c.model.n_head > 0 && c.model.d_model % c.model.n_head == 0) {
+    const std::int64_t head = c.model.d_model / c.model.n_head;
+    if (head % 8 != 0 || head > 128)
+      return fmt::format("\"fused\" (cuDNN's flash attention) needs a head width d_model / n_head that is a "
+                         "multiple of 8 and at most 128, got {} / {} = {}",
+                         c.model.d_model, c.model.n_head, head);
+  }
+  // With T (and C, by the head width) a multiple of 8, every activation and workspace
+  // piece is a multiple of 8 elements, so the attention's buffers start 16-byte
+  // aligned, which cuDNN needs.
+  if (c.model.seq_len % 8 != 0)
+    return fmt::format("\"fused\" (cuDNN's flash attention) needs model.seq_len to be a multiple of 8 (the "
+                       "16-byte alignment of its buffers), got {}",
+                       c.model.seq_len);
+  return {};
+}
+
+AttentionImpl resolve_attention(const RunConfig& c, bool on_cuda) {
+  if (c.model.attention != AttentionImpl::Auto) return c.model.attention;
+  return c.model.type == ModelType::Gpt && on_cuda && fused_attention_refusal(c).empty() ? AttentionImpl::Fused
+                                                                                          : AttentionImpl::Unfused;
 }
 
 }  // namespace shardtrain

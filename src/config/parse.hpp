@@ -35,4 +35,17 @@ RunConfig parse_run_config(std::string_view text, std::string_view source_name,
 // source_name/source_text.
 std::string to_toml(const RunConfig& config);
 
+// Why cuDNN's fused attention (model.attention = "fused") cannot take this GPT
+// config's precision and shape (fp32; a head width d_model / n_head that is not a
+// multiple of 8 or is over 128; a seq_len that is not a multiple of 8: the 16-byte
+// alignment of its buffers), or "" when it can. The config's validation reports it
+// for an explicit "fused"; resolve_attention falls back on it for "auto".
+std::string fused_attention_refusal(const RunConfig& config);
+
+// The attention the run uses: model.attention unless it is "auto", which is
+// "fused" for a GPT computing on a CUDA device (`on_cuda`) whose precision and
+// shape cuDNN takes (fused_attention_refusal), else "unfused" (the host, fp32,
+// other shapes, other model types). Never returns Auto.
+AttentionImpl resolve_attention(const RunConfig& config, bool on_cuda);
+
 }  // namespace shardtrain

@@ -29,7 +29,7 @@ struct ModelConfig {
   int seq_len = 128;  // encoder_classifier: 0 (the data set's) unless given
   double init_std = 0.02;
   double layernorm_eps = 1e-5;
-  AttentionImpl attention = AttentionImpl::Unfused;  // gpt: unfused, fused (cuDNN flash attention, CUDA) or flash (ours, CUDA)
+  AttentionImpl attention = AttentionImpl::Auto;  // gpt: auto, unfused, fused (cuDNN flash attention, CUDA) or flash (ours, CUDA)
   Pooling pooling = Pooling::Cls;  // encoder_classifier
   EncoderLayout layout = EncoderLayout::PreLn;  // encoder_classifier
   int max_positions = 0;  // encoder_classifier: rows of the position table; 0: seq_len

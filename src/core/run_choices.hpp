@@ -24,12 +24,14 @@
 namespace shardtrain {
 
 // model.attention (gpt): batched GEMMs and a softmax kernel, cuDNN's fused
-// flash attention (a CUDA device, 16-bit storage), or our own tiled attention
-// (kernels/cuda/flash_attention.cuh: a CUDA device, any storage type).
-enum class AttentionImpl : unsigned char { Unfused, Fused, Flash };
-inline constexpr std::string_view k_attention_names[] = {"unfused", "fused", "flash"};
+// flash attention (a CUDA device, 16-bit storage), our own tiled attention
+// (kernels/cuda/flash_attention.cuh: a CUDA device, any storage type), or "auto"
+// (the default): "fused" where the run computes on a CUDA device in fp16 or bf16
+// and cuDNN takes the shape, else "unfused" (resolve_attention, config/parse.hpp).
+enum class AttentionImpl : unsigned char { Unfused, Fused, Flash, Auto };
+inline constexpr std::string_view k_attention_names[] = {"unfused", "fused", "flash", "auto"};
 constexpr std::span<const std::string_view> enum_names(AttentionImpl) { return k_attention_names; }
-static_assert(std::size(k_attention_names) == 1 + static_cast<std::size_t>(AttentionImpl::Flash), "a name per value");
+static_assert(std::size(k_attention_names) == 1 + static_cast<std::size_t>(AttentionImpl::Auto), "a name per value");
 
 // model.pooling (encoder_classifier): the [CLS] position, or the mean over each
 // document's valid positions.

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 
+#include "config/parse.hpp"  // resolve_attention
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/state_vectors.hpp"
+#include "parallel/device_context.hpp"  // computes_on_cuda
 #include "parallel/zero_engine.hpp"
 
 namespace shardtrain {
@@ -69,8 +71,10 @@ GptDims gpt_dims(const RunConfig& c, std::int64_t vocab, int world) {
   d.seq_len = c.model.seq_len;
   d.vocab = vocab;
   d.max_batch = std::min<std::int64_t>(c.train.micro_batch, (c.train.batch_size + world - 1) / world);
-  d.fused_attention = c.model.attention == AttentionImpl::Fused;
-  d.flash_attention = c.model.attention == AttentionImpl::Flash;
+  // "auto" becomes "fused" or "unfused" here, the one place the model's attention is chosen.
+  const AttentionImpl attention = resolve_attention(c, computes_on_cuda(c.train.device));
+  d.fused_attention = attention == AttentionImpl::Fused;
+  d.flash_attention = attention == AttentionImpl::Flash;
   return d;
 }
 

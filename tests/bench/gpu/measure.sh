@@ -46,11 +46,13 @@
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
 #                 quickstart GPT on Moby Dick); default big,qs
-#   --who LIST    for speed: which of ours,fused,flash,eager,compile run (default all
-#                 five; fused: ours with model.attention = "fused", cuDNN's flash
-#                 attention, 16-bit precisions on a GPU only; flash: ours with
+#   --who LIST    for speed: which of ours,unfused,flash,eager,compile run (default all
+#                 five; unfused: ours with model.attention = "unfused", the default
+#                 before 2026-11-29, 16-bit precisions on a GPU only (in fp32 "auto"
+#                 is "unfused" already); flash: ours with
 #                 model.attention = "flash", our tiled attention, every precision on a
-#                 GPU only). ours is today's default, "unfused": the A/B's baseline
+#                 GPU only). ours is today's default, model.attention = "auto" (cuDNN's
+#                 fused attention in fp16 and bf16 on a GPU): the A/B's baseline
 #   --profile     for speed: after each model and precision, one more run of ours
 #                 with the trainer's --profile (every op timed with the device
 #                 synchronised: per-op ms/step, shares, by class), its table appended
@@ -77,7 +79,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; e
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,fused,flash,eager,compile" profile=0
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile" profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
@@ -255,12 +257,12 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
            ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
   }' | tee -a "$report"
 }
-ours() {  # MODEL PREC CAP [--fused|--flash] [--profile]
+ours() {  # MODEL PREC CAP [--unfused|--flash] [--profile]
   local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=() attn=""
   shift 3
   for a in "$@"; do
     case $a in
-      --fused) fused=(--set model.attention=fused) name=${name}_fused attn=" (fused attention)" ;;
+      --unfused) fused=(--set model.attention=unfused) name=${name}_unfused attn=" (unfused attention)" ;;
       --flash) fused=(--set model.attention=flash) name=${name}_flash attn=" (flash attention)" ;;
       --profile) extra=(--profile) name=${name}_profile ;;
     esac
@@ -345,17 +347,32 @@ verdict_big_bf16() {
     note "- 124M bf16: no PyTorch eager measurement to compare with"
   fi
   [[ -n $c ]] && note "- 124M bf16: ours/torch.compile tokens/s = $(awk -v o="$o" -v c="$c" 'BEGIN { printf "%.3f", c / o }')"
-  local f=${ms_of[ours_big_bf16_fused]:-}
-  if [[ -n $f ]]; then  # model.attention = "fused": reported beside the default, not the verdict's row
-    [[ -n $e ]] && note "- 124M bf16, fused attention: ours/eager tokens/s = $(awk -v f="$f" -v e="$e" 'BEGIN { printf "%.3f", e / f }')"
-    [[ -n $c ]] && note "- 124M bf16, fused attention: ours/torch.compile tokens/s = $(awk -v f="$f" -v c="$c" 'BEGIN { printf "%.3f", c / f }')"
+  [[ -n $e ]] && note "- 124M bf16: ours/eager goal of issue 45: >= 1.4; ours >= torch.compile"
+  local f=${ms_of[ours_big_bf16_unfused]:-}
+  if [[ -n $f ]]; then  # model.attention = "unfused" (the default before 2026-11-29): the A/B against today's
+    note "- 124M bf16, unfused attention: tokens/s against today's default (auto: fused) = $(awk -v f="$f" -v o="$o" 'BEGIN { printf "%.3f", o / f }')"
+    [[ -n $e ]] && note "- 124M bf16, unfused attention: ours/eager tokens/s = $(awk -v f="$f" -v e="$e" 'BEGIN { printf "%.3f", e / f }')"
   fi
   local l=${ms_of[ours_big_bf16_flash]:-}
   if [[ -n $l ]]; then  # model.attention = "flash": the A/B against today's default, same call
-    note "- 124M bf16, flash attention: tokens/s against today's default (unfused) = $(awk -v l="$l" -v o="$o" 'BEGIN { printf "%.3f", o / l }')"
-    [[ -n $f ]] && note "- 124M bf16, flash attention: tokens/s against fused = $(awk -v l="$l" -v f="$f" 'BEGIN { printf "%.3f", f / l }')"
+    note "- 124M bf16, flash attention: tokens/s against today's default (auto: fused) = $(awk -v l="$l" -v o="$o" 'BEGIN { printf "%.3f", o / l }')"
     [[ -n $e ]] && note "- 124M bf16, flash attention: ours/eager tokens/s = $(awk -v l="$l" -v e="$e" 'BEGIN { printf "%.3f", e / l }')"
     [[ -n $c ]] && note "- 124M bf16, flash attention: ours/torch.compile tokens/s = $(awk -v l="$l" -v c="$c" 'BEGIN { printf "%.3f", c / l }')"
+  fi
+}
+
+# Two device runs of the same config (the timed run and its --profile run: the
+# synchronisation changes timing, not arithmetic) must give bitwise the same loss and
+# gradient norm at every step (issue 45: determinism on the device).
+repeat_check() {  # MODEL PREC [SUFFIX]
+  local sfx=${3:-}
+  local a=$work/run_ours_$1_$2$sfx/metrics.csv b=$work/run_ours_$1_$2${sfx}_profile/metrics.csv
+  [[ -f $a && -f $b ]] || return 0
+  local n; n=$(($(wc -l < "$a") - 1))
+  if cmp -s <(cut -d, -f1,2,5 "$a") <(cut -d, -f1,2,5 "$b"); then
+    note "- $1 $2${sfx:+ ($sfx)}: two runs (timed, --profile) bitwise equal in loss and gradient norm over $n steps: PASS"
+  else
+    fail "$1 $2${sfx:+ ($sfx)}: two runs differ in loss or gradient norm ($a, $b)"
   fi
 }
 
@@ -381,8 +398,8 @@ if has "$parts" speed; then
     for model in "${mlist[@]}"; do
       # Caps: ours and eager start in seconds; torch.compile compiles first (tens of seconds).
       has "$who" ours && ours "$model" "$prec" 90
-      # fused: model.attention = "fused" (cuDNN's flash attention), GPT in 16 bits on a GPU
-      has "$who" fused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 90 --fused
+      # unfused: model.attention = "unfused" (the default before 2026-11-29), GPT in 16 bits on a GPU
+      has "$who" unfused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 90 --unfused
       # flash: model.attention = "flash" (our tiled attention), every precision, on a GPU
       has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --flash
       has "$who" eager && torch_run "$model" "$prec" eager 60
@@ -390,8 +407,11 @@ if has "$parts" speed; then
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
       if (( profile )); then
         ours "$model" "$prec" 60 --profile
-        has "$who" fused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --fused --profile
+        has "$who" unfused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --unfused --profile
         has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --flash --profile
+        repeat_check "$model" "$prec"
+        repeat_check "$model" "$prec" _unfused
+        repeat_check "$model" "$prec" _flash
       fi
     done
   done

@@ -25,6 +25,9 @@ done
 n=$(grep -c '^profile of [0-9]* training steps' "$report" || true)
 [[ $n == 2 ]] || { cat "$report"; echo "FAIL: $n profile tables in the report (--profile, 2 models: expected 2)"; exit 1; }
 grep -q '^  linear ' "$report" || { cat "$report"; echo "FAIL: the profile tables have no linear row"; exit 1; }
+# The repeatability check (timed run against its --profile run, bitwise) ran for both models.
+n=$(grep -c 'two runs (timed, --profile) bitwise equal in loss and gradient norm over 8 steps: PASS' "$report" || true)
+[[ $n == 2 ]] || { cat "$report"; echo "FAIL: $n repeatability lines (expected 2, one per model)"; exit 1; }
 grep -q 'hf_check: PASS: client stand-in' "$report" || { cat "$report"; echo "FAIL: no passing hf_check line (the hf part)"; exit 1; }
 for line in 'hf_bert_check: PASS: distilbert loss: stand-in' 'hf_bert_check: PASS: bert loss: stand-in' 'hf_bert_check: PASS: client stand-in'; do
   grep -q "$line" "$report" || { cat "$report"; echo "FAIL: no '$line' line (the hf part's BERT family)"; exit 1; }

@@ -280,14 +280,14 @@ TEST_F(ConfigParse, NHeadMustDivideDModel) {
 // that is a multiple of 8, at most 128 (the device check is the trainer's: the config
 // does not know where the run computes).
 TEST_F(ConfigParse, FusedAttentionNeedsSixteenBitsAndAHeadWidthCudnnTakes) {
-  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").model.attention, AttentionImpl::Unfused);
+  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").model.attention, AttentionImpl::Auto);
   const std::string bf16 = "[precision]\nmode = \"bf16\"\n";
   EXPECT_EQ(parse_run_config("[model]\nattention = \"fused\"\n" + bf16 + data_section(), "inputs/x.toml").model.attention,
             AttentionImpl::Fused);  // d_model 128 / n_head 4 = 32
   EXPECT_EQ(error_of("[model]\nattention = \"fused\"\n" + data_section()),
             "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs precision.mode = "
             "\"fp16\" or \"bf16\": cuDNN has no fp32 flash-attention engine; use model.attention = \"unfused\" "
-            "for fp32");
+            "(or \"auto\") for fp32");
   EXPECT_EQ(error_of("[model]\nattention = \"fused\"\nn_head = 8\nd_model = 96\n" + bf16 + data_section()),
             "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs a head width d_model "
             "/ n_head that is a multiple of 8 and at most 128, got 96 / 8 = 12");
@@ -298,9 +298,29 @@ TEST_F(ConfigParse, FusedAttentionNeedsSixteenBitsAndAHeadWidthCudnnTakes) {
             "inputs/x.toml:2:13: model.attention: \"fused\" (cuDNN's flash attention) needs model.seq_len to be a "
             "multiple of 8 (the 16-byte alignment of its buffers), got 100");
   EXPECT_EQ(error_of("[model]\nattention = \"sdpa\"\n" + data_section()),
-            "inputs/x.toml:2:13: model.attention: must be \"unfused\" or \"fused\" or \"flash\", got \"sdpa\"");
+            "inputs/x.toml:2:13: model.attention: must be \"unfused\" or \"fused\" or \"flash\" or \"auto\", got \"sdpa\"");
   EXPECT_EQ(error_of("[model]\ntype = \"mlp\"\nattention = \"fused\"\n" + data_section()),
             "inputs/x.toml:3:13: model.attention: is not used by model.type = \"mlp\" (only by gpt)");
+}
+
+// model.attention = "auto" (the default) is "fused" for a GPT on a CUDA device in fp16
+// or bf16 whose shape cuDNN takes, "unfused" everywhere else; an explicit choice stays.
+TEST_F(ConfigParse, AutoAttentionIsFusedOnlyWhereCudnnTakesTheRun) {
+  const std::string bf16 = "[precision]\nmode = \"bf16\"\n";
+  const auto resolved = [&](const std::string& text, bool on_cuda) {
+    return resolve_attention(parse_run_config(text + data_section(), "inputs/x.toml"), on_cuda);
+  };
+  EXPECT_EQ(resolved(bf16, true), AttentionImpl::Fused);
+  EXPECT_EQ(resolved("[precision]\nmode = \"fp16\"\n", true), AttentionImpl::Fused);
+  EXPECT_EQ(resolved(bf16, false), AttentionImpl::Unfused);  // the host
+  EXPECT_EQ(resolved("", true), AttentionImpl::Unfused);     // fp32
+  EXPECT_EQ(resolved("[model]\nn_head = 8\nd_model = 96\n" + bf16, true), AttentionImpl::Unfused);  // head 12
+  EXPECT_EQ(resolved("[model]\nn_head = 1\nd_model = 256\n" + bf16, true), AttentionImpl::Unfused);  // head 256
+  EXPECT_EQ(resolved("[model]\nseq_len = 100\n" + bf16, true), AttentionImpl::Unfused);
+  EXPECT_EQ(resolved("[model]\nattention = \"unfused\"\n" + bf16, true), AttentionImpl::Unfused);
+  EXPECT_EQ(resolved("[model]\nattention = \"flash\"\n", true), AttentionImpl::Flash);
+  EXPECT_EQ(resolved("[model]\nattention = \"fused\"\n" + bf16, true), AttentionImpl::Fused);
+  EXPECT_EQ(resolved("[model]\ntype = \"mlp\"\n" + bf16, true), AttentionImpl::Unfused);
 }
 
 // model.attention = "flash" is our tiled CUDA attention: any storage type and seq_len,
@@ -468,7 +488,7 @@ TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
   EXPECT_EQ(parse("recompute", "policy = \"budget\"\nbudget_mb = 1").recompute.policy, RecomputePolicy::Budget);
 
   const RunConfig d = parse_run_config(data_section(), "x.toml");
-  EXPECT_EQ(d.model.attention, AttentionImpl::Unfused);
+  EXPECT_EQ(d.model.attention, AttentionImpl::Auto);
   EXPECT_EQ(d.model.pooling, Pooling::Cls);
   EXPECT_EQ(d.data.in_memory, DataInMemory::Auto);
   EXPECT_EQ(d.train.device, TrainDevice::Auto);
