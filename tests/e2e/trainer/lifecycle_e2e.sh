@@ -35,6 +35,11 @@ source "$here/e2e_lib.sh"
 # A run of some seconds at 2 ranks: the tiny model, 3000 steps, a periodic
 # checkpoint every 500 (so that some signals land during a write).
 long=(--set train.steps=3000 --set train.log_every=100 --set train.eval_every=0 --set checkpoint.every_steps=500)
+# The signals rounds: half of that run (1500 steps, a checkpoint every 250: the same
+# share of signals landing during a write), each round a whole run in CPU time (the
+# signalled part and its resume), so the suite's largest CPU consumer costs half.
+sig_steps=1500
+sig_long=(--set train.steps=$sig_steps --set train.log_every=100 --set train.eval_every=0 --set checkpoint.every_steps=250)
 
 # Starts the trainer in the background into $WORK/NAME; sets `job` (mpirun's pid)
 # and `job_log` (its log, $WORK/NAME.log).
@@ -82,7 +87,7 @@ case "${1:-}" in
   signals)
     np=$2; rounds=$3
     t0=$(date +%s.%N)
-    run_trainer "$np" sig_straight "${long[@]}" > /dev/null
+    run_trainer "$np" sig_straight "${sig_long[@]}" > /dev/null
     span=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", (b - a) * 0.6 }')
     echo "uninterrupted run: signals go out 0 to $span s (60% of its duration) after start-up"
     for ((i = 1; i <= rounds; ++i)); do
@@ -96,7 +101,7 @@ case "${1:-}" in
       for try in 1 2 3 4; do
         (( try < 4 )) || delay=0
         rm -rf "${WORK:?}/$name"
-        start_trainer "$np" "$name" "${long[@]}"
+        start_trainer "$np" "$name" "${sig_long[@]}"
         wait_for_line "$name" '^run directory:'
         sleep "$delay"
         mapfile -t pids < <(rank_pids "$name")
@@ -129,8 +134,8 @@ case "${1:-}" in
       file=$(printf '%s/%s/checkpoints/step_%08d.h5' "$WORK" "$name" "$step")
       [[ "$(cat "$WORK/$name/checkpoints/latest")" == "$(basename "$file")" ]] || die "round $i: latest does not name step $step"
       "$CKPT_TOOL" verify "$file" > /dev/null || die "round $i: the checkpoint of step $step does not verify"
-      LOG="$WORK/$name.resume.log" train_in "$np" "$name" "${long[@]}" > /dev/null
-      check_resumed "$WORK/$name.resume.log" "$WORK/$name" "$step" 3000
+      LOG="$WORK/$name.resume.log" train_in "$np" "$name" "${sig_long[@]}" > /dev/null
+      check_resumed "$WORK/$name.resume.log" "$WORK/$name" "$step" "$sig_steps"
       diff <(cut -d, -f1,2,3,9,10,11 "$WORK/sig_straight/metrics.csv") <(cut -d, -f1,2,3,9,10,11 "$WORK/$name/metrics.csv") ||
         die "round $i: the resumed run's metrics differ from the uninterrupted run's"
       echo "round $i: stopped at step $step with exit 75, resumed, bitwise the uninterrupted curve"
