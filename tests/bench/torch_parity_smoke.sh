@@ -65,6 +65,9 @@ PY
 export QS_DIMS="2 2 64 32 8" BIG_DIMS="2 2 128 32 8" CNN_DIMS="4,8 5 32 16"
 export QS_STEPS=6 WARMUP=2 QS_ROUNDS=2 BIG_STEPS=5 BIG_ROUNDS=1 BIG_WARMUP=1 CNN_STEPS=6 CNN_WARMUP=2 CNN_ROUNDS=1
 export SGEMM_N=256 CORE_PEAK_SECONDS=0.2 PROFILE=1 MIN_PLACED=1
+# Runs 1 and 2 run PyTorch's bf16 setups on every CPU (their checks count them); run 3
+# below checks TORCH_BF16=auto, which drops them where the CPU has no native bf16.
+export TORCH_BF16=keep
 printf '# doc\n<!-- torch_parity_speed: begin -->\nold\n<!-- torch_parity_speed: end -->\ntail\n' > "$work/doc.md"
 printf '# readme\n<!-- torch_parity_speed headline: begin -->\nold\n<!-- torch_parity_speed headline: end -->\ntail\n' > "$work/readme.md"
 args=("$build/trainer" "$build/tests/bench/core_peak" "$data" "$work/mnist.h5" "$root/inputs/quickstart.toml")
@@ -379,4 +382,27 @@ awk -F'|' '$2 == " quickstart " && $3 == " ours-fp32-2x1 " {
 cell='[0-9.-]* ([0-9]*) | [0-9.-]* ([0-9]*) | \([-+][0-9.]*%\|-\)'
 [[ $(grep -c "^| \\(quickstart\\|big\\|cnn\\) | \\(ours\\|torch\\)-\\(fp32\\|bf16\\)-[a-z0-9]* | [0-9.]* | [0-9.]* | [-+][0-9.]*% | [0-9.]* | [0-9.]* | [-+][0-9.]*% | $cell | $cell |\$" "$work/report2.md") == 26 ]] ||
   die "the reproduction table lacks a row per model and variant (26)"
+refused run_bad_bf16 "TORCH_BF16 must be auto, keep or drop" env TORCH_BF16=maybe "$root/tests/bench/torch_parity_speed.sh" "${args[@]}" -
+
+# 3. TORCH_BF16=auto: PyTorch's bf16 setups dropped, and the report says why, exactly
+# where core_peak reports no native bf16 (bf16_native 0); kept elsewhere. Then the
+# same-precision line has no bf16 ratio and the report still has every model's headline.
+native=$("$build/tests/bench/core_peak" 0.05 | awk '$1 == "core_peak" { for (i = 2; i < NF; i += 2) if ($i == "bf16_native") print $(i + 1) }')
+[[ $native == 0 || $native == 1 ]] || die "core_peak printed no bf16_native (got '$native')"
+TORCH_BF16=auto PROFILE=0 QS_ROUNDS=1 WORK=$work/run3 "$root/tests/bench/torch_parity_speed.sh" "${args[@]}" "$work/report3.md" \
+  > "$work/run3.log" 2>&1 || die "run 3 (TORCH_BF16=auto) failed: $(tail -5 "$work/run3.log")"
+r3=$work/report3.md
+[[ $(grep -c '^\*\*Headline: ' "$r3") == 3 ]] || die "TORCH_BF16=auto: not one headline per model"
+if [[ $native == 0 ]]; then
+  grep -q "^PyTorch's bf16 setups (torch-bf16-2t, torch-bf16-ddp) not run: this CPU has no native bf16 (core_peak bf16_native 0)" "$r3" ||
+    die "TORCH_BF16=auto without native bf16: the report does not say PyTorch's bf16 setups were dropped, and why"
+  grep -q '^| torch-bf16-' "$r3" && die "TORCH_BF16=auto without native bf16: the report has torch-bf16 rows"
+  [[ $(grep -c "^Same precision: fp32 .*; bf16 ours-bf16-[12]x[12] / - not run (TORCH_BF16) " "$r3") == 3 ]] ||
+    die "TORCH_BF16=auto without native bf16: the same-precision lines do not say bf16 was not run"
+  echo "TORCH_BF16=auto on a CPU without native bf16: PyTorch's bf16 setups dropped, the report says why"
+else
+  grep -q "not run: this CPU has no native bf16" "$r3" && die "TORCH_BF16=auto with native bf16: PyTorch's bf16 setups were dropped"
+  grep -q '^| torch-bf16-ddp ' "$r3" || die "TORCH_BF16=auto with native bf16: no torch-bf16-ddp row"
+  echo "TORCH_BF16=auto on a CPU with native bf16: PyTorch's bf16 setups kept"
+fi
 echo "torch_parity_smoke: PASS (reports in $work)"

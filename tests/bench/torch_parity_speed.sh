@@ -172,6 +172,11 @@
 #   QS_DIMS ["4 4 128 64 16"]  BIG_DIMS ["12 8 512 128 16"]  (L H C T batch)
 #   CNN_DIMS ["20,50 5 500 128"]  (conv channels, kernel, hidden widths, batch; smaller
 #                                  ones for a smoke run)
+#   TORCH_BF16 [auto] (auto: PyTorch's bf16 setups, torch-bf16-2t and torch-bf16-ddp, are
+#   dropped where core_peak says the CPU has no native bf16 (bf16_native 0): PyTorch 1.13's
+#   CPU autocast then runs about 20x its fp32 (2332 ms against 114 ms a quickstart step on
+#   a Zen 3, 2026-11-29), so they cannot be PyTorch's best and would take hours; the report
+#   says so. keep: always run them; drop: never)
 #   PROCESS_TOL [0.10] (issue 21's VmHWM check, tests/support/process_memory.sh)
 #   WORK [mktemp -d]  scratch directory for runs and logs (kept when set)
 # Wall time: about 20-25 minutes on 2 idle cores, estimated 2026-11-27 from a shortened
@@ -233,6 +238,7 @@ KEEP_OPENBLAS_ENV=${KEEP_OPENBLAS_ENV:-0}
 OPENBLAS_CHOICE=${OPENBLAS_CHOICE:-fastest}
 BLAS_PROBE_N=${BLAS_PROBE_N:-1024}
 BLAS_PROBE_REPS=${BLAS_PROBE_REPS:-5}
+TORCH_BF16=${TORCH_BF16:-auto}
 gpt_reference=$root/share/reference/gpt_torch.py
 cnn_reference=$root/share/reference/cnn_torch.py
 
@@ -268,6 +274,7 @@ for k in WARMUP BIG_WARMUP CNN_WARMUP; do [[ ${!k} =~ ^[0-9]+$ ]] || die "$k mus
 [[ $ZERO_STAGE =~ ^[0-3]$ && $CNN_ZERO_STAGE =~ ^[0-3]$ ]] || die "ZERO_STAGE and CNN_ZERO_STAGE must be 0-3"
 [[ $KEEP_OPENBLAS_ENV =~ ^[01]$ ]] || die "KEEP_OPENBLAS_ENV must be 0 or 1"
 [[ $OPENBLAS_CHOICE =~ ^(fastest|unset|keep)$ ]] || die "OPENBLAS_CHOICE must be fastest, unset or keep"
+[[ $TORCH_BF16 =~ ^(auto|keep|drop)$ ]] || die "TORCH_BF16 must be auto, keep or drop"
 (( ! KEEP_OPENBLAS_ENV )) || OPENBLAS_CHOICE=keep  # the older spelling of OPENBLAS_CHOICE=keep
 [[ $BLAS_PROBE_N =~ ^[1-9][0-9]*$ && $BLAS_PROBE_REPS =~ ^[1-9][0-9]*$ ]] || die "BLAS_PROBE_N and BLAS_PROBE_REPS must be whole numbers >= 1"
 begin_mark="<!-- torch_parity_speed: begin -->" end_mark="<!-- torch_parity_speed: end -->"
@@ -483,7 +490,7 @@ describe() {
 # measure_peak WHEN: tests/bench/core_peak at 2 ranks x 1 thread (the aggregate with
 # both cores busy) and at 1 rank (its per-core rates x 2, the 1-process 2-thread
 # layouts' peak); the library GEMM rate beside it. Keeps the higher of each.
-peak_fp32_2x1=0 peak_bf16_2x1=0 peak_fp32_1x2=0 peak_bf16_1x2=0 peak_isa="" peak_log="" peak_units=""
+peak_fp32_2x1=0 peak_bf16_2x1=0 peak_fp32_1x2=0 peak_bf16_1x2=0 peak_isa="" peak_log="" peak_units="" peak_bf16_native=""
 is_number() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
 higher() { awk -v x="$1" -v y="$2" 'BEGIN { print (y > x ? y : x) }'; }
 measure_peak() {
@@ -496,6 +503,7 @@ measure_peak() {
   read -r isa f2 b2 af2 ab2 < <(awk '$1 == "core_peak" && $2 == "ranks" && $3 == 2 '"$kv"' END {
     print v["fp32_isa"], v["fp32_gflops_per_core"], v["bf16_floor_gflops_per_core"], v["aggregate_fp32_gflops"], v["aggregate_bf16_floor_gflops"] }' <<< "$out2") || true
   peak_units=$(sed -n 's/^core_peak_floors //p' <<< "$out2" | head -1)
+  [[ -n $peak_bf16_native ]] || peak_bf16_native=$(awk '$1 == "core_peak" && $2 == "ranks" '"$kv"' END { print v["bf16_native"] }' <<< "$out2")
   read -r isa1 f1 b1 < <("$MPIEXEC" -n 1 --bind-to none "$core_peak" "$CORE_PEAK_SECONDS" |
     awk '$1 == "core_peak" && $2 == "ranks" && $3 == 1 '"$kv"' END {
       print v["fp32_isa"], v["fp32_gflops_per_core"], v["bf16_floor_gflops_per_core"] }') || true
@@ -662,6 +670,20 @@ rank_sum() {  # LINE_PREFIX LOG: the sum of the per-rank values of the report li
 start=$(date +%s)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 measure_peak before
+# TORCH_BF16 (header): PyTorch's bf16 setups where they cannot be its best.
+torch_bf16_note=""
+if [[ $TORCH_BF16 == drop || ( $TORCH_BF16 == auto && $peak_bf16_native == 0 ) ]]; then
+  drop_bf16() { local v; for v in "$@"; do [[ $v == torch-bf16-* ]] || echo "$v"; done; }
+  mapfile -t gpt_torch_variants < <(drop_bf16 "${gpt_torch_variants[@]}")
+  mapfile -t cnn_torch_variants < <(drop_bf16 "${cnn_torch_variants[@]}")
+  all_torch_variants=("${gpt_torch_variants[@]}")
+  if [[ $TORCH_BF16 == drop ]]; then
+    torch_bf16_note="PyTorch's bf16 setups (torch-bf16-2t, torch-bf16-ddp) not run: TORCH_BF16=drop"
+  else
+    torch_bf16_note="PyTorch's bf16 setups (torch-bf16-2t, torch-bf16-ddp) not run: this CPU has no native bf16 (core_peak bf16_native 0), where PyTorch's CPU autocast runs about 20x its fp32 (2332 ms against 114 ms a quickstart step on a Zen 3, 2026-11-29), so PyTorch's best here is its fp32; TORCH_BF16=keep runs them"
+  fi
+  log "$torch_bf16_note"
+fi
 mkdir -p "$work/runs"
 for model in "${models[@]}"; do
   rm -f "$work/$model".*
@@ -747,6 +769,7 @@ best_of() {
   echo "$b"
 }
 ratio() { awk -v t="$1" -v o="$2" 'BEGIN { printf "%.2f", t / o }'; }  # ratio SLOW FAST: FAST's speed / SLOW's
+times_or_not() { if [[ $1 == - ]]; then echo "not run (TORCH_BF16)"; else echo "${1}x"; fi; }  # a ratio, or why none
 report=$(mktemp "$work/report.XXXXXX")
 results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work/headline"
 {
@@ -756,6 +779,7 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
   echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $cpu, $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before the runs: $load_before;"
   echo "PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)') (Debian python3-torch: fp32 GEMMs on OpenBLAS, bf16 autocast and convolutions on oneDNN, no MKL); ZeRO stage $ZERO_STAGE for our GPTs, $CNN_ZERO_STAGE for our CNN."
   echo "OpenBLAS: $openblas_note."
+  [[ -z $torch_bf16_note ]] || echo "$torch_bf16_note."
   echo
   echo "**CPU: $cpu. PyTorch ran $torch_libs, $(core_setting "$torch_core"); ours $ours_libs, $(core_setting "$ours_core").**"
   if [[ $OPENBLAS_CHOICE == fastest ]]; then
@@ -869,25 +893,26 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
     for prec in fp32 bf16; do
       o=$(best_of ours-$prec-2x1 ours-$prec-1x2)
       tl=(); for v in "${tvs[@]}"; do [[ $(precision_of "$v") == "$prec" ]] && tl+=("$v"); done
+      if (( ${#tl[@]} == 0 )); then pbest[$prec]="$o / -" pratio[$prec]="-"; continue; fi  # TORCH_BF16
       t=$(best_of "${tl[@]}")
       pbest[$prec]="$o / $t" pratio[$prec]=$(ratio "${med[$t]}" "${med[$o]}")
     done
     mem=$(ratio "${rss[$best]}" "${rss[$tbest]}")
     awk -v m="$([[ $model == cnn ]] && echo MNIST || echo "$model")" -v d="$what" -v b="$best" -v tb="$tbest" -v r="$r" -v o="${med[$best]}" -v t="${med[$tbest]}" \
-        -v n="$items" -v u="$unit" -v f32="${pratio[fp32]}" -v b16="${pratio[bf16]}" -v ff="${floorx[ours-fp32-2x1]}" \
+        -v n="$items" -v u="$unit" -v f32="${pratio[fp32]}" -v b16="$(times_or_not "${pratio[bf16]}")" -v ff="${floorx[ours-fp32-2x1]}" \
         -v bf="${floorx[ours-bf16-2x1]}" -v mem="$mem" 'BEGIN {
-      printf "- %s %s: %s %.0f %s/s against %s %.0f: **%sx**; same precision: fp32 %sx, bf16 %sx; ours-fp32-2x1 step %sx the fp32 floor, ours-bf16-2x1 %sx the bf16 floor; peak RSS %sx PyTorch'"'"'s.\n",
+      printf "- %s %s: %s %.0f %s/s against %s %.0f: **%sx**; same precision: fp32 %sx, bf16 %s; ours-fp32-2x1 step %sx the fp32 floor, ours-bf16-2x1 %sx the bf16 floor; peak RSS %sx PyTorch'"'"'s.\n",
         m, d, b, n / (o / 1000), u, tb, n / (t / 1000), r, f32, b16, ff, bf, mem }' >> "$work/headline"
     echo
     echo "**Headline: $best (our best, any precision and layout) is ${r}x PyTorch's best ($tbest, any precision and setup) in $unit/s** (paired per round, median: $(printf '%.2f' "$paired")x)."
-    echo "Same precision: fp32 ${pbest[fp32]} ${pratio[fp32]}x; bf16 ${pbest[bf16]} ${pratio[bf16]}x (our best of that precision / PyTorch's best of that precision)."
+    echo "Same precision: fp32 ${pbest[fp32]} ${pratio[fp32]}x; bf16 ${pbest[bf16]} $(times_or_not "${pratio[bf16]}") (our best of that precision / PyTorch's best of that precision)."
     echo -n "$best against each PyTorch setup:"
     for v in "${tvs[@]}"; do awk -v v="$v" -v t="${med[$v]}" -v o="${med[$best]}" 'BEGIN { printf " %s %.2fx;", v, t / o }'; done
     echo
     echo -n "Steps against the FLOP floor of their precision (this core's peak):"
     for v in "${vs[@]}"; do echo -n " $v ${floorx[$v]}x;"; done
     echo
-    echo "Peak RSS summed over $best's ranks / summed over $tbest's processes: $mem; ours-fp32-2x1 against torch-fp32-ddp (the mirror layout): $(ratio "${rss[ours-fp32-2x1]}" "${rss[torch-fp32-ddp]}"); ours-bf16-2x1 against torch-bf16-ddp: $(ratio "${rss[ours-bf16-2x1]}" "${rss[torch-bf16-ddp]}")."
+    echo "Peak RSS summed over $best's ranks / summed over $tbest's processes: $mem; ours-fp32-2x1 against torch-fp32-ddp (the mirror layout): $(ratio "${rss[ours-fp32-2x1]}" "${rss[torch-fp32-ddp]}"); ours-bf16-2x1 against torch-bf16-ddp: $([[ -n ${rss[torch-bf16-ddp]:-} ]] && ratio "${rss[ours-bf16-2x1]}" "${rss[torch-bf16-ddp]}" || echo "- (not run)")."
     case $model in
       big)
         verdict "$(ge "$r" 1.6)" "$unit/s of our best ($best) >= 1.6x PyTorch's best ($tbest) (issue 33): ${r}x"
