@@ -1,7 +1,9 @@
 // shardtrain/kernels/cuda/gemm.cuh
 // Owns the row-major GEMM entry points of the CUDA build: thin wrappers over
 // cublasGemmEx and cublasGemmStridedBatchedEx. Every other CUDA op that
-// multiplies matrices (linear.cu, attention.cu) goes through these.
+// multiplies matrices (linear.cu, attention.cu) goes through these, except the
+// cuBLASLt Linear (lt_linear.cu, model.gemm = "cublaslt"), which calls cuBLASLt
+// itself and comes back here (through linear.cu) only for what cuBLASLt refuses.
 //
 // Layout convention (the row-major / column-major trick):
 //   shardtrain stores matrices ROW-MAJOR (as the host kernels/gemm.hpp): element

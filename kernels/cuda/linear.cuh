@@ -5,7 +5,9 @@
 // Gradient convention exactly as the host kernel (and llm.c): parameter gradients
 // dw, db are ACCUMULATED (+=); the input gradient dx is OVERWRITTEN.
 // Each call sets `handle` to `stream`; its own kernels run on `stream`. No
-// allocation, no synchronization.
+// allocation, no synchronization. The default Linear of the CUDA backend
+// (model.gemm = "cublas"); lt_linear.cuh is the cuBLASLt one, which falls back on
+// this for the shapes cuBLASLt has no algorithm for.
 #pragma once
 
 #include <cublas_v2.h>

@@ -138,6 +138,15 @@ constexpr KeySpec k_schema[] = {
             "`seq_len`, a head width of at most 128; needs a CUDA device (refused on the host, exit 2: the "
             "host has its own per-head attention, `\"unfused\"`). Correct on an H200 but slow (SIMT fp32 "
             "without tensor cores: 284 ms a 124M bf16 step), so `\"auto\"` never picks it (gpu.md)."},
+    {SHARDTRAIN_CONFIG_KEY(model, gemm), .choices = k_gemm_names,
+     .doc = "How a CUDA device runs the Linear layers (every model type). `\"cublas\"` (the default, validated "
+            "on an H200): `cublasGemmEx` with the default algorithm and no workspace, the bias added by a "
+            "separate pass and its gradient by a column-sum kernel. `\"cublaslt\"`: cuBLASLt "
+            "(kernels/cuda/lt_linear.cuh): the bias added by the matmul's epilogue and its gradient written by "
+            "the dW matmul's epilogue, each algorithm chosen once per shape by cuBLASLt's heuristic with a 32 "
+            "MiB workspace and cached, split-K refused so two runs are bitwise equal; a shape cuBLASLt has no "
+            "algorithm for runs the `\"cublas\"` path. Needs a CUDA device (refused on the host, exit 2: the "
+            "host has its own GEMMs). Not yet run on a device (gpu.md, \"cuBLASLt Linear\")."},
     {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling_names, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},

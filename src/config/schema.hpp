@@ -51,7 +51,7 @@ constexpr auto config_field() {
 using AnyConfigField =
     std::variant<ConfigField<int>, ConfigField<std::int64_t>, ConfigField<std::uint64_t>, ConfigField<double>,
                  ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
-                 ConfigField<ModelType>, ConfigField<PrecisionMode>, ConfigField<AttentionImpl>,
+                 ConfigField<ModelType>, ConfigField<PrecisionMode>, ConfigField<AttentionImpl>, ConfigField<GemmImpl>,
                  ConfigField<Pooling>, ConfigField<EncoderLayout>, ConfigField<DataInMemory>, ConfigField<TrainDevice>,
                  ConfigField<DeviceCollectives>,
                  ConfigField<OptimizerType>, ConfigField<LrSchedule>, ConfigField<RecomputePolicy>,

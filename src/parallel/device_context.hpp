@@ -5,7 +5,8 @@
 // the NcclCommunicator (parallel.device_collectives = "nccl", the default), or
 // the StagingCommunicator over a CudaStager (= "mpi": the host MPI library
 // through pinned staging, which alone lets ranks share a device when
-// parallel.share_device = true), then the CudaBackend on it.
+// parallel.share_device = true), then the CudaBackend on it (with the cuBLASLt
+// context for the Linear layers when model.gemm = "cublaslt").
 // Invariant: bring-up is agreed on (parallel/mpi/agreement.hpp): a failure on any
 // rank is thrown on every rank with the lowest failing rank's message, before
 // any rank goes on to the collectives of the run's set-up.
@@ -60,6 +61,7 @@ struct DeviceChoice {
   TrainDevice device = TrainDevice::Auto;                           // train.device
   DeviceCollectives collectives = DeviceCollectives::Nccl;         // parallel.device_collectives
   bool share_device = false;                                        // parallel.share_device
+  GemmImpl gemm = GemmImpl::Cublas;                                 // model.gemm: the CudaBackend's Linear
 };
 
 // Whether train.device = `device` computes on CUDA devices in this build (auto:

@@ -629,7 +629,8 @@ TrainResult Run<P>::run() {
 namespace {
 // The host compute threads first (parallel.threads; the host kernels run even
 // beside a device), then the device.
-// model.attention = "fused" is cuDNN's and "flash" our CUDA kernels': refused where
+// model.attention = "fused" is cuDNN's and "flash" our CUDA kernels', model.gemm =
+// "cublaslt" cuBLASLt's: refused where
 // the run computes on the host (every rank has the same config and device kind, so
 // every rank refuses). The host has one attention (kernels/attention.hpp, already
 // tiled per (sequence, head) pair); "flash" is not mapped onto it silently, so a
@@ -637,7 +638,8 @@ namespace {
 std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world) {
   set_host_compute_threads(config.parallel.threads);
   auto context = bring_up_device(
-      DeviceChoice{config.train.device, config.parallel.device_collectives, config.parallel.share_device},
+      DeviceChoice{config.train.device, config.parallel.device_collectives, config.parallel.share_device,
+                   config.model.gemm},
       config.source_name, world);
   if (config.model.type == ModelType::Gpt && config.model.attention == AttentionImpl::Fused &&
       context->backend->kind() == BackendKind::Host)
@@ -651,6 +653,11 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
         "{}: model.attention = \"flash\" is our tiled CUDA attention and needs a CUDA device, but this run "
         "computes on the host (train.device = \"{}\"); use model.attention = \"unfused\" on the host",
         config.source_name, name_of(config.train.device)));
+  if (config.model.gemm == GemmImpl::Cublaslt && context->backend->kind() == BackendKind::Host)
+    throw InputError(fmt::format(
+        "{}: model.gemm = \"cublaslt\" runs the Linear layers through cuBLASLt and needs a CUDA device, but "
+        "this run computes on the host (train.device = \"{}\"); use model.gemm = \"cublas\" (the default) on "
+        "the host", config.source_name, name_of(config.train.device)));
   return context;
 }
 }  // namespace

@@ -17,6 +17,7 @@
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/crc32.cuh"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/lt_linear.cuh"
 #include "kernels/cuda/vector_reduce.cuh"
 
 namespace shardtrain {
@@ -202,9 +203,10 @@ struct CudaBackend::Impl {
   CudaVectorOps<f16> f16_ops;
   CudaVectorOps<bf16> bf16_ops;
   NoDoubleOps f64;
+  std::unique_ptr<cuda::LtContext> lt;  // model.gemm = "cublaslt" only
 };
 
-CudaBackend::CudaBackend(CollectiveStream& comm) : m_comm(comm), m_device(comm.device()) {
+CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm) : m_comm(comm), m_device(comm.device()) {
   // The communicator made the device current for this thread.
   SHARDTRAIN_CUDA_CHECK(cudaSetDevice(m_device));
   cudaDeviceProp prop{};
@@ -216,7 +218,12 @@ CudaBackend::CudaBackend(CollectiveStream& comm) : m_comm(comm), m_device(comm.d
     SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_cublas));
     SHARDTRAIN_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
     m_impl = std::make_unique<Impl>(m_stream, m_comm);
+    if (gemm == GemmImpl::Cublaslt) {
+      m_impl->lt = std::make_unique<cuda::LtContext>();
+      m_description += "; Linear layers through cuBLASLt (model.gemm = \"cublaslt\")";
+    }
   } catch (...) {
+    m_impl.reset();                                    // before the stream its memory orders against
     if (m_cublas) cublasDestroy(m_cublas);             // already failing: the first error is the one reported
     if (m_stream) SHARDTRAIN_CUDA_WARN(cudaStreamDestroy(m_stream));
     throw;
@@ -232,6 +239,8 @@ CudaBackend::~CudaBackend() {
 }
 
 MemorySpace* CudaBackend::memory() { return &m_impl->memory; }
+
+cuda::LtContext* CudaBackend::lt() const { return m_impl->lt.get(); }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;

@@ -9,7 +9,13 @@
 // comm stream wait for the compute stream (CollectiveStream::wait_for_stream),
 // compute_after_collectives() the other way round (make_stream_wait); neither
 // blocks the host. Handles: one cuBLAS handle bound to the compute stream
-// (tensor-core GEMMs with fp32 accumulation, kernels/cuda/gemm.cuh).
+// (tensor-core GEMMs with fp32 accumulation, kernels/cuda/gemm.cuh), and with
+// model.gemm = "cublaslt" one cuda::LtContext (kernels/cuda/lt_linear.cuh: the
+// cuBLASLt handle, its 32 MiB workspace and algorithm cache) that every model's
+// op table on this device runs its Linear layers through (lt() is nullptr with
+// the default "cublas"). The GEMM choice lives here, not in ModelOpsLimits,
+// because it is the device's, for every model type alike, and its workspace and
+// cache are shared by every op table the run makes on the device.
 // Memory: cudaMalloc'd, tracked like host memory (TrackedBuffer with memory()),
 // zeroed by a cudaMemsetAsync on the compute stream that the comm stream is
 // then made to wait for (device-side): both streams see the zeros before any
@@ -26,12 +32,17 @@
 
 #include "backend/cuda/collective_stream.hpp"
 #include "backend/model_ops.hpp"
+#include "core/run_choices.hpp"
 
 namespace shardtrain {
 
+namespace cuda {
+class LtContext;
+}
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(CollectiveStream& comm);
+  explicit CudaBackend(CollectiveStream& comm, GemmImpl gemm = GemmImpl::Cublas);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -49,6 +60,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return m_stream; }
   cublasHandle_t cublas() const { return m_cublas; }
   int device() const { return m_device; }
+  // The cuBLASLt context for the Linear layers (model.gemm = "cublaslt"), or nullptr.
+  cuda::LtContext* lt() const;
 
  protected:
   VectorOps<float>& ops_for(float*) override;

@@ -2,7 +2,9 @@
 // kernels/cuda: every op on the backend's compute stream and cuBLAS handle, with
 // one device scratch buffer sized for the largest op (attention, LayerNorm and
 // embedding backward) at the model's limits, and device copies of the token
-// ids. The CNN's convolutions run through cuDNN: one CudnnConv2d per distinct
+// ids. The Linear layers run through cuBLAS (kernels/cuda/linear.cuh), or through
+// the backend's cuBLASLt context when it has one (model.gemm = "cublaslt",
+// kernels/cuda/lt_linear.cuh). The CNN's convolutions run through cuDNN: one CudnnConv2d per distinct
 // shape (batch included), made on first use with its own Workspace buffer, all
 // on one cuDNN handle of this object.
 // Host arrays the kernels need (token ids and targets, sequence lengths) go
@@ -36,6 +38,7 @@
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/lt_linear.cuh"  // model.gemm = "cublaslt"
 #include "kernels/cuda/relu.cuh"
 #include "kernels/cuda/tanh.cuh"  // the BERT pooler
 #include "kernels/cuda/seq_pool.cuh"  // encoder classifier ops
@@ -107,7 +110,7 @@ class CudaModelOps {
 
  public:
   CudaModelOps(CudaBackend& backend, const ModelOpsLimits& l, MemoryTracker& memory)
-      : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_limits(l), m_memory(memory) {
+      : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_lt(backend.lt()), m_limits(l), m_memory(memory) {
     const std::int64_t rows = l.max_batch * l.seq_len;
     const cuda::AttentionShape att{l.max_batch, l.seq_len, l.channels, l.n_head};
     // Fused attention: cuDNN's graphs for the largest micro-batch are built now, and
@@ -203,10 +206,15 @@ class CudaModelOps {
   }
   void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k, std::int64_t m,
                       bool accumulate) {
+    if (m_lt != nullptr)
+      return cuda::lt_linear_forward(*m_lt, m_cublas, m_stream, dev(x), dev(w), dev(b), dev(y), n, k, m, accumulate);
     cuda::linear_forward(m_cublas, m_stream, dev(x), dev(w), dev(b), dev(y), n, k, m, accumulate);
   }
   void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k,
                        std::int64_t m, bool accumulate) {
+    if (m_lt != nullptr)
+      return cuda::lt_linear_backward(*m_lt, m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), n,
+                                      k, m, accumulate);
     cuda::linear_backward(m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), n, k, m,
                           accumulate);
   }
@@ -421,6 +429,7 @@ class CudaModelOps {
   CudaBackend& m_backend;
   cudaStream_t m_stream;
   cublasHandle_t m_cublas;
+  cuda::LtContext* m_lt;  // the backend's cuBLASLt Linear (model.gemm = "cublaslt"), or nullptr: cuBLAS
   ModelOpsLimits m_limits;
   TrackedBuffer<unsigned char> m_scratch;  // Workspace: the largest op's scratch
   std::size_t m_scratch_bytes = 0;

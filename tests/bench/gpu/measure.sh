@@ -46,13 +46,17 @@
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
 #                 quickstart GPT on Moby Dick); default big,qs
-#   --who LIST    for speed: which of ours,unfused,flash,eager,compile run (default all
-#                 five; unfused: ours with model.attention = "unfused", the default
+#   --who LIST    for speed: which of ours,unfused,flash,eager,compile,lt run (default all
+#                 six; unfused: ours with model.attention = "unfused", the default
 #                 before 2026-11-29, 16-bit precisions on a GPU only (in fp32 "auto"
 #                 is "unfused" already); flash: ours with
 #                 model.attention = "flash", our tiled attention, every precision on a
-#                 GPU only). ours is today's default, model.attention = "auto" (cuDNN's
-#                 fused attention in fp16 and bf16 on a GPU): the A/B's baseline
+#                 GPU only); lt: ours with model.gemm = "cublaslt" (the Linear layers
+#                 through cuBLASLt with the bias epilogues, kernels/cuda/lt_linear.cuh),
+#                 every precision, on a GPU only, run after eager and compile so that a
+#                 short budget cuts it first). ours is today's default, model.attention =
+#                 "auto" (cuDNN's fused attention in fp16 and bf16 on a GPU) and
+#                 model.gemm = "cublas": the A/B's baseline
 #   --profile     for speed: after each model and precision, one more run of ours
 #                 with the trainer's --profile (every op timed with the device
 #                 synchronised: per-op ms/step, shares, by class), its table appended
@@ -79,7 +83,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; e
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile" profile=0
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile,lt" profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
@@ -257,13 +261,14 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
            ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
   }' | tee -a "$report"
 }
-ours() {  # MODEL PREC CAP [--unfused|--flash] [--profile]
+ours() {  # MODEL PREC CAP [--unfused|--flash|--lt] [--profile]
   local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=() attn=""
   shift 3
   for a in "$@"; do
     case $a in
       --unfused) fused=(--set model.attention=unfused) name=${name}_unfused attn=" (unfused attention)" ;;
       --flash) fused=(--set model.attention=flash) name=${name}_flash attn=" (flash attention)" ;;
+      --lt) fused=(--set model.gemm=cublaslt) name=${name}_lt attn=" (cuBLASLt Linear)" ;;
       --profile) extra=(--profile) name=${name}_profile ;;
     esac
   done
@@ -281,6 +286,9 @@ ours() {  # MODEL PREC CAP [--unfused|--flash] [--profile]
   if (( rc != 0 )); then
     row "$name" ours "$prec" "$model" "$(what "$rc" "$secs")" - - -
     fail "$name: $(what "$rc" "$secs"): $(why "$log")"; return
+  fi
+  if [[ $name == *_lt* ]] && ! grep -q 'Linear layers through cuBLASLt' "$log"; then
+    fail "$name: the banner does not say the Linear layers ran through cuBLASLt ($log)"; return
   fi
   if (( ${#extra[@]} )); then  # the profile run: its table, not a speed row
     note ""
@@ -359,6 +367,12 @@ verdict_big_bf16() {
     [[ -n $e ]] && note "- 124M bf16, flash attention: ours/eager tokens/s = $(awk -v l="$l" -v e="$e" 'BEGIN { printf "%.3f", e / l }')"
     [[ -n $c ]] && note "- 124M bf16, flash attention: ours/torch.compile tokens/s = $(awk -v l="$l" -v c="$c" 'BEGIN { printf "%.3f", c / l }')"
   fi
+  local g=${ms_of[ours_big_bf16_lt]:-}
+  if [[ -n $g ]]; then  # model.gemm = "cublaslt": the A/B against today's default (cublas), same call
+    note "- 124M bf16, cuBLASLt Linear: tokens/s against today's default (model.gemm = cublas) = $(awk -v g="$g" -v o="$o" 'BEGIN { printf "%.3f", o / g }')"
+    [[ -n $e ]] && note "- 124M bf16, cuBLASLt Linear: ours/eager tokens/s = $(awk -v g="$g" -v e="$e" 'BEGIN { printf "%.3f", e / g }')"
+    [[ -n $c ]] && note "- 124M bf16, cuBLASLt Linear: ours/torch.compile tokens/s = $(awk -v g="$g" -v c="$c" 'BEGIN { printf "%.3f", c / g }')"
+  fi
 }
 
 # Two device runs of the same config (the timed run and its --profile run: the
@@ -404,14 +418,18 @@ if has "$parts" speed; then
       has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --flash
       has "$who" eager && torch_run "$model" "$prec" eager 60
       [[ $smoke == 0 ]] && has "$who" compile && torch_run "$model" "$prec" compile 150
+      # lt: model.gemm = "cublaslt" (cuBLASLt Linear with epilogues), every precision, on a GPU
+      has "$who" lt && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --lt
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
       if (( profile )); then
         ours "$model" "$prec" 60 --profile
         has "$who" unfused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --unfused --profile
         has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --flash --profile
+        has "$who" lt && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --lt --profile
         repeat_check "$model" "$prec"
         repeat_check "$model" "$prec" _unfused
         repeat_check "$model" "$prec" _flash
+        repeat_check "$model" "$prec" _lt
       fi
     done
   done

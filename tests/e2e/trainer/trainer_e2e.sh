@@ -319,6 +319,8 @@ case "${1:-}" in
         printf '\n[precision]\nmode = "bf16"\n' >> "$input" ;;
       flash_on_host)  # our tiled CUDA attention asked for where the run computes on the host (fp32)
         sed -i 's/^seq_len = 16/seq_len = 16\nattention = "flash"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input" ;;
+      gemm_lt_on_host)  # cuBLASLt's Linear asked for where the run computes on the host
+        sed -i 's/^seq_len = 16/seq_len = 16\ngemm = "cublaslt"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)
