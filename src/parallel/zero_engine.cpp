@@ -56,6 +56,18 @@ std::vector<std::pair<int, int>> zero_plan_buckets(const ParamLayout& layout, do
   return spans;
 }
 
+std::vector<std::size_t> zero_bucket_counts(const ParamLayout& layout, int first, int last, int world) {
+  SHARDTRAIN_CHECK(layout.world_size() == world, "layout padded for another world size");
+  SHARDTRAIN_CHECK(0 <= first && first <= last && last < layout.num_groups(), "bucket outside the layout's groups");
+  const std::int64_t b_lo = layout.group_range(first).first, b_hi = layout.group_range(last).second;
+  std::vector<std::size_t> counts;
+  for (int r = 0; r < world; ++r) {
+    const auto [lo, hi] = layout.shard_range(r);
+    counts.push_back(static_cast<std::size_t>(std::max<std::int64_t>(0, std::min(b_hi, hi) - std::max(b_lo, lo))));
+  }
+  return counts;
+}
+
 std::int64_t zero_bucket_elems(const ParamLayout& layout, int stage, double bucket_mb,
                                std::size_t elem_bytes) {
   if (stage < 2) return 0;
@@ -89,13 +101,9 @@ ZeroEngine<P>::ZeroEngine(ModelState<P>& state, const Options& options, Communic
     sp.last = last;
     sp.lo = layout.group_range(first).first;
     sp.hi = layout.group_range(last).second;
+    sp.counts = zero_bucket_counts(layout, first, last, comm.size());
     std::int64_t displ = 0;
-    for (int r = 0; r < comm.size(); ++r) {
-      const auto [lo, hi] = layout.shard_range(r);
-      const std::int64_t c = std::max<std::int64_t>(0, std::min(sp.hi, hi) - std::max(sp.lo, lo));
-      sp.counts.push_back(static_cast<std::size_t>(c));
-      if (r < comm.rank()) displ += c;
-    }
+    for (int r = 0; r < comm.rank(); ++r) displ += static_cast<std::int64_t>(sp.counts[static_cast<std::size_t>(r)]);
     sp.own_displ = displ;
     for (int g = first; g <= last; ++g) m_span_of_group[g] = static_cast<int>(m_spans.size());
     m_spans.push_back(std::move(sp));

@@ -50,6 +50,13 @@ namespace shardtrain {
 // in layout order.
 std::vector<std::pair<int, int>> zero_plan_buckets(const ParamLayout& layout, double bucket_mb,
                                                    std::size_t elem_bytes);
+// Elements of bucket [first, last] (groups) in each rank's shard of `layout`
+// (finalized for `world` ranks), in rank order: the per-rank counts of the
+// bucket's variable-block reduce-scatter and all-gather. Rank r receives
+// counts[r] elements; a bucket wholly inside rank 0's shard (the embedding, say)
+// gives {size, 0, ...}. ZeroEngine and the collective-scratch probe
+// (rundir/process_memory.hpp) both use it.
+std::vector<std::size_t> zero_bucket_counts(const ParamLayout& layout, int first, int last, int world);
 // Elements of the bucket pools (gradient staging + parameter gather), for the memory plan.
 std::int64_t zero_bucket_elems(const ParamLayout& layout, int stage, double bucket_mb,
                                std::size_t elem_bytes);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <tuple>
@@ -58,6 +59,112 @@ TEST(ZeroEngineBuckets, CoalescesConsecutiveGroupsUpToBucketSize) {
   EXPECT_EQ(zero_bucket_elems(layout, 3, 0, 4), 2 * (37 + 29 + 29));
   EXPECT_EQ(zero_bucket_elems(layout, 2, mib_of(63), 4), 63 + 32);
   EXPECT_EQ(zero_bucket_elems(layout, 3, 1.0, 4), 2 * 95);
+}
+
+// A GPT-like layout: group 0 (the embedding, 10 elements) then 12 blocks of 7;
+// 94 elements, which 3 and 4 do not divide; at 1-4 ranks group 0 lies wholly in
+// rank 0's shard.
+ParamLayout embedding_layout(int world) {
+  ParamLayout layout(1);
+  layout.add("wte", {10}, true, 0);
+  for (int g = 1; g <= 12; ++g) layout.add("block" + std::to_string(g), {7}, true, g);
+  layout.finalize(world);
+  return layout;
+}
+
+// The counts of bucket [first, last] by brute force: the owner of every element.
+std::vector<std::size_t> owners_count(const ParamLayout& layout, int first, int last) {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(layout.world_size()), 0);
+  for (std::int64_t i = layout.group_range(first).first; i < layout.group_range(last).second; ++i)
+    for (int r = 0; r < layout.world_size(); ++r)
+      if (layout.shard_range(r).first <= i && i < layout.shard_range(r).second) ++counts[static_cast<std::size_t>(r)];
+  return counts;
+}
+
+// Passes every call to an MpiCommunicator and records the counts of each
+// variable-block collective ZeroEngine starts.
+class CountsComm final : public Communicator {
+ public:
+  explicit CountsComm(Communicator& inner) : m_in(inner) {}
+  std::vector<std::vector<std::size_t>> reduce_scatters, all_gathers;
+  int rank() const override { return m_in.rank(); }
+  int size() const override { return m_in.size(); }
+  void all_reduce(void* b, std::size_t n, DType t, ReduceOp op) override { m_in.all_reduce(b, n, t, op); }
+  void broadcast(void* b, std::size_t n, DType t, int root) override { m_in.broadcast(b, n, t, root); }
+  void barrier() override { m_in.barrier(); }
+  void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op) override {
+    m_in.reduce_scatter(s, r, n, t, op);
+  }
+  void all_gather(const void* s, void* r, std::size_t n, DType t) override { m_in.all_gather(s, r, n, t); }
+  RequestPtr iall_reduce(void* b, std::size_t n, DType t, ReduceOp op) override { return m_in.iall_reduce(b, n, t, op); }
+  RequestPtr ireduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op) override {
+    return m_in.ireduce_scatter(s, r, n, t, op);
+  }
+  RequestPtr iall_gather(const void* s, void* r, std::size_t n, DType t) override { return m_in.iall_gather(s, r, n, t); }
+  RequestPtr ireduce_scatter_v(const void* s, void* r, std::span<const std::size_t> counts, DType t,
+                               ReduceOp op) override {
+    reduce_scatters.emplace_back(counts.begin(), counts.end());
+    return m_in.ireduce_scatter_v(s, r, counts, t, op);
+  }
+  RequestPtr iall_gather_v(const void* s, void* r, std::span<const std::size_t> counts, DType t) override {
+    all_gathers.emplace_back(counts.begin(), counts.end());
+    return m_in.iall_gather_v(s, r, counts, t);
+  }
+
+ private:
+  Communicator& m_in;
+};
+
+// zero_bucket_counts against the owners of every element and against the
+// counts ZeroEngine hands its collectives (one backward pass, last bucket
+// first; stage 3 also gathers each bucket once), at every bucket size.
+TEST(ZeroEngineBuckets, CountsAreTheEnginesPerRankCounts) {
+  MpiCommunicator mpi(MPI_COMM_WORLD);
+  const int n = mpi.size();
+  for (const bool embedding : {false, true}) {
+    const ParamLayout layout = embedding ? embedding_layout(n) : odd_layout(n);
+    if (embedding) {  // the embedding bucket is rank 0's alone
+      std::vector<std::size_t> want(static_cast<std::size_t>(n), 0);
+      want[0] = 10;
+      EXPECT_EQ(zero_bucket_counts(layout, 0, 0, n), want);
+    }
+    for (const double bucket_mb : {0.0, mib_of(20), 1.0})
+      for (const int stage : {2, 3}) {
+        SCOPED_TRACE(std::string(embedding ? "embedding" : "odd") + " layout, stage " + std::to_string(stage) +
+                     ", bucket_mb " + std::to_string(bucket_mb));
+        const auto spans = zero_plan_buckets(layout, bucket_mb, sizeof(float));
+        std::vector<std::vector<std::size_t>> want;  // in the engine's order: last bucket first
+        for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+          const auto counts = zero_bucket_counts(layout, it->first, it->second, n);
+          EXPECT_EQ(counts, owners_count(layout, it->first, it->second));
+          want.push_back(counts);
+        }
+        CountsComm comm(mpi);
+        MemoryTracker memory;
+        ModelState<float> state(layout, stage, comm.rank(), memory);
+        {
+          ZeroEngine<float> engine(state, ZeroEngine<float>::Options{true, bucket_mb}, comm, memory);
+          engine.begin_step();
+          for (int g = layout.num_groups() - 1; g >= 0; --g) {
+            if (stage == 3) {
+              engine.acquire_params(g);
+              engine.release_params(g);
+            }
+            engine.acquire_grads(g);
+            engine.grads_ready(g);
+          }
+          engine.finish_gradients();
+        }
+        EXPECT_EQ(comm.reduce_scatters, want);
+        if (stage == 3) {
+          auto gathered = comm.all_gathers;
+          std::sort(gathered.begin(), gathered.end());
+          auto all = want;
+          std::sort(all.begin(), all.end());
+          EXPECT_EQ(gathered, all) << "each bucket gathered once";
+        }
+      }
+  }
 }
 
 // Stored values as P holds them (exact for float; rounded for f16/bf16).
