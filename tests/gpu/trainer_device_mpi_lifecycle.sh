@@ -14,8 +14,9 @@
 # Without a device the trainer stops at bring-up (exit 1) and this script fails.
 # Environment (CTest): TRAINER, TRAINER_DATA, INPUT, TEXT, WORK, MPIEXEC, NPFLAG.
 set -uo pipefail
-die() { echo "FAIL: $*" >&2; exit 1; }
-rm -rf "$WORK" && mkdir -p "$WORK"
+rm -rf "$WORK"
+# shellcheck source=../e2e/trainer/e2e_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/trainer/e2e_lib.sh"  # die, check_resumed
 data=$WORK/tiny.h5
 "$TRAINER_DATA" text "$TEXT" "$data" --val-fraction 0.1 > /dev/null || die "trainer-data failed"
 shared=(--set parallel.device_collectives=mpi --set parallel.share_device=true)
@@ -32,7 +33,7 @@ run() {  # NP NAME DEVICE extra-args: must exit 0
   timeout 300 "${cmd[@]}" "$@" >> "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; die "$name failed"; }
   [[ $device != cuda ]] || grep -q '^compute: CUDA device' "$WORK/$name.log" || die "$name did not run on a CUDA device"
 }
-compare() {  # A B TOL: every step's loss (column 2) and gradient norm (column 5), 20 rows
+compare_rows() {  # A B TOL: every step's loss (column 2) and gradient norm (column 5), 20 rows
   local col
   for col in 2 5; do
     paste -d, <(awk -F, -v c=$col 'NR > 1 { print $c }' "$WORK/$1/metrics.csv") \
@@ -41,10 +42,6 @@ compare() {  # A B TOL: every step's loss (column 2) and gradient norm (column 5
         END { printf "column %d: max relative difference %.3g (tolerance %g), %d rows\n", col, worst, tol, NR; exit worst > tol || NR != 20 }' ||
       die "$1 and $2 differ (metrics.csv column $col)"
   done
-}
-resumed_at() {  # NAME STEP
-  grep -q "^resumed from $WORK/$1/checkpoints/step_$(printf %08d "$2").h5: step $2," "$WORK/$1.log" ||
-    { cat "$WORK/$1.log"; die "$1 did not resume from step $2"; }
 }
 
 # --- crossing ---------------------------------------------------------------------------
@@ -57,14 +54,14 @@ cp -r "$WORK/cuda_x" "$WORK/cuda_to_cuda3"
 cp -r "$WORK/cuda_x" "$WORK/cuda_to_cpu2"
 cp -r "$WORK/cpu_x" "$WORK/cpu_to_cuda3"
 run 3 cuda_to_cuda3 cuda --set train.steps=20
-resumed_at cuda_to_cuda3 10
-compare cuda_to_cuda3 cuda_np3 1e-5
+check_resumed "$WORK/cuda_to_cuda3.log" "$WORK/cuda_to_cuda3" 10 20
+compare_rows cuda_to_cuda3 cuda_np3 1e-5
 run 2 cuda_to_cpu2 cpu --set train.steps=20
-resumed_at cuda_to_cpu2 10
-compare cuda_to_cpu2 cpu_np2 1e-5
+check_resumed "$WORK/cuda_to_cpu2.log" "$WORK/cuda_to_cpu2" 10 20
+compare_rows cuda_to_cpu2 cpu_np2 1e-5
 run 3 cpu_to_cuda3 cuda --set train.steps=20
-resumed_at cpu_to_cuda3 10
-compare cpu_to_cuda3 cuda_np3 1e-5
+check_resumed "$WORK/cpu_to_cuda3.log" "$WORK/cpu_to_cuda3" 10 20
+compare_rows cpu_to_cuda3 cuda_np3 1e-5
 echo "ok: checkpoints crossed 2 device ranks -> 3 device ranks, 2 device -> 2 host, 2 host -> 3 device"
 
 # --- the stop signal on the device --------------------------------------------------------
@@ -87,7 +84,7 @@ wait "$job"; rc=$?
 stop=$(sed -n 's/^stopping after step \([0-9]*\) of .*/\1/p' "$WORK/sig.log")
 [[ -n $stop && $stop -lt $steps ]] || { cat "$WORK/sig.log"; die "no 'stopping after step' line before step $steps"; }
 run 2 sig cuda --set train.steps=$steps --set checkpoint.every_steps=0
-resumed_at sig "$stop"
+check_resumed "$WORK/sig.log" "$WORK/sig" "$stop" "$steps"
 cmp <(cut -d, -f1,2,5 "$WORK/sig_straight/metrics.csv") <(cut -d, -f1,2,5 "$WORK/sig/metrics.csv") ||
   die "the resumed device run's metrics differ from the straight run's"
 echo "ok: SIGUSR1 stopped the device run after step $stop (exit 75); resumed, bitwise the straight run ($steps steps)"
