@@ -133,13 +133,10 @@ double rel_l2_lse(const std::vector<float>& got, const std::vector<double>& want
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-TYPED_TEST(FlashAttention, MatchesHost) {
-  using D = TypeParam;
+// Against the host at the given shapes (seeds from `seed` on).
+template <class D>
+void expect_matches_host(cudaStream_t stream, const std::vector<AttentionShape>& shapes, unsigned seed) {
   using H = typename Host<D>::type;
-  const AttentionShape shapes[] = {{2, 37, 24, 3, true},  {1, 70, 32, 2, true},   {2, 1, 64, 1, true},
-                                   {1, 100, 384, 3, true}, {2, 65, 40, 2, true},  {2, 37, 24, 3, false},
-                                   {1, 100, 128, 2, false}, {2, 1024, 768, 12, true}};
-  unsigned seed = 7;
   for (const AttentionShape& s : shapes) {
     const std::int64_t nb = s.batch, nt = s.seq_len, nc = s.channels;
     const auto qkv = random_values<H>(nz(nb * nt * 3 * nc), seed++, -2.0f, 2.0f);
@@ -148,7 +145,7 @@ TYPED_TEST(FlashAttention, MatchesHost) {
     std::vector<float> lse_got;
     host_attention(s, qkv, dout, out_want, dqkv_want);
     const cuda::AttentionShape cs{nb, nt, nc, s.n_head, s.causal};
-    device_attention<D>(this->m_stream, cs, qkv, dout, out_got, lse_got, dqkv_got);
+    device_attention<D>(stream, cs, qkv, dout, out_got, lse_got, dqkv_got);
     const std::string tag = " B " + std::to_string(nb) + " T " + std::to_string(nt) + " C " + std::to_string(nc) +
                             " H " + std::to_string(s.n_head) + (s.causal ? " causal" : " bidirectional");
     EXPECT_REL(out_got, out_want, Host<D>::attention_tol, "flash out" + tag);
@@ -159,6 +156,25 @@ TYPED_TEST(FlashAttention, MatchesHost) {
       EXPECT_LE(e, 1e-5) << "flash lse" << tag;
     }
   }
+}
+
+TYPED_TEST(FlashAttention, MatchesHost) {
+  expect_matches_host<TypeParam>(this->m_stream,
+                                 {{2, 37, 24, 3, true},
+                                  {1, 70, 32, 2, true},
+                                  {2, 1, 64, 1, true},
+                                  {1, 100, 384, 3, true},
+                                  {2, 65, 40, 2, true},
+                                  {2, 37, 24, 3, false},
+                                  {1, 100, 128, 2, false}},
+                                 7);
+}
+
+// GPT-2's attention shape (T 1024, 12 heads of 64); its own case so that
+// on-device.sh's sanitizer phase (GTEST_FILTER=-*Gpt2Size*) leaves it out: racecheck
+// ran past 90 s on it (2026-11-29, H200).
+TYPED_TEST(FlashAttention, MatchesHostAtGpt2Size) {
+  expect_matches_host<TypeParam>(this->m_stream, {{2, 1024, 768, 12, true}}, 21);
 }
 
 // Planted error: the device without the causal mask against the causal host
@@ -179,7 +195,7 @@ TYPED_TEST(FlashAttention, PlantedMaskErrorIsCaught) {
 }
 
 // Two runs at GPT-2 size, bitwise identical (no atomics: fixed summation orders).
-TYPED_TEST(FlashAttention, BitwiseRepeatableAtT1024) {
+TYPED_TEST(FlashAttention, BitwiseRepeatableAtGpt2Size) {
   using D = TypeParam;
   const std::int64_t nb = 4, nt = 1024, nc = 768, nh = 12;
   const cuda::AttentionShape cs{nb, nt, nc, nh, true};
