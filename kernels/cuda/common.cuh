@@ -31,6 +31,18 @@ __host__ __device__ inline __half store_as<__half>(float x) { return __float2hal
 template <>
 __host__ __device__ inline __nv_bfloat16 store_as<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// 16-byte packs: kPack<T> values of T loaded or stored by one 128-bit access
+// (8 bf16 / f16, 4 float). The memory-bound ops (GELU, LayerNorm, cross-entropy)
+// take a pack path where their pointers are 16-byte aligned and a scalar path
+// for the rest; the math per element is the same on both.
+template <class T>
+inline constexpr int kPack = static_cast<int>(16 / sizeof(T));
+template <class T>
+struct alignas(16) Pack {
+  T v[kPack<T>];
+};
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
 // Blocks of `threads` covering n elements (at least one block). Throws when
 // that exceeds gridDim.x's limit of 2^31 - 1 blocks: the cast to unsigned
 // would otherwise wrap past 2^32 blocks and silently leave elements out.

@@ -4,7 +4,8 @@
 // evaluated as the host does, y = x s with s = 1 / (1 + exp(-2u)); backward
 // dx = dy (s + 2 x s (1 - s) u') with x clamped to [-12, 12] first (where s is
 // exactly 0 or 1 in fp32). forward OVERWRITES y (y may alias x); backward
-// OVERWRITES dx (dx may alias dy). One thread per element, fp32 math, rounded once.
+// OVERWRITES dx (dx may alias dy). One thread per element, or per 16-byte pack where
+// the pointers are aligned (the same math), fp32 math, rounded once.
 // gelu_erf_*: the exact erf form (kernels/gelu.hpp's gelu_erf_*, BERT's "gelu"),
 // erff / expf in fp32, the same aliasing rules.
 #pragma once

@@ -1,11 +1,13 @@
 // CUDA LayerNorm (see layernorm.cuh for the contract).
 // Invariants: one warp per row for the row statistics and dx (lanes stride the
-// channels, the 32 partial sums are combined by a fixed xor-shuffle tree, so
-// results do not depend on scheduling); dw/db partial sums per (row chunk,
+// channels, or 16-byte packs of them where c is a whole number of packs and the
+// pointers are aligned; the 32 partial sums are combined by a fixed xor-shuffle
+// tree, so results do not depend on scheduling); dw/db partial sums per (row chunk,
 // channel) land in a workspace and are summed over chunks in chunk order. Every
 // output element is rounded to T once.
 #include "kernels/cuda/layernorm.cuh"
 
+#include <initializer_list>
 #include <string>
 
 #include "core/error.hpp"
@@ -79,6 +81,103 @@ __global__ void layernorm_backward_input_kernel(const T* __restrict__ x, const T
   }
 }
 
+// The same two kernels over 16-byte packs (c a whole number of packs, every
+// pointer aligned): lane l takes packs l, l + 32, ... of the row; the row sums are
+// combined by the same xor-shuffle tree.
+template <class T>
+__global__ void layernorm_forward_pack_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                              const T* __restrict__ b, T* __restrict__ y,
+                                              T* __restrict__ mean, T* __restrict__ rstd, float eps,
+                                              std::int64_t n, std::int64_t c) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= n) return;  // whole warp leaves together
+  const std::int64_t packs = c / kPack<T>;
+  const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * c);
+  const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(w);
+  const Pack<T>* bp = reinterpret_cast<const Pack<T>*>(b);
+  float s = 0.0f;
+  for (std::int64_t p = lane; p < packs; p += 32) {
+    const Pack<T> a = xr[p];
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) s += load_f32(a.v[k]);
+  }
+  const float mu = warp_sum(s) / static_cast<float>(c);
+  float sq = 0.0f;
+  for (std::int64_t p = lane; p < packs; p += 32) {
+    const Pack<T> a = xr[p];
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) {
+      const float d = load_f32(a.v[k]) - mu;
+      sq += d * d;
+    }
+  }
+  const float var = warp_sum(sq) / static_cast<float>(c);
+  const float rs = 1.0f / sqrtf(var + eps);
+  Pack<T>* yr = reinterpret_cast<Pack<T>*>(y + row * c);
+  for (std::int64_t p = lane; p < packs; p += 32) {
+    const Pack<T> a = xr[p], wv = wp[p], bv = bp[p];
+    Pack<T> r;
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k)
+      r.v[k] = store_as<T>((load_f32(a.v[k]) - mu) * rs * load_f32(wv.v[k]) + load_f32(bv.v[k]));
+    yr[p] = r;
+  }
+  if (lane == 0) {
+    mean[row] = store_as<T>(mu);
+    rstd[row] = store_as<T>(rs);
+  }
+}
+
+template <class T>
+__global__ void layernorm_backward_input_pack_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                     const T* __restrict__ mean,
+                                                     const T* __restrict__ rstd,
+                                                     const T* __restrict__ dy, T* __restrict__ dx,
+                                                     std::int64_t n, std::int64_t c) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= n) return;
+  const std::int64_t packs = c / kPack<T>;
+  const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * c);
+  const Pack<T>* dyr = reinterpret_cast<const Pack<T>*>(dy + row * c);
+  const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(w);
+  const float mu = load_f32(mean[row]), rs = load_f32(rstd[row]);
+  float sg = 0.0f, sgx = 0.0f;
+  for (std::int64_t p = lane; p < packs; p += 32) {
+    const Pack<T> a = xr[p], g = dyr[p], wv = wp[p];
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) {
+      const float gk = load_f32(g.v[k]) * load_f32(wv.v[k]);
+      sg += gk;
+      sgx += gk * (load_f32(a.v[k]) - mu);
+    }
+  }
+  const float mean_g = warp_sum(sg) / static_cast<float>(c);
+  const float mean_gx = rs * warp_sum(sgx) / static_cast<float>(c);
+  Pack<T>* dxr = reinterpret_cast<Pack<T>*>(dx + row * c);
+  for (std::int64_t p = lane; p < packs; p += 32) {
+    const Pack<T> a = xr[p], g = dyr[p], wv = wp[p], d0 = dxr[p];
+    Pack<T> r;
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) {
+      const float gk = load_f32(g.v[k]) * load_f32(wv.v[k]);
+      const float xhat = (load_f32(a.v[k]) - mu) * rs;
+      r.v[k] = store_as<T>(load_f32(d0.v[k]) + rs * (gk - mean_g - xhat * mean_gx));
+    }
+    dxr[p] = r;
+  }
+}
+
+// Rows of c values start 16-byte aligned when every base is and c is a whole number of packs.
+template <class T>
+bool rows_packed(std::int64_t c, std::initializer_list<const void*> pointers) {
+  if (c % kPack<T> != 0) return false;
+  for (const void* p : pointers)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
 // Pass 1, grid (ceil(c / kParamThreads), chunks): thread (j, chunk) sums
 // dy * xhat and dy over the chunk's rows in order.
 template <class T>
@@ -92,6 +191,7 @@ __global__ void layernorm_backward_params_partial_kernel(
   const std::int64_t r0 = chunk * kRowChunk;
   const std::int64_t r1 = (n - r0) < kRowChunk ? n : r0 + kRowChunk;
   float aw = 0.0f, ab = 0.0f;
+#pragma unroll 8
   for (std::int64_t i = r0; i < r1; ++i) {
     const float d = load_f32(dy[i * c + j]);
     aw += d * ((load_f32(x[i * c + j]) - load_f32(mean[i])) * load_f32(rstd[i]));
@@ -132,8 +232,12 @@ void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rst
                        std::int64_t n, std::int64_t c, cudaStream_t stream) {
   SHARDTRAIN_CHECK(c > 0 || n == 0, "cuda::layernorm_forward: zero channels");
   if (n <= 0) return;
-  layernorm_forward_kernel<T><<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
-      x, w, b, y, mean, rstd, eps, n, c);
+  if (rows_packed<T>(c, {x, w, b, y}))
+    layernorm_forward_pack_kernel<T><<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
+        x, w, b, y, mean, rstd, eps, n, c);
+  else
+    layernorm_forward_kernel<T><<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
+        x, w, b, y, mean, rstd, eps, n, c);
   check_launch("LayerNorm::forward");
 }
 
@@ -148,9 +252,12 @@ void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, co
                        " bytes, needs " + std::to_string(need));
   const std::int64_t chunks = row_chunks(n);  // grid.y of the partial-sum pass
   SHARDTRAIN_CHECK(chunks <= 65535, "cuda::layernorm_backward: more than 65535 * 256 rows");
-  layernorm_backward_input_kernel<T>
-      <<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(x, w, mean, rstd, dy, dx,
-                                                                         n, c);
+  if (rows_packed<T>(c, {x, w, dy, dx}))
+    layernorm_backward_input_pack_kernel<T>
+        <<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(x, w, mean, rstd, dy, dx, n, c);
+  else
+    layernorm_backward_input_kernel<T>
+        <<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(x, w, mean, rstd, dy, dx, n, c);
   check_launch("LayerNorm::backward_input");
   float* part_w = static_cast<float*>(workspace);
   float* part_b = part_w + chunks * c;

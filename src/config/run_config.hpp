@@ -30,7 +30,7 @@ struct ModelConfig {
   double init_std = 0.02;
   double layernorm_eps = 1e-5;
   AttentionImpl attention = AttentionImpl::Auto;  // gpt: auto, unfused, fused (cuDNN flash attention, CUDA) or flash (ours, CUDA)
-  GemmImpl gemm = GemmImpl::Cublas;  // every type: the device's Linear (cublas, or cublaslt: CUDA only)
+  GemmImpl gemm = GemmImpl::Auto;  // every type: the device's Linear (auto = cublaslt on CUDA, cublas, or cublaslt: CUDA only)
   Pooling pooling = Pooling::Cls;  // encoder_classifier
   EncoderLayout layout = EncoderLayout::PreLn;  // encoder_classifier
   int max_positions = 0;  // encoder_classifier: rows of the position table; 0: seq_len

@@ -139,14 +139,15 @@ constexpr KeySpec k_schema[] = {
             "host has its own per-head attention, `\"unfused\"`). Correct on an H200 but slow (SIMT fp32 "
             "without tensor cores: 284 ms a 124M bf16 step), so `\"auto\"` never picks it (gpu.md)."},
     {SHARDTRAIN_CONFIG_KEY(model, gemm), .choices = k_gemm_names,
-     .doc = "How a CUDA device runs the Linear layers (every model type). `\"cublas\"` (the default, validated "
-            "on an H200): `cublasGemmEx` with the default algorithm and no workspace, the bias added by a "
-            "separate pass and its gradient by a column-sum kernel. `\"cublaslt\"`: cuBLASLt "
-            "(kernels/cuda/lt_linear.cuh): the bias added by the matmul's epilogue and its gradient written by "
-            "the dW matmul's epilogue, each algorithm chosen once per shape by cuBLASLt's heuristic with a 32 "
-            "MiB workspace and cached, split-K refused so two runs are bitwise equal; a shape cuBLASLt has no "
-            "algorithm for runs the `\"cublas\"` path. Needs a CUDA device (refused on the host, exit 2: the "
-            "host has its own GEMMs). Not yet run on a device (gpu.md, \"cuBLASLt Linear\")."},
+     .doc = "How a CUDA device runs the Linear layers (every model type). `\"auto\"` (the default): "
+            "`\"cublaslt\"` where the run computes on a CUDA device; the host has its own GEMMs and ignores it. "
+            "`\"cublaslt\"`: cuBLASLt (kernels/cuda/lt_linear.cuh): the bias added by the matmul's epilogue and "
+            "its gradient written by the dW matmul's epilogue, each algorithm chosen once per shape by "
+            "cuBLASLt's heuristic with a 32 MiB workspace and cached, split-K refused so two runs are bitwise "
+            "equal; a shape cuBLASLt has no algorithm for runs the `\"cublas\"` path; 1.13x the 124M bf16 step "
+            "of `\"cublas\"` on an H200 (gpu.md). Needs a CUDA device (refused on the host, exit 2). "
+            "`\"cublas\"`: `cublasGemmEx` with the default algorithm and no workspace, the bias added by a "
+            "separate pass and its gradient by a column-sum kernel (the default before 2026-11-30)."},
     {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling_names, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},

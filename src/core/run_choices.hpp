@@ -34,14 +34,15 @@ constexpr std::span<const std::string_view> enum_names(AttentionImpl) { return k
 static_assert(std::size(k_attention_names) == 1 + static_cast<std::size_t>(AttentionImpl::Auto), "a name per value");
 
 // model.gemm: how a CUDA device runs the models' Linear layers: cuBLAS's
-// cublasGemmEx with a separate bias pass and column-sum kernel (the default,
-// validated on an H200), or cuBLASLt with the bias and bias-gradient epilogues
-// (kernels/cuda/lt_linear.cuh; not yet run on a device). CUDA only: "cublaslt"
-// is refused where the run computes on the host.
-enum class GemmImpl : unsigned char { Cublas, Cublaslt };
-inline constexpr std::string_view k_gemm_names[] = {"cublas", "cublaslt"};
+// cublasGemmEx with a separate bias pass and column-sum kernel, or cuBLASLt with
+// the bias and bias-gradient epilogues (kernels/cuda/lt_linear.cuh; 1.13x the
+// 124M bf16 step on an H200, 2026-11-29). "auto" (the default) is cuBLASLt on a
+// CUDA device; the host has its own GEMMs and ignores it. "cublaslt" is refused
+// where the run computes on the host.
+enum class GemmImpl : unsigned char { Cublas, Cublaslt, Auto };
+inline constexpr std::string_view k_gemm_names[] = {"cublas", "cublaslt", "auto"};
 constexpr std::span<const std::string_view> enum_names(GemmImpl) { return k_gemm_names; }
-static_assert(std::size(k_gemm_names) == 1 + static_cast<std::size_t>(GemmImpl::Cublaslt), "a name per value");
+static_assert(std::size(k_gemm_names) == 1 + static_cast<std::size_t>(GemmImpl::Auto), "a name per value");
 
 // model.pooling (encoder_classifier): the [CLS] position, or the mean over each
 // document's valid positions.

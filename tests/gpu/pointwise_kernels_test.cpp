@@ -319,7 +319,8 @@ void check_layernorm(Fixture& f, std::int64_t rows, std::int64_t channels, const
 }
 
 TYPED_TEST(PointwiseKernels, LayerNormMatchesHost) {
-  check_layernorm<TestFixture, typename TestFixture::Host>(*this, kRows, kChannels, "");
+  check_layernorm<TestFixture, typename TestFixture::Host>(*this, kRows, kChannels, " (C 96: packs)");
+  check_layernorm<TestFixture, typename TestFixture::Host>(*this, kRows, 37, " (C 37: single values)");
 }
 
 // --- GELU --------------------------------------------------------------------
@@ -348,6 +349,41 @@ void check_gelu(Fixture& f, std::int64_t n, const std::string& tag) {
 }
 
 TYPED_TEST(PointwiseKernels, GeluMatchesHost) { check_gelu<TestFixture, typename TestFixture::Host>(*this, kFlat, ""); }
+
+// The 16-byte pack path (aligned pointers, kFlat = 10007 leaves a scalar tail) and
+// the scalar path (the same buffers one element in: misaligned) give the same bits,
+// for both GELU forms, forward and backward.
+TYPED_TEST(PointwiseKernels, GeluPackAndScalarPathsAgreeBitwise) {
+  using H = typename TestFixture::Host;
+  const std::int64_t n = kFlat;
+  const auto x = random_values<H>(n + 1, 27, -6.0f, 6.0f);
+  const auto dy = random_values<H>(n + 1, 28);
+  DeviceBuffer<H> d_x(x), d_dy(dy), d_y(n + 1), d_dx(n + 1), d_y1(n + 1), d_dx1(n + 1);
+  auto* const x0 = this->dev(d_x);
+  auto* const g0 = this->dev(d_dy);
+  for (const bool erf : {false, true}) {
+    const std::string form = erf ? "gelu_erf" : "gelu";
+    // Pack path over [0, n + 1): elements 1..n are compared with the scalar path's.
+    if (erf) {
+      cuda::gelu_erf_forward(x0, this->dev(d_y), n + 1, this->m_stream);
+      cuda::gelu_erf_backward(x0, g0, this->dev(d_dx), n + 1, this->m_stream);
+      cuda::gelu_erf_forward(x0 + 1, this->dev(d_y1) + 1, n, this->m_stream);
+      cuda::gelu_erf_backward(x0 + 1, g0 + 1, this->dev(d_dx1) + 1, n, this->m_stream);
+    } else {
+      cuda::gelu_forward(x0, this->dev(d_y), n + 1, this->m_stream);
+      cuda::gelu_backward(x0, g0, this->dev(d_dx), n + 1, this->m_stream);
+      cuda::gelu_forward(x0 + 1, this->dev(d_y1) + 1, n, this->m_stream);
+      cuda::gelu_backward(x0 + 1, g0 + 1, this->dev(d_dx1) + 1, n, this->m_stream);
+    }
+    auto y = d_y.download(), y1 = d_y1.download(), dx = d_dx.download(), dx1 = d_dx1.download();
+    y.erase(y.begin());
+    y1.erase(y1.begin());
+    dx.erase(dx.begin());
+    dx1.erase(dx1.begin());
+    EXPECT_TRUE(bitwise_equal(y, y1)) << form << " y: pack path against scalar path";
+    EXPECT_TRUE(bitwise_equal(dx, dx1)) << form << " dx: pack path against scalar path";
+  }
+}
 
 // GELU's erf form (BERT) and tanh (the BERT pooler), against the host kernels, in place too.
 TYPED_TEST(PointwiseKernels, GeluErfAndTanhMatchHost) {
@@ -401,40 +437,46 @@ TYPED_TEST(PointwiseKernels, ReluMatchesHostBitwise) {
 
 // --- Cross entropy -------------------------------------------------------------
 
-TYPED_TEST(PointwiseKernels, CrossEntropyMatchesHost) {
-  using H = typename TestFixture::Host;
-  const auto logits = random_values<H>(kCeRows * kVocab, 31, -4.0f, 4.0f);
-  std::vector<TokenIndex> targets = random_tokens(kCeRows, kVocab, 32);
+// V = 1000 takes the 16-byte pack path (rows aligned), 997 the scalar one.
+template <class Fixture, class H>
+void check_cross_entropy(Fixture& f, std::int64_t vocab, const std::string& tag) {
+  const auto logits = random_values<H>(kCeRows * vocab, 31, -4.0f, 4.0f);
+  std::vector<TokenIndex> targets = random_tokens(kCeRows, vocab, 32);
   targets[3] = -1;  // ignored rows
   targets[10] = -100;
   const H scale = static_cast<H>(0.25f);
 
-  std::vector<H> losses(kCeRows), dlogits(kCeRows * kVocab);
-  cross_entropy_forward<H>(CView2<H>(logits.data(), kCeRows, kVocab),
+  std::vector<H> losses(kCeRows), dlogits(kCeRows * vocab);
+  cross_entropy_forward<H>(CView2<H>(logits.data(), kCeRows, vocab),
                            CView1<TokenIndex>(targets.data(), kCeRows),
                            View1<H>(losses.data(), kCeRows));
-  cross_entropy_backward<H>(CView2<H>(logits.data(), kCeRows, kVocab),
+  cross_entropy_backward<H>(CView2<H>(logits.data(), kCeRows, vocab),
                             CView1<TokenIndex>(targets.data(), kCeRows), scale,
-                            View2<H>(dlogits.data(), kCeRows, kVocab));
+                            View2<H>(dlogits.data(), kCeRows, vocab));
 
   DeviceBuffer<H> d_logits(logits), d_losses(kCeRows), d_dlogits(dlogits.size());
   DeviceBuffer<TokenIndex> d_targets(targets);
-  cuda::cross_entropy_forward(this->dev(d_logits), d_targets.data(), this->dev(d_losses), kCeRows,
-                              kVocab, this->m_stream);
-  cuda::cross_entropy_backward(this->dev(d_logits), d_targets.data(), to_float(scale),
-                               this->dev(d_dlogits), kCeRows, kVocab, this->m_stream);
+  cuda::cross_entropy_forward(f.dev(d_logits), d_targets.data(), f.dev(d_losses), kCeRows,
+                              vocab, f.m_stream);
+  cuda::cross_entropy_backward(f.dev(d_logits), d_targets.data(), to_float(scale),
+                               f.dev(d_dlogits), kCeRows, vocab, f.m_stream);
   const auto got_losses = d_losses.download();
   const auto got_dlogits = d_dlogits.download();
-  expect_close(got_losses, losses, "cross entropy losses");
-  expect_close(got_dlogits, dlogits, "cross entropy dlogits");
+  expect_close(got_losses, losses, "cross entropy losses" + tag);
+  expect_close(got_dlogits, dlogits, "cross entropy dlogits" + tag);
   EXPECT_EQ(to_float(got_losses[3]), 0.0f);
-  for (std::int64_t j = 0; j < kVocab; ++j)
-    ASSERT_EQ(to_float(got_dlogits[10 * kVocab + j]), 0.0f) << "ignored row, column " << j;
+  for (std::int64_t j = 0; j < vocab; ++j)
+    ASSERT_EQ(to_float(got_dlogits[10 * vocab + j]), 0.0f) << "ignored row, column " << j << tag;
 
   // In place (dlogits == logits).
-  cuda::cross_entropy_backward(this->dev(d_logits), d_targets.data(), to_float(scale),
-                               this->dev(d_logits), kCeRows, kVocab, this->m_stream);
-  expect_close(d_logits.download(), dlogits, "cross entropy dlogits in place");
+  cuda::cross_entropy_backward(f.dev(d_logits), d_targets.data(), to_float(scale),
+                               f.dev(d_logits), kCeRows, vocab, f.m_stream);
+  expect_close(d_logits.download(), dlogits, "cross entropy dlogits in place" + tag);
+}
+
+TYPED_TEST(PointwiseKernels, CrossEntropyMatchesHost) {
+  check_cross_entropy<TestFixture, typename TestFixture::Host>(*this, kVocab, " (V 1000: packs)");
+  check_cross_entropy<TestFixture, typename TestFixture::Host>(*this, 997, " (V 997: single values)");
 }
 
 // --- Elementwise -----------------------------------------------------------------

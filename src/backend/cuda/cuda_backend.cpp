@@ -14,6 +14,7 @@
 #include "backend/cuda/device_types.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "core/named_enum.hpp"
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/crc32.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -203,7 +204,7 @@ struct CudaBackend::Impl {
   CudaVectorOps<f16> f16_ops;
   CudaVectorOps<bf16> bf16_ops;
   NoDoubleOps f64;
-  std::unique_ptr<cuda::LtContext> lt;  // model.gemm = "cublaslt" only
+  std::unique_ptr<cuda::LtContext> lt;  // model.gemm = "cublaslt" or "auto" only
 };
 
 CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm) : m_comm(comm), m_device(comm.device()) {
@@ -218,9 +219,9 @@ CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm) : m_comm(comm), 
     SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_cublas));
     SHARDTRAIN_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
     m_impl = std::make_unique<Impl>(m_stream, m_comm);
-    if (gemm == GemmImpl::Cublaslt) {
+    if (gemm == GemmImpl::Cublaslt || gemm == GemmImpl::Auto) {
       m_impl->lt = std::make_unique<cuda::LtContext>();
-      m_description += "; Linear layers through cuBLASLt (model.gemm = \"cublaslt\")";
+      m_description += fmt::format("; Linear layers through cuBLASLt (model.gemm = \"{}\")", name_of(gemm));
     }
   } catch (...) {
     m_impl.reset();                                    // before the stream its memory orders against

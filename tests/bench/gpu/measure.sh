@@ -46,17 +46,18 @@
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
 #                 quickstart GPT on Moby Dick); default big,qs
-#   --who LIST    for speed: which of ours,unfused,flash,eager,compile,lt run (default all
+#   --who LIST    for speed: which of ours,unfused,flash,eager,compile,cublas run (default all
 #                 six; unfused: ours with model.attention = "unfused", the default
 #                 before 2026-11-29, 16-bit precisions on a GPU only (in fp32 "auto"
 #                 is "unfused" already); flash: ours with
 #                 model.attention = "flash", our tiled attention, every precision on a
-#                 GPU only); lt: ours with model.gemm = "cublaslt" (the Linear layers
-#                 through cuBLASLt with the bias epilogues, kernels/cuda/lt_linear.cuh),
-#                 every precision, on a GPU only, run after eager and compile so that a
-#                 short budget cuts it first). ours is today's default, model.attention =
-#                 "auto" (cuDNN's fused attention in fp16 and bf16 on a GPU) and
-#                 model.gemm = "cublas": the A/B's baseline
+#                 GPU only); cublas: ours with model.gemm = "cublas" (the Linear layers
+#                 through cublasGemmEx with separate bias passes, the default before
+#                 2026-11-30), every precision, on a GPU only, run after eager and
+#                 compile so that a short budget cuts it first). ours is today's
+#                 default, model.attention = "auto" (cuDNN's fused attention in fp16
+#                 and bf16 on a GPU) and model.gemm = "auto" (cuBLASLt with the bias
+#                 epilogues on a GPU, kernels/cuda/lt_linear.cuh): the A/B's baseline
 #   --profile     for speed: after each model and precision, one more run of ours
 #                 with the trainer's --profile (every op timed with the device
 #                 synchronised: per-op ms/step, shares, by class), its table appended
@@ -83,7 +84,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; e
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile,lt" profile=0
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile,cublas" profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
@@ -261,14 +262,14 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
            ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
   }' | tee -a "$report"
 }
-ours() {  # MODEL PREC CAP [--unfused|--flash|--lt] [--profile]
+ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas] [--profile]
   local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=() attn=""
   shift 3
   for a in "$@"; do
     case $a in
       --unfused) fused=(--set model.attention=unfused) name=${name}_unfused attn=" (unfused attention)" ;;
       --flash) fused=(--set model.attention=flash) name=${name}_flash attn=" (flash attention)" ;;
-      --lt) fused=(--set model.gemm=cublaslt) name=${name}_lt attn=" (cuBLASLt Linear)" ;;
+      --cublas) fused=(--set model.gemm=cublas) name=${name}_cublas attn=" (cuBLAS Linear)" ;;
       --profile) extra=(--profile) name=${name}_profile ;;
     esac
   done
@@ -287,8 +288,12 @@ ours() {  # MODEL PREC CAP [--unfused|--flash|--lt] [--profile]
     row "$name" ours "$prec" "$model" "$(what "$rc" "$secs")" - - -
     fail "$name: $(what "$rc" "$secs"): $(why "$log")"; return
   fi
-  if [[ $name == *_lt* ]] && ! grep -q 'Linear layers through cuBLASLt' "$log"; then
-    fail "$name: the banner does not say the Linear layers ran through cuBLASLt ($log)"; return
+  # model.gemm: "auto" is cuBLASLt on a GPU, "cublas" is not; the banner says which ran.
+  if [[ $name == *_cublas* ]] && grep -q 'Linear layers through cuBLASLt' "$log"; then
+    fail "$name: model.gemm = cublas, but the banner says the Linear layers ran through cuBLASLt ($log)"; return
+  fi
+  if [[ $name != *_cublas* ]] && (( smoke == 0 )) && ! grep -q 'Linear layers through cuBLASLt' "$log"; then
+    fail "$name: the banner does not say the Linear layers ran through cuBLASLt (model.gemm = auto on a GPU) ($log)"; return
   fi
   if (( ${#extra[@]} )); then  # the profile run: its table, not a speed row
     note ""
@@ -367,11 +372,10 @@ verdict_big_bf16() {
     [[ -n $e ]] && note "- 124M bf16, flash attention: ours/eager tokens/s = $(awk -v l="$l" -v e="$e" 'BEGIN { printf "%.3f", e / l }')"
     [[ -n $c ]] && note "- 124M bf16, flash attention: ours/torch.compile tokens/s = $(awk -v l="$l" -v c="$c" 'BEGIN { printf "%.3f", c / l }')"
   fi
-  local g=${ms_of[ours_big_bf16_lt]:-}
-  if [[ -n $g ]]; then  # model.gemm = "cublaslt": the A/B against today's default (cublas), same call
-    note "- 124M bf16, cuBLASLt Linear: tokens/s against today's default (model.gemm = cublas) = $(awk -v g="$g" -v o="$o" 'BEGIN { printf "%.3f", o / g }')"
-    [[ -n $e ]] && note "- 124M bf16, cuBLASLt Linear: ours/eager tokens/s = $(awk -v g="$g" -v e="$e" 'BEGIN { printf "%.3f", e / g }')"
-    [[ -n $c ]] && note "- 124M bf16, cuBLASLt Linear: ours/torch.compile tokens/s = $(awk -v g="$g" -v c="$c" 'BEGIN { printf "%.3f", c / g }')"
+  local g=${ms_of[ours_big_bf16_cublas]:-}
+  if [[ -n $g ]]; then  # model.gemm = "cublas" (the default before 2026-11-30): the A/B against today's (auto: cuBLASLt), same call
+    note "- 124M bf16, cuBLAS Linear: tokens/s against today's default (model.gemm = auto: cuBLASLt) = $(awk -v g="$g" -v o="$o" 'BEGIN { printf "%.3f", o / g }')"
+    [[ -n $e ]] && note "- 124M bf16, cuBLAS Linear: ours/eager tokens/s = $(awk -v g="$g" -v e="$e" 'BEGIN { printf "%.3f", e / g }')"
   fi
 }
 
@@ -418,18 +422,18 @@ if has "$parts" speed; then
       has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --flash
       has "$who" eager && torch_run "$model" "$prec" eager 60
       [[ $smoke == 0 ]] && has "$who" compile && torch_run "$model" "$prec" compile 150
-      # lt: model.gemm = "cublaslt" (cuBLASLt Linear with epilogues), every precision, on a GPU
-      has "$who" lt && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --lt
+      # cublas: model.gemm = "cublas" (the default before 2026-11-30), every precision, on a GPU
+      has "$who" cublas && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --cublas
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
       if (( profile )); then
         ours "$model" "$prec" 60 --profile
         has "$who" unfused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --unfused --profile
         has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --flash --profile
-        has "$who" lt && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --lt --profile
+        has "$who" cublas && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --cublas --profile
         repeat_check "$model" "$prec"
         repeat_check "$model" "$prec" _unfused
         repeat_check "$model" "$prec" _flash
-        repeat_check "$model" "$prec" _lt
+        repeat_check "$model" "$prec" _cublas
       fi
     done
   done

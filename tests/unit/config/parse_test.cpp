@@ -469,9 +469,10 @@ TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
             AttentionImpl::Fused);
   EXPECT_EQ(parse("model", "gemm = \"cublas\"").model.gemm, GemmImpl::Cublas);
   EXPECT_EQ(parse("model", "gemm = \"cublaslt\"").model.gemm, GemmImpl::Cublaslt);
+  EXPECT_EQ(parse("model", "gemm = \"auto\"").model.gemm, GemmImpl::Auto);
   EXPECT_EQ(parse("model", "type = \"mlp\"\ngemm = \"cublaslt\"").model.gemm, GemmImpl::Cublaslt);  // every type
   EXPECT_EQ(error_of("[model]\ngemm = \"lt\"\n" + data_section()),
-            "inputs/x.toml:2:8: model.gemm: must be \"cublas\" or \"cublaslt\", got \"lt\"");
+            "inputs/x.toml:2:8: model.gemm: must be \"cublas\" or \"cublaslt\" or \"auto\", got \"lt\"");
   const std::string encoder = "type = \"encoder_classifier\"\n";
   EXPECT_EQ(parse("model", encoder + "pooling = \"cls\"").model.pooling, Pooling::Cls);
   EXPECT_EQ(parse("model", encoder + "pooling = \"mean\"").model.pooling, Pooling::Mean);
@@ -495,7 +496,7 @@ TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
   const RunConfig d = parse_run_config(data_section(), "x.toml");
   EXPECT_EQ(d.model.attention, AttentionImpl::Auto);
   EXPECT_EQ(d.model.pooling, Pooling::Cls);
-  EXPECT_EQ(d.model.gemm, GemmImpl::Cublas);
+  EXPECT_EQ(d.model.gemm, GemmImpl::Auto);
   EXPECT_EQ(d.data.in_memory, DataInMemory::Auto);
   EXPECT_EQ(d.train.device, TrainDevice::Auto);
   EXPECT_EQ(d.optim.type, OptimizerType::AdamW);
