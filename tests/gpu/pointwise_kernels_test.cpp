@@ -656,11 +656,20 @@ TYPED_TEST(PointwiseKernels, CrossEntropyAtGpt2SizeMatchesHost) {
 }
 
 // A launch that needs more than 2^31 - 1 blocks is refused before it is made
-// (catches blocks_for's unsigned cast wrapping: 2^32 + 1 blocks launched as 1).
+// (catches blocks_for's unsigned cast wrapping: 2^32 + 1 blocks launched as 1), on
+// GELU's 16-byte pack path (aligned pointers: a block covers 256 packs of 8 or 4
+// values) and on its scalar path (misaligned pointers: 256 values a block). The
+// pointers are never dereferenced: the refusal comes before the launch (on
+// 2026-11-29 an H200 ran this test's earlier form, 2^32 + 1 blocks of single
+// values, into the pack path, launched, and faulted on the null pointers).
 TYPED_TEST(PointwiseKernels, RefusesALaunchPastTheGridLimit) {
   using D = typename TestFixture::Dev;
-  const std::int64_t n = ((std::int64_t{1} << 32) + 1) * 256;
-  EXPECT_THROW(cuda::gelu_forward<D>(nullptr, nullptr, n, this->m_stream), Error);
+  const std::int64_t blocks = (std::int64_t{1} << 32) + 1;
+  EXPECT_THROW(cuda::gelu_forward<D>(nullptr, nullptr, blocks * 256 * cuda::kPack<D>, this->m_stream), Error)
+      << "pack path";
+  D* const misaligned = reinterpret_cast<D*>(std::uintptr_t{2});
+  EXPECT_THROW(cuda::gelu_forward<D>(misaligned, misaligned, blocks * 256, this->m_stream), Error)
+      << "scalar path";
 }
 
 // Elementwise kernels past 2^31 elements (4.3 GB in bf16, 8.6 GB in fp32 per
