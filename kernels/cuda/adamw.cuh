@@ -39,4 +39,13 @@ void adamw_step(T* params, const T* grads, float* master, float* exp_avg, float*
                 const AdamWSegment* segments, std::size_t num_segments, const AdamWHyper& hyper,
                 cudaStream_t stream);
 
+// The same update in ONE launch over [0, the last segment's end): bitwise what
+// adamw_step writes (the same per-element arithmetic), for segments that are
+// sorted and disjoint (checked on the host copy). device_segments is a DEVICE
+// copy of host_segments (the caller keeps it; layouts do not change per step).
+template <class T>
+void adamw_step_one_launch(T* params, const T* grads, float* master, float* exp_avg, float* exp_avg_sq,
+                           const AdamWSegment* device_segments, const AdamWSegment* host_segments,
+                           std::size_t num_segments, const AdamWHyper& hyper, cudaStream_t stream);
+
 }  // namespace shardtrain::cuda

@@ -218,6 +218,74 @@ __global__ void layernorm_backward_params_final_kernel(const float* __restrict__
   db[j] = store_as<T>(load_f32(db[j]) + ab);
 }
 
+// The candidate passes (train.device_kernels = "candidate"; not yet run on a
+// device): the same partial layout, more threads. Blocks of 32 channels x 8 row
+// groups: in pass 1 thread (j, g) sums the chunk's rows g, g + 8, ... in order,
+// and the 8 group sums are added in group order (shared memory); in pass 2 thread
+// (j, g) sums chunks g, g + 8, ... in order, and the 8 likewise. 1536 blocks of 256
+// threads for GPT-2's (16384, 768) instead of 192, 32 rows a thread instead of 256.
+constexpr unsigned kGroups = 8;
+
+template <class T>
+__global__ void layernorm_params_partial_grouped_kernel(const T* __restrict__ x, const T* __restrict__ mean,
+                                                        const T* __restrict__ rstd, const T* __restrict__ dy,
+                                                        float* __restrict__ part_w, float* __restrict__ part_b,
+                                                        std::int64_t n, std::int64_t c) {
+  __shared__ float sw[kGroups][32], sb[kGroups][32];
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const std::int64_t chunk = blockIdx.y;
+  const std::int64_t r0 = chunk * kRowChunk;
+  const std::int64_t r1 = (n - r0) < kRowChunk ? n : r0 + kRowChunk;
+  float aw = 0.0f, ab = 0.0f;
+  if (j < c) {
+#pragma unroll 4
+    for (std::int64_t i = r0 + threadIdx.y; i < r1; i += kGroups) {
+      const float d = load_f32(dy[i * c + j]);
+      aw += d * ((load_f32(x[i * c + j]) - load_f32(mean[i])) * load_f32(rstd[i]));
+      ab += d;
+    }
+  }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < c) {
+    float tw = 0.0f, tb = 0.0f;
+    for (unsigned g = 0; g < kGroups; ++g) {
+      tw += sw[g][threadIdx.x];
+      tb += sb[g][threadIdx.x];
+    }
+    part_w[chunk * c + j] = tw;
+    part_b[chunk * c + j] = tb;
+  }
+}
+
+template <class T>
+__global__ void layernorm_params_final_grouped_kernel(const float* __restrict__ part_w,
+                                                      const float* __restrict__ part_b, T* __restrict__ dw,
+                                                      T* __restrict__ db, std::int64_t chunks, std::int64_t c) {
+  __shared__ float sw[kGroups][32], sb[kGroups][32];
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float aw = 0.0f, ab = 0.0f;
+  if (j < c) {
+    for (std::int64_t k = threadIdx.y; k < chunks; k += kGroups) {
+      aw += part_w[k * c + j];
+      ab += part_b[k * c + j];
+    }
+  }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < c) {
+    float tw = 0.0f, tb = 0.0f;
+    for (unsigned g = 0; g < kGroups; ++g) {
+      tw += sw[g][threadIdx.x];
+      tb += sb[g][threadIdx.x];
+    }
+    dw[j] = store_as<T>(load_f32(dw[j]) + tw);
+    db[j] = store_as<T>(load_f32(db[j]) + tb);
+  }
+}
+
 std::int64_t row_chunks(std::int64_t n) { return (n + kRowChunk - 1) / kRowChunk; }
 
 }  // namespace
@@ -244,7 +312,7 @@ void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rst
 template <class T>
 void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx,
                         T* dw, T* db, std::int64_t n, std::int64_t c, void* workspace,
-                        std::size_t workspace_bytes, cudaStream_t stream) {
+                        std::size_t workspace_bytes, cudaStream_t stream, bool candidate) {
   if (n <= 0 || c <= 0) return;
   const std::size_t need = layernorm_backward_workspace_bytes(n, c);
   SHARDTRAIN_CHECK(workspace != nullptr && workspace_bytes >= need,
@@ -261,6 +329,16 @@ void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, co
   check_launch("LayerNorm::backward_input");
   float* part_w = static_cast<float*>(workspace);
   float* part_b = part_w + chunks * c;
+  if (candidate) {
+    const dim3 block(32, kGroups);
+    const dim3 grid(blocks_for(c, 32), static_cast<unsigned>(chunks));
+    layernorm_params_partial_grouped_kernel<T><<<grid, block, 0, stream>>>(x, mean, rstd, dy, part_w, part_b, n, c);
+    check_launch("LayerNorm::backward_params_partial (grouped)");
+    layernorm_params_final_grouped_kernel<T><<<blocks_for(c, 32), block, 0, stream>>>(part_w, part_b, dw, db,
+                                                                                      chunks, c);
+    check_launch("LayerNorm::backward_params (grouped)");
+    return;
+  }
   const dim3 grid(blocks_for(c, kParamThreads), static_cast<unsigned>(chunks));
   layernorm_backward_params_partial_kernel<T><<<grid, kParamThreads, 0, stream>>>(
       x, mean, rstd, dy, part_w, part_b, n, c);
@@ -275,7 +353,7 @@ void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, co
                                      std::int64_t, std::int64_t, cudaStream_t);                  \
   template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*,  \
                                       T*, std::int64_t, std::int64_t, void*, std::size_t,        \
-                                      cudaStream_t);
+                                      cudaStream_t, bool);
 SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(float)
 SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(__half)
 SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(__nv_bfloat16)

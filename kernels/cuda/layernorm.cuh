@@ -27,9 +27,13 @@ void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rst
 // Bytes of fp32 device workspace layernorm_backward needs for (n, c).
 std::size_t layernorm_backward_workspace_bytes(std::int64_t n, std::int64_t c);
 
+// candidate (train.device_kernels = "candidate", not yet run on a device): dw/db's
+// two passes with 8 row groups per block of 32 channels (the same workspace; the
+// groups' sums added in group order, so deterministic, though not bitwise the
+// default passes' order).
 template <class T>
 void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx,
                         T* dw, T* db, std::int64_t n, std::int64_t c, void* workspace,
-                        std::size_t workspace_bytes, cudaStream_t stream);
+                        std::size_t workspace_bytes, cudaStream_t stream, bool candidate = false);
 
 }  // namespace shardtrain::cuda

@@ -25,6 +25,19 @@ constexpr unsigned kReduceGrid = 256;  // partials per call
 template <class T>
 void sum_of_squares_partials(const T* x, std::int64_t n, double* partials, cudaStream_t stream);
 
+// One piece of a flat vector: n elements from element `offset`.
+struct ReducePiece {
+  std::int64_t offset = 0, n = 0;
+};
+
+// The same partials as one sum_of_squares_partials call per piece, in one launch:
+// partials[k * kReduceGrid + b] = piece k's block b, bitwise what the per-piece
+// call writes at partials + k * kReduceGrid. `pieces` is a DEVICE array of
+// num_pieces (at most 65535) entries.
+template <class T>
+void sum_of_squares_pieces_partials(const T* x, const ReducePiece* pieces, std::int64_t num_pieces, double* partials,
+                                    cudaStream_t stream);
+
 // *first = min(*first, index of every inf/NaN in x[0, n)); the caller
 // initialises *first (device memory) to ~0ull.
 template <class T>

@@ -68,6 +68,7 @@ struct TrainConfig {
   double memory_limit_mb = 0.0;     // 0 = none
   double time_limit_minutes = 0.0;  // key train.time_limit; 0 = none
   TrainDevice device = TrainDevice::Auto;
+  DeviceKernels device_kernels = DeviceKernels::Validated;  // CUDA only: "candidate" adds the kernels not yet run on a device
   // gpt: at each evaluation after a step that is a multiple of sample_every (0:
   // never), rank 0 prints sample_tokens tokens continuing sample_prompt
   // (task/run_sample.hpp).

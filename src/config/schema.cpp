@@ -267,6 +267,12 @@ constexpr KeySpec k_schema[] = {
             "`-DSHARDTRAIN_ENABLE_CUDA=ON`, see gpu.md); no device, or fewer devices than ranks on a node, "
             "stops the job with exit code 1 before anything is allocated. `\"auto\"`: `\"cuda\"` in a CUDA "
             "build, `\"cpu\"` otherwise. `\"cuda\"` in a build without CUDA is refused (exit 2)."},
+    {SHARDTRAIN_CONFIG_KEY(train, device_kernels), .choices = k_device_kernels_names,
+     .doc = "On a CUDA device: `\"validated\"` (the default) runs the kernels that have run on a device; "
+            "`\"candidate\"` also those written since and not yet run on one (gpu.md, \"Candidate kernels\": "
+            "today the gradient norm's sums of squares and AdamW over the whole shard in one launch each, "
+            "bitwise the per-tensor launches' results), so that one device call can A/B them; a device run "
+            "that passes makes them the default. Refused on the host (exit 2), which has its own kernels."},
 
     {SHARDTRAIN_CONFIG_KEY(train, sample_every), .ints = {0}, .model_types = k_gpt,
      .doc = "gpt: at each validation pass after a step that is a multiple of this, rank 0 prints one line "

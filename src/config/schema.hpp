@@ -53,7 +53,7 @@ using AnyConfigField =
                  ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
                  ConfigField<ModelType>, ConfigField<PrecisionMode>, ConfigField<AttentionImpl>, ConfigField<GemmImpl>,
                  ConfigField<Pooling>, ConfigField<EncoderLayout>, ConfigField<DataInMemory>, ConfigField<TrainDevice>,
-                 ConfigField<DeviceCollectives>,
+                 ConfigField<DeviceCollectives>, ConfigField<DeviceKernels>,
                  ConfigField<OptimizerType>, ConfigField<LrSchedule>, ConfigField<RecomputePolicy>,
                  ConfigField<NonFinitePolicy>, ConfigField<LossSpikePolicy>, ConfigField<ReplicaPolicy>>;
 

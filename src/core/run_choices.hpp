@@ -75,6 +75,17 @@ inline constexpr std::string_view k_device_names[] = {"auto", "cpu", "cuda"};
 constexpr std::span<const std::string_view> enum_names(TrainDevice) { return k_device_names; }
 static_assert(std::size(k_device_names) == 1 + static_cast<std::size_t>(TrainDevice::Cuda), "a name per value");
 
+// train.device_kernels: on a CUDA device, the kernels that have run on one
+// ("validated", the default) or also those written since and not yet run on a
+// device ("candidate": share/doc/gpu.md lists them), so that one device call can
+// A/B them; the next device run that passes makes them the default. Refused on
+// the host, which has its own kernels.
+enum class DeviceKernels : unsigned char { Validated, Candidate };
+inline constexpr std::string_view k_device_kernels_names[] = {"validated", "candidate"};
+constexpr std::span<const std::string_view> enum_names(DeviceKernels) { return k_device_kernels_names; }
+static_assert(std::size(k_device_kernels_names) == 1 + static_cast<std::size_t>(DeviceKernels::Candidate),
+              "a name per value");
+
 // parallel.device_collectives: what moves device memory between ranks on GPUs.
 // nccl: NCCL (one device per rank); mpi: the host MPI library through pinned
 // staging buffers (parallel/mpi/staging_communicator.hpp), bit for bit the host

@@ -45,7 +45,8 @@ namespace {
 // The MPI device collectives: the rank's device (shared when asked), its own
 // collective stream and pinned staging, over a duplicate of `world`. Agreed on:
 // a refusal or failure on one rank is thrown on every rank.
-void bring_up_mpi_collectives(DeviceContext& context, bool share, GemmImpl gemm, MPI_Comm world) {
+void bring_up_mpi_collectives(DeviceContext& context, bool share, GemmImpl gemm, DeviceKernels kernels,
+                              MPI_Comm world) {
   int rank = 0;
   SHARDTRAIN_MPI_CHECK(MPI_Comm_rank(world, &rank));
   const DeviceAssignment assignment = assign_node_device(world, visible_cuda_devices(rank), share);
@@ -63,7 +64,7 @@ void bring_up_mpi_collectives(DeviceContext& context, bool share, GemmImpl gemm,
   });
   if (made.failed()) throw Error(made.message);
   const Agreement backend =
-      agree_on_failure(world, [&] { context.cuda = std::make_unique<CudaBackend>(*stager, gemm); });
+      agree_on_failure(world, [&] { context.cuda = std::make_unique<CudaBackend>(*stager, gemm, kernels); });
   if (backend.failed()) throw Error(backend.message);
 }
 
@@ -93,7 +94,7 @@ std::unique_ptr<DeviceContext> bring_up_device(const DeviceChoice& choice, const
 #ifdef SHARDTRAIN_WITH_CUDA
   if (computes_on_cuda(device) && choice.collectives == DeviceCollectives::Mpi) {
     try {
-      bring_up_mpi_collectives(*context, choice.share_device, choice.gemm, world);
+      bring_up_mpi_collectives(*context, choice.share_device, choice.gemm, choice.kernels, world);
     } catch (const Error& e) {
       throw Error(fmt::format("{}; train.device = \"{}\" with parallel.device_collectives = \"mpi\" trains on a "
                               "CUDA device per rank: run on GPU nodes, or set train.device = \"cpu\" to train on "
@@ -115,7 +116,8 @@ std::unique_ptr<DeviceContext> bring_up_device(const DeviceChoice& choice, const
     // Stream and cuBLAS handle: may fail on one rank only, so the ranks agree
     // before any of them goes on to the collectives of the run's set-up.
     const Agreement made =
-        agree_on_failure(world, [&] { context->cuda = std::make_unique<CudaBackend>(*context->nccl, choice.gemm); });
+        agree_on_failure(world, [&] { context->cuda = std::make_unique<CudaBackend>(*context->nccl, choice.gemm, choice.kernels);
+        });
     if (made.failed()) throw Error(made.message);  // every rank, the failing rank's message
     context->backend = context->cuda.get();
   }

@@ -62,6 +62,7 @@ struct DeviceChoice {
   DeviceCollectives collectives = DeviceCollectives::Nccl;         // parallel.device_collectives
   bool share_device = false;                                        // parallel.share_device
   GemmImpl gemm = GemmImpl::Cublas;                                 // model.gemm: the CudaBackend's Linear
+  DeviceKernels kernels = DeviceKernels::Validated;                 // train.device_kernels
 };
 
 // Whether train.device = `device` computes on CUDA devices in this build (auto:

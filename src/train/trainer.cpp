@@ -639,7 +639,7 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
   set_host_compute_threads(config.parallel.threads);
   auto context = bring_up_device(
       DeviceChoice{config.train.device, config.parallel.device_collectives, config.parallel.share_device,
-                   config.model.gemm},
+                   config.model.gemm, config.train.device_kernels},
       config.source_name, world);
   if (config.model.type == ModelType::Gpt && config.model.attention == AttentionImpl::Fused &&
       context->backend->kind() == BackendKind::Host)
@@ -653,6 +653,11 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
         "{}: model.attention = \"flash\" is our tiled CUDA attention and needs a CUDA device, but this run "
         "computes on the host (train.device = \"{}\"); use model.attention = \"unfused\" on the host",
         config.source_name, name_of(config.train.device)));
+  if (config.train.device_kernels == DeviceKernels::Candidate && context->backend->kind() == BackendKind::Host)
+    throw InputError(fmt::format(
+        "{}: train.device_kernels = \"candidate\" selects CUDA kernels not yet run on a device, but this run "
+        "computes on the host (train.device = \"{}\"); leave train.device_kernels = \"validated\" (the "
+        "default) on the host", config.source_name, name_of(config.train.device)));
   if (config.model.gemm == GemmImpl::Cublaslt && context->backend->kind() == BackendKind::Host)
     throw InputError(fmt::format(
         "{}: model.gemm = \"cublaslt\" runs the Linear layers through cuBLASLt and needs a CUDA device, but "

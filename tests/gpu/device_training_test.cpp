@@ -20,6 +20,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <memory>
@@ -378,6 +379,86 @@ TEST(DeviceVectorOps, MatchTheHostBackend) {
   check_vector_ops<float>(dev.backend);
   check_vector_ops<f16>(dev.backend);
   check_vector_ops<bf16>(dev.backend);
+}
+
+// train.device_kernels = "candidate": the gradient norm's sums of squares and AdamW
+// over a range in one launch each. Against the host backend as above, and bitwise
+// against the default backend's per-tensor launches on the small GPT's layout
+// (many tensors, alignment padding between them) over rank 1's shard of 3: the
+// norm exactly equal, every byte of params, master weights, m and v equal after
+// three steps (the padding left alone by both). A planted error (the segment
+// search off by one, a piece's partials at the wrong row) fails the bitwise part.
+template <class P>
+void check_one_launch_bitwise(Backend& validated, Backend& candidate) {
+  ParamLayout layout = gpt_layout(dims());
+  layout.finalize(3);
+  const auto [lo, hi] = layout.shard_range(1);
+  const std::int64_t n = layout.padded_size();
+  MemoryTracker memory;
+  auto values = [&](unsigned seed) {
+    std::vector<P> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[i] = P(std::sin(0.37f * float(i + seed)) * 0.5f);
+    return v;
+  };
+  auto upload = [&](Backend& be, const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    TrackedBuffer<T> b(memory, MemCategory::Workspace, v.size(), be.memory());
+    be.copy_from_host(b.data(), v.data(), v.size() * sizeof(T));
+    return b;
+  };
+  auto download = [&](Backend& be, const auto& b) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(b.data())>>;
+    std::vector<T> v(b.size());
+    be.copy_to_host(v.data(), b.data(), v.size() * sizeof(T));
+    return v;
+  };
+  const std::vector<P> g = values(1);
+  auto g_a = upload(validated, g);
+  auto g_b = upload(candidate, g);
+  const double sum_a = validated.vector_ops<P>().sum_of_squares(layout, g_a.data() + lo, lo, hi);
+  const double sum_b = candidate.vector_ops<P>().sum_of_squares(layout, g_b.data() + lo, lo, hi);
+  EXPECT_EQ(sum_a, sum_b) << "one-launch sum of squares";
+  EXPECT_GT(sum_a, 0.0);
+  AdamWUpdate u;
+  u.lo = lo;
+  u.hi = hi;
+  u.lr = 1e-2;
+  u.weight_decay = 0.1;
+  u.grad_scale = 0.5f;
+  const bool master = !std::is_same_v<P, float>;
+  const std::vector<P> params = values(3);
+  std::vector<float> w(static_cast<std::size_t>(n)), mv(w.size(), 0.0f);
+  host_backend().vector_ops<P>().widen(params.data(), w.data(), n);
+  auto p_a = upload(validated, params), p_b = upload(candidate, params);
+  auto w_a = upload(validated, w), w_b = upload(candidate, w);
+  auto m_a = upload(validated, mv), m_b = upload(candidate, mv);
+  auto v_a = upload(validated, mv), v_b = upload(candidate, mv);
+  for (int step = 0; step < 3; ++step) {
+    u.step = step;
+    validated.vector_ops<P>().adamw(layout, u, p_a.data() + lo, g_a.data() + lo, master ? w_a.data() + lo : nullptr,
+                                    m_a.data() + lo, v_a.data() + lo);
+    candidate.vector_ops<P>().adamw(layout, u, p_b.data() + lo, g_b.data() + lo, master ? w_b.data() + lo : nullptr,
+                                    m_b.data() + lo, v_b.data() + lo);
+  }
+  auto bytes_equal = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  EXPECT_TRUE(bytes_equal(download(validated, p_a), download(candidate, p_b))) << "params";
+  EXPECT_TRUE(bytes_equal(download(validated, w_a), download(candidate, w_b))) << "master weights";
+  EXPECT_TRUE(bytes_equal(download(validated, m_a), download(candidate, m_b))) << "exp_avg";
+  EXPECT_TRUE(bytes_equal(download(validated, v_a), download(candidate, v_b))) << "exp_avg_sq";
+  EXPECT_FALSE(bytes_equal(download(validated, m_a), mv)) << "AdamW changed nothing";
+}
+
+TEST(DeviceVectorOps, CandidateOneLaunchKernelsMatchTheHostAndThePerTensorLaunchesBitwise) {
+  Device dev;
+  CudaBackend candidate(dev.nccl, GemmImpl::Cublas, DeviceKernels::Candidate);
+  check_vector_ops<float>(candidate);
+  check_vector_ops<f16>(candidate);
+  check_vector_ops<bf16>(candidate);
+  check_one_launch_bitwise<float>(dev.backend, candidate);
+  check_one_launch_bitwise<f16>(dev.backend, candidate);
+  check_one_launch_bitwise<bf16>(dev.backend, candidate);
 }
 
 // Per-step (loss, squared gradient norm) of `steps` fp32 training steps.

@@ -316,6 +316,25 @@ void check_layernorm(Fixture& f, std::int64_t rows, std::int64_t channels, const
   EXPECT_TRUE(bitwise_equal(d_dx.download(), got_dx)) << "layernorm dx not deterministic" + tag;
   EXPECT_TRUE(bitwise_equal(d_dw.download(), got_dw)) << "layernorm dw not deterministic" + tag;
   EXPECT_TRUE(bitwise_equal(d_db.download(), got_db)) << "layernorm db not deterministic" + tag;
+
+  // The candidate dw/db passes (train.device_kernels = "candidate"): against the
+  // host, the same dx bits as the default (only dw/db's passes differ), repeatable.
+  auto run_candidate = [&] {
+    d_dx.upload(dx0);
+    d_dw.upload(dw0);
+    d_db.upload(db0);
+    cuda::layernorm_backward(f.dev(d_x), f.dev(d_w), f.dev(d_mean), f.dev(d_rstd), f.dev(d_dy), f.dev(d_dx),
+                             f.dev(d_dw), f.dev(d_db), rows, channels, d_ws.data(), ws_bytes, f.m_stream,
+                             /*candidate=*/true);
+  };
+  run_candidate();
+  const auto cand_dw = d_dw.download(), cand_db = d_db.download();
+  EXPECT_TRUE(bitwise_equal(d_dx.download(), got_dx)) << "layernorm dx (candidate)" + tag;
+  expect_close(cand_dw, dw, "layernorm dw (candidate)" + tag);
+  expect_close(cand_db, db, "layernorm db (candidate)" + tag);
+  run_candidate();
+  EXPECT_TRUE(bitwise_equal(d_dw.download(), cand_dw)) << "layernorm dw (candidate) not deterministic" + tag;
+  EXPECT_TRUE(bitwise_equal(d_db.download(), cand_db)) << "layernorm db (candidate) not deterministic" + tag;
 }
 
 TYPED_TEST(PointwiseKernels, LayerNormMatchesHost) {

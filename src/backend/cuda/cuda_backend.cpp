@@ -76,12 +76,52 @@ class DeviceMemory final : public MemorySpace {
   CollectiveStream& m_comm;
 };
 
+// A host array and its device copy, uploaded again only when the host array
+// changes (the pieces of a layout's range: the same every step).
+template <class E>
+class DeviceArrayCache {
+ public:
+  DeviceArrayCache() = default;
+  DeviceArrayCache(const DeviceArrayCache&) = delete;
+  DeviceArrayCache& operator=(const DeviceArrayCache&) = delete;
+  ~DeviceArrayCache() {
+    if (m_device) SHARDTRAIN_CUDA_WARN(cudaFree(m_device));
+  }
+  // The device copy of `host` (ordered on `stream`).
+  const E* get(const std::vector<E>& host, cudaStream_t stream) {
+    const std::size_t bytes = host.size() * sizeof(E);
+    if (m_device != nullptr && host.size() == m_host.size() &&
+        (bytes == 0 || std::memcmp(host.data(), m_host.data(), bytes) == 0))
+      return m_device;
+    if (host.size() > m_capacity) {
+      SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier users of the old copy are done
+      if (m_device) SHARDTRAIN_CUDA_CHECK(cudaFree(m_device));
+      m_device = nullptr;
+      SHARDTRAIN_CUDA_CHECK(cudaMalloc(&m_device, std::max<std::size_t>(bytes, 1)));
+      m_capacity = host.size();
+    }
+    m_host = host;  // the source of the copy below: it outlives the call
+    if (bytes > 0)
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(m_device, m_host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // m_host may change at the next upload
+    return m_device;
+  }
+
+ private:
+  std::vector<E> m_host;
+  E* m_device = nullptr;
+  std::size_t m_capacity = 0;
+};
+
 // Vector ops on the compute stream. Results the host needs (norm, first
-// inf/NaN) are copied back, which waits for the stream.
+// inf/NaN) are copied back, which waits for the stream. `one_launch`
+// (train.device_kernels = "candidate"): the sums of squares of the gradient norm
+// and AdamW over a range in one launch each instead of one per tensor piece,
+// bitwise the same results (kernels/cuda/vector_reduce.cuh, adamw.cuh).
 template <class P>
 class CudaVectorOps final : public VectorOps<P> {
  public:
-  explicit CudaVectorOps(cudaStream_t stream) : m_stream(stream) {}
+  CudaVectorOps(cudaStream_t stream, bool one_launch) : m_stream(stream), m_one_launch(one_launch) {}
   ~CudaVectorOps() override {
     if (m_scratch) SHARDTRAIN_CUDA_WARN(cudaFree(m_scratch));
   }
@@ -109,9 +149,16 @@ class CudaVectorOps final : public VectorOps<P> {
     if (pieces.empty()) return 0.0;
     const std::size_t n_partials = pieces.size() * cuda::kReduceGrid;
     double* partials = static_cast<double*>(scratch(n_partials * sizeof(double)));
-    for (std::size_t k = 0; k < pieces.size(); ++k)
-      cuda::sum_of_squares_partials(dev(g + pieces[k].first), pieces[k].second, partials + k * cuda::kReduceGrid,
-                                    m_stream);
+    if (m_one_launch && pieces.size() <= 65535) {
+      std::vector<cuda::ReducePiece> host_pieces(pieces.size());
+      for (std::size_t k = 0; k < pieces.size(); ++k) host_pieces[k] = {pieces[k].first, pieces[k].second};
+      cuda::sum_of_squares_pieces_partials(dev(g), m_pieces.get(host_pieces, m_stream),
+                                           static_cast<std::int64_t>(host_pieces.size()), partials, m_stream);
+    } else {
+      for (std::size_t k = 0; k < pieces.size(); ++k)
+        cuda::sum_of_squares_partials(dev(g + pieces[k].first), pieces[k].second, partials + k * cuda::kReduceGrid,
+                                      m_stream);
+    }
     std::vector<double> host(n_partials);
     SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(host.data(), partials, n_partials * sizeof(double),
                                           cudaMemcpyDeviceToHost, m_stream));
@@ -158,7 +205,11 @@ class CudaVectorOps final : public VectorOps<P> {
     h.weight_decay = u.weight_decay;
     h.grad_scale = u.grad_scale;
     h.step = u.step;
-    cuda::adamw_step(dev(params), dev(grads), master, m, v, segments.data(), segments.size(), h, m_stream);
+    if (m_one_launch)
+      cuda::adamw_step_one_launch(dev(params), dev(grads), master, m, v, m_segments.get(segments, m_stream),
+                                  segments.data(), segments.size(), h, m_stream);
+    else
+      cuda::adamw_step(dev(params), dev(grads), master, m, v, segments.data(), segments.size(), h, m_stream);
   }
 
  private:
@@ -174,8 +225,11 @@ class CudaVectorOps final : public VectorOps<P> {
     return m_scratch;
   }
   cudaStream_t m_stream;
+  bool m_one_launch;
   void* m_scratch = nullptr;
   std::size_t m_scratch_bytes = 0;
+  DeviceArrayCache<cuda::ReducePiece> m_pieces;
+  DeviceArrayCache<cuda::AdamWSegment> m_segments;
 };
 
 // fp64 is the host's gradient-check type; a device run never asks for it.
@@ -198,7 +252,8 @@ class NoDoubleOps final : public VectorOps<double> {
 }  // namespace
 
 struct CudaBackend::Impl {
-  Impl(cudaStream_t s, CollectiveStream& comm) : memory(s, comm), f32(s), f16_ops(s), bf16_ops(s) {}
+  Impl(cudaStream_t s, CollectiveStream& comm, bool one_launch)
+      : memory(s, comm), f32(s, one_launch), f16_ops(s, one_launch), bf16_ops(s, one_launch) {}
   DeviceMemory memory;
   CudaVectorOps<float> f32;
   CudaVectorOps<f16> f16_ops;
@@ -207,7 +262,8 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::LtContext> lt;  // model.gemm = "cublaslt" or "auto" only
 };
 
-CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm) : m_comm(comm), m_device(comm.device()) {
+CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm, DeviceKernels kernels)
+    : m_comm(comm), m_device(comm.device()) {
   // The communicator made the device current for this thread.
   SHARDTRAIN_CUDA_CHECK(cudaSetDevice(m_device));
   cudaDeviceProp prop{};
@@ -218,7 +274,10 @@ CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm) : m_comm(comm), 
     SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     SHARDTRAIN_CUBLAS_CHECK(cublasCreate(&m_cublas));
     SHARDTRAIN_CUBLAS_CHECK(cublasSetStream(m_cublas, m_stream));
-    m_impl = std::make_unique<Impl>(m_stream, m_comm);
+    m_candidate = kernels == DeviceKernels::Candidate;
+    m_impl = std::make_unique<Impl>(m_stream, m_comm, m_candidate);
+    if (kernels == DeviceKernels::Candidate)
+      m_description += "; candidate kernels (train.device_kernels = \"candidate\": one-launch gradient norm and AdamW, LayerNorm's grouped dw/db)";
     if (gemm == GemmImpl::Cublaslt || gemm == GemmImpl::Auto) {
       m_impl->lt = std::make_unique<cuda::LtContext>();
       m_description += fmt::format("; Linear layers through cuBLASLt (model.gemm = \"{}\")", name_of(gemm));

@@ -42,7 +42,10 @@ class LtContext;
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(CollectiveStream& comm, GemmImpl gemm = GemmImpl::Cublas);
+  // kernels: DeviceKernels::Candidate also runs the kernels not yet run on a
+  // device (train.device_kernels; today the one-launch gradient norm and AdamW).
+  explicit CudaBackend(CollectiveStream& comm, GemmImpl gemm = GemmImpl::Cublas,
+                       DeviceKernels kernels = DeviceKernels::Validated);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -60,6 +63,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return m_stream; }
   cublasHandle_t cublas() const { return m_cublas; }
   int device() const { return m_device; }
+  // train.device_kernels = "candidate": the kernels not yet run on a device.
+  bool candidate_kernels() const { return m_candidate; }
   // The cuBLASLt context for the Linear layers (model.gemm = "cublaslt"), or nullptr.
   cuda::LtContext* lt() const;
 
@@ -76,6 +81,7 @@ class CudaBackend final : public Backend {
   cudaStream_t m_stream = nullptr;
   cublasHandle_t m_cublas = nullptr;
   std::string m_description;
+  bool m_candidate = false;  // train.device_kernels = "candidate"
   std::unique_ptr<Impl> m_impl;  // device memory space and the vector ops
 };
 

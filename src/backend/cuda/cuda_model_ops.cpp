@@ -110,7 +110,8 @@ class CudaModelOps {
 
  public:
   CudaModelOps(CudaBackend& backend, const ModelOpsLimits& l, MemoryTracker& memory)
-      : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_lt(backend.lt()), m_limits(l), m_memory(memory) {
+      : m_backend(backend), m_stream(backend.stream()), m_cublas(backend.cublas()), m_lt(backend.lt()),
+        m_candidate(backend.candidate_kernels()), m_limits(l), m_memory(memory) {
     const std::int64_t rows = l.max_batch * l.seq_len;
     const cuda::AttentionShape att{l.max_batch, l.seq_len, l.channels, l.n_head};
     // Fused attention: cuDNN's graphs for the largest micro-batch are built now, and
@@ -202,7 +203,7 @@ class CudaModelOps {
   void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, T* dw,
                           T* db, std::int64_t n, std::int64_t c) {
     cuda::layernorm_backward(dev(x), dev(w), dev(mean), dev(rstd), dev(dy), dev(dx), dev(dw), dev(db), n, c,
-                             m_scratch.data(), m_scratch_bytes, m_stream);
+                             m_scratch.data(), m_scratch_bytes, m_stream, m_candidate);
   }
   void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k, std::int64_t m,
                       bool accumulate) {
@@ -429,7 +430,8 @@ class CudaModelOps {
   CudaBackend& m_backend;
   cudaStream_t m_stream;
   cublasHandle_t m_cublas;
-  cuda::LtContext* m_lt;  // the backend's cuBLASLt Linear (model.gemm = "cublaslt"), or nullptr: cuBLAS
+  cuda::LtContext* m_lt;
+  bool m_candidate;  // train.device_kernels = "candidate": LayerNorm's grouped dw/db passes  // the backend's cuBLASLt Linear (model.gemm = "cublaslt"), or nullptr: cuBLAS
   ModelOpsLimits m_limits;
   TrackedBuffer<unsigned char> m_scratch;  // Workspace: the largest op's scratch
   std::size_t m_scratch_bytes = 0;

@@ -46,7 +46,7 @@
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
 #                 quickstart GPT on Moby Dick); default big,qs
-#   --who LIST    for speed: which of ours,unfused,flash,eager,compile,cublas run (default all
+#   --who LIST    for speed: which of ours,unfused,flash,eager,compile,cublas,candidate run (default all
 #                 six; unfused: ours with model.attention = "unfused", the default
 #                 before 2026-11-29, 16-bit precisions on a GPU only (in fp32 "auto"
 #                 is "unfused" already); flash: ours with
@@ -57,7 +57,10 @@
 #                 compile so that a short budget cuts it first). ours is today's
 #                 default, model.attention = "auto" (cuDNN's fused attention in fp16
 #                 and bf16 on a GPU) and model.gemm = "auto" (cuBLASLt with the bias
-#                 epilogues on a GPU, kernels/cuda/lt_linear.cuh): the A/B's baseline
+#                 epilogues on a GPU, kernels/cuda/lt_linear.cuh): the A/B's baseline;
+#                 candidate: ours with train.device_kernels = "candidate" (the CUDA
+#                 kernels not yet run on a device, gpu.md "Candidate kernels"), on a
+#                 GPU only, after cublas
 #   --profile     for speed: after each model and precision, one more run of ours
 #                 with the trainer's --profile (every op timed with the device
 #                 synchronised: per-op ms/step, shares, by class), its table appended
@@ -84,7 +87,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; e
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile,cublas" profile=0
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile,cublas,candidate" profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
@@ -262,7 +265,7 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
            ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
   }' | tee -a "$report"
 }
-ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas] [--profile]
+ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas|--candidate] [--profile]
   local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=() attn=""
   shift 3
   for a in "$@"; do
@@ -270,6 +273,7 @@ ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas] [--profile]
       --unfused) fused=(--set model.attention=unfused) name=${name}_unfused attn=" (unfused attention)" ;;
       --flash) fused=(--set model.attention=flash) name=${name}_flash attn=" (flash attention)" ;;
       --cublas) fused=(--set model.gemm=cublas) name=${name}_cublas attn=" (cuBLAS Linear)" ;;
+      --candidate) fused=(--set train.device_kernels=candidate) name=${name}_candidate attn=" (candidate kernels)" ;;
       --profile) extra=(--profile) name=${name}_profile ;;
     esac
   done
@@ -294,6 +298,9 @@ ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas] [--profile]
   fi
   if [[ $name != *_cublas* ]] && (( smoke == 0 )) && ! grep -q 'Linear layers through cuBLASLt' "$log"; then
     fail "$name: the banner does not say the Linear layers ran through cuBLASLt (model.gemm = auto on a GPU) ($log)"; return
+  fi
+  if [[ $name == *_candidate* ]] && ! grep -q 'candidate kernels' "$log"; then
+    fail "$name: the banner does not say the candidate kernels ran ($log)"; return
   fi
   if (( ${#extra[@]} )); then  # the profile run: its table, not a speed row
     note ""
@@ -377,6 +384,12 @@ verdict_big_bf16() {
     note "- 124M bf16, cuBLAS Linear: tokens/s against today's default (model.gemm = auto: cuBLASLt) = $(awk -v g="$g" -v o="$o" 'BEGIN { printf "%.3f", o / g }')"
     [[ -n $e ]] && note "- 124M bf16, cuBLAS Linear: ours/eager tokens/s = $(awk -v g="$g" -v e="$e" 'BEGIN { printf "%.3f", e / g }')"
   fi
+  local k=${ms_of[ours_big_bf16_candidate]:-}
+  if [[ -n $k ]]; then  # train.device_kernels = "candidate": the A/B against today's default, same call
+    note "- 124M bf16, candidate kernels: tokens/s against today's default (validated kernels) = $(awk -v k="$k" -v o="$o" 'BEGIN { printf "%.3f", o / k }')"
+    [[ -n $e ]] && note "- 124M bf16, candidate kernels: ours/eager tokens/s = $(awk -v k="$k" -v e="$e" 'BEGIN { printf "%.3f", e / k }')"
+    [[ -n $c ]] && note "- 124M bf16, candidate kernels: ours/torch.compile tokens/s = $(awk -v k="$k" -v c="$c" 'BEGIN { printf "%.3f", c / k }')"
+  fi
 }
 
 # Two device runs of the same config (the timed run and its --profile run: the
@@ -424,16 +437,20 @@ if has "$parts" speed; then
       [[ $smoke == 0 ]] && has "$who" compile && torch_run "$model" "$prec" compile 150
       # cublas: model.gemm = "cublas" (the default before 2026-11-30), every precision, on a GPU
       has "$who" cublas && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --cublas
+      # candidate: train.device_kernels = "candidate" (kernels not yet run on a device), on a GPU
+      has "$who" candidate && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --candidate
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
       if (( profile )); then
         ours "$model" "$prec" 60 --profile
         has "$who" unfused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --unfused --profile
         has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --flash --profile
         has "$who" cublas && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --cublas --profile
+        has "$who" candidate && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --candidate --profile
         repeat_check "$model" "$prec"
         repeat_check "$model" "$prec" _unfused
         repeat_check "$model" "$prec" _flash
         repeat_check "$model" "$prec" _cublas
+        repeat_check "$model" "$prec" _candidate
       fi
     done
   done

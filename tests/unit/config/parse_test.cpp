@@ -485,6 +485,8 @@ TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
   for (const auto& [name, value] : {std::pair{"auto", TrainDevice::Auto}, std::pair{"cpu", TrainDevice::Cpu},
                                     std::pair{"cuda", TrainDevice::Cuda}})
     EXPECT_EQ(parse("train", "device = \"" + std::string(name) + "\"").train.device, value) << name;
+  EXPECT_EQ(parse("train", "device_kernels = \"candidate\"").train.device_kernels, DeviceKernels::Candidate);
+  EXPECT_EQ(parse("train", "device_kernels = \"validated\"").train.device_kernels, DeviceKernels::Validated);
   EXPECT_EQ(parse("optim", "type = \"adamw\"").optim.type, OptimizerType::AdamW);
   EXPECT_EQ(parse("optim", "schedule = \"cosine\"").optim.schedule, LrSchedule::Cosine);
   EXPECT_EQ(parse("optim", "schedule = \"constant\"").optim.schedule, LrSchedule::Constant);
@@ -497,6 +499,7 @@ TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
   EXPECT_EQ(d.model.attention, AttentionImpl::Auto);
   EXPECT_EQ(d.model.pooling, Pooling::Cls);
   EXPECT_EQ(d.model.gemm, GemmImpl::Auto);
+  EXPECT_EQ(d.train.device_kernels, DeviceKernels::Validated);
   EXPECT_EQ(d.data.in_memory, DataInMemory::Auto);
   EXPECT_EQ(d.train.device, TrainDevice::Auto);
   EXPECT_EQ(d.optim.type, OptimizerType::AdamW);
