@@ -321,6 +321,8 @@ case "${1:-}" in
         sed -i 's/^seq_len = 16/seq_len = 16\nattention = "flash"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input" ;;
       gemm_lt_on_host)  # cuBLASLt's Linear asked for where the run computes on the host
         sed -i 's/^seq_len = 16/seq_len = 16\ngemm = "cublaslt"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input" ;;
+      gelu_epilogue_on_host)  # the GELU in cuBLASLt's epilogues asked for where the run computes on the host
+        sed -i 's/^seq_len = 16/seq_len = 16\ngelu = "epilogue"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)
