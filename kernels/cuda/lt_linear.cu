@@ -7,6 +7,8 @@
 //   dx       dx^T (K x N) = op_N(w^T: K x M, ld K) * op_N(dy^T: M x N, ld M)
 //   dw       dw^T (K x M) = op_N(x^T: K x N, ld K) * op_T(dy^T: M x N, ld M) [+ dw^T]
 //            BGRADB: the column sums of op(B) = dy (N x M) over the GEMM's k = N, one per column of D: db (M)
+//   GELU forward: as forward, D = act^T, the aux buffer pre^T (M x N, ld M) = the sum before the GELU
+//   DGELU:        as dx, D = dpre^T (K x N, ld K) = (w^T dy^T) * gelu'(aux), aux = pre^T (K x N, ld K)
 // Invariants: shapes checked before anything is launched; degenerate shapes
 // (a zero dimension) take the cuBLAS path, which follows BLAS for them.
 #include "kernels/cuda/lt_linear.cuh"
@@ -19,6 +21,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/linear.cuh"
 
 namespace shardtrain::cuda {
@@ -61,6 +64,7 @@ struct Matmul {
   float beta = 0.0f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   void* bias = nullptr;  // BIAS: read (rows); BGRADB: written (cols)
+  void* aux = nullptr;   // GELU_AUX(_BIAS): written; DGELU: read (D's shape and leading dimension)
 };
 
 // Makes the descriptors and asks the heuristic once for `key`: the first of up
@@ -75,12 +79,19 @@ LtContext::Algo make_algo(LtContext& lt, const Matmul& mm, const LtContext::Key&
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_TRANSB, &mm.tb, sizeof(mm.tb)));
   SHARDTRAIN_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &mm.epilogue, sizeof(mm.epilogue)));
-  if (mm.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+  if (mm.bias != nullptr) {
     const std::int32_t bias_type = type;  // the bias (gradient) in T, as db
     SHARDTRAIN_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     SHARDTRAIN_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &mm.bias, sizeof(mm.bias)));
+  }
+  if (mm.aux != nullptr) {  // its type: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE left unset, i.e. D's (T)
+    const std::int64_t aux_ld = mm.ldd;
+    SHARDTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &mm.aux, sizeof(mm.aux)));
+    SHARDTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
   }
   const bool a_n = mm.ta == CUBLAS_OP_N, b_n = mm.tb == CUBLAS_OP_N;
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&r.a, type, a_n ? mm.rows : mm.k, a_n ? mm.k : mm.rows, mm.lda));
@@ -143,14 +154,18 @@ bool run_matmul(LtContext& lt, cudaStream_t stream, const Matmul& mm) {
                            mm.beta != 0.0f ? 1 : 0,
                            alignment_of(mm.a),
                            alignment_of(mm.b),
-                           alignment_of(mm.d) * 1000 + (mm.bias != nullptr ? alignment_of(mm.bias) : 0)};
+                           alignment_of(mm.d) * 1000 + (mm.bias != nullptr ? alignment_of(mm.bias) : 0),
+                           mm.aux != nullptr ? alignment_of(mm.aux) : 0};
   auto it = lt.algos().find(key);
   if (it == lt.algos().end()) it = lt.algos().emplace(key, make_algo<T>(lt, mm, key)).first;
   const LtContext::Algo& algo = it->second;
   if (!algo.found) return false;
-  if (mm.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+  if (mm.bias != nullptr)
     SHARDTRAIN_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(algo.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &mm.bias, sizeof(mm.bias)));
+  if (mm.aux != nullptr)
+    SHARDTRAIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(algo.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &mm.aux, sizeof(mm.aux)));
   const float alpha = 1.0f;
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(lt.handle(), algo.desc, &alpha, mm.a, algo.a, mm.b, algo.b, &mm.beta, mm.d,
                                          algo.d, mm.d, algo.d, &algo.algo, lt.workspace(), kLtWorkspaceBytes, stream));
@@ -161,6 +176,11 @@ void check_shape(const char* op, std::int64_t n, std::int64_t k, std::int64_t m)
   SHARDTRAIN_CHECK(n >= 0 && k >= 0 && m >= 0, std::string(op) + ": negative size n " + std::to_string(n) + " k " +
                                                    std::to_string(k) + " m " + std::to_string(m));
 }
+
+// cuBLASLt's rules for the GELU aux buffer (lt_linear.cuh): its leading
+// dimension (D's) a multiple of 8; its pointer 16-byte aligned (asked here so a
+// refusal never reaches the library as an invalid value).
+bool aux_takes(const void* aux, std::int64_t ld) { return ld % 8 == 0 && alignment_of(aux) >= 16; }
 
 }  // namespace
 
@@ -272,11 +292,77 @@ void lt_linear_backward(LtContext& lt, cublasHandle_t fallback, cudaStream_t str
   }
 }
 
+template <class T>
+void lt_linear_gelu_forward(LtContext& lt, cublasHandle_t fallback, cudaStream_t stream, const T* x, const T* w,
+                            const T* b, T* pre, T* act, std::int64_t n, std::int64_t k, std::int64_t m) {
+  check_shape("cuda::lt_linear_gelu_forward", n, k, m);
+  SHARDTRAIN_CHECK(pre != act, "cuda::lt_linear_gelu_forward: pre and act must be different buffers");
+  const bool degenerate = n == 0 || m == 0 || k == 0;
+  if (!degenerate && aux_takes(pre, m)) {
+    Matmul mm;  // act^T (M x N) = gelu(w x^T + b), aux pre^T (M x N, ld M) = w x^T + b
+    mm.ta = CUBLAS_OP_T;
+    mm.tb = CUBLAS_OP_N;
+    mm.rows = m;
+    mm.cols = n;
+    mm.k = k;
+    mm.a = w;
+    mm.lda = k;
+    mm.b = x;
+    mm.ldb = k;
+    mm.d = act;
+    mm.ldd = m;
+    mm.epilogue = b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    mm.bias = const_cast<T*>(b);  // read only (BIAS)
+    mm.aux = pre;
+    if (run_matmul<T>(lt, stream, mm)) return;
+  }
+  // The unfused path: the Linear (cuBLASLt or, refused there too, cuBLAS), then the GELU pass.
+  if (!degenerate) lt.count_gelu_fallback();
+  lt_linear_forward<T>(lt, fallback, stream, x, w, b, pre, n, k, m, false);
+  gelu_forward<T>(pre, act, n * m, stream);
+}
+
+template <class T>
+void lt_linear_dgelu_backward(LtContext& lt, cublasHandle_t fallback, cudaStream_t stream, const T* x, const T* w,
+                              const T* dy, const T* pre, T* dpre, T* dw, T* db, std::int64_t n, std::int64_t k,
+                              std::int64_t m, bool accumulate) {
+  check_shape("cuda::lt_linear_dgelu_backward", n, k, m);
+  SHARDTRAIN_CHECK(pre != dpre, "cuda::lt_linear_dgelu_backward: pre and dpre must be different buffers");
+  const bool degenerate = n == 0 || m == 0 || k == 0;
+  if (!degenerate && aux_takes(pre, k)) {
+    Matmul mm;  // dpre^T (K x N) = (w^T (K x M) dy^T (M x N)) * gelu'(pre^T)
+    mm.rows = k;
+    mm.cols = n;
+    mm.k = m;
+    mm.a = w;
+    mm.lda = k;
+    mm.b = dy;
+    mm.ldb = m;
+    mm.d = dpre;
+    mm.ldd = k;
+    mm.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    mm.aux = const_cast<T*>(pre);  // read only (DGELU)
+    if (run_matmul<T>(lt, stream, mm)) {
+      // dw (+ db through BGRADB) exactly as the plain backward does it, with its own fallback.
+      return lt_linear_backward<T>(lt, fallback, stream, x, w, dy, nullptr, dw, db, n, k, m, accumulate);
+    }
+  }
+  // The unfused path: the Linear's backward with dx = dpre, then the GELU's backward in place.
+  if (!degenerate) lt.count_gelu_fallback();
+  lt_linear_backward<T>(lt, fallback, stream, x, w, dy, dpre, dw, db, n, k, m, accumulate);
+  gelu_backward<T>(pre, dpre, dpre, n * k, stream);
+}
+
 #define SHARDTRAIN_CUDA_INSTANTIATE_LT_LINEAR(T)                                                                   \
   template void lt_linear_forward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*, const T*, const T*, T*,  \
                                      std::int64_t, std::int64_t, std::int64_t, bool);                              \
   template void lt_linear_backward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*, const T*, const T*, T*, \
-                                      T*, T*, std::int64_t, std::int64_t, std::int64_t, bool);
+                                      T*, T*, std::int64_t, std::int64_t, std::int64_t, bool);                    \
+  template void lt_linear_gelu_forward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*, const T*, const T*, \
+                                          T*, T*, std::int64_t, std::int64_t, std::int64_t);                      \
+  template void lt_linear_dgelu_backward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*, const T*,         \
+                                            const T*, const T*, T*, T*, T*, std::int64_t, std::int64_t,           \
+                                            std::int64_t, bool);
 SHARDTRAIN_CUDA_INSTANTIATE_LT_LINEAR(float)
 SHARDTRAIN_CUDA_INSTANTIATE_LT_LINEAR(__half)
 SHARDTRAIN_CUDA_INSTANTIATE_LT_LINEAR(__nv_bfloat16)

@@ -32,7 +32,43 @@
 //    bias scratch are made once by the LtContext; the cache grows once per new
 //    key (host memory, a heuristic query; no device allocation). Every cuBLASLt
 //    status is checked (SHARDTRAIN_CUBLAS_CHECK: cuBLASLt returns cublasStatus_t).
-// Has not yet run on a device (2026-11-29): share/doc/gpu.md "cuBLASLt Linear".
+//  - GELU fused into the MLP's GEMMs (model.gelu = "epilogue"; GPT-2's tanh form
+//    only, never the erf form):
+//      lt_linear_gelu_forward: one matmul with CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+//      (GELU_AUX without a bias): act = gelu(x w^T + b) is D, and the
+//      pre-activation x w^T + b is written to the aux buffer `pre` (the
+//      backward's input), both in T. The GELU is applied to the fp32 sum before
+//      it is rounded, so in 16 bits act may differ from gelu(round(pre)) (the
+//      separate pass) by an ulp.
+//      lt_linear_dgelu_backward: the layer AFTER the GELU (fc2): its dx matmul
+//      with CUBLASLT_EPILOGUE_DGELU reads the aux buffer `pre` and writes
+//      dpre = (dy w) * gelu'(pre) straight (the separate pass's input dx is never
+//      stored); dw and db as lt_linear_backward (BGRADB). DGELU, not
+//      DGELU_BGRAD: the first layer's (fc's) bias gradient already comes from
+//      ITS dw matmul's BGRADB epilogue (no separate pass to save), BGRADB sums
+//      along the GEMM's k inside one thread block's loop (the order validated
+//      bitwise), while DGELU_BGRAD would sum over D's columns across thread
+//      blocks, in an order cuBLASLt does not document; and fc's linear_backward
+//      stays as it is.
+//    The formula: cuBLASLt's header and manual name the epilogue only "GELU".
+//    PyTorch, whose CUDA _addmm_activation(use_gelu) runs this epilogue, writes
+//    its decomposition as gelu(approximate="tanh") on CUDA and the erf form
+//    elsewhere (torch/_decomp/decompositions.py), i.e. the tanh form
+//      gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's and
+//    kernels/cuda/gelu.cuh's. Not yet checked on a device: the fp32 cases of
+//    gpu_lt_linear_test tell the two forms apart (on their inputs tanh and erf
+//    differ by more than 5x the fp32 tolerance).
+//    Aux rules (cuBLASLt: EPILOGUE_AUX_LD a multiple of 8, at least D's rows):
+//    the aux leading dimension here is D's (m forward, k backward); a call whose
+//    aux leading dimension is not a multiple of 8 or whose aux pointer is not
+//    16-byte aligned is refused before asking. Cached by the same key plus the
+//    aux pointer's alignment; split-K refused as above (the GELU epilogues are
+//    elementwise, so no reduction order enters). A refused call runs the
+//    unfused path for that call -- lt_linear_forward then cuda::gelu_forward;
+//    lt_linear_backward with dx = dpre then cuda::gelu_backward in place -- and
+//    LtContext::gelu_fallbacks() counts it.
+// Has not yet run on a device (2026-11-29): share/doc/gpu.md "cuBLASLt Linear";
+// the GELU epilogues not either (2026-11-30).
 #pragma once
 
 #include <cublasLt.h>
@@ -62,11 +98,15 @@ class LtContext {
 
   // Calls that ran the cuBLAS path because cuBLASLt offered no algorithm.
   std::int64_t fallbacks() const { return m_fallbacks; }
+  // Fused-GELU calls (lt_linear_gelu_forward / lt_linear_dgelu_backward) that ran
+  // the unfused path because cuBLASLt offered no GELU-epilogue algorithm or the
+  // aux buffer broke its rules.
+  std::int64_t gelu_fallbacks() const { return m_gelu_fallbacks; }
   // Distinct matmul keys asked of the heuristic so far (each asked once).
   std::size_t cached_algorithms() const { return m_algos.size(); }
 
   // What a matmul is cached by (see the file-top comment).
-  using Key = std::array<std::int64_t, 14>;
+  using Key = std::array<std::int64_t, 15>;
   struct Algo {  // made once per key; the descriptors live as long as the context
     bool found = false;  // false: cuBLASLt offered no deterministic algorithm (the cuBLAS path runs)
     cublasLtMatmulAlgo_t algo{};
@@ -80,6 +120,7 @@ class LtContext {
   void* bias_scratch() const { return m_bias_scratch; }
   std::map<Key, Algo>& algos() { return m_algos; }
   void count_fallback() { ++m_fallbacks; }
+  void count_gelu_fallback() { ++m_gelu_fallbacks; }
 
  private:
   cublasLtHandle_t m_handle = nullptr;
@@ -87,6 +128,7 @@ class LtContext {
   void* m_bias_scratch = nullptr;  // kLtBiasScratchElems floats (room for any T)
   std::map<Key, Algo> m_algos;
   std::int64_t m_fallbacks = 0;
+  std::int64_t m_gelu_fallbacks = 0;
 };
 
 // y(N,M) = x(N,K) w(M,K)^T + b(M)   (accumulate: y +=); b == nullptr: no bias.
@@ -102,12 +144,33 @@ void lt_linear_backward(LtContext& lt, cublasHandle_t fallback, cudaStream_t str
                         const T* dy, T* dx, T* dw, T* db, std::int64_t n, std::int64_t k, std::int64_t m,
                         bool accumulate = true);
 
+// pre(N,M) = x(N,K) w(M,K)^T + b(M), act(N,M) = gelu_tanh(pre), both OVERWRITTEN
+// (GELU_AUX_BIAS; b == nullptr: GELU_AUX, no bias). pre and act must not overlap.
+template <class T>
+void lt_linear_gelu_forward(LtContext& lt, cublasHandle_t fallback, cudaStream_t stream, const T* x, const T* w,
+                            const T* b, T* pre, T* act, std::int64_t n, std::int64_t k, std::int64_t m);
+
+// The Linear after a GELU, backward through both: x = gelu(pre) (N,K) its input,
+// pre (N,K) the GELU's input (the forward's aux buffer), dy (N,M):
+// dpre(N,K) = (dy w) * gelu_tanh'(pre), OVERWRITTEN (DGELU; must not overlap pre);
+// dw(M,K) += dy^T x; db(M) += the column sums of dy (nullptr: none); !accumulate
+// overwrites dw, db (as lt_linear_backward).
+template <class T>
+void lt_linear_dgelu_backward(LtContext& lt, cublasHandle_t fallback, cudaStream_t stream, const T* x, const T* w,
+                              const T* dy, const T* pre, T* dpre, T* dw, T* db, std::int64_t n, std::int64_t k,
+                              std::int64_t m, bool accumulate = true);
+
 #define SHARDTRAIN_CUDA_DECLARE_LT_LINEAR(T)                                                                   \
   extern template void lt_linear_forward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*, const T*,     \
                                             const T*, T*, std::int64_t, std::int64_t, std::int64_t, bool);     \
   extern template void lt_linear_backward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*, const T*,    \
                                              const T*, T*, T*, T*, std::int64_t, std::int64_t, std::int64_t,   \
-                                             bool);
+                                             bool);                                                            \
+  extern template void lt_linear_gelu_forward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*, const T*, \
+                                                 const T*, T*, T*, std::int64_t, std::int64_t, std::int64_t);   \
+  extern template void lt_linear_dgelu_backward<T>(LtContext&, cublasHandle_t, cudaStream_t, const T*,         \
+                                                   const T*, const T*, const T*, T*, T*, T*, std::int64_t,      \
+                                                   std::int64_t, std::int64_t, bool);
 SHARDTRAIN_CUDA_DECLARE_LT_LINEAR(float)
 SHARDTRAIN_CUDA_DECLARE_LT_LINEAR(__half)
 SHARDTRAIN_CUDA_DECLARE_LT_LINEAR(__nv_bfloat16)

@@ -47,9 +47,11 @@
 #      PyTorch eager and torch.compile, ours with model.attention = "unfused" and with
 #      "flash" (A/B against today's default "auto", cuDNN's fused attention in 16 bits,
 #      in the same call; two runs of each bitwise equal) and with model.gemm =
-#      "cublas" (after PyTorch's rows; A/B against the default "auto", cuBLASLt) and with
-#      train.device_kernels = "candidate" (the kernels not yet run on a device), then
-#      each of ours under --profile (210 s), the fp32 quickstart GPU against host and
+#      "cublas" (after PyTorch's rows; A/B against the default "auto", cuBLASLt), with
+#      train.device_kernels = "candidate" (the kernels not yet run on a device), and with
+#      model.gelu = "epilogue" (last: the MLP's GELU in cuBLASLt's epilogues; A/B against the
+#      default "separate"), then each of ours under --profile (210 s; a tight budget
+#      reports the candidate and gelu rows NOT RUN first), the fp32 quickstart GPU against host and
 #      the checkpoint crossings (75 s), then Hugging Face (80 s; on the host when there is
 #      no device): GPT2LMHeadModel on our safetensors export, and (issue 48) our trainer's
 #      DistilBERT- and BERT-shaped classifiers exported with --names distilbert|bert and
@@ -457,8 +459,9 @@ mapfile -t selected < <(cd "$build" && ctest -N "${ctest_sel[@]}" 2>/dev/null | 
 mapfile -t two_gpu < <(cd "$build" && ctest -N -L gpu2 ${only:+-R "$only"} 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
 say "selected ${#selected[@]} one-GPU tests (ctest ${ctest_sel[*]}): ${selected[*]:-none}"
 (( ${#selected[@]} )) || problem "no test selected"
-# What the phases after the tests need (s): 124M bf16 speed 210 (ours, unfused, flash, eager, compile, cublas, candidate,
-# their profiles; cublas and candidate run after PyTorch's rows, so a tight budget reports them NOT RUN first), correctness 75, Hugging Face checks 80 (GPT-2; DistilBERT, BERT, BertTokenizer).
+# What the phases after the tests need (s): 124M bf16 speed 210 (ours, unfused, flash, eager, compile, cublas,
+# candidate, gelu, their profiles; cublas, candidate and gelu run after PyTorch's rows, so a tight budget reports
+# them NOT RUN first), correctness 75, Hugging Face checks 80 (GPT-2; DistilBERT, BERT, BertTokenizer).
 cap_speed=210 cap_correct=75 cap_hf=80
 # --measure: its one call gets what the tests leave, at least SHARDTRAIN_GPU_MEASURE_S (default 120).
 [[ -n $measure_args ]] && { cap_speed=${SHARDTRAIN_GPU_MEASURE_S:-120}; cap_correct=0; cap_hf=0; }

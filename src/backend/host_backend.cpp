@@ -258,6 +258,19 @@ class HostModelOps {
                                    dx ? View2<T>(dx, n, k) : View2<T>(), View2<T>(dw, m, k),
                                    db ? View1<T>(db, m) : View1<T>(), accumulate);
   }
+  // The fused MLP entries: the host has no epilogues, so each is exactly its two ops.
+  void linear_gelu_forward(const T* x, const T* w, const T* b, T* pre, T* act, std::int64_t n, std::int64_t k,
+                           std::int64_t m) {
+    linear_forward(x, w, b, pre, n, k, m, false);
+    const std::size_t len = static_cast<std::size_t>(n * m);
+    shardtrain::gelu_forward<T>(CView1<T>(pre, len), View1<T>(act, len));
+  }
+  void linear_dgelu_backward(const T* x, const T* w, const T* dy, const T* pre, T* dpre, T* dw, T* db,
+                             T* dx_scratch, std::int64_t n, std::int64_t k, std::int64_t m, bool accumulate) {
+    linear_backward(x, w, dy, dx_scratch, dw, db, n, k, m, accumulate);
+    const std::size_t len = static_cast<std::size_t>(n * k);
+    shardtrain::gelu_backward<T>(CView1<T>(pre, len), CView1<T>(dx_scratch, len), View1<T>(dpre, len));
+  }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T* workspace, T* out) {
     refuse_fused(s);
     const AttentionShape h = host_shape(s);

@@ -146,6 +146,15 @@ void check_across_keys(Resolver& r, const RunConfig& c) {
                          "{} / {} = {}",
                          c.model.d_model, c.model.n_head, c.model.d_model / c.model.n_head));
 
+  // The GELU epilogues are cuBLASLt's: the cuBLAS Linear has none.
+  if (c.model.type == ModelType::Gpt && c.model.gelu == GeluImpl::Epilogue && c.model.gemm == GemmImpl::Cublas &&
+      !r.failed("model.gelu") && !r.failed("model.gemm")) {
+    auto [where, first] = r.pick("model.gelu", "model.gemm");
+    r.report(where, first ? "model.gelu" : "model.gemm",
+             "model.gelu = \"epilogue\" runs the GELU in the epilogues of cuBLASLt's matmuls and needs model.gemm "
+             "= \"cublaslt\" or \"auto\", but model.gemm = \"cublas\"");
+  }
+
   const auto& t = c.train;
   if (!r.failed("train.steps") && !r.failed("train.batch_size") && !r.failed("model.seq_len")) {
     std::int64_t sequences = 0, tokens = 0;

@@ -31,6 +31,7 @@ struct ModelConfig {
   double layernorm_eps = 1e-5;
   AttentionImpl attention = AttentionImpl::Auto;  // gpt: auto, unfused, fused (cuDNN flash attention, CUDA) or flash (ours, CUDA)
   GemmImpl gemm = GemmImpl::Auto;  // every type: the device's Linear (auto = cublaslt on CUDA, cublas, or cublaslt: CUDA only)
+  GeluImpl gelu = GeluImpl::Separate;  // gpt: the MLP's GELU as its own pass, or in cuBLASLt's epilogues (CUDA only)
   Pooling pooling = Pooling::Cls;  // encoder_classifier
   EncoderLayout layout = EncoderLayout::PreLn;  // encoder_classifier
   int max_positions = 0;  // encoder_classifier: rows of the position table; 0: seq_len

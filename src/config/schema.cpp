@@ -148,6 +148,19 @@ constexpr KeySpec k_schema[] = {
             "of `\"cublas\"` on an H200 (gpu.md). Needs a CUDA device (refused on the host, exit 2). "
             "`\"cublas\"`: `cublasGemmEx` with the default algorithm and no workspace, the bias added by a "
             "separate pass and its gradient by a column-sum kernel (the default before 2026-11-30)."},
+    {SHARDTRAIN_CONFIG_KEY(model, gelu), .choices = k_gelu_names, .model_types = k_gpt,
+     .doc = "Where the MLP's GELU (GPT-2's tanh form) runs. `\"separate\"` (the default): its own pass after "
+            "the first Linear, forward and backward (every device). `\"epilogue\"`: inside the MLP's cuBLASLt "
+            "GEMMs (kernels/cuda/lt_linear.cuh): the first Linear's matmul applies the bias and the GELU in its "
+            "epilogue (`CUBLASLT_EPILOGUE_GELU_AUX_BIAS`) and also writes the pre-activation, which the "
+            "backward needs; the second Linear's dx matmul multiplies by the GELU's derivative in its epilogue "
+            "(`CUBLASLT_EPILOGUE_DGELU`), so neither GELU pass runs. Same algorithm cache and no split-K as "
+            "`model.gemm = \"cublaslt\"` (bitwise repeatable); a shape cuBLASLt has no GELU algorithm for "
+            "runs the separate pass for that call. In 16 bits the GELU is applied before the sum is rounded, "
+            "so results differ from `\"separate\"` within rounding. Needs a CUDA device (refused on the host, "
+            "exit 2) and `model.gemm` `\"cublaslt\"` or `\"auto\"` (refused with `\"cublas\"`). Not yet run on "
+            "a device (gpu.md). Only the GPT takes it: the encoder classifier's BERT layouts use GELU's erf "
+            "form, which the epilogue does not compute."},
     {SHARDTRAIN_CONFIG_KEY(model, pooling), .choices = k_pooling_names, .model_types = k_encoder,
      .doc = "`cls`: the final LayerNorm's output at position 0 (the data set's [CLS] token; refused if it has "
             "none). `mean`: the average over each document's valid positions."},

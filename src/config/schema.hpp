@@ -52,6 +52,7 @@ using AnyConfigField =
     std::variant<ConfigField<int>, ConfigField<std::int64_t>, ConfigField<std::uint64_t>, ConfigField<double>,
                  ConfigField<bool>, ConfigField<std::string>, ConfigField<std::vector<std::int64_t>>,
                  ConfigField<ModelType>, ConfigField<PrecisionMode>, ConfigField<AttentionImpl>, ConfigField<GemmImpl>,
+                 ConfigField<GeluImpl>,
                  ConfigField<Pooling>, ConfigField<EncoderLayout>, ConfigField<DataInMemory>, ConfigField<TrainDevice>,
                  ConfigField<DeviceCollectives>, ConfigField<DeviceKernels>,
                  ConfigField<OptimizerType>, ConfigField<LrSchedule>, ConfigField<RecomputePolicy>,

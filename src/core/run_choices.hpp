@@ -44,6 +44,17 @@ inline constexpr std::string_view k_gemm_names[] = {"cublas", "cublaslt", "auto"
 constexpr std::span<const std::string_view> enum_names(GemmImpl) { return k_gemm_names; }
 static_assert(std::size(k_gemm_names) == 1 + static_cast<std::size_t>(GemmImpl::Auto), "a name per value");
 
+// model.gelu (gpt): where the MLP's GELU (GPT-2's tanh form) runs: its own
+// pass after the first Linear ("separate", the default, every device), or in the
+// epilogues of the MLP's cuBLASLt GEMMs ("epilogue": GELU_AUX_BIAS in the first
+// Linear's forward, DGELU in the second's dx matmul; kernels/cuda/lt_linear.cuh),
+// which needs a CUDA device and a cuBLASLt Linear (model.gemm "cublaslt" or
+// "auto"). Not yet run on a device (2026-11-30), hence not the default.
+enum class GeluImpl : unsigned char { Separate, Epilogue };
+inline constexpr std::string_view k_gelu_names[] = {"separate", "epilogue"};
+constexpr std::span<const std::string_view> enum_names(GeluImpl) { return k_gelu_names; }
+static_assert(std::size(k_gelu_names) == 1 + static_cast<std::size_t>(GeluImpl::Epilogue), "a name per value");
+
 // model.pooling (encoder_classifier): the [CLS] position, or the mean over each
 // document's valid positions.
 enum class Pooling : unsigned char { Cls, Mean };

@@ -18,6 +18,7 @@ namespace {
 TransformerBlockShape block_shape_of(const GptDims& d) {
   TransformerBlockShape s{d.max_batch, d.seq_len, d.channels, d.n_head, d.fused_attention};
   s.flash_attention = d.flash_attention;
+  s.gelu_epilogue = d.gelu_epilogue;
   return s;
 }
 

@@ -51,6 +51,7 @@ struct GptDims {
   std::int64_t max_batch = 0; // largest micro-batch B the buffers are sized for
   bool fused_attention = false;  // model.attention = "fused": cuDNN's flash attention (AttnShape::fused)
   bool flash_attention = false;  // model.attention = "flash": our tiled attention (AttnShape::flash)
+  bool gelu_epilogue = false;    // model.gelu = "epilogue": the MLP's GELU in its GEMMs (TransformerBlockShape)
 };
 
 // Elements of each buffer class for given dims (the memory plan of one model replica).

@@ -235,8 +235,12 @@ void transformer_block_forward(ModelOps<T>& ops, const TransformerBlockShape& s,
     ops.linear_forward(a.att_out, p.proj_w, p.proj_b, a.resid1, bt, c, c, /*accumulate=*/true);
   }
   ops.layernorm_forward(a.resid1, p.ln2_w, p.ln2_b, a.ln2_out, a.ln2_mean, a.ln2_rstd, bt, c, eps);
-  ops.linear_forward(a.ln2_out, p.fc_w, p.fc_b, a.fc_pre, bt, c, 4 * c, false);
-  ops.gelu_forward(a.fc_pre, a.fc_act, bt * 4 * c);
+  if (s.gelu_epilogue) {  // the same fc_pre and fc_act, the GELU in fc's GEMM
+    ops.linear_gelu_forward(a.ln2_out, p.fc_w, p.fc_b, a.fc_pre, a.fc_act, bt, c, 4 * c);
+  } else {
+    ops.linear_forward(a.ln2_out, p.fc_w, p.fc_b, a.fc_pre, bt, c, 4 * c, false);
+    ops.gelu_forward(a.fc_pre, a.fc_act, bt * 4 * c);
+  }
   if (drop) {
     ops.linear_forward(a.fc_act, p.fc2_w, p.fc2_b, w.dsmall, bt, 4 * c, c, false);
     ops.dropout_forward(site(s, run, 1), w.dsmall, w.dsmall, bt * c);
@@ -263,8 +267,13 @@ void transformer_block_backward(ModelOps<T>& ops, const TransformerBlockShape& s
     ops.dropout_backward(site(s, run, 1), dres, w.dsmall, bt * c);
     dfc2 = w.dsmall;
   }
-  ops.linear_backward(a.fc_act, p.fc2_w, dfc2, w.dbig1, g.fc2_w, g.fc2_b, bt, 4 * c, c, acc);
-  ops.gelu_backward(a.fc_pre, w.dbig1, w.dbig2, bt * 4 * c);
+  if (s.gelu_epilogue) {  // dbig2 = d fc_pre straight from fc2's dx GEMM (dbig1: the default's scratch)
+    ops.linear_dgelu_backward(a.fc_act, p.fc2_w, dfc2, a.fc_pre, w.dbig2, g.fc2_w, g.fc2_b, w.dbig1, bt, 4 * c, c,
+                              acc);
+  } else {
+    ops.linear_backward(a.fc_act, p.fc2_w, dfc2, w.dbig1, g.fc2_w, g.fc2_b, bt, 4 * c, c, acc);
+    ops.gelu_backward(a.fc_pre, w.dbig1, w.dbig2, bt * 4 * c);
+  }
   ops.linear_backward(a.ln2_out, p.fc_w, w.dbig2, w.dsmall, g.fc_w, g.fc_b, bt, c, 4 * c, acc);
   ops.layernorm_backward(a.resid1, p.ln2_w, a.ln2_mean, a.ln2_rstd, w.dsmall, dres, g.ln2_w, g.ln2_b, bt, c);
   // resid1 = x + drop(proj(attention(qkv(ln1(x))))); dres now holds d resid1.

@@ -19,6 +19,10 @@
 // The mask is not stored: backward regenerates it from (seed, stream, offset)
 // (kernels/dropout.hpp), offset = first_sample * T * C, so it depends on the
 // global sample index only, never on the micro-batch split.
+// The pre-LN MLP's GELU (tanh form) may run inside its GEMMs
+// (TransformerBlockShape::gelu_epilogue, model.gelu = "epilogue": ModelOps'
+// linear_gelu_forward / linear_dgelu_backward); the same fc_pre and fc_act are
+// saved either way, so recompute and the memory plan do not change.
 // Gradient convention: parameter gradients ACCUMULATE; `dres` (the gradient of
 // the block output on entry) becomes the gradient of the block input.
 #pragma once
@@ -39,6 +43,10 @@ struct TransformerBlockShape {
   bool fused_attention = false;  // cuDNN's fused attention (AttnShape::fused)
   bool post_ln = false;          // the BERT family's post-LayerNorm block (and erf GELU)
   bool flash_attention = false;  // our tiled attention on the device (AttnShape::flash)
+  // Pre-LN only (tanh GELU): the MLP through ModelOps' linear_gelu_forward /
+  // linear_dgelu_backward (the GELU in cuBLASLt's epilogues on a device,
+  // model.gelu = "epilogue") instead of linear + gelu and gelu + linear backward.
+  bool gelu_epilogue = false;
 };
 
 inline constexpr int kTransformerBlockTensors = 12;

@@ -75,6 +75,7 @@ GptDims gpt_dims(const RunConfig& c, std::int64_t vocab, int world) {
   const AttentionImpl attention = resolve_attention(c, computes_on_cuda(c.train.device));
   d.fused_attention = attention == AttentionImpl::Fused;
   d.flash_attention = attention == AttentionImpl::Flash;
+  d.gelu_epilogue = c.model.gelu == GeluImpl::Epilogue;  // the same buffers either way: nothing to size
   return d;
 }
 

@@ -107,10 +107,11 @@ class GptTask final : public Task<P> {
   }
 
   TaskText describe() const override {
-    return {fmt::format("GPT L={} C={} H={} T={} V={}{}", m_dims.n_layer, m_dims.channels, m_dims.n_head,
+    return {fmt::format("GPT L={} C={} H={} T={} V={}{}{}", m_dims.n_layer, m_dims.channels, m_dims.n_head,
                         m_dims.seq_len, m_dims.vocab, m_dims.fused_attention  ? ", fused attention (cuDNN)"
                         : m_dims.flash_attention ? ", flash attention (ours)"
-                                                 : ""),
+                                                 : "",
+                        m_dims.gelu_epilogue ? ", GELU in cuBLASLt's epilogues" : ""),
             fmt::format("batch {} x {} tokens, micro-batch {}", m_cfg.train.batch_size, m_dims.seq_len,
                         m_dims.max_batch),
             fmt::format("data {} ({} train / {} val tokens)", m_cfg.data.path, m_data.size(Split::Train),

@@ -630,7 +630,7 @@ namespace {
 // The host compute threads first (parallel.threads; the host kernels run even
 // beside a device), then the device.
 // model.attention = "fused" is cuDNN's and "flash" our CUDA kernels', model.gemm =
-// "cublaslt" cuBLASLt's: refused where
+// "cublaslt" and model.gelu = "epilogue" cuBLASLt's: refused where
 // the run computes on the host (every rank has the same config and device kind, so
 // every rank refuses). The host has one attention (kernels/attention.hpp, already
 // tiled per (sequence, head) pair); "flash" is not mapped onto it silently, so a
@@ -663,6 +663,12 @@ std::unique_ptr<DeviceContext> bring_up(const RunConfig& config, MPI_Comm world)
         "{}: model.gemm = \"cublaslt\" runs the Linear layers through cuBLASLt and needs a CUDA device, but "
         "this run computes on the host (train.device = \"{}\"); use model.gemm = \"cublas\" (the default) on "
         "the host", config.source_name, name_of(config.train.device)));
+  if (config.model.type == ModelType::Gpt && config.model.gelu == GeluImpl::Epilogue &&
+      context->backend->kind() == BackendKind::Host)
+    throw InputError(fmt::format(
+        "{}: model.gelu = \"epilogue\" runs the GELU in the epilogues of cuBLASLt's matmuls and needs a CUDA "
+        "device, but this run computes on the host (train.device = \"{}\"); use model.gelu = \"separate\" (the "
+        "default) on the host", config.source_name, name_of(config.train.device)));
   return context;
 }
 }  // namespace

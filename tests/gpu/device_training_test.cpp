@@ -8,7 +8,8 @@
 //    attention (model.attention = "flash", fp32 too); both bitwise repeatable over
 //    two runs at T = 1024 (32 key tiles of 32: dQ summed over many key blocks);
 //    the same with the Linear layers through cuBLASLt (model.gemm = "cublaslt"),
-//    against the host and the cuBLAS backend, bitwise repeatable at T = 1024;
+//    against the host and the cuBLAS backend, bitwise repeatable at T = 1024; and
+//    with the MLP's GELU in cuBLASLt's epilogues (model.gelu = "epilogue") likewise;
 //  - the backend's vector kernels (norm, inf/NaN scan, accumulate, widen,
 //    narrow, AdamW) against the host backend's;
 //  - training steps through the ZeRO engine on NcclCommunicator, every stage,
@@ -275,6 +276,53 @@ TEST(DeviceGpt, CublasLtLinearMatchesTheHostAndIsRepeatable) {
   // Only the LM head (vocabulary 67: unaligned 16-bit rows) may have fallen back:
   // forward and backward, per run, at most one each.
   EXPECT_LE(lt.lt()->fallbacks() - before, 3 * 2) << "the blocks' Linear layers took the cuBLAS path";
+}
+
+// model.gelu = "epilogue" (GptDims::gelu_epilogue) on a cuBLASLt backend: the blocks'
+// MLP GELU in cuBLASLt's epilogues (GELU_AUX_BIAS forward, DGELU backward;
+// kernels/cuda/lt_linear.cuh). fp32 against the host model (1e-4); fp16 / bf16
+// against the host (3e-2) and against the same backend with the separate GELU pass;
+// two bf16 runs at T = 1024 bitwise equal, and the same under recompute (fc_pre
+// rewritten by the recomputed forward's aux output); at that shape (4C = 512, every
+// buffer 16-byte aligned) the blocks must take the epilogues: no GELU fallback.
+TEST(DeviceGpt, GeluEpilogueMatchesTheHostAndIsRepeatable) {
+  Device dev;
+  CudaBackend lt(dev.nccl, GemmImpl::Cublaslt);
+  ASSERT_NE(lt.lt(), nullptr);
+  GptDims fused = dims();
+  fused.gelu_epilogue = true;
+  const auto [host_loss, host_grad] = gradients<float>(nullptr);
+  ParamLayout layout = gpt_layout(dims());
+  layout.finalize(1);
+  const auto [f32_loss, f32_grad] = gradients<float>(&lt, RecomputePolicy::None, AttentionImpl::Unfused, fused);
+  EXPECT_NEAR(f32_loss, host_loss, 1e-5 * std::abs(host_loss));
+  for (const auto& e : layout.entries())
+    EXPECT_LT(rel_l2(f32_grad, host_grad, e.offset, e.offset + e.numel), 1e-4) << e.name << " fp32 gelu epilogue";
+  for (int kind = 0; kind < 2; ++kind) {
+    const char* what = kind == 0 ? " fp16" : " bf16";
+    const auto [loss, grad] = kind == 0 ? gradients<f16>(&lt, RecomputePolicy::None, AttentionImpl::Unfused, fused)
+                                        : gradients<bf16>(&lt, RecomputePolicy::None, AttentionImpl::Unfused, fused);
+    const auto [base_loss, base_grad] = kind == 0 ? gradients<f16>(&lt) : gradients<bf16>(&lt);
+    EXPECT_NEAR(loss, host_loss, 2e-2 * std::abs(host_loss)) << what;
+    EXPECT_NEAR(loss, base_loss, 2e-2 * std::abs(base_loss)) << what;
+    for (const auto& e : layout.entries()) {
+      EXPECT_LT(rel_l2(grad, host_grad, e.offset, e.offset + e.numel), 3e-2) << e.name << what << " vs host";
+      EXPECT_LT(rel_l2(grad, base_grad, e.offset, e.offset + e.numel), 3e-2) << e.name << what << " vs separate";
+    }
+  }
+  GptDims long_fused = long_dims();
+  long_fused.gelu_epilogue = true;
+  const std::int64_t before = lt.lt()->gelu_fallbacks();
+  const auto [loss_a, grad_a] = gradients<bf16>(&lt, RecomputePolicy::None, AttentionImpl::Unfused, long_fused);
+  const auto [loss_b, grad_b] = gradients<bf16>(&lt, RecomputePolicy::Sqrt, AttentionImpl::Unfused, long_fused);
+  const auto [loss_c, grad_c] = gradients<bf16>(&lt, RecomputePolicy::None, AttentionImpl::Unfused, long_fused);
+  EXPECT_EQ(loss_a, loss_c);
+  EXPECT_EQ(grad_a, grad_c) << "two gelu-epilogue runs at T = 1024 differ";
+  EXPECT_EQ(loss_a, loss_b);
+  EXPECT_EQ(grad_a, grad_b) << "recompute changed the gelu-epilogue gradients";
+  EXPECT_EQ(lt.lt()->gelu_fallbacks() - before, 0)
+      << "the blocks' MLP ran the unfused GELU path (cuBLASLt refused the GELU epilogues, or fc_pre / its "
+         "gradient were not 16-byte aligned)";
 }
 
 // The CUDA backend's vector kernels (kernels/cuda/vector_reduce, elementwise,

@@ -4,9 +4,11 @@
 // embedding backward) at the model's limits, and device copies of the token
 // ids. The Linear layers run through cuBLAS (kernels/cuda/linear.cuh), or through
 // the backend's cuBLASLt context when it has one (model.gemm = "cublaslt",
-// kernels/cuda/lt_linear.cuh). The CNN's convolutions run through cuDNN: one CudnnConv2d per distinct
-// shape (batch included), made on first use with its own Workspace buffer, all
-// on one cuDNN handle of this object.
+// kernels/cuda/lt_linear.cuh; with it, the MLP's GELU in the epilogues of its
+// GEMMs where the model asks: linear_gelu_forward / linear_dgelu_backward). The
+// CNN's convolutions run through cuDNN: one CudnnConv2d per distinct shape (batch
+// included), made on first use with its own Workspace buffer, all on one cuDNN
+// handle of this object.
 // Host arrays the kernels need (token ids and targets, sequence lengths) go
 // through pinned staging buffers (PinnedStage): the caller's arrays are free
 // to reuse as soon as the call returns, and the copies stay asynchronous.
@@ -218,6 +220,25 @@ class CudaModelOps {
                                       k, m, accumulate);
     cuda::linear_backward(m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(dx), dev(dw), dev(db), n, k, m,
                           accumulate);
+  }
+  // The fused MLP entries (model.gelu = "epilogue"): the GELU in the cuBLASLt
+  // matmul's epilogue where the backend has a cuBLASLt context; without one,
+  // exactly the two ops they stand for.
+  void linear_gelu_forward(const T* x, const T* w, const T* b, T* pre, T* act, std::int64_t n, std::int64_t k,
+                           std::int64_t m) {
+    if (m_lt != nullptr)
+      return cuda::lt_linear_gelu_forward(*m_lt, m_cublas, m_stream, dev(x), dev(w), dev(b), dev(pre), dev(act), n,
+                                          k, m);
+    linear_forward(x, w, b, pre, n, k, m, false);
+    cuda::gelu_forward(dev(pre), dev(act), n * m, m_stream);
+  }
+  void linear_dgelu_backward(const T* x, const T* w, const T* dy, const T* pre, T* dpre, T* dw, T* db,
+                             T* dx_scratch, std::int64_t n, std::int64_t k, std::int64_t m, bool accumulate) {
+    if (m_lt != nullptr)
+      return cuda::lt_linear_dgelu_backward(*m_lt, m_cublas, m_stream, dev(x), dev(w), dev(dy), dev(pre), dev(dpre),
+                                            dev(dw), dev(db), n, k, m, accumulate);
+    linear_backward(x, w, dy, dx_scratch, dw, db, n, k, m, accumulate);
+    cuda::gelu_backward(dev(pre), dev(dx_scratch), dev(dpre), n * k, m_stream);
   }
   void attention_forward(const AttnShape& s, const T* qkv, T* saved, T*, T* out) {
     if (s.fused) return fused_attention_forward(s, qkv, saved, out);

@@ -46,15 +46,18 @@
 #   --models      for speed: big (GPT-2-124M-sized: L 12, d 768, H 12, T 1024, batch
 #                 16, vocabulary 50,304, synthetic uniform tokens) and/or qs (the
 #                 quickstart GPT on Moby Dick); default big,qs
-#   --who LIST    for speed: which of ours,unfused,flash,eager,compile,cublas,candidate run (default all
-#                 six; unfused: ours with model.attention = "unfused", the default
+#   --who LIST    for speed: which of ours,unfused,flash,eager,compile,cublas,candidate,gelu
+#                 run (default all eight; unfused: ours with model.attention = "unfused", the default
 #                 before 2026-11-29, 16-bit precisions on a GPU only (in fp32 "auto"
 #                 is "unfused" already); flash: ours with
 #                 model.attention = "flash", our tiled attention, every precision on a
 #                 GPU only); cublas: ours with model.gemm = "cublas" (the Linear layers
 #                 through cublasGemmEx with separate bias passes, the default before
 #                 2026-11-30), every precision, on a GPU only, run after eager and
-#                 compile so that a short budget cuts it first). ours is today's
+#                 compile so that a short budget cuts it first); gelu: ours with
+#                 model.gelu = "epilogue" (the MLP's GELU in cuBLASLt's GELU_AUX_BIAS /
+#                 DGELU epilogues, kernels/cuda/lt_linear.cuh; not yet the default),
+#                 every precision, on a GPU only, run last). ours is today's
 #                 default, model.attention = "auto" (cuDNN's fused attention in fp16
 #                 and bf16 on a GPU) and model.gemm = "auto" (cuBLASLt with the bias
 #                 epilogues on a GPU, kernels/cuda/lt_linear.cuh): the A/B's baseline;
@@ -87,7 +90,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d' >&2; e
 [[ $# -ge 2 ]] || usage
 build=$(cd "$1" && pwd) || { echo "measure.sh: no build directory $1" >&2; exit 2; }
 out=$2; shift 2
-smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile,cublas,candidate" profile=0
+smoke=0 steps=20 parts="" precisions="" models="big,qs" deadline=0 work="" who="ours,unfused,flash,eager,compile,cublas,candidate,gelu" profile=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cpu-smoke) smoke=1 ;;
@@ -265,7 +268,7 @@ row() {  # NAME WHO PREC MODEL MS MEM TRACKED PLAN
            ok ? sprintf("%.0f", tps) : "-", tft, mfu, m, tr, pl
   }' | tee -a "$report"
 }
-ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas|--candidate] [--profile]
+ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas|--candidate|--gelu] [--profile]
   local model=$1 prec=$2 cap=$3 name=ours_$1_$2 secs extra=() fused=() attn=""
   shift 3
   for a in "$@"; do
@@ -274,6 +277,7 @@ ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas|--candidate] [--profile]
       --flash) fused=(--set model.attention=flash) name=${name}_flash attn=" (flash attention)" ;;
       --cublas) fused=(--set model.gemm=cublas) name=${name}_cublas attn=" (cuBLAS Linear)" ;;
       --candidate) fused=(--set train.device_kernels=candidate) name=${name}_candidate attn=" (candidate kernels)" ;;
+      --gelu) fused=(--set model.gelu=epilogue) name=${name}_gelu attn=" (GELU in cuBLASLt's epilogues)" ;;
       --profile) extra=(--profile) name=${name}_profile ;;
     esac
   done
@@ -301,6 +305,13 @@ ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas|--candidate] [--profile]
   fi
   if [[ $name == *_candidate* ]] && ! grep -q 'candidate kernels' "$log"; then
     fail "$name: the banner does not say the candidate kernels ran ($log)"; return
+  fi
+  # model.gelu: the model line of the banner says where the GELU ran.
+  if [[ $name == *_gelu* ]] && ! grep -q "GELU in cuBLASLt's epilogues" "$log"; then
+    fail "$name: model.gelu = epilogue, but the banner's model line does not say the GELU ran in cuBLASLt's epilogues ($log)"; return
+  fi
+  if [[ $name != *_gelu* ]] && grep -q "GELU in cuBLASLt's epilogues" "$log"; then
+    fail "$name: the banner says the GELU ran in cuBLASLt's epilogues, but model.gelu is the default (separate) ($log)"; return
   fi
   if (( ${#extra[@]} )); then  # the profile run: its table, not a speed row
     note ""
@@ -390,6 +401,12 @@ verdict_big_bf16() {
     [[ -n $e ]] && note "- 124M bf16, candidate kernels: ours/eager tokens/s = $(awk -v k="$k" -v e="$e" 'BEGIN { printf "%.3f", e / k }')"
     [[ -n $c ]] && note "- 124M bf16, candidate kernels: ours/torch.compile tokens/s = $(awk -v k="$k" -v c="$c" 'BEGIN { printf "%.3f", c / k }')"
   fi
+  local u=${ms_of[ours_big_bf16_gelu]:-}
+  if [[ -n $u ]]; then  # model.gelu = "epilogue" (not yet the default): the A/B against today's (separate GELU pass), same call
+    note "- 124M bf16, GELU in cuBLASLt's epilogues: tokens/s against today's default (model.gelu = separate) = $(awk -v u="$u" -v o="$o" 'BEGIN { printf "%.3f", o / u }')"
+    [[ -n $e ]] && note "- 124M bf16, GELU in cuBLASLt's epilogues: ours/eager tokens/s = $(awk -v u="$u" -v e="$e" 'BEGIN { printf "%.3f", e / u }')"
+    [[ -n $c ]] && note "- 124M bf16, GELU in cuBLASLt's epilogues: ours/torch.compile tokens/s = $(awk -v u="$u" -v c="$c" 'BEGIN { printf "%.3f", c / u }')"
+  fi
 }
 
 # Two device runs of the same config (the timed run and its --profile run: the
@@ -439,6 +456,8 @@ if has "$parts" speed; then
       has "$who" cublas && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --cublas
       # candidate: train.device_kernels = "candidate" (kernels not yet run on a device), on a GPU
       has "$who" candidate && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --candidate
+      # gelu: model.gelu = "epilogue" (the GELU in cuBLASLt's epilogues), every precision, on a GPU, last
+      has "$who" gelu && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --gelu
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
       if (( profile )); then
         ours "$model" "$prec" 60 --profile
@@ -446,11 +465,13 @@ if has "$parts" speed; then
         has "$who" flash && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --flash --profile
         has "$who" cublas && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --cublas --profile
         has "$who" candidate && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --candidate --profile
+        has "$who" gelu && [[ $smoke == 0 ]] && ours "$model" "$prec" 60 --gelu --profile
         repeat_check "$model" "$prec"
         repeat_check "$model" "$prec" _unfused
         repeat_check "$model" "$prec" _flash
         repeat_check "$model" "$prec" _cublas
         repeat_check "$model" "$prec" _candidate
+        repeat_check "$model" "$prec" _gelu
       fi
     done
   done

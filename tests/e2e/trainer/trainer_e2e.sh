@@ -323,6 +323,8 @@ case "${1:-}" in
         sed -i 's/^seq_len = 16/seq_len = 16\ngemm = "cublaslt"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input" ;;
       candidate_kernels_on_host)  # the CUDA kernels not yet run on a device, asked for on the host
         sed -i 's/^log_every = 5/log_every = 5\ndevice = "cpu"\ndevice_kernels = "candidate"/' "$input" ;;
+      gelu_epilogue_on_host)  # the GELU in cuBLASLt's epilogues asked for where the run computes on the host
+        sed -i 's/^seq_len = 16/seq_len = 16\ngelu = "epilogue"/; s/^log_every = 5/log_every = 5\ndevice = "cpu"/' "$input" ;;
       *) die "unknown case $case_name" ;;
     esac
     start=$(date +%s)

@@ -335,6 +335,27 @@ TEST_F(ConfigParse, FlashAttentionTakesAnyPrecisionAndHeadsUpTo128) {
             "n_head of at most 128, got 256 / 1 = 256");
 }
 
+// model.gelu = "epilogue" runs the GPT's tanh GELU in cuBLASLt's epilogues: it needs
+// a cuBLASLt Linear ("cublaslt" or "auto", refused with "cublas", reported at the key
+// the user gave), and only the GPT takes the key (the BERT layouts' GELU is the erf
+// form). The device check is the trainer's (trainer_bad_gelu_epilogue_on_host).
+TEST_F(ConfigParse, GeluEpilogueNeedsACublasLtLinearAndAGpt) {
+  EXPECT_EQ(parse_run_config(data_section(), "inputs/x.toml").model.gelu, GeluImpl::Separate);
+  EXPECT_EQ(error_of("[model]\ngelu = \"epilogue\"\n" + data_section()), "<no error>");  // gemm "auto"
+  EXPECT_EQ(error_of("[model]\ngelu = \"epilogue\"\ngemm = \"cublaslt\"\n" + data_section()), "<no error>");
+  EXPECT_EQ(error_of("[model]\ngelu = \"separate\"\ngemm = \"cublas\"\n" + data_section()), "<no error>");
+  const std::string refusal = "model.gelu = \"epilogue\" runs the GELU in the epilogues of cuBLASLt's matmuls and "
+                              "needs model.gemm = \"cublaslt\" or \"auto\", but model.gemm = \"cublas\"";
+  EXPECT_EQ(error_of("[model]\ngelu = \"epilogue\"\ngemm = \"cublas\"\n" + data_section()),
+            "inputs/x.toml:2:8: model.gelu: " + refusal);
+  EXPECT_EQ(error_of("[model]\ngemm = \"cublas\"\n" + data_section(), {"model.gelu=epilogue"}),
+            "--set model.gelu=epilogue: model.gelu: " + refusal);
+  EXPECT_EQ(error_of("[model]\ngelu = \"fused\"\n" + data_section()),
+            "inputs/x.toml:2:8: model.gelu: must be \"separate\" or \"epilogue\", got \"fused\"");
+  EXPECT_EQ(error_of("[model]\ntype = \"encoder_classifier\"\ngelu = \"epilogue\"\n" + data_section()),
+            "inputs/x.toml:3:8: model.gelu: is not used by model.type = \"encoder_classifier\" (only by gpt)");
+}
+
 TEST_F(ConfigParse, MicroBatchNeedNotDivideBatchSize) {
   // The trainer splits the global batch unevenly over ranks and micro-batches.
   EXPECT_EQ(error_of("[train]\nbatch_size = 32\nmicro_batch = 6\n" + data_section()), "<no error>");
@@ -471,6 +492,8 @@ TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
   EXPECT_EQ(parse("model", "gemm = \"cublaslt\"").model.gemm, GemmImpl::Cublaslt);
   EXPECT_EQ(parse("model", "gemm = \"auto\"").model.gemm, GemmImpl::Auto);
   EXPECT_EQ(parse("model", "type = \"mlp\"\ngemm = \"cublaslt\"").model.gemm, GemmImpl::Cublaslt);  // every type
+  EXPECT_EQ(parse("model", "gelu = \"separate\"").model.gelu, GeluImpl::Separate);
+  EXPECT_EQ(parse("model", "gelu = \"epilogue\"").model.gelu, GeluImpl::Epilogue);
   EXPECT_EQ(error_of("[model]\ngemm = \"lt\"\n" + data_section()),
             "inputs/x.toml:2:8: model.gemm: must be \"cublas\" or \"cublaslt\" or \"auto\", got \"lt\"");
   const std::string encoder = "type = \"encoder_classifier\"\n";
@@ -500,6 +523,7 @@ TEST_F(ConfigParse, ChoiceKeysReadAsTheirEnumValues) {
   EXPECT_EQ(d.model.pooling, Pooling::Cls);
   EXPECT_EQ(d.model.gemm, GemmImpl::Auto);
   EXPECT_EQ(d.train.device_kernels, DeviceKernels::Validated);
+  EXPECT_EQ(d.model.gelu, GeluImpl::Separate);
   EXPECT_EQ(d.data.in_memory, DataInMemory::Auto);
   EXPECT_EQ(d.train.device, TrainDevice::Auto);
   EXPECT_EQ(d.optim.type, OptimizerType::AdamW);

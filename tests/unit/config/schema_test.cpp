@@ -114,7 +114,7 @@ TEST_F(ConfigSchema, EveryEnumKeyReadsEachOfItsNames) {
           k.field);
     }
   }
-  EXPECT_EQ(enum_keys, 16u);  // model.type, precision.mode and the fourteen of core/run_choices.hpp
+  EXPECT_EQ(enum_keys, 17u);  // model.type, precision.mode and the fifteen of core/run_choices.hpp
 }
 
 TEST_F(ConfigSchema, ToTomlWritesTheKeysOfTheModelTypeOnly) {

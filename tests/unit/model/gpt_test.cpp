@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -281,6 +282,54 @@ void check_recompute_policies() {
 TEST(GptRecompute, EveryPolicyGivesBitwiseTheGradientOfNone) {
   check_recompute_policies<float>();
   check_recompute_policies<double>();
+}
+
+// model.gelu = "epilogue" (GptDims::gelu_epilogue): the blocks call ModelOps'
+// linear_gelu_forward / linear_dgelu_backward, whose host default is exactly the
+// separate ops, so on the host the loss and every gradient are bitwise those of
+// the separate GELU pass, with and without recompute (fc_pre rewritten by the
+// recomputed forward), over two micro-batches.
+template <class T>
+std::pair<double, std::vector<T>> gelu_run(bool epilogue, RecomputePolicy policy) {
+  GptDims d = tiny_dims();
+  d.n_layer = 3;
+  d.gelu_epilogue = epilogue;
+  ParamLayout layout = gpt_layout(d);
+  layout.finalize(1);
+  std::vector<T> params(layout.padded_size()), grads(layout.padded_size(), T(0));
+  gpt_init_params<T>(layout, d, 0.5, 42, params.data(), 0, layout.padded_size());
+  std::vector<TokenIndex> tokens, targets;
+  for (std::int64_t i = 0; i < d.max_batch * d.seq_len; ++i) {
+    tokens.push_back(static_cast<TokenIndex>((i * 5 + 3) % d.vocab));
+    targets.push_back(static_cast<TokenIndex>((i * 3 + 1) % d.vocab));
+  }
+  const auto schedule = make_recompute_schedule(policy, gpt_chain_costs(d, sizeof(T)));
+  MemoryTracker memory;
+  Gpt<T> model(d, layout, 1e-5, memory, &*schedule);
+  model.bind(params.data(), grads.data());
+  double loss = 0;
+  for (std::int64_t batch : {3, 2}) {
+    loss += model.forward(tokens.data(), targets.data(), batch);
+    model.backward(T(0.1f));
+  }
+  return {loss, grads};
+}
+
+template <class T>
+void check_gelu_epilogue_on_host() {
+  const auto [loss, grads] = gelu_run<T>(false, RecomputePolicy::None);
+  for (const RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Full}) {
+    const auto [fused_loss, fused_grads] = gelu_run<T>(true, policy);
+    EXPECT_EQ(fused_loss, loss) << name_of(policy);
+    ASSERT_EQ(fused_grads.size(), grads.size());
+    EXPECT_EQ(std::memcmp(fused_grads.data(), grads.data(), grads.size() * sizeof(T)), 0)
+        << "the GELU-epilogue entries changed the host gradients, recompute " << name_of(policy);
+  }
+}
+
+TEST(GptGeluEpilogue, HostEntriesAreBitwiseTheSeparatePass) {
+  check_gelu_epilogue_on_host<float>();
+  check_gelu_epilogue_on_host<double>();
 }
 
 // The activation arena is sized from the plan and counted by the tracker.
