@@ -117,7 +117,25 @@ int main(int argc, char** argv) {
                      shardtrain::cpu_bf16_native() ? library_gemm_rate<shardtrain::bf16>(1024) : 0.0};
     MPI_Allreduce(MPI_IN_PLACE, lib, 2, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     // bf16 against the bf16 floor's unit (the one oneDNN runs bf16 on); lib[1] is 0 without native bf16.
-    const double r32 = rates[0] > 0 ? lib[0] / rates[0] : 0, r16 = rates[2] > 0 ? lib[1] / rates[2] : 0;
+    double r32 = rates[0] > 0 ? lib[0] / rates[0] : 0, r16 = rates[2] > 0 ? lib[1] / rates[2] : 0;
+    // The probe's windows are short (seconds / 10 each): under ctest -j other tests can take a core
+    // during all of them (a CI rehearsal on 2026-11-30 read 1.254 against the bound of 1.25). Above the
+    // bound, every rank probes once more and keeps the better rate of the two (the peak is a best rate):
+    // a probe that really under-measures the core fails again.
+    int retry = (r32 > max_ratio || r16 > max_ratio) ? 1 : 0;
+    MPI_Bcast(&retry, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (retry) {
+      const shardtrain::CorePeak again = shardtrain::measure_core_peak(seconds);
+      double best[3] = {std::max(p.fp32_gflops, again.fp32_gflops), 0.0,
+                        std::max(p.bf16_floor_gflops, again.bf16_floor_gflops)};
+      MPI_Allreduce(MPI_IN_PLACE, best, 3, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+      if (rank == 0)
+        std::printf("core_peak: library GEMM above %.2fx the probe (fp32 %.3f, bf16 %.3f): probed again, fp32 "
+                    "%.1f -> %.1f, bf16 floor %.1f -> %.1f GFLOP/s per core\n",
+                    max_ratio, r32, r16, rates[0], best[0], rates[2], best[2]);
+      r32 = best[0] > 0 ? lib[0] / best[0] : 0;
+      r16 = best[2] > 0 ? lib[1] / best[2] : 0;
+    }
     if (rank == 0) {
       std::printf("library_gemm fp32_gflops_per_core %.1f bf16_gflops_per_core %.1f fp32_of_peak %.3f bf16_of_peak %.3f\n",
                   lib[0], lib[1], r32, r16);
