@@ -141,22 +141,20 @@ class CudaVectorOps final : public VectorOps<P> {
   }
   double sum_of_squares(const ParamLayout& layout, const P* g, std::int64_t lo, std::int64_t hi) override {
     // One fixed-grid partial-sum launch per tensor piece in [lo, hi), in layout order.
-    std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+    std::vector<cuda::ReducePiece> pieces;
     for (const auto& e : layout.entries()) {
       const std::int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
-      if (a < b) pieces.emplace_back(a - lo, b - a);
+      if (a < b) pieces.push_back({a - lo, b - a});
     }
     if (pieces.empty()) return 0.0;
     const std::size_t n_partials = pieces.size() * cuda::kReduceGrid;
     double* partials = static_cast<double*>(scratch(n_partials * sizeof(double)));
     if (m_one_launch && pieces.size() <= 65535) {
-      std::vector<cuda::ReducePiece> host_pieces(pieces.size());
-      for (std::size_t k = 0; k < pieces.size(); ++k) host_pieces[k] = {pieces[k].first, pieces[k].second};
-      cuda::sum_of_squares_pieces_partials(dev(g), m_pieces.get(host_pieces, m_stream),
-                                           static_cast<std::int64_t>(host_pieces.size()), partials, m_stream);
+      cuda::sum_of_squares_pieces_partials(dev(g), m_pieces.get(pieces, m_stream),
+                                           static_cast<std::int64_t>(pieces.size()), partials, m_stream);
     } else {
       for (std::size_t k = 0; k < pieces.size(); ++k)
-        cuda::sum_of_squares_partials(dev(g + pieces[k].first), pieces[k].second, partials + k * cuda::kReduceGrid,
+        cuda::sum_of_squares_partials(dev(g + pieces[k].offset), pieces[k].n, partials + k * cuda::kReduceGrid,
                                       m_stream);
     }
     std::vector<double> host(n_partials);
