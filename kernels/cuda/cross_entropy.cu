@@ -103,7 +103,7 @@ __device__ MaxSum row_stats(const T* x, std::int64_t v, bool packed, float* buf)
 
 template <class T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const std::int32_t* targets,
-                                             T* losses, std::int64_t v, bool packed) {
+                                             T* losses, std::int64_t v, bool packed, float* stats) {
   __shared__ float buf[2 * kWarps];
   const std::int64_t row = blockIdx.x;
   const std::int32_t target = targets[row];
@@ -113,12 +113,21 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const std::int32_t
   }
   const T* x = logits + row * v;
   const MaxSum st = row_stats(x, v, packed, buf);
-  if (threadIdx.x == 0) losses[row] = store_as<T>(logf(st.s) - (load_f32(x[target]) - st.m));
+  if (threadIdx.x == 0) {
+    losses[row] = store_as<T>(logf(st.s) - (load_f32(x[target]) - st.m));
+    if (stats != nullptr) {
+      stats[2 * row] = st.m;
+      stats[2 * row + 1] = st.s;
+    }
+  }
 }
 
+// stats (or nullptr): the forward's (max, sum) per row, read instead of the
+// statistics pass; each thread then reads and writes only its own columns.
 template <class T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_t* targets,
-                                              float scale, T* dlogits, std::int64_t v, bool packed) {
+                                              float scale, T* dlogits, std::int64_t v, bool packed,
+                                              const float* stats) {
   __shared__ float buf[2 * kWarps];
   const std::int64_t row = blockIdx.x;
   const std::int32_t target = targets[row];
@@ -129,7 +138,13 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const std::int32_
     return;
   }
   const T* x = logits + row * v;
-  const MaxSum st = row_stats(x, v, packed, buf);  // ends with a barrier: all reads of x done before writes
+  MaxSum st;
+  if (stats != nullptr) {  // uniform over the block (a kernel argument): no barrier skipped by some threads only
+    st.m = stats[2 * row];
+    st.s = stats[2 * row + 1];
+  } else {
+    st = row_stats(x, v, packed, buf);  // ends with a barrier: all reads of x done before writes
+  }
   const float factor = scale / st.s;
   if (packed) {
     const Pack<T>* xp = reinterpret_cast<const Pack<T>*>(x);
@@ -165,29 +180,34 @@ bool rows_packed(const void* a, const void* b, std::int64_t v) {
 
 template <class T>
 void cross_entropy_forward(const T* logits, const std::int32_t* targets, T* losses,
-                           std::int64_t n, std::int64_t v, cudaStream_t stream) {
+                           std::int64_t n, std::int64_t v, cudaStream_t stream, float* row_stats) {
   if (n <= 0) return;
   SHARDTRAIN_CHECK(n <= INT32_MAX, "cuda::cross_entropy_forward: more than 2^31 - 1 rows");
   cross_entropy_forward_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      logits, targets, losses, v, rows_packed<T>(logits, logits, v));
+      logits, targets, losses, v, rows_packed<T>(logits, logits, v), row_stats);
   check_launch("CrossEntropy::forward");
 }
 
 template <class T>
 void cross_entropy_backward(const T* logits, const std::int32_t* targets, float scale,
-                            T* dlogits, std::int64_t n, std::int64_t v, cudaStream_t stream) {
+                            T* dlogits, std::int64_t n, std::int64_t v, cudaStream_t stream,
+                            const float* row_stats) {
   if (n <= 0) return;
   SHARDTRAIN_CHECK(n <= INT32_MAX, "cuda::cross_entropy_backward: more than 2^31 - 1 rows");
+  const bool packed = rows_packed<T>(logits, dlogits, v);
+  // The forward's statistics are the bits this pass would compute only where it
+  // would visit the row the same way (packs, or single values) as the forward did.
+  if (packed != rows_packed<T>(logits, logits, v)) row_stats = nullptr;
   cross_entropy_backward_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      logits, targets, scale, dlogits, v, rows_packed<T>(logits, dlogits, v));
-  check_launch("CrossEntropy::backward");
+      logits, targets, scale, dlogits, v, packed, row_stats);
+  check_launch(row_stats != nullptr ? "CrossEntropy::backward (forward's row statistics)" : "CrossEntropy::backward");
 }
 
 #define SHARDTRAIN_CUDA_INSTANTIATE_CROSS_ENTROPY(T)                                          \
   template void cross_entropy_forward<T>(const T*, const std::int32_t*, T*, std::int64_t,     \
-                                         std::int64_t, cudaStream_t);                         \
+                                         std::int64_t, cudaStream_t, float*);                 \
   template void cross_entropy_backward<T>(const T*, const std::int32_t*, float, T*,           \
-                                          std::int64_t, std::int64_t, cudaStream_t);
+                                          std::int64_t, std::int64_t, cudaStream_t, const float*);
 SHARDTRAIN_CUDA_INSTANTIATE_CROSS_ENTROPY(float)
 SHARDTRAIN_CUDA_INSTANTIATE_CROSS_ENTROPY(__half)
 SHARDTRAIN_CUDA_INSTANTIATE_CROSS_ENTROPY(__nv_bfloat16)

@@ -7,7 +7,10 @@
 // output element is rounded to T once.
 #include "kernels/cuda/layernorm.cuh"
 
+#include <algorithm>
+#include <climits>
 #include <initializer_list>
+#include <type_traits>
 #include <string>
 
 #include "core/error.hpp"
@@ -288,18 +291,212 @@ __global__ void layernorm_params_final_grouped_kernel(const float* __restrict__ 
 
 std::int64_t row_chunks(std::int64_t n) { return (n + kRowChunk - 1) / kRowChunk; }
 
+// The candidate row kernels (train.device_kernels = "candidate"; not yet run on a
+// device), for packed rows of at most kMaxRowValues values (1..4 packs a lane in
+// 16-bit types, 1..8 in fp32; GPT-2's 768 is 3 or 6):
+// - forward: the row is read from memory once and kept in registers for its three
+//   uses (sum, squared deviations, output); each lane visits the same packs in the
+//   same order as layernorm_forward_pack_kernel, so its sums and outputs are the
+//   same expressions;
+// - backward: dx as layernorm_backward_input_pack_kernel computes it, and in the
+//   same pass each lane adds dy * xhat and dy of its channels into registers, so x
+//   and dy are read once for dx, dw and db (the default reads them again in the
+//   dw/db pass). Block b takes rows [b kFusedRows, (b + 1) kFusedRows); warp w
+//   its rows w, w + kFusedWarps, ... in order; the block's kFusedWarps warp sums
+//   are added in warp order (shared memory) into the chunk's partial, and the
+//   grouped final pass sums the chunks. Deterministic; dw/db in another order
+//   than the default passes' (not bitwise theirs).
+constexpr int kMaxRowValues = 1024;
+template <class T>
+inline constexpr int kMaxRowPacks = kMaxRowValues / (32 * kPack<T>);  // per lane
+constexpr unsigned kFusedWarps = 4;
+constexpr std::int64_t kFusedRows = 32;  // rows per partial sum of the fused backward
+
+template <class T, int K>
+__global__ void layernorm_forward_rows_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                              const T* __restrict__ b, T* __restrict__ y,
+                                              T* __restrict__ mean, T* __restrict__ rstd, float eps,
+                                              std::int64_t n, std::int64_t c) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= n) return;  // whole warp leaves together
+  const std::int64_t packs = c / kPack<T>;
+  const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * c);
+  Pack<T> a[K];
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + 32 * i < packs) a[i] = xr[lane + 32 * i];
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + 32 * i < packs) {
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) s += load_f32(a[i].v[k]);
+    }
+  const float mu = warp_sum(s) / static_cast<float>(c);
+  float sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + 32 * i < packs) {
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) {
+        const float d = load_f32(a[i].v[k]) - mu;
+        sq += d * d;
+      }
+    }
+  const float var = warp_sum(sq) / static_cast<float>(c);
+  const float rs = 1.0f / sqrtf(var + eps);
+  const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(w);
+  const Pack<T>* bp = reinterpret_cast<const Pack<T>*>(b);
+  Pack<T>* yr = reinterpret_cast<Pack<T>*>(y + row * c);
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const std::int64_t p = lane + 32 * i;
+    if (p < packs) {
+      const Pack<T> wv = wp[p], bv = bp[p];
+      Pack<T> r;
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k)
+        r.v[k] = store_as<T>((load_f32(a[i].v[k]) - mu) * rs * load_f32(wv.v[k]) + load_f32(bv.v[k]));
+      yr[p] = r;
+    }
+  }
+  if (lane == 0) {
+    mean[row] = store_as<T>(mu);
+    rstd[row] = store_as<T>(rs);
+  }
+}
+
+template <class T, int K>
+__global__ void __launch_bounds__(kFusedWarps * 32)
+    layernorm_backward_fused_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                    const T* __restrict__ mean, const T* __restrict__ rstd,
+                                    const T* __restrict__ dy, T* __restrict__ dx, float* __restrict__ part_w,
+                                    float* __restrict__ part_b, std::int64_t n, std::int64_t c) {
+  constexpr int kRowValues = K * 32 * kPack<T>;
+  __shared__ float sw[kFusedWarps][kRowValues], sb[kFusedWarps][kRowValues];
+  const unsigned warp = threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t packs = c / kPack<T>;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kFusedRows;
+  const std::int64_t r1 = (n - r0) < kFusedRows ? n : r0 + kFusedRows;
+  const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(w);
+  Pack<T> wv[K];
+  float aw[K][kPack<T>], ab[K][kPack<T>];
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    if (lane + 32 * i < packs) wv[i] = wp[lane + 32 * i];
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) aw[i][k] = ab[i][k] = 0.0f;
+  }
+  for (std::int64_t row = r0 + warp; row < r1; row += kFusedWarps) {  // no early return: every warp reaches the barrier
+    const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * c);
+    const Pack<T>* dyr = reinterpret_cast<const Pack<T>*>(dy + row * c);
+    Pack<T>* dxr = reinterpret_cast<Pack<T>*>(dx + row * c);
+    Pack<T> a[K], g[K], d0[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (lane + 32 * i < packs) {
+        a[i] = xr[lane + 32 * i];
+        g[i] = dyr[lane + 32 * i];
+        d0[i] = dxr[lane + 32 * i];
+      }
+    const float mu = load_f32(mean[row]), rs = load_f32(rstd[row]);
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (lane + 32 * i < packs) {
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k) {
+          const float gk = load_f32(g[i].v[k]) * load_f32(wv[i].v[k]);
+          sg += gk;
+          sgx += gk * (load_f32(a[i].v[k]) - mu);
+        }
+      }
+    const float mean_g = warp_sum(sg) / static_cast<float>(c);
+    const float mean_gx = rs * warp_sum(sgx) / static_cast<float>(c);
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (lane + 32 * i < packs) {
+        Pack<T> r;
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k) {
+          const float dyk = load_f32(g[i].v[k]);
+          const float gk = dyk * load_f32(wv[i].v[k]);
+          const float xhat = (load_f32(a[i].v[k]) - mu) * rs;
+          r.v[k] = store_as<T>(load_f32(d0[i].v[k]) + rs * (gk - mean_g - xhat * mean_gx));
+          aw[i][k] += dyk * xhat;
+          ab[i][k] += dyk;
+        }
+        dxr[lane + 32 * i] = r;
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + 32 * i < packs) {
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) {
+        sw[warp][(lane + 32 * i) * kPack<T> + k] = aw[i][k];
+        sb[warp][(lane + 32 * i) * kPack<T> + k] = ab[i][k];
+      }
+    }
+  __syncthreads();
+  for (std::int64_t j = threadIdx.x; j < c; j += kFusedWarps * 32) {
+    float tw = 0.0f, tb = 0.0f;
+    for (unsigned v = 0; v < kFusedWarps; ++v) {  // warp order
+      tw += sw[v][j];
+      tb += sb[v][j];
+    }
+    part_w[blockIdx.x * c + j] = tw;
+    part_b[blockIdx.x * c + j] = tb;
+  }
+}
+
+// Packs per lane of a packed row of c values, or 0 when the candidate row kernels
+// do not take it (c not a whole number of packs, pointers unaligned, or more than
+// kMaxRowPacks packs a lane).
+template <class T>
+int row_packs_per_lane(std::int64_t c, std::initializer_list<const void*> pointers) {
+  if (!rows_packed<T>(c, pointers)) return 0;
+  const std::int64_t k = (c / kPack<T> + 31) / 32;
+  return k <= kMaxRowPacks<T> ? static_cast<int>(k) : 0;
+}
+
+// Calls f(std::integral_constant<int, k>) for k in 1..kMaxRowPacks<T> (only those
+// are instantiated: a wider row would not fit the fused backward's shared memory).
+template <class T, int K = 1, class F>
+void with_row_packs(int k, F&& f) {
+  if constexpr (K <= kMaxRowPacks<T>) {
+    if (k == K) return f(std::integral_constant<int, K>{});
+    with_row_packs<T, K + 1>(k, f);
+  }
+}
+
+std::int64_t fused_chunks(std::int64_t n) { return (n + kFusedRows - 1) / kFusedRows; }
+
 }  // namespace
 
-std::size_t layernorm_backward_workspace_bytes(std::int64_t n, std::int64_t c) {
+std::size_t layernorm_backward_workspace_bytes(std::int64_t n, std::int64_t c, bool candidate) {
   if (n <= 0 || c <= 0) return 0;
-  return static_cast<std::size_t>(2 * row_chunks(n) * c) * sizeof(float);
+  const std::int64_t chunks = candidate ? std::max(row_chunks(n), fused_chunks(n)) : row_chunks(n);
+  return static_cast<std::size_t>(2 * chunks * c) * sizeof(float);
 }
 
 template <class T>
 void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, float eps,
-                       std::int64_t n, std::int64_t c, cudaStream_t stream) {
+                       std::int64_t n, std::int64_t c, cudaStream_t stream, bool candidate) {
   SHARDTRAIN_CHECK(c > 0 || n == 0, "cuda::layernorm_forward: zero channels");
   if (n <= 0) return;
+  const int k = candidate ? row_packs_per_lane<T>(c, {x, w, b, y}) : 0;
+  if (k > 0) {
+    const unsigned blocks = blocks_for(n, kWarpsPerBlock), threads = kWarpsPerBlock * 32;
+    with_row_packs<T>(k, [&](auto kk) {
+      layernorm_forward_rows_kernel<T, decltype(kk)::value>
+          <<<blocks, threads, 0, stream>>>(x, w, b, y, mean, rstd, eps, n, c);
+    });
+    check_launch("LayerNorm::forward (rows in registers)");
+    return;
+  }
   if (rows_packed<T>(c, {x, w, b, y}))
     layernorm_forward_pack_kernel<T><<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
         x, w, b, y, mean, rstd, eps, n, c);
@@ -314,10 +511,28 @@ void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, co
                         T* dw, T* db, std::int64_t n, std::int64_t c, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t stream, bool candidate) {
   if (n <= 0 || c <= 0) return;
-  const std::size_t need = layernorm_backward_workspace_bytes(n, c);
+  const int k = candidate ? row_packs_per_lane<T>(c, {x, w, dy, dx}) : 0;
+  const std::size_t need = k > 0 ? static_cast<std::size_t>(2 * fused_chunks(n) * c) * sizeof(float)
+                                 : layernorm_backward_workspace_bytes(n, c);
   SHARDTRAIN_CHECK(workspace != nullptr && workspace_bytes >= need,
                    "cuda::layernorm_backward: workspace of " + std::to_string(workspace_bytes) +
                        " bytes, needs " + std::to_string(need));
+  if (k > 0) {  // dx and the chunks' dw/db partials in one pass, then the grouped final pass
+    const std::int64_t chunks = fused_chunks(n);
+    SHARDTRAIN_CHECK(chunks <= INT32_MAX, "cuda::layernorm_backward: more than 2^31 - 1 row chunks");
+    float* part_w = static_cast<float*>(workspace);
+    float* part_b = part_w + chunks * c;
+    const unsigned blocks = static_cast<unsigned>(chunks), threads = kFusedWarps * 32;
+    with_row_packs<T>(k, [&](auto kk) {
+      layernorm_backward_fused_kernel<T, decltype(kk)::value>
+          <<<blocks, threads, 0, stream>>>(x, w, mean, rstd, dy, dx, part_w, part_b, n, c);
+    });
+    check_launch("LayerNorm::backward (fused dx, dw/db partials)");
+    layernorm_params_final_grouped_kernel<T><<<blocks_for(c, 32), dim3(32, kGroups), 0, stream>>>(
+        part_w, part_b, dw, db, chunks, c);
+    check_launch("LayerNorm::backward_params (grouped, fused partials)");
+    return;
+  }
   const std::int64_t chunks = row_chunks(n);  // grid.y of the partial-sum pass
   SHARDTRAIN_CHECK(chunks <= 65535, "cuda::layernorm_backward: more than 65535 * 256 rows");
   if (rows_packed<T>(c, {x, w, dy, dx}))
@@ -350,7 +565,7 @@ void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, co
 
 #define SHARDTRAIN_CUDA_INSTANTIATE_LAYERNORM(T)                                                 \
   template void layernorm_forward<T>(const T*, const T*, const T*, T*, T*, T*, float,            \
-                                     std::int64_t, std::int64_t, cudaStream_t);                  \
+                                     std::int64_t, std::int64_t, cudaStream_t, bool);            \
   template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*,  \
                                       T*, std::int64_t, std::int64_t, void*, std::size_t,        \
                                       cudaStream_t, bool);

@@ -20,17 +20,28 @@
 
 namespace shardtrain::cuda {
 
+// candidate (train.device_kernels = "candidate", not yet run on a device): for
+// packed rows (c a whole number of 16-byte packs, pointers aligned) of at most
+// 1024 values (1..4 packs a lane in 16-bit types, 1..8 in fp32), the row is read once
+// into registers; the sums and outputs are the same expressions in the same order
+// as the default's. Other rows take the default kernels.
 template <class T>
 void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, float eps,
-                       std::int64_t n, std::int64_t c, cudaStream_t stream);
+                       std::int64_t n, std::int64_t c, cudaStream_t stream, bool candidate = false);
 
-// Bytes of fp32 device workspace layernorm_backward needs for (n, c).
-std::size_t layernorm_backward_workspace_bytes(std::int64_t n, std::int64_t c);
+// Bytes of fp32 device workspace layernorm_backward needs for (n, c); with
+// candidate, enough for either candidate layout.
+std::size_t layernorm_backward_workspace_bytes(std::int64_t n, std::int64_t c, bool candidate = false);
 
-// candidate (train.device_kernels = "candidate", not yet run on a device): dw/db's
-// two passes with 8 row groups per block of 32 channels (the same workspace; the
-// groups' sums added in group order, so deterministic, though not bitwise the
-// default passes' order).
+// candidate (train.device_kernels = "candidate", not yet run on a device):
+// - rows the candidate forward takes (above): one pass computes dx (the default's
+//   expressions) and, per block of 32 rows, the dw/db partial sums (each warp its
+//   rows in order in registers, the block's 4 warps added in warp order), so x and
+//   dy are read once; then the chunks are summed by the grouped pass below;
+// - other rows: dw/db's two passes with 8 row groups per block of 32 channels (the
+//   same workspace; the groups' sums added in group order).
+// Deterministic either way, though dw/db are not bitwise the default's (another
+// order of the same sums).
 template <class T>
 void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx,
                         T* dw, T* db, std::int64_t n, std::int64_t c, void* workspace,

@@ -284,7 +284,9 @@ constexpr KeySpec k_schema[] = {
      .doc = "On a CUDA device: `\"validated\"` (the default) runs the kernels that have run on a device; "
             "`\"candidate\"` also those written since and not yet run on one (gpu.md, \"Candidate kernels\": "
             "today the gradient norm's sums of squares and AdamW over the whole shard in one launch each, "
-            "bitwise the per-tensor launches' results), so that one device call can A/B them; a device run "
+            "bitwise the per-tensor launches' results; LayerNorm with rows held in registers and its backward "
+            "in one pass; cross-entropy's backward on the forward's row statistics), so that one device call "
+            "can A/B them; a device run "
             "that passes makes them the default. Refused on the host (exit 2), which has its own kernels."},
 
     {SHARDTRAIN_CONFIG_KEY(train, sample_every), .ints = {0}, .model_types = k_gpt,

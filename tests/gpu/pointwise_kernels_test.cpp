@@ -333,8 +333,31 @@ void check_layernorm(Fixture& f, std::int64_t rows, std::int64_t channels, const
   expect_close(cand_dw, dw, "layernorm dw (candidate)" + tag);
   expect_close(cand_db, db, "layernorm db (candidate)" + tag);
   run_candidate();
+  EXPECT_TRUE(bitwise_equal(d_dx.download(), got_dx)) << "layernorm dx (candidate, second run)" + tag;
   EXPECT_TRUE(bitwise_equal(d_dw.download(), cand_dw)) << "layernorm dw (candidate) not deterministic" + tag;
   EXPECT_TRUE(bitwise_equal(d_db.download(), cand_db)) << "layernorm db (candidate) not deterministic" + tag;
+
+  // The candidate forward (rows held in registers where c <= 4 packs a lane): the
+  // same expressions in the same order as the default's, so the same bits.
+  DeviceBuffer<H> d_y2(y.size()), d_mean2(rows), d_rstd2(rows);
+  cuda::layernorm_forward(f.dev(d_x), f.dev(d_w), f.dev(d_b), f.dev(d_y), f.dev(d_mean), f.dev(d_rstd),
+                          to_float(eps), rows, channels, f.m_stream);
+  cuda::layernorm_forward(f.dev(d_x), f.dev(d_w), f.dev(d_b), f.dev(d_y2), f.dev(d_mean2), f.dev(d_rstd2),
+                          to_float(eps), rows, channels, f.m_stream, /*candidate=*/true);
+  expect_close(d_y2.download(), y, "layernorm y (candidate)" + tag);
+  EXPECT_TRUE(bitwise_equal(d_y2.download(), d_y.download())) << "layernorm y (candidate) against the default" + tag;
+  EXPECT_TRUE(bitwise_equal(d_mean2.download(), d_mean.download())) << "layernorm mean (candidate)" + tag;
+  EXPECT_TRUE(bitwise_equal(d_rstd2.download(), d_rstd.download())) << "layernorm rstd (candidate)" + tag;
+}
+
+// The candidate LayerNorm at widths its row kernels take (1 pack a lane, 3 packs,
+// and the widest, 1024 values) and just past them (the fallback), at a row count
+// that leaves the fused backward's last 32-row block part full.
+TYPED_TEST(PointwiseKernels, LayerNormCandidateRowKernelsMatchHostAtEveryWidth) {
+  using H = typename TestFixture::Host;
+  constexpr std::int64_t pack = cuda::kPack<typename TestFixture::Dev>;
+  for (const std::int64_t c : {32 * pack, 96 * pack, std::int64_t{1024}, 1024 + 4 * pack})
+    check_layernorm<TestFixture, H>(*this, 77, c, " (C " + std::to_string(c) + ", 77 rows)");
 }
 
 TYPED_TEST(PointwiseKernels, LayerNormMatchesHost) {
@@ -487,10 +510,31 @@ void check_cross_entropy(Fixture& f, std::int64_t vocab, const std::string& tag)
   for (std::int64_t j = 0; j < vocab; ++j)
     ASSERT_EQ(to_float(got_dlogits[10 * vocab + j]), 0.0f) << "ignored row, column " << j << tag;
 
-  // In place (dlogits == logits).
+  // The candidate (train.device_kernels = "candidate"): the forward keeps its row
+  // statistics, the backward reads them instead of its own pass. The same loss and
+  // dlogits bits as above, to a separate dlogits and in place. (Planted errors:
+  // a statistics pass skipped with nothing read instead, or the sum stored for the
+  // max, change every dlogits row.)
+  DeviceBuffer<float> d_stats(static_cast<std::size_t>(2 * kCeRows));
+  DeviceBuffer<H> d_losses2(kCeRows), d_dlogits2(dlogits.size());
+  cuda::cross_entropy_forward(f.dev(d_logits), d_targets.data(), f.dev(d_losses2), kCeRows, vocab, f.m_stream,
+                              d_stats.data());
+  EXPECT_TRUE(bitwise_equal(d_losses2.download(), got_losses)) << "cross entropy losses (row statistics kept)" + tag;
+  cuda::cross_entropy_backward(f.dev(d_logits), d_targets.data(), to_float(scale), f.dev(d_dlogits2), kCeRows,
+                               vocab, f.m_stream, d_stats.data());
+  EXPECT_TRUE(bitwise_equal(d_dlogits2.download(), got_dlogits))
+      << "cross entropy dlogits (from the forward's row statistics)" + tag;
+
+  // In place (dlogits == logits): the default, then the candidate on a fresh copy.
   cuda::cross_entropy_backward(f.dev(d_logits), d_targets.data(), to_float(scale),
                                f.dev(d_logits), kCeRows, vocab, f.m_stream);
-  expect_close(d_logits.download(), dlogits, "cross entropy dlogits in place" + tag);
+  const auto in_place = d_logits.download();
+  expect_close(in_place, dlogits, "cross entropy dlogits in place" + tag);
+  d_logits.upload(logits);
+  cuda::cross_entropy_backward(f.dev(d_logits), d_targets.data(), to_float(scale), f.dev(d_logits), kCeRows, vocab,
+                               f.m_stream, d_stats.data());
+  EXPECT_TRUE(bitwise_equal(d_logits.download(), in_place))
+      << "cross entropy dlogits in place (from the forward's row statistics)" + tag;
 }
 
 TYPED_TEST(PointwiseKernels, CrossEntropyMatchesHost) {

@@ -275,7 +275,7 @@ CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm, DeviceKernels ke
     m_candidate = kernels == DeviceKernels::Candidate;
     m_impl = std::make_unique<Impl>(m_stream, m_comm, m_candidate);
     if (kernels == DeviceKernels::Candidate)
-      m_description += "; candidate kernels (train.device_kernels = \"candidate\": one-launch gradient norm and AdamW, LayerNorm's grouped dw/db)";
+      m_description += "; candidate kernels (train.device_kernels = \"candidate\": one-launch gradient norm and AdamW, LayerNorm's row kernels and one-pass backward, cross-entropy's backward on the forward's row statistics)";
     if (gemm == GemmImpl::Cublaslt || gemm == GemmImpl::Auto) {
       m_impl->lt = std::make_unique<cuda::LtContext>();
       m_description += fmt::format("; Linear layers through cuBLASLt (model.gemm = \"{}\")", name_of(gemm));

@@ -130,7 +130,7 @@ class CudaModelOps {
     }
     // Models without attention (n_head 0) or embeddings (vocab only classes) size less.
     m_scratch_bytes = std::max({attention_bytes,
-                                cuda::layernorm_backward_workspace_bytes(rows, l.channels),
+                                cuda::layernorm_backward_workspace_bytes(rows, l.channels, m_candidate),
                                 cuda::embedding_backward_workspace_bytes(rows, l.channels), std::size_t{256}});
     m_scratch = TrackedBuffer<unsigned char>(memory, MemCategory::Workspace, m_scratch_bytes, backend.memory());
     m_tokens = TrackedBuffer<TokenIndex>(memory, MemCategory::Data, static_cast<std::size_t>(2 * rows),
@@ -142,6 +142,9 @@ class CudaModelOps {
                                             backend.memory());
     m_token_stage = std::make_unique<PinnedStage>(static_cast<std::size_t>(2 * rows) * sizeof(TokenIndex));
     m_lengths_stage = std::make_unique<PinnedStage>(static_cast<std::size_t>(l.max_batch) * sizeof(std::int32_t));
+    if (m_candidate)  // the cross-entropy rows: tokens (GPT) or sequences / samples (classifiers)
+      m_ce_stats = TrackedBuffer<float>(memory, MemCategory::Workspace,
+                                        static_cast<std::size_t>(2 * std::max(rows, l.max_batch)), backend.memory());
   }
   ~CudaModelOps() {
     m_convs.clear();  // their descriptors before the handle they were made with
@@ -200,7 +203,8 @@ class CudaModelOps {
   }
   void layernorm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t n,
                          std::int64_t c, T eps) {
-    cuda::layernorm_forward(dev(x), dev(w), dev(b), dev(y), dev(mean), dev(rstd), as_float(eps), n, c, m_stream);
+    cuda::layernorm_forward(dev(x), dev(w), dev(b), dev(y), dev(mean), dev(rstd), as_float(eps), n, c, m_stream,
+                            m_candidate);
   }
   void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, T* dx, T* dw,
                           T* db, std::int64_t n, std::int64_t c) {
@@ -209,6 +213,7 @@ class CudaModelOps {
   }
   void linear_forward(const T* x, const T* w, const T* b, T* y, std::int64_t n, std::int64_t k, std::int64_t m,
                       bool accumulate) {
+    if (y == m_ce_key.logits) m_ce_key = {};  // new logits: the kept statistics are not theirs
     if (m_lt != nullptr)
       return cuda::lt_linear_forward(*m_lt, m_cublas, m_stream, dev(x), dev(w), dev(b), dev(y), n, k, m, accumulate);
     cuda::linear_forward(m_cublas, m_stream, dev(x), dev(w), dev(b), dev(y), n, k, m, accumulate);
@@ -252,13 +257,27 @@ class CudaModelOps {
     cuda::attention_backward(m_cublas, m_stream, shape(s), dev(dout), dev(saved), m_scratch.data(),
                              m_scratch_bytes, dev(dqkv), device_lengths(s.lengths, s.batch));
   }
+  // Candidate: the forward keeps its row statistics, and the backward of the same
+  // (logits, targets, n, v) uses them (cuda::cross_entropy_backward: the same bits,
+  // one read of the logits fewer). Anything else that writes those logits (the
+  // Linear that makes them) forgets them first; the backward forgets them after
+  // (it overwrites the logits in place).
   void cross_entropy_forward(const T* logits, const TokenIndex* targets, T* losses, std::int64_t n,
                              std::int64_t v) {
-    cuda::cross_entropy_forward(dev(logits), targets, dev(losses), n, v, m_stream);
+    float* stats = nullptr;
+    m_ce_key = {};
+    if (m_candidate && 2 * n <= static_cast<std::int64_t>(m_ce_stats.size())) {
+      stats = m_ce_stats.data();
+      m_ce_key = {logits, targets, n, v};
+    }
+    cuda::cross_entropy_forward(dev(logits), targets, dev(losses), n, v, m_stream, stats);
   }
   void cross_entropy_backward(const T* logits, const TokenIndex* targets, T scale, T* dlogits, std::int64_t n,
                               std::int64_t v) {
-    cuda::cross_entropy_backward(dev(logits), targets, as_float(scale), dev(dlogits), n, v, m_stream);
+    const bool reuse = m_ce_key.logits != nullptr && m_ce_key == CeKey{logits, targets, n, v};
+    m_ce_key = {};
+    cuda::cross_entropy_backward(dev(logits), targets, as_float(scale), dev(dlogits), n, v, m_stream,
+                                 reuse ? m_ce_stats.data() : nullptr);
   }
   // --- CNN ops: conv through cuDNN (kernels/cuda/cudnn_conv.cuh; the model's
   // workspace argument is sized for the host kernels (conv2d_workspace_elems:
@@ -451,8 +470,10 @@ class CudaModelOps {
   CudaBackend& m_backend;
   cudaStream_t m_stream;
   cublasHandle_t m_cublas;
-  cuda::LtContext* m_lt;
-  bool m_candidate;  // train.device_kernels = "candidate": LayerNorm's grouped dw/db passes  // the backend's cuBLASLt Linear (model.gemm = "cublaslt"), or nullptr: cuBLAS
+  cuda::LtContext* m_lt;  // the backend's cuBLASLt Linear (model.gemm = "cublaslt"), or nullptr: cuBLAS
+  // train.device_kernels = "candidate": LayerNorm's row kernels and grouped dw/db
+  // passes, cross-entropy's backward on the forward's row statistics
+  bool m_candidate;
   ModelOpsLimits m_limits;
   TrackedBuffer<unsigned char> m_scratch;  // Workspace: the largest op's scratch
   std::size_t m_scratch_bytes = 0;
@@ -464,6 +485,15 @@ class CudaModelOps {
   std::vector<std::int32_t> m_lengths_host;  // what m_lengths holds
   std::unique_ptr<PinnedStage> m_token_stage;    // pinned staging of tokens | targets
   std::unique_ptr<PinnedStage> m_lengths_stage;  // pinned staging of the lengths
+  // Candidate: the last cross-entropy forward's row statistics and what they are of.
+  struct CeKey {
+    const T* logits = nullptr;
+    const TokenIndex* targets = nullptr;
+    std::int64_t n = 0, v = 0;
+    bool operator==(const CeKey&) const = default;
+  };
+  TrackedBuffer<float> m_ce_stats;  // Workspace: 2 floats per row (candidate only)
+  CeKey m_ce_key;
   MemoryTracker& m_memory;                 // where the CNN's cuDNN workspaces are counted
   cudnnHandle_t m_cudnn = nullptr;         // CNN: made with the first convolution
   std::map<std::array<std::int64_t, 9>, Conv> m_convs;  // CNN: one per distinct Conv2dShape
