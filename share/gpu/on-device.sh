@@ -43,7 +43,11 @@
 #      gpu_cudnn_sdpa, gpu_device_training_np1; not with --only). Label gpu2 (two GPUs) is listed NOT RUN.
 #      The phase gets at least SHARDTRAIN_GPU_TESTS_MIN_S (default 150) where the budget
 #      allows; a short budget shortens the measurements instead. -j: SHARDTRAIN_GPU_TEST_JOBS;
-#   c. measurements (tests/bench/gpu/measure.sh): the 124M GPT in bf16, ours against
+#   c. measurements: first (45 s) the kernel bandwidth microbenchmark
+#      (tests/bench/gpu/kernel_bandwidth.cpp, gpu_kernel_bandwidth --type bf16: each
+#      memory-bound op of the step, default and candidate, at the 124M GPT's sizes,
+#      against the device's copy rate and peak; its table into measure.md); then
+#      tests/bench/gpu/measure.sh: the 124M GPT in bf16, ours against
 #      PyTorch eager and torch.compile, ours with model.attention = "unfused" and with
 #      "flash" (A/B against today's default "auto", cuDNN's fused attention in 16 bits,
 #      in the same call; two runs of each bitwise equal) and with model.gemm =
@@ -462,10 +466,11 @@ say "selected ${#selected[@]} one-GPU tests (ctest ${ctest_sel[*]}): ${selected[
 # What the phases after the tests need (s): 124M bf16 speed 210 (ours, unfused, flash, eager, compile, cublas,
 # candidate, gelu, their profiles; cublas, candidate and gelu run after PyTorch's rows, so a tight budget reports
 # them NOT RUN first), correctness 75, Hugging Face checks 80 (GPT-2; DistilBERT, BERT, BertTokenizer).
-cap_speed=210 cap_correct=75 cap_hf=80
+# Before them, the kernel bandwidth microbenchmark (gpu_kernel_bandwidth, bf16): 45.
+cap_bw=45 cap_speed=210 cap_correct=75 cap_hf=80
 # --measure: its one call gets what the tests leave, at least SHARDTRAIN_GPU_MEASURE_S (default 120).
-[[ -n $measure_args ]] && { cap_speed=${SHARDTRAIN_GPU_MEASURE_S:-120}; cap_correct=0; cap_hf=0; }
-(( measure && !no_device )) || { cap_speed=0; cap_correct=0; }
+[[ -n $measure_args ]] && { cap_bw=0; cap_speed=${SHARDTRAIN_GPU_MEASURE_S:-120}; cap_correct=0; cap_hf=0; }
+(( measure && !no_device )) || { cap_bw=0; cap_speed=0; cap_correct=0; }
 (( measure )) || cap_hf=0
 mwork=$prefix/work/measure
 mrun() {  # NAME PHASE-END measure.sh arguments...: one call of the measurements script
@@ -497,7 +502,7 @@ else
   # test at -j 4 took about 95 s on an H200 on 2026-11-29) where the budget allows: a
   # short budget shortens the measurements, not the tests (--budget 460 once left the
   # tests 60 s, and the trainer-level tests were cut at 2-7 s).
-  reserve=$((cap_speed + cap_correct + cap_hf + 10))
+  reserve=$((cap_bw + cap_speed + cap_correct + cap_hf + 10))
   tests_min=${SHARDTRAIN_GPU_TESTS_MIN_S:-150}
   if (( $(left) - reserve < tests_min )); then
     reserve=$(( $(left) - tests_min > 0 ? $(left) - tests_min : 0 ))
@@ -554,6 +559,7 @@ else
   if (( !measure )); then
     say "--no-measure: no measurement"
   elif (( no_device )); then
+    add_sum measure:kernel-bandwidth measure "NOT RUN(no CUDA device)" 0
     add_sum measure:speed-124M-bf16 measure "NOT RUN(no CUDA device)" 0
     add_sum measure:correctness measure "NOT RUN(no CUDA device)" 0
     mrun measure:hf "$(phase_end 90 0)" --parts hf
@@ -561,6 +567,20 @@ else
     read -ra margs_user <<< "$measure_args"
     mrun measure:custom "$(phase_end $(( $(left) - 10 )) 10)" "${margs_user[@]}"
   else
+    # Each memory-bound kernel of the step (default and candidate) against the device's
+    # copy rate and peak bandwidth: its table goes into measure.md.
+    bw_secs=$(( $(phase_end "$cap_bw" $((cap_speed + cap_correct + cap_hf))) - SECONDS ))
+    if (( bw_secs < 15 )); then
+      add_sum measure:kernel-bandwidth measure "NOT RUN(time budget)" 0
+    else
+      t0=$SECONDS rc=0
+      say "measure kernel-bandwidth: gpu_kernel_bandwidth --type bf16 ($bw_secs s)"
+      timeout -k 5 "$bw_secs" "$build/tests/gpu/gpu_kernel_bandwidth" --type bf16 --out "$prefix/work/bandwidth.md" \
+        > "$prefix/work/bandwidth.log" 2>&1 || rc=$?
+      { echo; cat "$prefix/work/bandwidth.md" 2>/dev/null || echo "(gpu_kernel_bandwidth wrote no table: rc $rc)"; } >> "$run/measure.md"
+      { echo "===== kernel bandwidth (rc $rc)"; cat "$prefix/work/bandwidth.log"; } >> "$run/measure.log"
+      add_sum measure:kernel-bandwidth measure "$(verdict "$rc" "$prefix/work/bandwidth.log")" "$((SECONDS - t0))"
+    fi
     mrun measure:speed-124M-bf16 "$(phase_end "$cap_speed" $((cap_correct + cap_hf)))" --parts speed --precisions bf16 --models big --profile
     mrun measure:correctness "$(phase_end "$cap_correct" "$cap_hf")" --parts correctness
     mrun measure:hf "$(phase_end "$cap_hf" 0)" --parts hf

@@ -149,6 +149,7 @@ def plan_checks(run, expected, seconds=None, limit=90):
     print("smoke and measurement phases:")
     for name, want in (("smoke:trainer_loads", "PASS"), ("smoke:nccl_probe", "FAIL(no CUDA device)"),
                        ("smoke:kernel_test", "FAIL(no CUDA device)"),
+                       ("measure:kernel-bandwidth", "NOT RUN(no CUDA device)"),
                        ("measure:speed-124M-bf16", "NOT RUN(no CUDA device)"),
                        ("measure:correctness", "NOT RUN(no CUDA device)"), ("measure:hf", "PASS")):
         got = phases.get(name, "NOT IN SUMMARY")
