@@ -8,10 +8,10 @@
 #
 #   WORK_DIR          a new folder for the root and the logs (at least 8 GB free)
 #   --image-packages  the image's own packages, one name per line; default: every
-#                     package dpkg lists as installed here whose first install in
-#                     /var/log/dpkg.log is older than the first install of a package
-#                     the project installs (cmake's build packages: libopenmpi-dev), i.e.
-#                     what the image had before share/install-deps.sh first ran
+#                     package dpkg lists as installed here and not installed (per
+#                     /var/log/dpkg.log) since the start of the dpkg run that first
+#                     installed libopenmpi-dev, one of the build packages: what the image
+#                     had before share/install-deps.sh first ran
 #   --keep            leave the root in place (default: deleted at the end)
 #
 # What the root is given from this machine, because its image has it: the apt and dpkg
@@ -46,7 +46,8 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 root=$work/root
 if [[ -z $pkgs ]]; then
-  first=$(grep -m1 ' install libopenmpi-dev' /var/log/dpkg.log | cut -c1-19 || true)
+  # the start of the dpkg run that first installed libopenmpi-dev (its dependencies come before it)
+  first=$(awk '$3 == "startup" { t = $1 " " $2 } $3 == "install" && $4 ~ /^libopenmpi-dev:/ { print t; exit }' /var/log/dpkg.log)
   [[ -n $first ]] || die "no first install of libopenmpi-dev in /var/log/dpkg.log: give --image-packages"
   awk -v t="$first" '$3 == "install" && ($1 " " $2) >= t { sub(/:.*/, "", $4); print $4 }' /var/log/dpkg.log | sort -u > "$work/late.txt"
   dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' | awk '$2 ~ /^ii/ { print $1 }' | sort -u > "$work/installed.txt"
