@@ -1,3 +1,4 @@
+// This file is long because the open phase validates every field the writer lays out, beside the reads it guards.
 // Reads checkpoint files (share/doc/checkpoint-format.md) in agreed phases
 // (io/checkpoint_phase.hpp read_phase), mirroring the writer:
 //   open  rank 0 alone opens the file with HDF5's POSIX (sec2) driver and

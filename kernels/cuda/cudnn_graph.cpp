@@ -1,4 +1,5 @@
 // shardtrain/kernels/cuda/cudnn_graph.cpp
+// This file is long because both SDPA graphs are spelled node by node as cudnn-frontend lowers them.
 // Builds and validates the cuDNN SDPA operation graphs described in
 // cudnn_graph.hpp. Pure host code: no cuDNN or CUDA header.
 //

@@ -1,7 +1,7 @@
 // shardtrain/config/schema.cpp
-// The config schema's rows (schema.hpp): every input key, once. This file is long
-// because each row carries its key's documentation (the Meaning cell of
-// share/doc/config.md); the code is the few helpers at the end.
+// The config schema's rows (schema.hpp): every input key, once.
+// This file is long because each row carries its key's documentation (config.md's Meaning cell).
+// The code is the few helpers at the end.
 // A row: SHARDTRAIN_CONFIG_KEY(section, field) names the key after its RunConfig
 // field; then, in declaration order, the KeySpec members that differ from their
 // defaults. The table is checked at compile time (rows_are_consistent).

@@ -1,3 +1,4 @@
+// This file is long because the step's stages share the Trainer's state (banner, reports, resume, save live elsewhere).
 // The step loop: assembles one run (model state, ZeRO engine, model, optimizer,
 // checkpoint session) and runs its steps -- data -> forward/backward per
 // micro-batch -> gradient reduction -> clip -> AdamW -- with evaluation,

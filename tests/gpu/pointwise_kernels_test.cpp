@@ -1,3 +1,4 @@
+// This file is long because each device op is checked against its host kernel in fp32, f16 and bf16.
 // Device tests of the pointwise/row CUDA ops (kernels/cuda: embedding, layernorm,
 // gelu, relu, cross_entropy, elementwise, adamw, and the weights CRC's crc32) against the Kokkos host kernels
 // (kernels/*.hpp) and AdamW::step (src/optim/adamw.cpp), for T = float, f16, bf16.

@@ -1,3 +1,4 @@
+// This file is long because each hostile file is built with HDF5's C API beside the test that rejects it.
 // MPI tests of the checkpoint file layer (io/checkpoint.hpp) at any rank count.
 // Owns: the round trip of every field and element, elastic reads (another
 // tiling, another length, a sub-communicator: a restart at another rank count),

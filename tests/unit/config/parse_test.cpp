@@ -1,4 +1,5 @@
 // tests/unit/config/parse_test.cpp
+// This file is long because every class of input error has its own test with its exact message.
 // parse_run_config on files: a full valid config, defaults, and every class of
 // input error with its exact one-line "FILE:LINE:COL: message"; data.in_memory's
 // booleans ("on" / "off") and its errors.

@@ -1,3 +1,4 @@
+// This file is long because each hostile file is a valid one mutated here, beside the test that rejects it.
 // Unit tests of the labelled-sample data set (format "shardtrain-samples"):
 // SampleDatasetWriter -> SampleDataset::read round trips for images and tokens
 // (several chunks, repeated and unordered rows), the writer's per-sample

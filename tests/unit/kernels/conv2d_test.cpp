@@ -1,3 +1,4 @@
+// This file is long because both paths (oneDNN, im2col) are checked in every type, gradients included.
 // Tests conv2d_forward / conv2d_backward on both paths: oneDNN (float; bf16 on
 // CPUs with native bf16) and im2col + GEMM (double; f16; bf16 without native
 // bf16, run as kernels_conv2d_test_no_bf16_isa under DNNL_MAX_CPU_ISA=AVX512_CORE).

@@ -1,3 +1,4 @@
+// This file is long because every layer kernel's f16 and bf16 paths are checked forward and backward.
 // Tests the f16 / bf16 paths of every layer kernel (kernels/half_tiles.hpp) against
 // the fp32 kernels, forward and backward, for both 16-bit types.
 //

@@ -1,3 +1,4 @@
+// This file is long because its chains are built by hand; each policy, the DP and the simulator need cases.
 // Unit tests of the recompute scheduler (model/recompute.hpp): the fixed
 // policies (none, full, sqrt), the budget DP, min_recompute_peak, the op-list
 // simulator and format_schedule. Every chain is built by hand here:

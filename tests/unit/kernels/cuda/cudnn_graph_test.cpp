@@ -1,4 +1,5 @@
 // tests/unit/kernels/cuda/cudnn_graph_test.cpp
+// This file is long because both graphs are compared node by node with cudnn-frontend's lowering.
 // The cuDNN SDPA graph description (kernels/cuda/cudnn_graph.hpp), on the host:
 // the exact views of Q, K, V, O, Stats, dO, dQ, dK, dV into our packed buffers
 // for a shape whose numbers do not coincide (B=3, T=5, C=48, H=3, D=16); both
