@@ -2,13 +2,18 @@
 # Benchmark: our trainer against PyTorch eager on the same cores, both sides set
 # up as their users would, at fp32 and bf16 (issues 21, 33), and against this
 # core's own arithmetic limit (tests/bench/core_peak, issue 33).
-# Goals reported (PASS/FAIL lines; --check fails on any FAIL; issue 33):
-#   - 12-layer d=512 GPT: our best (any precision, any layout) is at least 1.6x
+# Goals reported (PASS/FAIL lines; --check fails on any FAIL; issue 50 for the
+# speed ratios, issue 33 for the floors and memory):
+#   - 12-layer d=512 GPT: our best (any precision, any layout) is at least 2.0x
 #     PyTorch's best (any precision, any setup) in tokens/s; our best fp32 is at
-#     least 1.6x PyTorch's best fp32 setup; ours-fp32-2x1's step is at most 1.4x
+#     least 1.3x PyTorch's best fp32 setup; ours-fp32-2x1's step is at most 1.4x
 #     the fp32 floor and ours-bf16-2x1's at most 2.0x the bf16 floor;
-#   - quickstart GPT: our best is at least 2.5x PyTorch's best in tokens/s;
-#   - MNIST CNN: our best step is at least 1.5x faster than PyTorch's best;
+#   - quickstart GPT: our best is at least 3x PyTorch's best in tokens/s;
+#   - MNIST CNN: our best step is at least 2.5x faster than PyTorch's best;
+#   Beside each speed goal the report prints the most this CPU allows: PyTorch's
+#   best step over our FLOP floor (the step of ours at this core's peak of the
+#   precision), so a goal above the core's arithmetic says so ("above what this
+#   core allows") instead of looking like a gap in the code;
 #   - memory, every model: the peak RSS summed over the ranks of our best
 #     variant is at most 0.7x the sum over the processes of PyTorch's best setup;
 #   - with --reproduce: every variant's step time within 10% of the earlier
@@ -913,18 +918,32 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
     for v in "${vs[@]}"; do echo -n " $v ${floorx[$v]}x;"; done
     echo
     echo "Peak RSS summed over $best's ranks / summed over $tbest's processes: $mem; ours-fp32-2x1 against torch-fp32-ddp (the mirror layout): $(ratio "${rss[ours-fp32-2x1]}" "${rss[torch-fp32-ddp]}"); ours-bf16-2x1 against torch-bf16-ddp: $([[ -n ${rss[torch-bf16-ddp]:-} ]] && ratio "${rss[ours-bf16-2x1]}" "${rss[torch-bf16-ddp]}" || echo "- (not run)")."
+    # The most this core allows: PyTorch's best step over our step at the FLOP floor
+    # (the lowest floor of our variants: bf16's where the core has native bf16).
+    minfloor=$(for v in "${vs[@]}"; do
+                 if [[ $v == ours-* ]]; then awk -v f="$f" -v p="$(peak_of "$v")" 'BEGIN { if (p > 0) print f / p * 1000 }'; fi
+               done | sort -g | head -1)
+    fp32floor=$(awk -v f="$f" -v p="$(peak_of ours-fp32-2x1)" 'BEGIN { if (p > 0) print f / p * 1000 }')
+    reach=$(ratio "${med[$tbest]}" "$minfloor")
+    tf32=${pbest[fp32]#* / }
+    reach32=-; [[ -n $fp32floor && -n ${med[$tf32]:-} ]] && reach32=$(ratio "${med[$tf32]}" "$fp32floor")
+    echo "The most this core allows (PyTorch's best step / our FLOP floor, a step at this core's peak): any precision ${reach}x ($tbest ${med[$tbest]} ms / $(printf '%.4g' "$minfloor") ms); fp32 ${reach32}x ($tf32 / $(printf '%.4g' "${fp32floor:-0}") ms)."
+    allows() {  # allows GOAL REACH: a note when GOAL is above REACH
+      [[ $2 != - ]] && awk -v g="$1" -v r="$2" 'BEGIN { exit !(g > r) }' && echo "; the goal is above what this core allows (${2}x at its peak)"
+      return 0
+    }
     case $model in
       big)
-        verdict "$(ge "$r" 1.6)" "$unit/s of our best ($best) >= 1.6x PyTorch's best ($tbest) (issue 33): ${r}x"
-        verdict "$(ge "${pratio[fp32]}" 1.6)" "$unit/s of our best fp32 >= 1.6x PyTorch's best fp32 (${pbest[fp32]}; issue 33): ${pratio[fp32]}x"
+        verdict "$(ge "$r" 2.0)" "$unit/s of our best ($best) >= 2.0x PyTorch's best ($tbest) (issue 50): ${r}x$(allows 2.0 "$reach")"
+        verdict "$(ge "${pratio[fp32]}" 1.3)" "$unit/s of our best fp32 >= 1.3x PyTorch's best fp32 (${pbest[fp32]}; issue 50): ${pratio[fp32]}x$(allows 1.3 "$reach32")"
         verdict "$( [[ ${floorx[ours-fp32-2x1]} != - ]] && ge 1.4 "${floorx[ours-fp32-2x1]}" || echo 0)" \
           "ours-fp32-2x1 step <= 1.4x the fp32 floor (this core's FMA peak; issue 33): ${floorx[ours-fp32-2x1]}x"
         verdict "$( [[ ${floorx[ours-bf16-2x1]} != - ]] && ge 2.0 "${floorx[ours-bf16-2x1]}" || echo 0)" \
           "ours-bf16-2x1 step <= 2.0x the bf16 floor (this core's bf16 dot-product peak; issue 33): ${floorx[ours-bf16-2x1]}x" ;;
       quickstart)
-        verdict "$(ge "$r" 2.5)" "$unit/s of our best ($best) >= 2.5x PyTorch's best ($tbest) (issue 33): ${r}x" ;;
+        verdict "$(ge "$r" 3.0)" "$unit/s of our best ($best) >= 3x PyTorch's best ($tbest) (issue 50): ${r}x$(allows 3.0 "$reach")" ;;
       cnn)
-        verdict "$(ge "$r" 1.5)" "our best step ($best) >= 1.5x faster than PyTorch's best ($tbest) (issue 33): ${r}x" ;;
+        verdict "$(ge "$r" 2.5)" "our best step ($best) >= 2.5x faster than PyTorch's best ($tbest) (issue 50): ${r}x$(allows 2.5 "$reach")" ;;
     esac
     verdict "$(ge 0.7 "$mem")" "peak RSS summed over our best's ranks ($best) <= 0.7x the sum over PyTorch's best setup's processes ($tbest) (issue 33): $mem"
     memr=$(cat "$work/$model".*.memcheck | awk -v runs="$(ls "$work/$model".*.memcheck | wc -l)" '
