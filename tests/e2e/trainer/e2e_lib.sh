@@ -18,7 +18,7 @@ train_in() {  # NP NAME extra-args...
   check_process_memory "$log"
 }
 
-# check_process_memory LOG: VmHWM within 10% of the predicted process peak.
+# check_process_memory LOG: VmHWM within 10% (or 5 MiB, tiny models) of the predicted process peak.
 # shellcheck source=../../support/process_memory.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../support/process_memory.sh"
 

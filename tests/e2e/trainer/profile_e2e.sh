@@ -72,16 +72,20 @@ the_timing_agrees() {
 
   # step_end_unix (the wall clock at each step's end) lies inside this script's
   # own clock readings around the run, and consecutive ends are at least the
-  # later step's step_ms apart and move with elapsed_s (within 5 ms: the rows are
-  # written after the CRC and the logging, the ends before; not compared on a
-  # step with an evaluation, whose elapsed_s includes it and its end does not:
-  # the last step's, 1.7 ms idle, 5.5 ms on a loaded machine).
+  # later step's step_ms apart and move with elapsed_s (within 20 ms: the rows are
+  # written after the CRC and the logging, the ends before, and with three ranks
+  # on two cores under the suite's -j6 a rank can lose a scheduler slice between
+  # the two: 5.0-8.5 ms measured in all three tries of one CI rehearsal on a
+  # 2-vCPU AMD EPYC family 25 model 17, 2026-11-30, against 1.7 ms idle; a clock
+  # that does not advance with the run, or runs in other units, is still off by
+  # far more; not compared on a step with an evaluation, whose elapsed_s
+  # includes it and its end does not).
   awk -F, -v b="$t_begin" -v e="$t_end" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; if (!c["step_end_unix"]) { print "no step_end_unix column"; exit 1 }; next }
     { t = $c["step_end_unix"]; ms = $c["step_ms"]; el = $c["elapsed_s"]; ev = $c["val_loss"]
       if (!(t > b && t < e)) { printf "step %d: step_end_unix %.6f outside the run (%.6f .. %.6f)\n", $1, t, b, e; bad = 1 }
       if (NR > 2) { d = t - pt
         if (d < ms / 1000 - 1e-5) { printf "step %d: %.6f s after the previous end, shorter than step_ms %s\n", $1, d, ms; bad = 1 }
-        if (ev == "" && (d - (el - pel) > 0.005 || (el - pel) - d > 0.005)) { printf "step %d: ends %.6f s apart, elapsed_s %.6f\n", $1, d, el - pel; bad = 1 } }
+        if (ev == "" && (d - (el - pel) > 0.020 || (el - pel) - d > 0.020)) { printf "step %d: ends %.6f s apart, elapsed_s %.6f\n", $1, d, el - pel; bad = 1 } }
       pt = t; pel = el }
     END { exit bad }' "$profiled/metrics.csv" || return 1
 }
