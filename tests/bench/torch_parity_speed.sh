@@ -863,7 +863,7 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
     echo
     echo "| variant | step (median ms) | best run (ms) | near steps: median ms (steps) | far steps: median ms (steps) | $unit/s | GFLOP/s | FLOP floor: ms (peak GFLOP/s) | step / FLOP floor | CPU use (per run) | peak RSS sum (MiB) | idle RSS sum (MiB) |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-    declare -A med=() rss=() bestrun=() floorx=()
+    declare -A med=() rss=() bestrun=() floorx=() floorms=()
     step_split=""
     for v in "${vs[@]}"; do
       med[$v]=$(awk '{ print $1 }' "$work/$model.$v" | median)
@@ -882,6 +882,7 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
       farcell="-"; (( far_n )) && farcell=$(printf '%.1f (%d)' "$far_med" "$far_n")
       peak=$(peak_of "$v")
       floorx[$v]=$(awk -v m="${med[$v]}" -v f="$f" -v p="$peak" 'BEGIN { if (p > 0) printf "%.3f", m / (f / p * 1000); else print "-" }')
+      floorms[$v]=$(awk -v f="$f" -v p="$peak" 'BEGIN { if (p > 0) print f / p * 1000 }')
       awk -v v="$v" -v m="${med[$v]}" -v br="${bestrun[$v]}" -v nc="$nearcell" -v fc="$farcell" -v r="${rss[$v]}" -v i="$idle" \
           -v c="$cpus" -v f="$f" -v p="$peak" -v fx="${floorx[$v]}" -v pr="$(precision_of "$v")" -v n="$items" 'BEGIN {
         fl = p > 0 ? sprintf("%.4g (%s %s)", f / p * 1000, pr, p) : sprintf("- (no %s peak)", pr)
@@ -920,10 +921,8 @@ results_tsv=$work/results.tsv; echo "$results_head" > "$results_tsv"; : > "$work
     echo "Peak RSS summed over $best's ranks / summed over $tbest's processes: $mem; ours-fp32-2x1 against torch-fp32-ddp (the mirror layout): $(ratio "${rss[ours-fp32-2x1]}" "${rss[torch-fp32-ddp]}"); ours-bf16-2x1 against torch-bf16-ddp: $([[ -n ${rss[torch-bf16-ddp]:-} ]] && ratio "${rss[ours-bf16-2x1]}" "${rss[torch-bf16-ddp]}" || echo "- (not run)")."
     # The most this core allows: PyTorch's best step over our step at the FLOP floor
     # (the lowest floor of our variants: bf16's where the core has native bf16).
-    minfloor=$(for v in "${vs[@]}"; do
-                 if [[ $v == ours-* ]]; then awk -v f="$f" -v p="$(peak_of "$v")" 'BEGIN { if (p > 0) print f / p * 1000 }'; fi
-               done | sort -g | head -1)
-    fp32floor=$(awk -v f="$f" -v p="$(peak_of ours-fp32-2x1)" 'BEGIN { if (p > 0) print f / p * 1000 }')
+    minfloor=$(for v in "${vs[@]}"; do [[ $v != ours-* || -z ${floorms[$v]} ]] || echo "${floorms[$v]}"; done | sort -g | head -1)
+    fp32floor=${floorms[ours-fp32-2x1]}
     reach=$(ratio "${med[$tbest]}" "$minfloor")
     tf32=${pbest[fp32]#* / }
     reach32=-; [[ -n $fp32floor && -n ${med[$tf32]:-} ]] && reach32=$(ratio "${med[$tf32]}" "$fp32floor")
