@@ -16,7 +16,9 @@
 #include "kernels/gelu.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "kernels/half_tiles.hpp"  // check_host
@@ -55,21 +57,71 @@ constexpr T kDerivClip = T(30);
 template <>
 constexpr float kDerivClip<float> = 12.0f;
 
+// y'(x) in C: the factor the backward multiplies dy by (last), so that
+// dx = narrow(widen(dy) * derivative(widen(x))).
+template <class C>
+SHARDTRAIN_ALWAYS_INLINE C derivative(C x_in) {
+  C xi = x_in < -kDerivClip<C> ? -kDerivClip<C> : x_in;
+  xi = xi > kDerivClip<C> ? kDerivClip<C> : xi;
+  const C x2 = xi * xi;
+  const C u = kSqrt2OverPi<C> * (xi + kCubic<C> * x2 * xi);
+  const C du = kSqrt2OverPi<C> * (C(1) + C(3) * kCubic<C> * x2);
+  const C s = C(1) / (C(1) + vec::exp_fast<C>(C(-2) * u));
+  return s + C(2) * xi * s * (C(1) - s) * du;
+}
+
 template <class S>
 SHARDTRAIN_TARGET_CLONES
 void backward_span(const S* x, const S* dy, S* dx, std::int64_t n) {
-  using C = compute_t<S>;
   SHARDTRAIN_IVDEP
-  for (std::int64_t i = 0; i < n; ++i) {
-    const C x_in = vec::widen(x[i]);
-    C xi = x_in < -kDerivClip<C> ? -kDerivClip<C> : x_in;
-    xi = xi > kDerivClip<C> ? kDerivClip<C> : xi;
-    const C x2 = xi * xi;
-    const C u = kSqrt2OverPi<C> * (xi + kCubic<C> * x2 * xi);
-    const C du = kSqrt2OverPi<C> * (C(1) + C(3) * kCubic<C> * x2);
-    const C s = C(1) / (C(1) + vec::exp_fast<C>(C(-2) * u));
-    dx[i] = vec::narrow<S>(vec::widen(dy[i]) * (s + C(2) * xi * s * (C(1) - s) * du));
-  }
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = vec::narrow<S>(vec::widen(dy[i]) * derivative(vec::widen(x[i])));
+}
+
+// The 16-bit tables (T = f16 / bf16). A 16-bit x has 65536 bit patterns, so the
+// forward is a table of the 16-bit results and the backward a table of the fp32
+// factors derivative(widen(x)); both are computed once by the arithmetic above
+// (forward_span itself; derivative() in a plain loop), so a lookup returns what the
+// arithmetic returns, bit for bit (test GeluTables.*, every pattern). The lookup
+// costs loads instead of one exp and one division a value; the tables are
+// 128 KiB + 256 KiB per type, of which a run touches the few KiB its activations
+// span. Built on first use, thread-safe (a function-local static), or ahead of
+// the process measurement by gelu_prepare_tables.
+template <class S>
+struct HalfTables {
+  std::vector<std::uint16_t> forward;  // result bits of forward(x) by x's bits
+  std::vector<float> factor;           // derivative(widen(x)) by x's bits
+};
+
+template <class S>
+const HalfTables<S>& half_tables() {
+  static const HalfTables<S> tables = [] {
+    constexpr std::int64_t kPatterns = 65536;
+    std::vector<S> x(kPatterns), y(kPatterns);
+    for (std::int64_t b = 0; b < kPatterns; ++b) x[b] = S::from_bits(static_cast<std::uint16_t>(b));
+    forward_span(x.data(), y.data(), kPatterns);
+    HalfTables<S> t;
+    t.forward.resize(kPatterns);
+    t.factor.resize(kPatterns);
+    for (std::int64_t b = 0; b < kPatterns; ++b) {
+      t.forward[b] = y[b].bits;
+      t.factor[b] = derivative(vec::widen(x[b]));
+    }
+    return t;
+  }();
+  return tables;
+}
+
+template <class S>
+void forward_table_span(const std::uint16_t* __restrict table, const S* x, S* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = S::from_bits(table[x[i].bits]);
+}
+
+template <class S>
+SHARDTRAIN_TARGET_CLONES
+void backward_table_span(const float* __restrict factor, const S* x, const S* dy, S* dx, std::int64_t n) {
+  SHARDTRAIN_IVDEP
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = vec::narrow<S>(vec::widen(dy[i]) * factor[x[i].bits]);
 }
 
 // The erf form (gelu_erf_*): std::erf / std::exp in compute_t<S>, rounded once
@@ -137,7 +189,7 @@ void gelu_erf_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
 }
 
 template <class T>
-void gelu_forward(CView1<T> x, View1<T> y) {
+void gelu_forward_on(GeluPath path, CView1<T> x, View1<T> y) {
   SHARDTRAIN_CHECK(x.extent(0) == y.extent(0), "gelu_forward: x has " +
                                                    std::to_string(x.extent(0)) + " elements, y " +
                                                    std::to_string(y.extent(0)));
@@ -145,6 +197,18 @@ void gelu_forward(CView1<T> x, View1<T> y) {
   const std::int64_t n = static_cast<std::int64_t>(x.extent(0));
   const T* xp = x.data();
   T* yp = y.data();
+  if constexpr (is_half_v<T>) {
+    if (path == GeluPath::table) {
+      const std::uint16_t* table = half_tables<T>().forward.data();
+      Kokkos::parallel_for(kLabelForward, range((n + kChunk - 1) / kChunk),
+                           KOKKOS_LAMBDA(const std::int64_t chunk) {
+                             const std::int64_t i0 = chunk * kChunk;
+                             const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                             forward_table_span(table, xp + i0, yp + i0, len);
+                           });
+      return;
+    }
+  }
   Kokkos::parallel_for(kLabelForward, range((n + kChunk - 1) / kChunk),
                        KOKKOS_LAMBDA(const std::int64_t chunk) {
                          const std::int64_t i0 = chunk * kChunk;
@@ -154,7 +218,7 @@ void gelu_forward(CView1<T> x, View1<T> y) {
 }
 
 template <class T>
-void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
+void gelu_backward_on(GeluPath path, CView1<T> x, CView1<T> dy, View1<T> dx) {
   SHARDTRAIN_CHECK(x.extent(0) == dy.extent(0) && x.extent(0) == dx.extent(0),
                    "gelu_backward: x, dy, dx have " + std::to_string(x.extent(0)) + ", " +
                        std::to_string(dy.extent(0)) + ", " + std::to_string(dx.extent(0)) +
@@ -164,6 +228,18 @@ void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
   const T* xp = x.data();
   const T* dyp = dy.data();
   T* dxp = dx.data();
+  if constexpr (is_half_v<T>) {
+    if (path == GeluPath::table) {
+      const float* factor = half_tables<T>().factor.data();
+      Kokkos::parallel_for(kLabelBackward, range((n + kChunk - 1) / kChunk),
+                           KOKKOS_LAMBDA(const std::int64_t chunk) {
+                             const std::int64_t i0 = chunk * kChunk;
+                             const std::int64_t len = (n - i0) < kChunk ? (n - i0) : kChunk;
+                             backward_table_span(factor, xp + i0, dyp + i0, dxp + i0, len);
+                           });
+      return;
+    }
+  }
   Kokkos::parallel_for(kLabelBackward, range((n + kChunk - 1) / kChunk),
                        KOKKOS_LAMBDA(const std::int64_t chunk) {
                          const std::int64_t i0 = chunk * kChunk;
@@ -171,6 +247,37 @@ void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
                          backward_span(xp + i0, dyp + i0, dxp + i0, len);
                        });
 }
+
+template <class T>
+void gelu_forward(CView1<T> x, View1<T> y) {
+  gelu_forward_on<T>(GeluPath::table, x, y);
+}
+
+template <class T>
+void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx) {
+  gelu_backward_on<T>(GeluPath::table, x, dy, dx);
+}
+
+template <class T>
+const float* gelu_table_factors() {
+  return half_tables<T>().factor.data();
+}
+template const float* gelu_table_factors<f16>();
+template const float* gelu_table_factors<bf16>();
+
+void gelu_prepare_tables(bool f16_tables, bool bf16_tables) {
+  if (f16_tables) half_tables<f16>();
+  if (bf16_tables) half_tables<bf16>();
+}
+
+#define SHARDTRAIN_INSTANTIATE_GELU_ON(T)                                      \
+  template void gelu_forward_on<T>(GeluPath, CView1<T>, View1<T>);             \
+  template void gelu_backward_on<T>(GeluPath, CView1<T>, CView1<T>, View1<T>);
+SHARDTRAIN_INSTANTIATE_GELU_ON(float)
+SHARDTRAIN_INSTANTIATE_GELU_ON(double)
+SHARDTRAIN_INSTANTIATE_GELU_ON(f16)
+SHARDTRAIN_INSTANTIATE_GELU_ON(bf16)
+#undef SHARDTRAIN_INSTANTIATE_GELU_ON
 
 template void gelu_forward<float>(CView1<float>, View1<float>);
 template void gelu_forward<double>(CView1<double>, View1<double>);

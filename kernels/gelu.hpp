@@ -6,7 +6,8 @@
 //   y = 0.5 x (1 + erf(x / sqrt(2))),  y' = 0.5 (1 + erf(x / sqrt(2))) + x phi(x)
 // Elementwise over flat views. backward OVERWRITES dx. y may alias x in forward.
 // T = f16 / bf16: evaluated in fp32 in registers on the 16-bit values and rounded
-// once (bit for bit the fp32 result on the same inputs, rounded); no scratch.
+// once (bit for bit the fp32 result on the same inputs, rounded); no scratch. The
+// tanh form's 16-bit calls look that result up (GeluPath below).
 #pragma once
 
 #include "core/half.hpp"
@@ -19,6 +20,30 @@ void gelu_forward(CView1<T> x, View1<T> y);
 
 template <class T>
 void gelu_backward(CView1<T> x, CView1<T> dy, View1<T> dx);
+
+// The paths of the tanh form: `arithmetic` evaluates the formula per value (every T);
+// `table` (T = f16 / bf16 only; float and double take the arithmetic) looks each
+// 16-bit x up in tables of all 65536 patterns that the arithmetic path computed
+// once: the same bits, at a load instead of an exp and a division a value.
+// gelu_forward / gelu_backward take `table`; the arithmetic is kept as the
+// definition the tables come from (tests compare the two on every pattern).
+enum class GeluPath { arithmetic, table };
+
+template <class T>
+void gelu_forward_on(GeluPath path, CView1<T> x, View1<T> y);
+
+template <class T>
+void gelu_backward_on(GeluPath path, CView1<T> x, CView1<T> dy, View1<T> dx);
+
+// Builds the 16-bit tables now (384 KiB per type, kept for the process), so that a
+// run can count them before it measures its own memory; otherwise the first 16-bit
+// call builds them.
+void gelu_prepare_tables(bool f16_tables, bool bf16_tables);
+
+// The backward's table for T = f16 / bf16 (65536 fp32 factors y'(x), indexed by x's
+// bits; built on first call): for tests, which compare each with the fp32 kernel.
+template <class T>
+const float* gelu_table_factors();
 
 template <class T>
 void gelu_erf_forward(CView1<T> x, View1<T> y);

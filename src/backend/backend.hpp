@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "core/dtype.hpp"
 #include "core/precision.hpp"
 #include "core/memory.hpp"
 #include "core/profiler.hpp"
@@ -149,8 +150,9 @@ Backend& host_backend();
 // kernels/cpu_compute.hpp): parallel.threads, set once before a run's ops exist.
 void set_host_compute_threads(int threads);
 // Loads the heavy host kernels' library and thread pool (kernels/cpu_compute.hpp
-// warm_up_compute) so that a process RSS measured after it includes them.
-void warm_up_host_compute();
+// warm_up_compute), and for a 16-bit `storage` the GELU tables of that type
+// (kernels/gelu.hpp), so that a process RSS measured after it includes them.
+void warm_up_host_compute(DType storage);
 // Whether the host runs bf16 GEMMs natively (AVX512-BF16; kernels/cpu_compute.hpp).
 bool host_bf16_native();
 // The host libraries' kernels for this CPU: "OpenBLAS core Haswell (OpenBLAS

@@ -382,7 +382,10 @@ std::int64_t host_half_scratch_elems(const ModelOpsLimits& l) {
 }
 
 void set_host_compute_threads(int threads) { set_compute_threads(threads); }
-void warm_up_host_compute() { warm_up_compute(); }
+void warm_up_host_compute(DType storage) {
+  warm_up_compute();
+  gelu_prepare_tables(storage == DType::F16, storage == DType::BF16);
+}
 bool host_bf16_native() { return cpu_bf16_native(); }
 std::string host_libraries_describe() { return cpu_libraries_describe(); }
 

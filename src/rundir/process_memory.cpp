@@ -126,9 +126,9 @@ void measure_process_before_model(MemoryPlan& plan, MpiCommunicator& comm, const
   } else {
     plan.process.io_scratch.clear();
   }
-  // oneDNN's code and OpenMP pool are part of the fixed term, not of the model
-  // (the first GEMM would load them).
-  warm_up_host_compute();
+  // oneDNN's code and OpenMP pool, and the 16-bit GELU tables, are part of the
+  // fixed term, not of the model (the first GEMM or GELU would load them).
+  warm_up_host_compute(precision_dtype(config.precision.mode));
   plan.process.before_model = gather(process_rss_bytes(), comm);
   plan.process.collective_scratch.clear();
 }

@@ -135,6 +135,49 @@ void fma_lever(int reps) {
               "largest relative difference %.1e\n", static_cast<long>(n), b0 * 1e6, b1 * 1e6, b0 / b1, diff);
 }
 
+// The 16-bit GELU's two paths (kernels/gelu.hpp GeluPath) on activations spread as
+// a GPT's are (roughly normal, sd 1.5: a sum of four uniforms), so the table lookups
+// touch as many entries as in training; the two must agree bit for bit.
+template <class T>
+void gelu_paths(const char* name, std::int64_t n, int reps) {
+  std::vector<T> x(n), y0(n), y1(n), dy(n), dx0(n), dx1(n);
+  std::uint64_t state = 88172645463325252ULL;
+  auto uniform = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<float>(state >> 40) / 16777216.0f;  // [0, 1)
+  };
+  for (std::int64_t i = 0; i < n; ++i) {
+    x[i] = T(1.5f * 1.7320508f * (uniform() + uniform() + uniform() + uniform() - 2.0f));
+    dy[i] = T(0.02f * (uniform() - 0.5f));
+  }
+  double best[4] = {1e30, 1e30, 1e30, 1e30};
+  for (int r = 0; r < reps + 2; ++r) {
+    double d[4];
+    double t = now();
+    gelu_forward_on<T>(GeluPath::arithmetic, CView1<T>(x.data(), n), View1<T>(y0.data(), n));
+    d[0] = now() - t;
+    t = now();
+    gelu_forward_on<T>(GeluPath::table, CView1<T>(x.data(), n), View1<T>(y1.data(), n));
+    d[1] = now() - t;
+    t = now();
+    gelu_backward_on<T>(GeluPath::arithmetic, CView1<T>(x.data(), n), CView1<T>(dy.data(), n), View1<T>(dx0.data(), n));
+    d[2] = now() - t;
+    t = now();
+    gelu_backward_on<T>(GeluPath::table, CView1<T>(x.data(), n), CView1<T>(dy.data(), n), View1<T>(dx1.data(), n));
+    d[3] = now() - t;
+    if (r >= 2)
+      for (int k = 0; k < 4; ++k) best[k] = std::min(best[k], d[k]);
+  }
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < n; ++i) differ += (y0[i].bits != y1[i].bits) + (dx0[i].bits != dx1[i].bits);
+  std::printf("gelu paths %s, %ld values (sd 1.5): forward arithmetic %.1f us, table %.1f us (%.2fx); "
+              "backward arithmetic %.1f us, table %.1f us (%.2fx); results differing: %ld\n",
+              name, static_cast<long>(n), best[0] * 1e6, best[1] * 1e6, best[0] / best[1], best[2] * 1e6,
+              best[3] * 1e6, best[2] / best[3], static_cast<long>(differ));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,5 +193,8 @@ int main(int argc, char** argv) {
   run<float>("fp32", "12-layer", 1024 * 2048, 1024, 512, reps);
   run<bf16>("bf16", "12-layer", 1024 * 2048, 1024, 512, reps);
   fma_lever(reps);
+  gelu_paths<bf16>("bf16", 512 * 512, reps);
+  gelu_paths<bf16>("bf16", 1024 * 2048, reps);
+  gelu_paths<f16>("f16", 512 * 512, reps);
   return 0;
 }

@@ -1,13 +1,17 @@
 // Tests gelu_forward / gelu_backward against the tanh formula of gelu.hpp (evaluated
 // naively in long double), in double and float (the float path uses the vectorised
 // exp), across several chunks; float64 central-difference check of dx; in-place
-// forward (y == x) and backward (dx == dy); extreme inputs; size errors.
+// forward (y == x) and backward (dx == dy); extreme inputs; size errors. The 16-bit
+// tables (GeluTables.*) against the arithmetic on every 16-bit pattern, and as the
+// fp32 kernel rounded once.
 // gelu_erf_*: forward and dx against the erf formula in long double (double, float,
 // f16 / bf16 as the fp32 result rounded once), a float64 central-difference check
 // of dx, in place, size errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <span>
 #include <limits>
@@ -142,6 +146,80 @@ long double naive_gelu_erf(long double x) { return 0.5L * x * (1.0L + std::erf(x
 long double naive_gelu_erf_grad(long double x) {
   const long double pi = 3.14159265358979323846264338327950288L;
   return 0.5L * (1.0L + std::erf(x / std::sqrt(2.0L))) + x * std::exp(-0.5L * x * x) / std::sqrt(2.0L * pi);
+}
+
+// The 16-bit tables (GeluPath::table, gelu_forward / gelu_backward's path for f16
+// and bf16) against the arithmetic they are built from, on every one of the 65536
+// x patterns (NaNs, infinities, subnormals included), bit for bit; the backward
+// with three dy patterns per x (a stride through all 65536, so every dy pattern
+// occurs, specials included). Then in place, and across chunk boundaries.
+template <class H>
+void check_tables() {
+  constexpr std::size_t kPatterns = 65536;
+  std::vector<H> x(kPatterns), y_table(kPatterns), y_arith(kPatterns), dy(kPatterns), dx_table(kPatterns),
+      dx_arith(kPatterns);
+  for (std::size_t b = 0; b < kPatterns; ++b) x[b] = H::from_bits(static_cast<std::uint16_t>(b));
+  gelu_forward_on<H>(GeluPath::table, cview1(x), view1(y_table));
+  gelu_forward_on<H>(GeluPath::arithmetic, cview1(x), view1(y_arith));
+  for (std::size_t b = 0; b < kPatterns; ++b) ASSERT_EQ(y_table[b].bits, y_arith[b].bits) << "x bits " << b;
+  // Each backward factor is the fp32 kernel's y'(x) on the widened x, bit for bit
+  // (the fp32 backward with dy = 1 returns the factor itself, 1 * f being exact).
+  std::vector<float> xf(kPatterns), ones(kPatterns, 1.0f), factor_f32(kPatterns);
+  for (std::size_t b = 0; b < kPatterns; ++b) xf[b] = to_float(x[b]);
+  gelu_backward<float>(cview1(xf), cview1(ones), view1(factor_f32));
+  const float* factors = gelu_table_factors<H>();
+  for (std::size_t b = 0; b < kPatterns; ++b)
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(factors[b]), std::bit_cast<std::uint32_t>(factor_f32[b])) << "x bits " << b;
+  // The default entry point is the table.
+  std::vector<H> y_default(kPatterns);
+  gelu_forward<H>(cview1(x), view1(y_default));
+  for (std::size_t b = 0; b < kPatterns; ++b) ASSERT_EQ(y_default[b].bits, y_table[b].bits) << "x bits " << b;
+  for (std::uint32_t stride : {1u, 40503u, 7919u}) {
+    for (std::size_t b = 0; b < kPatterns; ++b)
+      dy[b] = H::from_bits(static_cast<std::uint16_t>((b * stride + 12345u) & 0xFFFFu));
+    gelu_backward_on<H>(GeluPath::table, cview1(x), cview1(dy), view1(dx_table));
+    gelu_backward_on<H>(GeluPath::arithmetic, cview1(x), cview1(dy), view1(dx_arith));
+    for (std::size_t b = 0; b < kPatterns; ++b)
+      ASSERT_EQ(dx_table[b].bits, dx_arith[b].bits) << "x bits " << b << ", dy bits " << dy[b].bits;
+    std::vector<H> dx_default(kPatterns);
+    gelu_backward<H>(cview1(x), cview1(dy), view1(dx_default));
+    for (std::size_t b = 0; b < kPatterns; ++b) ASSERT_EQ(dx_default[b].bits, dx_table[b].bits) << b;
+  }
+  // In place: y over x, dx over dy.
+  std::vector<H> in_place = x;
+  gelu_forward_on<H>(GeluPath::table, cview1(in_place), view1(in_place));
+  for (std::size_t b = 0; b < kPatterns; ++b) ASSERT_EQ(in_place[b].bits, y_table[b].bits) << b;
+  std::vector<H> dy_in_place = dy;
+  gelu_backward_on<H>(GeluPath::table, cview1(x), cview1(dy_in_place), view1(dy_in_place));
+  for (std::size_t b = 0; b < kPatterns; ++b) ASSERT_EQ(dy_in_place[b].bits, dx_table[b].bits) << b;
+}
+
+TEST(GeluTables, EveryPatternMatchesTheArithmetic) {
+  check_tables<bf16>();
+  check_tables<f16>();
+}
+
+TEST(GeluTables, SixteenBitIsFp32RoundedOnce) {
+  // The tables' results are the fp32 kernel's on the widened inputs, rounded once.
+  std::vector<double> xd = inputs();
+  std::vector<float> xf = cast_vector<float>(xd), yf(xf.size()), dyf(xf.size()), dxf(xf.size());
+  for (std::size_t i = 0; i < xf.size(); ++i) {
+    xf[i] = to_float(bf16(xf[i]));
+    dyf[i] = to_float(bf16(0.01f * static_cast<float>(i % 17) - 0.08f));
+  }
+  std::vector<bf16> x(xf.size()), y(xf.size()), dy(xf.size()), dx(xf.size());
+  for (std::size_t i = 0; i < xf.size(); ++i) {
+    x[i] = bf16(xf[i]);
+    dy[i] = bf16(dyf[i]);
+  }
+  gelu_forward<float>(cview1(xf), view1(yf));
+  gelu_backward<float>(cview1(xf), cview1(dyf), view1(dxf));
+  gelu_forward<bf16>(cview1(x), view1(y));
+  gelu_backward<bf16>(cview1(x), cview1(dy), view1(dx));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i].bits, bf16(yf[i]).bits) << i;
+    ASSERT_EQ(dx[i].bits, bf16(dxf[i]).bits) << i;
+  }
 }
 
 TEST(GeluErf, ForwardAndBackwardMatchErfFormula) {
