@@ -411,11 +411,9 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
     float* dqkvt = g.dqkv;
     backward_head<float>(g.q, g.k, g.vt, g.p, g.dy, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, g.dp, nt,
                          hd, valid_len(lens, b, nt), d.causal, scale, rows_threaded);
-    for (std::int64_t t = 0; t < nt; ++t) {
-      H* row = dx + (b * nt + t) * 3 * nc + h * hd;
-      for (std::int64_t part = 0; part < 3; ++part)  // dq, dk, dv
-        from_f32(dqkvt + (3 * t + part) * hd, row + part * nc, hd);
-    }
+    // Row 3 t + part of the (T, 3hd) tile, read as (3T, hd), is part (dq, dk, dv) of
+    // dqkv[b, t, :, h]: (3T) rows of hd at stride C from dqkv[b, 0, 0, h].
+    store_block(dqkvt, 3 * nt, hd, dx + b * nt * 3 * nc + h * hd, nc);
   });
 }
 

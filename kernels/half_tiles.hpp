@@ -88,13 +88,15 @@ template <class H>
 inline void load_block(const H* src, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                        float* dst) {
   if (ld == cols) return to_f32(src, dst, rows * cols);
-  for (std::int64_t r = 0; r < rows; ++r) to_f32(src + r * ld, dst + r * cols, cols);
+  convert_rows(src, static_cast<std::size_t>(ld), dst, static_cast<std::size_t>(cols), static_cast<std::size_t>(rows),
+               static_cast<std::size_t>(cols));
 }
 template <class H>
 inline void store_block(const float* src, std::int64_t rows, std::int64_t cols, H* dst,
                         std::int64_t ld) {
   if (ld == cols) return from_f32(src, dst, rows * cols);
-  for (std::int64_t r = 0; r < rows; ++r) from_f32(src + r * cols, dst + r * ld, cols);
+  convert_rows(src, static_cast<std::size_t>(cols), dst, static_cast<std::size_t>(ld), static_cast<std::size_t>(rows),
+               static_cast<std::size_t>(cols));
 }
 
 // Consecutive pieces of one scratch request of `elems` floats (taken at construction,

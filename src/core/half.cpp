@@ -59,6 +59,36 @@ void convert(const bf16* __restrict in, float* __restrict out, std::size_t n) {
 }
 
 SHARDTRAIN_TARGET_CLONES
+void convert_rows(const float* __restrict in, std::size_t ld_in, f16* __restrict out, std::size_t ld_out,
+                  std::size_t rows, std::size_t cols) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < cols; ++j)
+      out[r * ld_out + j].bits = half_detail::f16_bits_from_float(in[r * ld_in + j]);
+}
+
+SHARDTRAIN_TARGET_CLONES
+void convert_rows(const float* __restrict in, std::size_t ld_in, bf16* __restrict out, std::size_t ld_out,
+                  std::size_t rows, std::size_t cols) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < cols; ++j)
+      out[r * ld_out + j].bits = half_detail::bf16_bits_from_float(in[r * ld_in + j]);
+}
+
+SHARDTRAIN_TARGET_CLONES
+void convert_rows(const f16* __restrict in, std::size_t ld_in, float* __restrict out, std::size_t ld_out,
+                  std::size_t rows, std::size_t cols) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < cols; ++j) out[r * ld_out + j] = half_detail::float_from_f16_bits(in[r * ld_in + j].bits);
+}
+
+SHARDTRAIN_TARGET_CLONES
+void convert_rows(const bf16* __restrict in, std::size_t ld_in, float* __restrict out, std::size_t ld_out,
+                  std::size_t rows, std::size_t cols) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < cols; ++j) out[r * ld_out + j] = half_detail::float_from_bf16_bits(in[r * ld_in + j].bits);
+}
+
+SHARDTRAIN_TARGET_CLONES
 std::ptrdiff_t first_non_finite(const f16* x, std::size_t n) {
   return first_all_ones<0x7C00u>(x, n);
 }

@@ -226,6 +226,18 @@ void convert(const float* in, bf16* out, std::size_t n);
 void convert(const f16* in, float* out, std::size_t n);
 void convert(const bf16* in, float* out, std::size_t n);
 
+// The same over a (rows x cols) block of row-major matrices: out[r * ld_out + j] =
+// in[r * ld_in + j] converted, r < rows, j < cols; one call where a loop of
+// per-row converts would pay the call and the vector tail on every short row.
+void convert_rows(const float* in, std::size_t ld_in, f16* out, std::size_t ld_out, std::size_t rows,
+                  std::size_t cols);
+void convert_rows(const float* in, std::size_t ld_in, bf16* out, std::size_t ld_out, std::size_t rows,
+                  std::size_t cols);
+void convert_rows(const f16* in, std::size_t ld_in, float* out, std::size_t ld_out, std::size_t rows,
+                  std::size_t cols);
+void convert_rows(const bf16* in, std::size_t ld_in, float* out, std::size_t ld_out, std::size_t rows,
+                  std::size_t cols);
+
 // Index of the first inf or NaN in x[0, n), or -1 when every element is finite.
 std::ptrdiff_t first_non_finite(const f16* x, std::size_t n);
 std::ptrdiff_t first_non_finite(const bf16* x, std::size_t n);

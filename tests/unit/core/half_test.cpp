@@ -376,6 +376,37 @@ TEST(Half, BulkConvertMatchesScalar) {
   convert(static_cast<const float*>(nullptr), static_cast<f16*>(nullptr), 0);
 }
 
+// convert_rows: a strided (rows x cols) block, both directions, equal to the
+// scalar conversion at every element it writes; the gaps between rows (the
+// leading dimension beyond cols) keep their sentinel.
+template <class H>
+void check_convert_rows(const char* what) {
+  SCOPED_TRACE(what);
+  const auto& xs = random_set();
+  const std::size_t rows = 37, cols = 21, ld_in = 29, ld_out = 53;  // no vector width divides them
+  ASSERT_GE(xs.size(), rows * ld_in);
+  const H sentinel = H::from_bits(0x1234);
+  std::vector<H> out(rows * ld_out, sentinel);
+  convert_rows(xs.data(), ld_in, out.data(), ld_out, rows, cols);
+  std::vector<float> back(rows * ld_in, -7.0f);
+  convert_rows(out.data(), ld_out, back.data(), ld_in, rows, cols);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < ld_out; ++j) {
+      const H want = j < cols ? H(xs[r * ld_in + j]) : sentinel;
+      ASSERT_EQ(out[r * ld_out + j].bits, want.bits) << "row " << r << " col " << j;
+      if (j < ld_in)
+        ASSERT_EQ(bits(back[r * ld_in + j]), bits(j < cols ? to_float(want) : -7.0f)) << "row " << r << " col " << j;
+    }
+  convert_rows(xs.data(), ld_in, out.data(), ld_out, 0, cols);  // no rows: nothing touched
+  convert_rows(xs.data(), ld_in, out.data(), ld_out, rows, 0);
+  for (std::size_t r = 0; r < rows; ++r) ASSERT_EQ(out[r * ld_out + cols].bits, sentinel.bits);
+}
+
+TEST(Half, ConvertRowsMatchesScalar) {
+  check_convert_rows<f16>("f16");
+  check_convert_rows<bf16>("bf16");
+}
+
 template <class T>
 void check_scan(T finite_value, T inf, T nan, const char* what) {
   SCOPED_TRACE(what);
