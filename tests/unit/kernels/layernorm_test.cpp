@@ -157,6 +157,64 @@ TEST(LayerNorm, FloatBackwardMatchesDouble) {
   EXPECT_LE(test::max_scaled_error(dbf, db), 2e-6);
 }
 
+// 16-bit rows are widened once into fp32 row buffers up to a width (kernels/
+// layernorm.cpp kRowMax, 4096) and read straight from 16-bit memory beyond it; both
+// must give the fp32 kernel's results on the widened inputs, rounded once, bit for
+// bit (half_tiles_test checks the narrow shapes): widths at, below and above it.
+template <class H>
+void check_wide_rows(int c) {
+  SCOPED_TRACE(c);
+  const int n = 3;
+  const Data d(n, c);
+  std::vector<H> x(n * c), w(c), b(c), r(n * c), dx(n * c), dw(c), db(c), y(n * c), mean(n), rstd(n);
+  std::vector<float> xf(n * c), wf(c), bf(c), rf(n * c), dxf(n * c), dwf(c), dbf(c), yf(n * c), meanf(n), rstdf(n);
+  for (int i = 0; i < n * c; ++i) {
+    x[i] = H(static_cast<float>(d.x[i]));
+    r[i] = H(static_cast<float>(d.r[i]));
+    dx[i] = H(0.25f * static_cast<float>(d.r[(i * 7) % (n * c)]));  // dx accumulates: start non-zero
+    xf[i] = to_float(x[i]);
+    rf[i] = to_float(r[i]);
+    dxf[i] = to_float(dx[i]);
+  }
+  for (int j = 0; j < c; ++j) {
+    w[j] = H(static_cast<float>(d.w[j]));
+    b[j] = H(static_cast<float>(d.b[j]));
+    dw[j] = db[j] = H(0.0f);
+    wf[j] = to_float(w[j]);
+    bf[j] = to_float(b[j]);
+    dwf[j] = dbf[j] = 0.0f;
+  }
+  layernorm_forward<H>(cview2(x, n, c), cview1(w), cview1(b), view2(y, n, c), view1(mean), view1(rstd), H(1e-5f));
+  layernorm_forward<float>(cview2(xf, n, c), cview1(wf), cview1(bf), view2(yf, n, c), view1(meanf), view1(rstdf),
+                           to_float(H(1e-5f)));
+  for (int i = 0; i < n * c; ++i) ASSERT_EQ(y[i].bits, H(yf[i]).bits) << "y " << i;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(mean[i].bits, H(meanf[i]).bits) << "mean " << i;
+    ASSERT_EQ(rstd[i].bits, H(rstdf[i]).bits) << "rstd " << i;
+  }
+  // The backward on the 16-bit statistics (what a run saves), in both.
+  for (int i = 0; i < n; ++i) {
+    meanf[i] = to_float(mean[i]);
+    rstdf[i] = to_float(rstd[i]);
+  }
+  layernorm_backward<H>(cview2(x, n, c), cview1(w), cview1(mean), cview1(rstd), cview2(r, n, c), view2(dx, n, c),
+                        view1(dw), view1(db));
+  layernorm_backward<float>(cview2(xf, n, c), cview1(wf), cview1(meanf), cview1(rstdf), cview2(rf, n, c),
+                            view2(dxf, n, c), view1(dwf), view1(dbf));
+  for (int i = 0; i < n * c; ++i) ASSERT_EQ(dx[i].bits, H(dxf[i]).bits) << "dx " << i;
+  for (int j = 0; j < c; ++j) {
+    ASSERT_EQ(dw[j].bits, H(dwf[j]).bits) << "dw " << j;
+    ASSERT_EQ(db[j].bits, H(dbf[j]).bits) << "db " << j;
+  }
+}
+
+TEST(LayerNorm, SixteenBitWideRowsAreFp32RoundedOnce) {
+  for (int c : {4095, 4096, 4097, 5000 + 3}) {
+    check_wide_rows<bf16>(c);
+    check_wide_rows<f16>(c);
+  }
+}
+
 TEST(LayerNorm, ShapeMismatchThrows) {
   const Data d(3, 5);
   std::vector<double> y(15), mean(3), rstd(2), w4(4);
