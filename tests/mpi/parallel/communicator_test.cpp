@@ -292,6 +292,44 @@ void check_half_reductions(MpiCommunicator& comm) {
     EXPECT_EQ(static_cast<float>(v[i]), n * (static_cast<float>(i % 5) - 2.0f)) << i;
 }
 
+// A long 16-bit sum (the user op's vector loop and its tail: 1003 elements) of
+// values that need rounding: at 2 ranks each result is the fp32 sum of the two
+// widened operands rounded once, bit for bit; at other counts (the combine order is
+// MPI's) within the few roundings of a chain of n - 1 combines.
+template <class H>
+void check_long_half_sum(MpiCommunicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  const std::size_t count = 1003;
+  auto value = [](int rank, std::size_t i) {
+    return H(0.37f * static_cast<float>(static_cast<int>((i * 7919 + 13 * rank) % 211) - 105) / 7.0f + 0.001f * rank);
+  };
+  std::vector<H> buf(count);
+  for (std::size_t i = 0; i < count; ++i) buf[i] = value(r, i);
+  comm.all_reduce(buf.data(), count, dtype_of<H>(), ReduceOp::Sum);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (n == 2) {
+      const H want = H(static_cast<float>(value(0, i)) + static_cast<float>(value(1, i)));
+      ASSERT_EQ(buf[i].bits, want.bits) << i;
+    } else {
+      // Each of the n - 1 combines rounds once, by at most half a unit of its
+      // partial sum, and no partial sum exceeds the sum of the magnitudes.
+      double exact = 0.0, magnitude = 0.0;
+      for (int q = 0; q < n; ++q) {
+        exact += static_cast<float>(value(q, i));
+        magnitude += std::fabs(static_cast<float>(value(q, i)));
+      }
+      const double half_unit = std::is_same_v<H, f16> ? 1.0 / 2048 : 1.0 / 256;  // relative
+      ASSERT_NEAR(static_cast<float>(buf[i]), exact, (n - 1) * half_unit * magnitude + 1e-30) << i;
+    }
+  }
+}
+
+TEST(MpiCommunicator, HalfPrecisionLongSums) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  check_long_half_sum<f16>(comm);
+  check_long_half_sum<bf16>(comm);
+}
+
 TEST(MpiCommunicator, HalfPrecisionReductionsInFp32) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   check_half_reductions<f16>(comm);
