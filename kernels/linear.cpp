@@ -31,6 +31,7 @@
 #include "kernels/dnnl_context.hpp"
 #include "kernels/dnnl_matmul.hpp"
 #include "kernels/half_tiles.hpp"
+#include "kernels/vec_math.hpp"
 
 namespace shardtrain {
 namespace {
@@ -168,24 +169,34 @@ void linear_backward_half(CView2<H> x, CView2<H> w, CView2<H> dy, View2<H> dx, V
 // db(m) += column sums of dy(n, m) (db = them when !accumulate): per block of kColBlock columns, fp32
 // accumulators over the rows in row order (deterministic, independent of the
 // thread count), added to db and rounded once.
+// One block of columns [j0, j0 + nj). Cloned (core/vectorize.hpp), so that the
+// widening adds run in AVX-512 / AVX2 vectors across the columns; every column is
+// still its own sum in row order, so every clone gives the same bits.
+template <class T>
+SHARDTRAIN_TARGET_CLONES
+void column_sums_block(const T* __restrict dyp, std::int64_t n, std::int64_t m, std::int64_t j0, std::int64_t nj,
+                       T* __restrict dbp, bool accumulate) {
+  using C = compute_t<T>;
+  C acc[kColBlock];
+  for (std::int64_t j = 0; j < nj; ++j) acc[j] = C(0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T* row = dyp + i * m + j0;
+    for (std::int64_t j = 0; j < nj; ++j) acc[j] += vec::widen(row[j]);
+  }
+  if (accumulate) {
+    for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = vec::narrow<T>(vec::widen(dbp[j0 + j]) + acc[j]);
+  } else {
+    for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = vec::narrow<T>(acc[j]);
+  }
+}
+
 template <class T>
 void add_column_sums(const T* dyp, std::int64_t n, std::int64_t m, T* dbp, bool accumulate) {
   const std::int64_t blocks = (m + kColBlock - 1) / kColBlock;
   Kokkos::parallel_for(kLabelBiasGrad, range(blocks), KOKKOS_LAMBDA(const std::int64_t blk) {
-    using C = compute_t<T>;
     const std::int64_t j0 = blk * kColBlock;
     const std::int64_t nj = (m - j0) < kColBlock ? (m - j0) : kColBlock;
-    C acc[kColBlock];
-    for (std::int64_t j = 0; j < nj; ++j) acc[j] = C(0);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const T* row = dyp + i * m + j0;
-      for (std::int64_t j = 0; j < nj; ++j) acc[j] += static_cast<C>(row[j]);
-    }
-    if (accumulate) {
-      for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = T(static_cast<C>(dbp[j0 + j]) + acc[j]);
-    } else {
-      for (std::int64_t j = 0; j < nj; ++j) dbp[j0 + j] = T(acc[j]);
-    }
+    column_sums_block(dyp, n, m, j0, nj, dbp, accumulate);
   });
 }
 

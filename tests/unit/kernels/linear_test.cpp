@@ -6,7 +6,9 @@
 // what accumulating into zeros gives, for every storage type and path.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -195,6 +197,46 @@ void check_overwrite_all(const std::string& type) {
   check_overwrite<T>(6, 5, 4, type + " small");
   check_overwrite<T>(300, 70, 260, type + " several blocks");
   check_overwrite<T>(0, 5, 4, type + " n = 0 writes zeros");
+}
+
+// db is, on every path, the column sums of dy in row order in compute_t<T> added to
+// the loaded db (accumulate) or to 0 (overwrite), and rounded once: bit for bit
+// against that loop here (m = 150: two 64-column blocks and a ragged one; n below
+// the 16-bit path's row block, so it too sums all rows before its one add).
+template <class T>
+void check_bias_sums(const std::string& label) {
+  SCOPED_TRACE(label);
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const std::int64_t n = 37, k = 5, m = 150;
+  auto x = cast_vector<T>(test::random_vector(n * k, 31)), w = cast_vector<T>(test::random_vector(m * k, 32));
+  auto dy = cast_vector<T>(test::random_vector(n * m, 33));
+  const auto db0 = cast_vector<T>(test::random_vector(m, 34));
+  std::vector<float> scratch(static_cast<std::size_t>(linear_half_scratch_elems(n, k, m)) + 1);
+  half_scratch_bind(scratch.data(), scratch.size());
+  struct Unbind { ~Unbind() { half_scratch_bind(nullptr, 0); } } unbind;
+  auto bits = [](T v) -> std::uint64_t {
+    if constexpr (std::is_same_v<T, double>) return std::bit_cast<std::uint64_t>(v);
+    else if constexpr (std::is_same_v<T, float>) return std::bit_cast<std::uint32_t>(v);
+    else return v.bits;
+  };
+  for (bool accumulate : {true, false}) {
+    std::vector<T> dx(n * k), dw(m * k, T(0.0f)), db = accumulate ? db0 : std::vector<T>(m, T(std::nanf("")));
+    linear_backward<T>(cview2(x, n, k), cview2(w, m, k), cview2(dy, n, m), view2(dx, n, k), view2(dw, m, k),
+                       view1(db), accumulate);
+    for (std::int64_t j = 0; j < m; ++j) {
+      C sum = C(0);
+      for (std::int64_t i = 0; i < n; ++i) sum += static_cast<C>(dy[i * m + j]);
+      const T want = T(accumulate ? static_cast<C>(db0[j]) + sum : sum);
+      ASSERT_EQ(bits(db[j]), bits(want)) << (accumulate ? "accumulate" : "overwrite") << ", column " << j;
+    }
+  }
+}
+
+TEST(Linear, BiasGradientIsColumnSumsInRowOrder) {
+  check_bias_sums<double>("double");
+  check_bias_sums<float>("float");
+  check_bias_sums<f16>("f16");
+  check_bias_sums<bf16>("bf16");
 }
 
 TEST(Linear, OverwriteEqualsAccumulatingIntoZeros) {
