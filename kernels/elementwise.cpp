@@ -2,7 +2,9 @@
 // Owns the flat elementwise helpers of the residual stream: copy, accumulate, fill.
 // Invariants: sizes must match exactly (a mismatch throws); y may be the same
 // memory as x (partial overlap is not supported); work is split into fixed chunks
-// of the index range, each a simple loop the compiler vectorises.
+// of the index range, each a memcpy (copy) or a simple loop the compiler
+// vectorises (fill stores a 16-bit type's bits member: GCC 12 stores the 16-bit
+// structs one at a time, in copy too).
 // T = f16 / bf16: copy and fill are the same code (16-bit values are moved, never
 // converted, so they are exact); accumulate is one loop for every storage type
 // (vec_math.hpp): y = narrow(widen(y) + widen(x)), the fp32 sum of the 16-bit inputs
@@ -11,6 +13,8 @@
 // backend's VectorOps::accumulate (ZeRO's gradient buckets) calls it too.
 #include "kernels/elementwise.hpp"
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "core/error.hpp"
@@ -52,8 +56,8 @@ void copy(CView1<T> x, View1<T> y) {
   Kokkos::parallel_for(kLabelCopy, range(chunks(n)), KOKKOS_LAMBDA(const std::int64_t c) {
     const std::int64_t i0 = c * kChunk;
     const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
-    SHARDTRAIN_IVDEP
-    for (std::int64_t i = i0; i < i1; ++i) yp[i] = xp[i];
+    // memcpy: GCC copies 16-bit structs one at a time in a plain loop.
+    std::memcpy(yp + i0, xp + i0, static_cast<std::size_t>(i1 - i0) * sizeof(T));
   });
 }
 
@@ -77,7 +81,12 @@ void fill(View1<T> y, T value) {
   Kokkos::parallel_for(kLabelFill, range(chunks(n)), KOKKOS_LAMBDA(const std::int64_t c) {
     const std::int64_t i0 = c * kChunk;
     const std::int64_t i1 = (n - i0) < kChunk ? n : i0 + kChunk;
-    for (std::int64_t i = i0; i < i1; ++i) yp[i] = value;
+    if constexpr (is_half_v<T>) {  // the bits member: GCC stores the structs one at a time
+      const std::uint16_t bits = value.bits;
+      for (std::int64_t i = i0; i < i1; ++i) yp[i].bits = bits;
+    } else {
+      for (std::int64_t i = i0; i < i1; ++i) yp[i] = value;
+    }
   });
 }
 

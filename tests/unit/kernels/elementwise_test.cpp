@@ -2,6 +2,7 @@
 // (y == x), and size errors.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "core/error.hpp"
@@ -42,6 +43,27 @@ void check_all() {
   std::vector<T> shorter(n - 1);
   EXPECT_THROW(copy<T>(cview1(x), view1(shorter)), Error);
   EXPECT_THROW(accumulate<T>(cview1(x), view1(shorter)), Error);
+}
+
+// 16-bit copy and fill move bits (copy: every pattern, NaN payloads included, over
+// several chunks with a partial last one; fill: the value's bits everywhere, and
+// nothing past the end).
+template <class H>
+void check_half_copy_fill() {
+  const std::size_t n = 3 * 65536 + 17;
+  std::vector<H> x(n), y(n + 1, H::from_bits(0x1234));
+  for (std::size_t i = 0; i < n; ++i) x[i] = H::from_bits(static_cast<std::uint16_t>((i * 40503u + 7u) & 0xFFFFu));
+  copy<H>(cview1(x), View1<H>(y.data(), n));
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(y[i].bits, x[i].bits) << i;
+  ASSERT_EQ(y[n].bits, 0x1234);
+  fill<H>(View1<H>(y.data(), n), H::from_bits(0x7FC1));  // a NaN pattern: bits, not a value
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(y[i].bits, 0x7FC1) << i;
+  ASSERT_EQ(y[n].bits, 0x1234);
+}
+
+TEST(Elementwise, SixteenBitCopyAndFillMoveBits) {
+  check_half_copy_fill<f16>();
+  check_half_copy_fill<bf16>();
 }
 
 TEST(Elementwise, Double) { check_all<double>(); }
