@@ -8,7 +8,9 @@
 // Prints, per precision and shape, GELU forward and backward (us, and ns a value)
 // and LayerNorm forward and backward (us); then one "lever:" line, the trainer's
 // fp32 GELU forward against the same expressions with explicit std::fma (below),
-// and their largest relative difference.
+// and their largest relative difference; then "gelu paths" lines: the 16-bit GELU's
+// arithmetic against its tables (kernels/gelu.hpp GeluPath) on GPT-like activations,
+// and how many results differ (must be 0).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <bit>
