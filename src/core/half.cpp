@@ -36,6 +36,21 @@ SHARDTRAIN_ALWAYS_INLINE std::ptrdiff_t first_all_ones(const T* __restrict x, st
   return -1;
 }
 
+// One element by half.hpp's scalar conversions, for convert_block.
+SHARDTRAIN_ALWAYS_INLINE void convert_one(float x, f16& h) { h.bits = half_detail::f16_bits_from_float(x); }
+SHARDTRAIN_ALWAYS_INLINE void convert_one(float x, bf16& h) { h.bits = half_detail::bf16_bits_from_float(x); }
+SHARDTRAIN_ALWAYS_INLINE void convert_one(f16 h, float& x) { x = half_detail::float_from_f16_bits(h.bits); }
+SHARDTRAIN_ALWAYS_INLINE void convert_one(bf16 h, float& x) { x = half_detail::float_from_bf16_bits(h.bits); }
+
+// out[r * ld_out + j] = in[r * ld_in + j] converted: convert_rows' loop, inlined into
+// each of its clones.
+template <class In, class Out>
+SHARDTRAIN_ALWAYS_INLINE void convert_block(const In* __restrict in, std::size_t ld_in, Out* __restrict out,
+                                            std::size_t ld_out, std::size_t rows, std::size_t cols) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < cols; ++j) convert_one(in[r * ld_in + j], out[r * ld_out + j]);
+}
+
 }  // namespace
 
 SHARDTRAIN_TARGET_CLONES
@@ -61,31 +76,25 @@ void convert(const bf16* __restrict in, float* __restrict out, std::size_t n) {
 SHARDTRAIN_TARGET_CLONES
 void convert_rows(const float* __restrict in, std::size_t ld_in, f16* __restrict out, std::size_t ld_out,
                   std::size_t rows, std::size_t cols) {
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < cols; ++j)
-      out[r * ld_out + j].bits = half_detail::f16_bits_from_float(in[r * ld_in + j]);
+  convert_block(in, ld_in, out, ld_out, rows, cols);
 }
 
 SHARDTRAIN_TARGET_CLONES
 void convert_rows(const float* __restrict in, std::size_t ld_in, bf16* __restrict out, std::size_t ld_out,
                   std::size_t rows, std::size_t cols) {
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < cols; ++j)
-      out[r * ld_out + j].bits = half_detail::bf16_bits_from_float(in[r * ld_in + j]);
+  convert_block(in, ld_in, out, ld_out, rows, cols);
 }
 
 SHARDTRAIN_TARGET_CLONES
 void convert_rows(const f16* __restrict in, std::size_t ld_in, float* __restrict out, std::size_t ld_out,
                   std::size_t rows, std::size_t cols) {
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < cols; ++j) out[r * ld_out + j] = half_detail::float_from_f16_bits(in[r * ld_in + j].bits);
+  convert_block(in, ld_in, out, ld_out, rows, cols);
 }
 
 SHARDTRAIN_TARGET_CLONES
 void convert_rows(const bf16* __restrict in, std::size_t ld_in, float* __restrict out, std::size_t ld_out,
                   std::size_t rows, std::size_t cols) {
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < cols; ++j) out[r * ld_out + j] = half_detail::float_from_bf16_bits(in[r * ld_in + j].bits);
+  convert_block(in, ld_in, out, ld_out, rows, cols);
 }
 
 SHARDTRAIN_TARGET_CLONES
