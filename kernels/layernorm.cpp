@@ -22,7 +22,7 @@
 //    order), added to the loaded dw / db and rounded once per call, so they too
 //    equal the fp32 kernel's results rounded once.
 //  - A 16-bit row up to kRowMax (4096) values wide is widened once into fp32 row
-//    buffers on the stack (forward: x; backward: x and g = dy w), and the fp32
+//    buffers on the stack (forward: x; backward: x - mean and g = dy w), and the fp32
 //    operations run on those in the same order: the same bits, without widening
 //    each value in every pass (quickstart shapes on a Zen 4, tests/bench/
 //    elementwise_ops: forward 51 -> 47 us, backward 64 -> 44 us). Wider rows read
@@ -104,23 +104,17 @@ SHARDTRAIN_TARGET_CLONES
 void backward_input_row(const S* __restrict x, const S* __restrict w, const S* __restrict dy,
                         T mu, T rs, S* __restrict dx, std::int64_t c) {
   if constexpr (!std::is_same_v<S, T>) {
-    if (c <= kRowMax) {  // as forward_row: g = dy w and x widened once, the same operations after
+    if (c <= kRowMax) {  // as forward_row: g = dy w and x - mu formed once, the same operations after
       alignas(64) T g[kRowMax];
-      alignas(64) T xf[kRowMax];
+      alignas(64) T xc[kRowMax];
       for (std::int64_t k = 0; k < c; ++k) {
         g[k] = vec::widen(dy[k]) * vec::widen(w[k]);
-        xf[k] = vec::widen(x[k]);
+        xc[k] = vec::widen(x[k]) - mu;
       }
       const T mean_g = vec::sum(g, c) / T(c);
-      T acc[vec::kLanes] = {};  // dot_centered's lanes, tail and tree on g and xf
-      std::int64_t j = 0;
-      for (; j + vec::kLanes <= c; j += vec::kLanes)
-        for (int l = 0; l < vec::kLanes; ++l) acc[l] += g[j + l] * (xf[j + l] - mu);
-      T tail = T(0);
-      for (; j < c; ++j) tail += g[j] * (xf[j] - mu);
-      const T mean_gx = rs * (vec::combine_lanes(acc) + tail) / T(c);
+      const T mean_gx = rs * vec::dot(g, xc, c) / T(c);  // dot_centered's products, lanes and tree
       for (std::int64_t k = 0; k < c; ++k)
-        dx[k] = vec::narrow<S>(vec::widen(dx[k]) + rs * (g[k] - mean_g - (xf[k] - mu) * rs * mean_gx));
+        dx[k] = vec::narrow<S>(vec::widen(dx[k]) + rs * (g[k] - mean_g - xc[k] * rs * mean_gx));
       return;
     }
   }

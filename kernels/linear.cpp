@@ -166,9 +166,6 @@ void linear_backward_half(CView2<H> x, CView2<H> w, CView2<H> dy, View2<H> dx, V
 }
 
 
-// db(m) += column sums of dy(n, m) (db = them when !accumulate): per block of kColBlock columns, fp32
-// accumulators over the rows in row order (deterministic, independent of the
-// thread count), added to db and rounded once.
 // One block of columns [j0, j0 + nj). Cloned (core/vectorize.hpp), so that the
 // widening adds run in AVX-512 / AVX2 vectors across the columns; every column is
 // still its own sum in row order, so every clone gives the same bits.
@@ -190,6 +187,9 @@ void column_sums_block(const T* __restrict dyp, std::int64_t n, std::int64_t m, 
   }
 }
 
+// db(m) += column sums of dy(n, m) (db = them when !accumulate): per block of kColBlock columns, fp32
+// accumulators over the rows in row order (deterministic, independent of the
+// thread count), added to db and rounded once.
 template <class T>
 void add_column_sums(const T* dyp, std::int64_t n, std::int64_t m, T* dbp, bool accumulate) {
   const std::int64_t blocks = (m + kColBlock - 1) / kColBlock;
