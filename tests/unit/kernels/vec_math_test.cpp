@@ -1,10 +1,12 @@
 // Tests the internal row primitives of kernels/vec_math.hpp: exp_fast<float>
 // accuracy (vs double exp) and limits, and the fixed-lane sum / dot / max against
-// long double references for every length from 0 to 70 (all tail lengths).
+// long double references for every length from 0 to 70 (all tail lengths); the float
+// lane tree (vector registers) bit for bit the scalar halving tree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <vector>
@@ -62,6 +64,29 @@ TEST(VecMath, LaneReductionsAllLengths) {
       EXPECT_EQ(vec::max(af.data(), n), *std::max_element(af.begin(), af.end())) << n;
     }
   }
+}
+
+// combine_lanes<float> (vector registers) is the generic halving tree, bit for bit:
+// lane l + w added to lane l for w = 8, 4, 2, 1, here spelled out in scalars on
+// lanes whose magnitudes differ (so another order rounds differently; planted: the
+// w = 2 step as (s4[0] + s4[1]) + (s4[2] + s4[3]) -> caught).
+TEST(VecMath, FloatLaneTreeIsTheHalvingTree) {
+  int orders_differ = 0;
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    const auto r = test::random_vector(vec::kLanes, seed, -1.0, 1.0);
+    float acc[vec::kLanes], t[vec::kLanes];
+    for (int l = 0; l < vec::kLanes; ++l) acc[l] = t[l] = std::ldexp(static_cast<float>(r[l]), (l * 5) % 17 - 8);
+    for (int w = vec::kLanes / 2; w >= 1; w /= 2) {
+      volatile float* vt = t;  // scalar adds in this order, whatever the optimiser does
+      for (int l = 0; l < w; ++l) vt[l] = vt[l] + vt[l + w];
+    }
+    const float got = vec::combine_lanes(acc);
+    ASSERT_EQ(std::memcmp(&got, &t[0], sizeof got), 0) << "seed " << seed << ": " << got << " vs " << t[0];
+    float serial = 0.0f;
+    for (float x : acc) serial += x;
+    orders_differ += serial != got ? 1 : 0;
+  }
+  EXPECT_GT(orders_differ, 0) << "the lanes never round differently in another order: the test cannot fail";
 }
 
 }  // namespace
