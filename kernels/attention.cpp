@@ -58,17 +58,20 @@
 // So the 16-bit results are the fp32 kernel's per-head math on the 16-bit inputs
 // (the backward on the 16-bit saved probs), each output rounded once. Per head, not
 // per sequence: the scratch is 7*T*hd + 2*T^2 floats per slot (forward uses 4*T*hd +
-// T^2 of each) instead of growing with H (GPT-2 small, T = 1024: 10 MB a slot). Where the 16-bit
-// time goes at the 12-layer GPT's shape (B 8, T 128, C 512, H 8; perf, forward and
-// backward): small_gemm about 40%, the softmax rows about 14%, the widening and
-// rounding passes (convert) about 17%, split heads and the widening transposes
-// about 14%. The 16-bit `workspace` is not used.
+// T^2 of each) instead of growing with H (GPT-2 small, T = 1024: 10 MB a slot). The
+// 16-bit `workspace` is not used.
+// bf16 with vdpbf16ps (attention_bf16_dot_products): the scores take Q from `saved`
+// and backward's dP = dY V^T takes dY from dout, unwidened, with K's / V's 32-bit
+// pairs packed into K^T's / V^T's tile (bf16_pair_pack, small_gemm_bf16); the rest
+// as above (quickstart GPT on a Zen 4: attention 3.3 -> 3.0 ms a step).
 #include "kernels/attention.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "kernels/half_tiles.hpp"
@@ -235,23 +238,39 @@ void split_heads(const Dims& d, const T* src, T* saved) {
   });
 }
 
-// Forward of one (sequence, head) pair in compute type T (float or double):
-// q (T, hd) and v (T, hd) contiguous, kt = K^T (hd, T); writes the probabilities
-// pp (T, T) and y (T, hd) with row stride ldy. len: the valid keys. rows_threaded:
-// the softmax rows are a Kokkos parallel_for (pairs one after another), else a plain
-// loop on the calling thread (pairs in parallel, for_each_pair); each row's
-// arithmetic is the same either way.
+// The products whose operands are all inputs, scores = scale Q K^T and dP = dY V^T,
+// as callables (r0, r1, kc, out): out[r0:r1, 0:kc] (row stride T, out at row r0) =
+// alpha A[r0:r1] B[0:kc]^T, A (T, hd) with row stride lda. fma_product: small_gemm
+// on compute-type operands, bt = B^T (hd, T); dot_product: small_gemm_bf16 on the
+// bf16 inputs, bp = B's pairs (bf16_pair_pack, (hd/2, T) words).
 template <class T>
-void forward_head(const T* qh, const T* kt, const T* vh, T* pp, T* yh, std::int64_t ldy,
-                  std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale,
-                  bool rows_threaded) {
+auto fma_product(const T* a, std::int64_t lda, const T* bt, std::int64_t nt, std::int64_t hd, T alpha) {
+  return [=](std::int64_t r0, std::int64_t r1, std::int64_t kc, T* out) {
+    small_gemm<T>(r1 - r0, kc, hd, alpha, a + r0 * lda, lda, 1, bt, nt, out, nt);
+  };
+}
+auto dot_product(const bf16* a, std::int64_t lda, const std::uint32_t* bp, std::int64_t nt, std::int64_t hd,
+                 float alpha) {
+  return [=](std::int64_t r0, std::int64_t r1, std::int64_t kc, float* out) {
+    small_gemm_bf16(r1 - r0, kc, hd, alpha, a + r0 * lda, lda, bp, nt, out, nt);
+  };
+}
+
+// Forward of one (sequence, head) pair in compute type T (float or double):
+// scores as above, v (T, hd) contiguous; writes the probabilities pp (T, T) and
+// y (T, hd) with row stride ldy. len: the valid keys. rows_threaded: the softmax
+// rows are a Kokkos parallel_for (pairs one after another), else a plain loop on the
+// calling thread (pairs in parallel, for_each_pair); each row's arithmetic is the
+// same either way.
+template <class T, class Scores>
+void forward_head(const Scores& scores, const T* vh, T* pp, T* yh, std::int64_t ldy,
+                  std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, bool rows_threaded) {
   const std::int64_t rb = causal ? kRowBlock : nt;  // rows per block
   // S[r0:r1, 0:kc] = scale Q[r0:r1] K[0:kc]^T with kc = min(r1, len) (causal) or len:
   // masked blocks are neither computed nor read.
   for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {
     const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-    small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, scale, qh + r0 * hd, hd, 1, kt, nt,
-                  pp + r0 * nt, nt);
+    scores(r0, r1, key_cols(causal, r1, len), pp + r0 * nt);
   }
   const auto row = [=](const std::int64_t t) {
     causal_softmax_row(pp + t * nt, causal && t + 1 < len ? t + 1 : len, nt);
@@ -269,11 +288,11 @@ void forward_head(const T* qh, const T* kt, const T* vh, T* pp, T* yh, std::int6
 }
 
 // Backward of one (sequence, head) pair in compute type T: q, k (T, hd) contiguous,
-// vt = V^T (hd, T), pp = the probabilities (T, T), dy (T, hd) with row stride ldy;
-// writes dq, dk, dv (T, hd) with row stride ld (rows >= len of dk and dv are 0);
-// dpp: (T, T) workspace (dP, then dS). rows_threaded: as forward_head's.
-template <class T>
-void backward_head(const T* qh, const T* kh, const T* vt, const T* pp, const T* dyh,
+// dp_product (dP = dY V^T, above), pp = the probabilities (T, T), dy (T, hd) with row
+// stride ldy; writes dq, dk, dv (T, hd) with row stride ld (rows >= len of dk and dv
+// are 0); dpp: (T, T) workspace (dP, then dS). rows_threaded: as forward_head's.
+template <class T, class DpProduct>
+void backward_head(const T* qh, const T* kh, const DpProduct& dp_product, const T* pp, const T* dyh,
                    std::int64_t ldy, T* dqh, T* dkh, T* dvh, std::int64_t ld, T* dpp,
                    std::int64_t nt, std::int64_t hd, std::int64_t len, bool causal, T scale,
                    bool rows_threaded) {
@@ -290,8 +309,7 @@ void backward_head(const T* qh, const T* kh, const T* vt, const T* pp, const T* 
   zero_rows(dvh, ld, len, nt, hd);
   for (std::int64_t r0 = 0; r0 < nt; r0 += rb) {  // dP = dY V^T
     const std::int64_t r1 = r0 + rb < nt ? r0 + rb : nt;
-    small_gemm<T>(r1 - r0, key_cols(causal, r1, len), hd, T(1), dyh + r0 * ldy, ldy, 1, vt, nt,
-                  dpp + r0 * nt, nt);
+    dp_product(r0, r1, key_cols(causal, r1, len), dpp + r0 * nt);
   }
   const auto row = [=](const std::int64_t t) {
     causal_softmax_grad_row(pp + t * nt, dpp + t * nt, scale, causal && t + 1 < len ? t + 1 : len, nt);
@@ -344,6 +362,15 @@ struct HalfAttentionTiles {
   }
 };
 
+// Whether the 16-bit path takes the scores and dP on vdpbf16ps (attention.hpp).
+std::atomic<bool> g_allow_dot{true};  // attention_allow_bf16_dot_products
+
+template <class H>
+bool dot_products(std::int64_t hd) {
+  return std::is_same_v<H, bf16> && hd % 2 == 0 && small_gemm_bf16_native() &&
+         g_allow_dot.load(std::memory_order_relaxed);
+}
+
 // Shapes checked by attention_forward; B, T, C > 0.
 template <class H>
 void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<H> out,
@@ -365,15 +392,27 @@ void attention_forward_half(const Dims& d, CView3<H> qkv, View1<H> saved, View3<
   H* y = out.data();
   const std::int32_t* lens = lengths_or_null(lengths);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool dot = dot_products<H>(hd);
   for_each_pair(kLabelForwardPairs, d.b * nh, slots,
                 [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
     const HalfAttentionTiles::Forward f = tiles.forward_at(base, slot);
     const std::int64_t b = bh / nh, h = bh % nh;
-    to_f32(q + bh * head_elems, f.q, head_elems);
-    transpose(k + bh * head_elems, nt, hd, f.kt);
+    const std::int64_t len = valid_len(lens, b, nt);
     to_f32(v + bh * head_elems, f.v, head_elems);
-    forward_head<float>(f.q, f.kt, f.v, f.p, f.y, hd, nt, hd, valid_len(lens, b, nt), d.causal, scale,
-                        rows_threaded);
+    if constexpr (std::is_same_v<H, bf16>) {
+      if (dot) {  // Q straight from saved, K's pairs packed into K^T's tile
+        auto* kp = reinterpret_cast<std::uint32_t*>(f.kt);
+        bf16_pair_pack(k + bh * head_elems, nt, hd, hd, kp, nt);
+        forward_head<float>(dot_product(q + bh * head_elems, hd, kp, nt, hd, scale), f.v, f.p, f.y, hd, nt, hd,
+                            len, d.causal, rows_threaded);
+      }
+    }
+    if (!dot) {  // (dot is false for f16)
+      to_f32(q + bh * head_elems, f.q, head_elems);
+      transpose(k + bh * head_elems, nt, hd, f.kt);
+      forward_head<float>(fma_product(f.q, hd, f.kt, nt, hd, scale), f.v, f.p, f.y, hd, nt, hd, len, d.causal,
+                          rows_threaded);
+    }
     from_f32(f.p, probs + bh * nt * nt, nt * nt);
     store_block(f.y, nt, hd, y + b * nt * nc + h * hd, nc);
   });
@@ -399,18 +438,33 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
   H* dx = dqkv.data();
   const std::int32_t* lens = lengths_or_null(lengths);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool dot = dot_products<H>(hd);
   for_each_pair(kLabelBackwardPairs, d.b * nh, slots,
                 [&](std::int64_t slot, std::int64_t bh, bool rows_threaded) {
     const HalfAttentionTiles::Backward g = tiles.backward_at(base, slot);
     const std::int64_t b = bh / nh, h = bh % nh;
+    const std::int64_t len = valid_len(lens, b, nt);
+    const H* dyh = dy + b * nt * nc + h * hd;
     to_f32(q + bh * head_elems, g.q, head_elems);
     to_f32(k + bh * head_elems, g.k, head_elems);
-    transpose(v + bh * head_elems, nt, hd, g.vt);
     to_f32(probs + bh * nt * nt, g.p, nt * nt);
-    load_block(dy + b * nt * nc + h * hd, nc, nt, hd, g.dy);
+    load_block(dyh, nc, nt, hd, g.dy);
     float* dqkvt = g.dqkv;
-    backward_head<float>(g.q, g.k, g.vt, g.p, g.dy, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, g.dp, nt,
-                         hd, valid_len(lens, b, nt), d.causal, scale, rows_threaded);
+    const auto run = [&](const auto& dp_product) {
+      backward_head<float>(g.q, g.k, dp_product, g.p, g.dy, hd, dqkvt, dqkvt + hd, dqkvt + 2 * hd, 3 * hd, g.dp,
+                           nt, hd, len, d.causal, scale, rows_threaded);
+    };
+    if constexpr (std::is_same_v<H, bf16>) {
+      if (dot) {  // dY straight from dout, V's pairs packed into V^T's tile
+        auto* vp = reinterpret_cast<std::uint32_t*>(g.vt);
+        bf16_pair_pack(v + bh * head_elems, nt, hd, hd, vp, nt);
+        run(dot_product(dyh, nc, vp, nt, hd, 1.0f));
+      }
+    }
+    if (!dot) {
+      transpose(v + bh * head_elems, nt, hd, g.vt);
+      run(fma_product(g.dy, hd, g.vt, nt, hd, 1.0f));
+    }
     // Row 3 t + part of the (T, 3hd) tile, read as (3T, hd), is part (dq, dk, dv) of
     // dqkv[b, t, :, h]: (3T) rows of hd at stride C from dqkv[b, 0, 0, h].
     store_block(dqkvt, 3 * nt, hd, dx + b * nt * 3 * nc + h * hd, nc);
@@ -420,6 +474,10 @@ void attention_backward_half(const Dims& d, CView3<H> dout, CView1<H> saved, Vie
 }  // namespace
 
 std::int64_t attention_pair_slots(const AttentionShape& s) { return pair_slots(check_shape(s)); }
+
+bool attention_bf16_dot_products(const AttentionShape& s) { return dot_products<bf16>(check_shape(s).hd); }
+
+void attention_allow_bf16_dot_products(bool allow) { g_allow_dot.store(allow, std::memory_order_relaxed); }
 
 std::int64_t attention_half_scratch_elems(const AttentionShape& s) {
   const Dims d = check_shape(s);
@@ -472,9 +530,9 @@ void attention_forward(const AttentionShape& s, CView3<T> qkv, View1<T> saved, V
       T* kt = ws + slot * slot_elems;  // (hd, T): K^T of the pair
       const std::int64_t b = bh / nh, h = bh % nh;
       transpose(k + bh * head_elems, nt, hd, kt);
-      forward_head<T>(q + bh * head_elems, kt, v + bh * head_elems, probs + bh * nt * nt,
-                      y + b * nt * nc + h * hd, nc, nt, hd, valid_len(lens, b, nt), d.causal, scale,
-                      rows_threaded);
+      forward_head<T>(fma_product(q + bh * head_elems, hd, kt, nt, hd, scale), v + bh * head_elems,
+                      probs + bh * nt * nt, y + b * nt * nc + h * hd, nc, nt, hd, valid_len(lens, b, nt),
+                      d.causal, rows_threaded);
     });
   }
 }
@@ -520,8 +578,9 @@ void attention_backward(const AttentionShape& s, CView3<T> dout, CView1<T> saved
       const std::int64_t len = valid_len(lens, b, nt);
       T* dqh = dx + b * nt * ld + h * hd;
       transpose(v + bh * head_elems, nt, hd, vt);
-      backward_head<T>(q + bh * head_elems, k + bh * head_elems, vt, probs + bh * nt * nt,
-                       dy + b * nt * nc + h * hd, nc, dqh, dqh + nc, dqh + 2 * nc, ld, dpp, nt, hd, len,
+      const T* dyh = dy + b * nt * nc + h * hd;
+      backward_head<T>(q + bh * head_elems, k + bh * head_elems, fma_product(dyh, nc, vt, nt, hd, T(1)),
+                       probs + bh * nt * nt, dyh, nc, dqh, dqh + nc, dqh + 2 * nc, ld, dpp, nt, hd, len,
                        d.causal, scale, rows_threaded);
     });
   }

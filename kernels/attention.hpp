@@ -21,7 +21,12 @@
 // float (q, k, v, probs stored in T; q, k, v are the inputs' bits); the math runs in
 // fp32, per (sequence, head) pair, on tiles widened from 16 bits, and each output is
 // rounded once (attention.cpp); `workspace` is not used (its size is still checked)
-// — the fp32 tiles live in the 16-bit scratch arena.
+// — the fp32 tiles live in the 16-bit scratch arena. Exception, bf16 on a CPU with
+// AVX512-BF16 and an even head size (attention_bf16_dot_products): the two products
+// whose operands are all bf16 inputs, the scores Q K^T and backward's dP = dY V^T,
+// run on vdpbf16ps straight from the bf16 operands (fp32 sums in the instruction's
+// order, small_gemm.hpp), so their bits differ from the fp32 chain's in the last
+// places; everything else is as above.
 #pragma once
 
 #include "core/half.hpp"
@@ -47,6 +52,14 @@ std::int64_t attention_workspace_elems(const AttentionShape& s);
 // Kokkos::initialize: before it, an OpenMP Kokkos reports one thread). Serial
 // Kokkos or one thread: 1, and the sizes are the single pair's as before.
 std::int64_t attention_pair_slots(const AttentionShape& s);
+
+// Whether bf16 calls of shape s take the scores and dP on vdpbf16ps (above): the
+// CPU has AVX512-BF16 and the head size C/H is even.
+bool attention_bf16_dot_products(const AttentionShape& s);
+
+// Tests: allow (default) or forbid the vdpbf16ps products process-wide, so the fp32
+// chain of the bf16 path can be checked on a CPU that has AVX512-BF16 too.
+void attention_allow_bf16_dot_products(bool allow);
 
 // lengths: per-sequence valid lengths (B entries in [1, T]); empty = all T valid.
 // backward must get the forward's lengths.

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "kernels/core_peak.hpp"  // the kOnednnIsa* values, checked here
 #include "kernels/cpu_compute.hpp"
+#include "kernels/small_gemm.hpp"  // small_gemm_bf16_native, named in the start-up line
 
 // oneDNN (Debian's libdnnl 2.6) threads with GNU OpenMP; its pool size is
 // OpenMP's. Declared here rather than through <omp.h> so that no shardtrain file
@@ -119,8 +120,10 @@ std::string cpu_compute_describe() {
       "(no AVX512-FP16 path)",
       v->major, v->minor, v->patch, isa_name(dnnl::get_effective_cpu_isa()), g_threads, g_threads == 1 ? "" : "s",
       omp_get_max_threads(),
-      cpu_bf16_native() ? "native (AVX512-BF16 or AMX): bf16 operands straight into oneDNN, fp32 accumulation"
-                        : "NO AVX512-BF16 on this CPU: bf16 GEMMs convert tiles to fp32 (slower than fp32)");
+      cpu_bf16_native()
+          ? std::string("native (AVX512-BF16 or AMX): bf16 operands straight into oneDNN, fp32 accumulation") +
+                (small_gemm_bf16_native() ? ", attention's Q K^T and dY V^T on vdpbf16ps" : "")
+          : std::string("NO AVX512-BF16 on this CPU: bf16 GEMMs convert tiles to fp32 (slower than fp32)"));
 }
 
 std::string cpu_libraries_describe() {

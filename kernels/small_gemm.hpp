@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "core/half.hpp"
+
 namespace shardtrain {
 
 enum class SmallGemmIsa { portable, avx2, avx512 };
@@ -37,5 +39,41 @@ template <class T>
 void small_gemm_on(SmallGemmIsa isa, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
                    const T* a, std::int64_t a_rs, std::int64_t a_cs, const T* b, std::int64_t ldb,
                    T* c, std::int64_t ldc);
+
+// --- bf16 products on the dot-product instruction (attention's bf16 path) ----------
+// C (m x n fp32, row stride ldc) = alpha * A B for bf16 A and B, k even:
+//   A(i, p) = a[i * a_rs + p]   (each row's k elements contiguous, so A(i, 2q) and
+//                                A(i, 2q + 1) are one 32-bit pair),
+//   B in pairs ("VNNI" layout): the 32-bit word bp[q * ldb + j] holds B(2q, j) in its
+//                                low and B(2q + 1, j) in its high half (bf16_pair_pack).
+// Every C element is vdpbf16ps's chain (Intel SDM; measured bit for bit on an AMD
+// Zen 4 as well): acc = +0; for q = 0, 1, ..., k/2 - 1:
+//   acc = fl(acc + A(i, 2q+1) B(2q+1, j)); acc = fl(acc + A(i, 2q) B(2q, j)),
+// each a fused multiply-add (the bf16 product is exact and never underflows), rounded
+// to nearest even, with subnormal inputs and results flushed to zero; then
+// c = alpha * acc (fp32, rounded). The AVX512-BF16 path and the portable emulation
+// give the same bits (test); the sums differ from small_gemm<float>'s single fma
+// chain on the widened operands only by that rounding order and flushing.
+// Tiles and masking as small_gemm's; n needs no padding.
+
+// Whether this CPU (and build) has vdpbf16ps (AVX512-BF16); decided once.
+bool small_gemm_bf16_native();
+
+// On the AVX512-BF16 path; throws if !small_gemm_bf16_native(). m, n >= 0, k >= 0 even.
+void small_gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
+                     std::int64_t a_rs, const std::uint32_t* bp, std::int64_t ldb, float* c,
+                     std::int64_t ldc);
+
+// The portable emulation of the same arithmetic (tests; any CPU).
+void small_gemm_bf16_portable(std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                              const bf16* a, std::int64_t a_rs, const std::uint32_t* bp,
+                              std::int64_t ldb, float* c, std::int64_t ldc);
+
+// B's pairs from a bf16 matrix stored transposed: src (n x k) row-major with row
+// stride ld, B(p, j) = src[j * ld + p] (K for the scores Q K^T, V for dY V^T), k even:
+// dst[q * ldd + j] = the 32-bit pair (src[j * ld + 2q], src[j * ld + 2q + 1]) for
+// j < n, q < k/2 (a transpose of 32-bit words; the bits are moved, not converted).
+void bf16_pair_pack(const bf16* src, std::int64_t n, std::int64_t k, std::int64_t ld,
+                    std::uint32_t* dst, std::int64_t ldd);
 
 }  // namespace shardtrain

@@ -1,3 +1,4 @@
+// This file is long because its reference, gradient, mask, pair and 16-bit path cases share one set of helpers.
 // Tests attention_forward / attention_backward: forward output and saved
 // probabilities against a naive per-(b,h,t) causal softmax attention (double and
 // float); masked probabilities exactly 0; the documented layout of `saved`;
@@ -29,6 +30,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/half_scratch.hpp"
+#include "kernels/small_gemm.hpp"
 #include "kernels/types.hpp"
 
 namespace shardtrain {
@@ -407,6 +409,62 @@ void half_matches_float(double tol) {
 TEST(AttentionMask, SixteenBitMatchesFloat) {
   half_matches_float<bf16>(1e-2);
   half_matches_float<f16>(2e-3);
+}
+
+// bf16 on a CPU with AVX512-BF16: the scores and dP on vdpbf16ps (attention.hpp).
+// With the dot products allowed and forbidden, the bf16 forward and backward match
+// the float kernel on the same (bf16-valued) inputs within the 16-bit tolerance; the
+// dot path is taken where attention_bf16_dot_products says (an odd head size, a
+// forbidding call or a CPU without the instruction keeps the chain: the same bits
+// with or without the allowance; with the instruction some case's bits change).
+// Planted (each caught on a Zen 4): the dot scores without the 1/sqrt(hd) scale ->
+// forward error 0.065 (tolerance 1e-2); dP's pairs packed from K instead of V ->
+// backward error 0.18-0.36 (tolerance 4e-2).
+TEST(AttentionMask, Bf16DotProductsAndFmaChainBothMatchFloat) {
+  struct Restore {
+    ~Restore() { attention_allow_bf16_dot_products(true); }
+  } restore;
+  std::vector<MaskCase> cases = mask_cases();
+  cases.push_back({{2, 64, 64, 2, true}, {}, "causal B2 T64 C64 H2 (hd 32, the quickstart's)"});
+  cases.push_back({{2, 48, 64, 1, false}, {48, 37}, "bidirectional B2 T48 C64 H1 (hd 64) lengths 48,37"});
+  int dot_cases = 0, dot_cases_differing = 0;
+  for (const MaskCase& m : cases) {
+    const AttentionShape& s = m.s;
+    std::vector<float> scratch(attention_half_scratch_elems(s));
+    half_scratch_bind(scratch.data(), scratch.size());
+    // Magnitudes spread over 2^-6 .. 1.5 (uniform ones make most fp32 sums of bf16
+    // products exact, and then both paths give the same bits).
+    auto qkvd = qkv_for(s, 230 + s.seq_len);
+    for (std::size_t i = 0; i < qkvd.size(); ++i) qkvd[i] = std::ldexp(qkvd[i], -static_cast<int>(i * 5 % 7));
+    const auto qkvh = cast_vector<bf16>(cast_vector<float>(qkvd));
+    const auto rh = cast_vector<bf16>(cast_vector<float>(test::random_vector(s.batch * s.seq_len * s.channels, 231)));
+    const auto ff = run_forward_masked<float>(s, cast_vector<float>(qkvh), m.lengths);
+    const auto gf = run_backward_masked<float>(s, ff.saved, cast_vector<float>(rh), m.lengths, 0.0f);
+    std::vector<float> out[2], grad[2];
+    for (int allow = 0; allow < 2; ++allow) {
+      attention_allow_bf16_dot_products(allow == 1);
+      const bool dot = allow == 1 && small_gemm_bf16_native() && (s.channels / s.n_head) % 2 == 0;
+      EXPECT_EQ(attention_bf16_dot_products(s), dot) << m.label;
+      const auto fh = run_forward_masked<bf16>(s, qkvh, m.lengths);
+      const auto gh = run_backward_masked<bf16>(s, fh.saved, rh, m.lengths, bf16(0.0f));
+      out[allow] = cast_vector<float>(fh.out), grad[allow] = cast_vector<float>(gh);
+      EXPECT_LE(test::max_scaled_error(out[allow], ff.out), 1e-2) << m.label << (dot ? " (dot)" : " (fma)");
+      EXPECT_LE(test::max_scaled_error(grad[allow], gf), 4e-2) << m.label << (dot ? " (dot)" : " (fma)");
+    }
+    const bool same = out[0] == out[1] && grad[0] == grad[1];
+    if (!attention_bf16_dot_products(s)) {
+      EXPECT_TRUE(same) << m.label << ": the dot path is taken where it should not be";
+    }
+    dot_cases += attention_bf16_dot_products(s) ? 1 : 0;
+    dot_cases_differing += attention_bf16_dot_products(s) && !same ? 1 : 0;
+    half_scratch_bind(nullptr, 0);
+  }
+  // The outputs are rounded to bf16, so one fp32 ulp of a score seldom shows: some
+  // dot-path cases give the chain's bits (the small ones), but not all of them.
+  if (small_gemm_bf16_native()) {
+    EXPECT_EQ(dot_cases, static_cast<int>(cases.size()) - 1);  // all but the odd head size
+    EXPECT_GT(dot_cases_differing, 0) << "no case's bits changed: the dot path was never taken";
+  }
 }
 
 // ---- the (sequence, head) pairs in parallel -----------------------------------

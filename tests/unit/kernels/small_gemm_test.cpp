@@ -3,7 +3,10 @@
 // and column tails (m not a multiple of the 4-row tile, n not a multiple of the
 // vector), strided and transposed A, row-strided B and C; all paths bitwise equal
 // to the portable fma chain; columns of C outside n and rows outside m untouched;
-// k == 0; negative sizes refused.
+// k == 0; negative sizes refused. small_gemm_bf16 (vdpbf16ps): the portable emulation
+// against a long-double product, the AVX512-BF16 path (where the CPU has it) bitwise
+// equal to the emulation, with normal and with subnormal-range operands (flushing);
+// bf16_pair_pack's words; odd k refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,6 +104,80 @@ TEST(SmallGemm, PicksASupportedPathAndRefusesBadInput) {
   EXPECT_TRUE(small_gemm_supported(SmallGemmIsa::portable));
   float x = 0.0f;
   EXPECT_THROW(small_gemm<float>(-1, 1, 1, 1.0f, &x, 1, 1, &x, 1, &x, 1), Error);
+}
+
+// --- bf16 products on vdpbf16ps ----------------------------------------------------
+
+std::uint16_t bf16_bits_of(double x) { return bf16(static_cast<float>(x)).bits; }
+
+// A (m x k, row stride a_rs = k + 2) and B (k x n) as bf16, B stored transposed (n x k,
+// row stride k + 4) and packed with bf16_pair_pack; C checked against a long-double
+// product (emulation) and bitwise (AVX512-BF16 path against the emulation), sentinels
+// outside C untouched. scale multiplies every operand (tiny: subnormal products and sums).
+void check_bf16_case(std::int64_t m, std::int64_t n, std::int64_t k, std::uint64_t seed, double scale) {
+  const std::int64_t a_rs = k + 2, ldt = k + 4, ldb = n + 3, ldc = n + 7;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<bf16> a(m * a_rs + 1), bt(n * ldt + 1);
+  for (auto& x : a) x.bits = bf16_bits_of(u(rng) * scale);
+  for (auto& x : bt) x.bits = bf16_bits_of(u(rng) * scale);
+  std::vector<std::uint32_t> bp(k / 2 * ldb + 1, 0xdeadbeefu);
+  bf16_pair_pack(bt.data(), n, k, ldt, bp.data(), ldb);
+  for (std::int64_t q = 0; q < k / 2; ++q)
+    for (std::int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(bp[q * ldb + j], std::uint32_t(bt[j * ldt + 2 * q].bits) | std::uint32_t(bt[j * ldt + 2 * q + 1].bits) << 16)
+          << "pack (" << q << "," << j << ")";
+  const float alpha = 0.375f, sentinel = -1234.5f;
+  const std::string where = "m" + std::to_string(m) + " n" + std::to_string(n) + " k" + std::to_string(k) +
+                            (scale < 1e-10 ? " tiny" : "");
+  std::vector<float> emu((m + 1) * ldc, sentinel);
+  small_gemm_bf16_portable(m, n, k, alpha, a.data(), a_rs, bp.data(), ldb, emu.data(), ldc);
+  for (std::int64_t i = 0; i <= m; ++i)
+    for (std::int64_t j = 0; j < ldc; ++j) {
+      const float got = emu[i * ldc + j];
+      if (i == m || j >= n) {
+        ASSERT_EQ(got, sentinel) << where << ": wrote outside C at (" << i << "," << j << ")";
+        continue;
+      }
+      if (scale < 1e-10) continue;  // flushed: checked bitwise against the instruction below
+      long double s = 0.0L;
+      for (std::int64_t p = 0; p < k; ++p)
+        s += (long double)static_cast<float>(a[i * a_rs + p]) * (long double)static_cast<float>(bt[j * ldt + p]);
+      ASSERT_NEAR(static_cast<double>(got), static_cast<double>(s * alpha), 1e-6 * (1.0 + k)) << where;
+    }
+  if (!small_gemm_bf16_native()) return;
+  std::vector<float> c((m + 1) * ldc, sentinel);
+  small_gemm_bf16(m, n, k, alpha, a.data(), a_rs, bp.data(), ldb, c.data(), ldc);
+  ASSERT_EQ(std::memcmp(emu.data(), c.data(), c.size() * sizeof(float)), 0)
+      << where << ": vdpbf16ps's bits differ from the emulation";
+}
+
+TEST(SmallGemmBf16, EmulationAgainstNaiveAndInstructionBitwise) {
+  const std::int64_t shapes[][3] = {{1, 1, 2},  {4, 16, 8},    {5, 17, 2},   {3, 7, 64},  {7, 33, 64},
+                                    {64, 64, 32}, {13, 65, 30}, {128, 128, 64}, {2, 129, 18}, {4, 48, 130}};
+  std::uint64_t seed = 500;
+  for (const auto& sh : shapes) {
+    check_bf16_case(sh[0], sh[1], sh[2], seed++, 1.0);
+    check_bf16_case(sh[0], sh[1], sh[2], seed++, 3e-20);  // products and sums below FLT_MIN
+  }
+}
+
+TEST(SmallGemmBf16, KZeroWritesZerosAndOddKIsRefused) {
+  std::vector<float> c(3 * 20, 7.0f);
+  small_gemm_bf16_portable(3, 20, 0, 1.0f, nullptr, 0, nullptr, 20, c.data(), 20);
+  for (float x : c) ASSERT_EQ(x, 0.0f);
+  bf16 a[4];
+  std::uint32_t b[4] = {};
+  EXPECT_THROW(small_gemm_bf16_portable(1, 1, 3, 1.0f, a, 4, b, 1, c.data(), 1), Error);
+  EXPECT_THROW(bf16_pair_pack(a, 1, 3, 4, b, 1), Error);
+  if (small_gemm_bf16_native()) {
+    std::fill(c.begin(), c.end(), 7.0f);
+    small_gemm_bf16(3, 20, 0, 1.0f, nullptr, 0, nullptr, 20, c.data(), 20);
+    for (float x : c) ASSERT_EQ(x, 0.0f);
+    EXPECT_THROW(small_gemm_bf16(1, 1, 3, 1.0f, a, 4, b, 1, c.data(), 1), Error);
+  } else {
+    EXPECT_THROW(small_gemm_bf16(1, 1, 2, 1.0f, a, 4, b, 1, c.data(), 1), Error);
+  }
 }
 
 }  // namespace
