@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,30 @@ namespace {
 // rank 0 and then scatters it, and measured 3x slower at 2 ranks (share/doc/
 // benchmarks.md, "Kept: reduce-scatter as our own pairwise exchange"). Two
 // operands commute bitwise, so at 2 ranks the result is the one MPI gave.
+// out[i] = in[i] + own[i], i < n: the first combine of an out-of-place sum in one
+// pass, where a copy of own into out and MPI_Reduce_local(in, out) were two. The
+// same bits: one IEEE add per element (commutative), and for the 16-bit types
+// half_reduce_span's fp32 add and one rounding. Cloned (core/vectorize.hpp).
+template <class T>
+SHARDTRAIN_TARGET_CLONES
+void sum_into(const T* __restrict in, const T* __restrict own, T* __restrict out, int n) {
+  for (int i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) out[i] = in[i] + own[i];
+    else out[i] = T(static_cast<float>(in[i]) + static_cast<float>(own[i]));
+  }
+}
+
+// sum_into on the bytes of `type`; false (nothing written) for the integer types.
+bool sum_into(DType type, const void* in, const void* own, void* out, int n) {
+  switch (type) {
+    case DType::F32: sum_into(static_cast<const float*>(in), static_cast<const float*>(own), static_cast<float*>(out), n); return true;
+    case DType::F64: sum_into(static_cast<const double*>(in), static_cast<const double*>(own), static_cast<double*>(out), n); return true;
+    case DType::F16: sum_into(static_cast<const f16*>(in), static_cast<const f16*>(own), static_cast<f16*>(out), n); return true;
+    case DType::BF16: sum_into(static_cast<const bf16*>(in), static_cast<const bf16*>(own), static_cast<bf16*>(out), n); return true;
+    default: return false;
+  }
+}
+
 class PairwiseReduceScatter final : public Request {
  public:
   using Pool = MpiCommunicator::ScratchPool;
@@ -173,6 +198,7 @@ class PairwiseReduceScatter final : public Request {
   int own_count = 0;
   MPI_Datatype mpi_type = MPI_DATATYPE_NULL;
   MPI_Op mpi_op = MPI_OP_NULL;
+  bool sum = false;  // the op is ReduceOp::Sum
   // Called before the first message is posted, so that whatever was posted is
   // completed by wait() or the destructor even if a later post fails.
   void start() { m_pending = true; }
@@ -195,9 +221,13 @@ class PairwiseReduceScatter final : public Request {
   void combine(bool check) {
     m_pending = false;
     const std::size_t bytes = static_cast<std::size_t>(own_count) * dtype_size(m_type);
-    if (recv != own && bytes > 0) std::memcpy(recv, own, bytes);
     if (own_count == 0) return;
-    for (std::size_t at = 0; at < m_tmp_bytes; at += bytes) {  // rank - 1, rank - 2, ...
+    std::size_t at = 0;  // rank - 1's contribution, then rank - 2's, ...
+    if (recv != own) {   // out of place: rank - 1's and our own block combined into recv
+      if (sum && m_tmp_bytes > 0 && sum_into(m_type, m_tmp.data.get(), own, recv, own_count)) at = bytes;
+      else std::memcpy(recv, own, bytes);
+    }
+    for (; at < m_tmp_bytes; at += bytes) {
       const void* in = m_tmp.data.get() + at;
       if (check)
         SHARDTRAIN_MPI_CHECK(MPI_Reduce_local(in, recv, own_count, mpi_type, mpi_op));
@@ -391,6 +421,7 @@ RequestPtr MpiCommunicator::start_reduce_scatter(const char* what, const void* s
   request->own_count = static_cast<int>(counts[m_rank]);
   request->mpi_type = to_mpi(type);
   request->mpi_op = mpi_op(type, op);
+  request->sum = op == ReduceOp::Sum;
   request->requests.reserve(2 * static_cast<std::size_t>(m_size - 1));
   request->start();
   // Peers in the order their contributions are combined: rank - 1, rank - 2, ... (mod N).
