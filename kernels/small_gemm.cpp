@@ -290,7 +290,7 @@ void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T
 
 bool small_gemm_bf16_native() {
 #if SHARDTRAIN_SMALL_GEMM_X86
-  static const bool native = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  static const bool native = small_gemm_supported(SmallGemmIsa::avx512) && __builtin_cpu_supports("avx512bf16");
   return native;
 #else
   return false;
@@ -351,8 +351,7 @@ void bf16_pair_pack(const bf16* src, std::int64_t n, std::int64_t k, std::int64_
   // of words), the rest one word at a time; the same words either way.
   std::int64_t n16 = 0, q16 = 0;
 #if SHARDTRAIN_SMALL_GEMM_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && ld % 2 == 0) {
+  if (small_gemm_supported(SmallGemmIsa::avx512) && ld % 2 == 0) {
     n16 = n / 16 * 16, q16 = k / 2 / 16 * 16;
     const auto* words = reinterpret_cast<const std::uint32_t*>(src);
     for (std::int64_t j0 = 0; j0 < n16; j0 += 16)

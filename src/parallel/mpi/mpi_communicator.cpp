@@ -6,8 +6,8 @@
 #include <climits>
 #include <cstring>
 #include <memory>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -140,17 +140,6 @@ class MpiCommunicator::ScratchPool {
 
 namespace {
 
-// Reduce-scatter by pairwise exchange: every rank posts, at once, an Irecv from each
-// other rank of that rank's contribution to its own block (into `tmp`, one slot per
-// peer) and an Isend to each other rank of the input's block for that rank. When all
-// have completed (test() or wait()), the block is combined in a fixed order:
-//   own block (copied to recv unless in place), then recv = tmp[r-1] op recv,
-//   recv = tmp[r-2] op recv, ..., (peer ranks mod N), with MPI_Reduce_local,
-// so the bits depend only on the rank count. Each rank sends (N-1)/N of the input
-// once: Open MPI 4.1's libnbc ireduce_scatter first reduces the WHOLE input to
-// rank 0 and then scatters it, and measured 3x slower at 2 ranks (share/doc/
-// benchmarks.md, "Kept: reduce-scatter as our own pairwise exchange"). Two
-// operands commute bitwise, so at 2 ranks the result is the one MPI gave.
 // out[i] = in[i] + own[i], i < n: the first combine of an out-of-place sum in one
 // pass, where a copy of own into out and MPI_Reduce_local(in, out) were two. The
 // same bits: one IEEE add per element (commutative), and for the 16-bit types
@@ -175,6 +164,18 @@ bool sum_into(DType type, const void* in, const void* own, void* out, int n) {
   }
 }
 
+// Reduce-scatter by pairwise exchange: every rank posts, at once, an Irecv from each
+// other rank of that rank's contribution to its own block (into `tmp`, one slot per
+// peer) and an Isend to each other rank of the input's block for that rank. When all
+// have completed (test() or wait()), the block is combined in a fixed order:
+//   own block (copied to recv unless in place; out of place, a sum combines it with
+//   tmp[r-1] in the same pass, sum_into), then recv = tmp[r-1] op recv,
+//   recv = tmp[r-2] op recv, ..., (peer ranks mod N), with MPI_Reduce_local,
+// so the bits depend only on the rank count. Each rank sends (N-1)/N of the input
+// once: Open MPI 4.1's libnbc ireduce_scatter first reduces the WHOLE input to
+// rank 0 and then scatters it, and measured 3x slower at 2 ranks (share/doc/
+// benchmarks.md, "Kept: reduce-scatter as our own pairwise exchange"). Two
+// operands commute bitwise, so at 2 ranks the result is the one MPI gave.
 class PairwiseReduceScatter final : public Request {
  public:
   using Pool = MpiCommunicator::ScratchPool;
