@@ -771,11 +771,14 @@ TYPED_TEST(PointwiseKernels, ElementwisePastTwoToThe31ElementsMatchesHost) {
   EXPECT_TRUE(bitwise_equal(acc_got, acc_want)) << "accumulate past 2^31 elements (sampled)";
 }
 
-// kernels/cuda/crc32 (the weights CRC of metrics.csv on a device): every piece's
-// CRC against ISA-L's (io/crc32.hpp) and the joined CRC (crc32_join) against the
-// whole range's: 16-byte loads (aligned start, piece a multiple of 16) and byte
-// loads (odd starts, a piece of 1000), pieces that do not divide the length,
-// lengths 0, 1, under one piece, and 64 MiB + 13 in 64 KiB pieces (the trainer's).
+// kernels/cuda/crc32 (the weights CRC of metrics.csv on a device), the default
+// kernel (a thread a piece) and the candidate (a block a piece, its threads' CRCs
+// joined: kernels/crc32_shift.hpp): every piece's CRC against ISA-L's
+// (io/crc32.hpp) and the joined CRC (crc32_join) against the whole range's:
+// 16-byte loads (aligned start, piece a multiple of 16) and byte loads (odd
+// starts, a piece of 1000), pieces that do not divide the length, pieces under
+// 256 bytes (the candidate's idle threads), lengths 0, 1, under one piece, and
+// 64 MiB + 13 in 64 KiB pieces (the trainer's); both kernels' outputs equal.
 TEST(DeviceCrc32, PiecesMatchIsaLAndJoinToTheWholeRange) {
   std::mt19937 gen(77);
   std::vector<unsigned char> host((std::size_t{64} << 20) + 64);
@@ -789,20 +792,27 @@ TEST(DeviceCrc32, PiecesMatchIsaLAndJoinToTheWholeRange) {
   const std::size_t big = (std::size_t{64} << 20) + 13;
   const Case cases[] = {{0, 0, 64},         {0, 1, 64},        {0, 63, 64},          {0, 64, 64},
                         {0, 65, 64},        {3, 1000, 64},     {5, 100'003, 1000},   {16, 100'000, 4096},
-                        {0, 5 * 65536, 65536}, {0, big, 65536}, {1, big, 65536}};
+                        {0, 5 * 65536, 65536}, {0, big, 65536}, {1, big, 65536},    {0, 300'000, 65536 + 16},
+                        {7, 77'777, 77'777}};
   for (const Case& c : cases) {
-    const std::string tag = "offset " + std::to_string(c.offset) + " bytes " + std::to_string(c.bytes) +
-                            " piece " + std::to_string(c.piece);
     const std::size_t n = (c.bytes + c.piece - 1) / c.piece;
-    DeviceBuffer<std::uint32_t> out(std::max<std::size_t>(n, 1));
-    cuda::crc32_pieces(dev.data() + c.offset, c.bytes, c.piece, out.data(), stream);
-    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const std::vector<std::uint32_t> got = out.template download_range<std::uint32_t>(0, n);
-    const unsigned char* base = host.data() + c.offset;
-    for (std::size_t i = 0; i < n; ++i)
-      ASSERT_EQ(got[i], crc32_ieee(0, base + i * c.piece, std::min(c.piece, c.bytes - i * c.piece)))
-          << "piece " << i << ", " << tag;
-    EXPECT_EQ(crc32_join(got, c.piece, c.bytes), crc32_ieee(0, base, c.bytes)) << tag;
+    std::vector<std::uint32_t> by_kernel[2];
+    for (const bool candidate : {false, true}) {
+      const std::string tag = std::string(candidate ? "candidate" : "default") + " kernel, offset " +
+                              std::to_string(c.offset) + " bytes " + std::to_string(c.bytes) + " piece " +
+                              std::to_string(c.piece);
+      DeviceBuffer<std::uint32_t> out(std::max<std::size_t>(n, 1));
+      cuda::crc32_pieces(dev.data() + c.offset, c.bytes, c.piece, out.data(), stream, candidate);
+      SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::vector<std::uint32_t> got = out.template download_range<std::uint32_t>(0, n);
+      const unsigned char* base = host.data() + c.offset;
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], crc32_ieee(0, base + i * c.piece, std::min(c.piece, c.bytes - i * c.piece)))
+            << "piece " << i << ", " << tag;
+      EXPECT_EQ(crc32_join(got, c.piece, c.bytes), crc32_ieee(0, base, c.bytes)) << tag;
+      by_kernel[candidate ? 1 : 0] = got;
+    }
+    EXPECT_EQ(by_kernel[0], by_kernel[1]) << "offset " << c.offset << " bytes " << c.bytes;
   }
   SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -275,7 +275,7 @@ CudaBackend::CudaBackend(CollectiveStream& comm, GemmImpl gemm, DeviceKernels ke
     m_candidate = kernels == DeviceKernels::Candidate;
     m_impl = std::make_unique<Impl>(m_stream, m_comm, m_candidate);
     if (kernels == DeviceKernels::Candidate)
-      m_description += "; candidate kernels (train.device_kernels = \"candidate\": one-launch gradient norm and AdamW, LayerNorm's row kernels and one-pass backward, cross-entropy's backward on the forward's row statistics)";
+      m_description += "; candidate kernels (train.device_kernels = \"candidate\": one-launch gradient norm and AdamW, LayerNorm's row kernels and one-pass backward, cross-entropy's backward on the forward's row statistics, the weights CRC's pieces a block each)";
     if (gemm == GemmImpl::Cublaslt || gemm == GemmImpl::Auto) {
       m_impl->lt = std::make_unique<cuda::LtContext>();
       m_description += fmt::format("; Linear layers through cuBLASLt (model.gemm = \"{}\")", name_of(gemm));
@@ -322,7 +322,7 @@ bool CudaBackend::crc32_pieces(const void* p, std::size_t bytes, std::size_t pie
   void* d = nullptr;
   SHARDTRAIN_CUDA_CHECK(cudaMallocAsync(&d, n * sizeof(std::uint32_t), m_stream));
   try {
-    cuda::crc32_pieces(p, bytes, piece, static_cast<std::uint32_t*>(d), m_stream);
+    cuda::crc32_pieces(p, bytes, piece, static_cast<std::uint32_t*>(d), m_stream, m_candidate);
     SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(out, d, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, m_stream));
   } catch (...) {
     SHARDTRAIN_CUDA_WARN(cudaFreeAsync(d, m_stream));

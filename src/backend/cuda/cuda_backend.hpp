@@ -43,7 +43,7 @@ class LtContext;
 class CudaBackend final : public Backend {
  public:
   // kernels: DeviceKernels::Candidate also runs the kernels not yet run on a
-  // device (train.device_kernels; today the one-launch gradient norm and AdamW).
+  // device (train.device_kernels; share/doc/gpu.md, "Candidate kernels").
   explicit CudaBackend(CollectiveStream& comm, GemmImpl gemm = GemmImpl::Cublas,
                        DeviceKernels kernels = DeviceKernels::Validated);
   ~CudaBackend() override;

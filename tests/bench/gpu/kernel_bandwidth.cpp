@@ -38,6 +38,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/crc32.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gelu.cuh"
@@ -245,6 +246,16 @@ void run(Bench& b) {
     b.add("gradient sum of squares (124.4M)", "candidate", np * e, [&] {
       cuda::sum_of_squares_pieces_partials(grads.p, dpieces.p, static_cast<std::int64_t>(pieces.size()), partials.p, s);
     });
+    // The weights CRC of a metrics row (rundir/weights_crc.cpp): the fp32 weights
+    // (124.4M x 4 bytes, here the first moment's buffer) in its 64 KiB pieces, each
+    // piece's CRC written (4 bytes); the host's join of the pieces is not timed.
+    constexpr std::size_t kCrcPiece = std::size_t{64} << 10;
+    const std::size_t crc_bytes = static_cast<std::size_t>(np) * sizeof(float);
+    Dev<std::uint32_t> crcs((crc_bytes + kCrcPiece - 1) / kCrcPiece);
+    for (const bool cand : {false, true})
+      b.add("weights CRC pieces (124.4M fp32)", cand ? "candidate" : "default", crc_bytes + 4.0 * crcs.n, [&, cand] {
+        cuda::crc32_pieces(m.p, crc_bytes, kCrcPiece, crcs.p, s, cand);
+      });
   }
 }
 
