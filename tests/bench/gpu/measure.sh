@@ -14,7 +14,10 @@
 #                 the first 5, tokens/s, MFU against the device's dense peak for that
 #                 precision, the GPU's memory.used high-water (nvidia-smi every 100
 #                 ms: the whole process, CUDA context included) beside our tracked
-#                 peak and our plan (PyTorch: its allocator's peak). For the 124M bf16
+#                 peak and our plan (PyTorch: its allocator's peak); under the table,
+#                 each of our runs' step alone (metrics.csv step_ms, median) and the
+#                 rest of its ms/step, each row's own work (weights CRC, the row).
+#                 For the 124M bf16
 #                 model a verdict line: ours against eager (goal: at least its
 #                 tokens/s) and our ratio to torch.compile.
 #     correctness the fp32 quickstart on the GPU against the host trainer over 100
@@ -218,7 +221,7 @@ median() {
 }
 
 # --- speed ------------------------------------------------------------------------
-declare -A flops ms_of
+declare -A flops ms_of alone_of
 baseline_mib=0
 # Runs "$@" (the rest of the command line) in the background under `timeout SECS`,
 # its output in LOG, polling the GPU's memory into MEMFILE; returns its status.
@@ -333,6 +336,9 @@ ours() {  # MODEL PREC CAP [--unfused|--flash|--cublas|--candidate|--gelu] [--pr
   tracked=$(awk -F, 'NR == 2 { printf "%.0f", $NF / 1048576 }' "$work/run_$name/memory.csv" 2>/dev/null)
   plan=$(awk -F, '$1 == "plan" { printf "%.0f", $NF / 1048576 }' "$work/run_$name/memory.csv" 2>/dev/null)
   ms_of[$name]=$ms
+  # The step alone (metrics.csv step_ms: no evaluation, weights CRC or metrics row),
+  # over the same steps as ms/step (each at most its elapsed_s difference).
+  alone_of[$name]=$(awk -F, 'NR > 2 && $3 == "" && $14 != "" { print $14 }' "$csv" | median 5)
   row "$name" ours "$prec" "$model" "$ms" "$(cat "$work/$name.mem" 2>/dev/null || echo -)" "$tracked" "$plan"
   cmds+=("$name: \`${cmd[*]}\`")
 }
@@ -409,6 +415,18 @@ verdict_big_bf16() {
   fi
 }
 
+# Our runs of MODEL PREC: the step alone against ms/step (elapsed between rows, a
+# row every step), the rest being each row's own work (the weights CRC, the row).
+step_alone() {  # MODEL PREC
+  local name
+  for name in $(printf '%s\n' "${!alone_of[@]}" | sort); do
+    [[ $name == ours_$1_$2 || $name == ours_$1_$2_* ]] || continue
+    local a=${alone_of[$name]} m=${ms_of[$name]:-}
+    [[ -n $m && $a != nan && $m != nan ]] || continue
+    note "- $name: the step alone (metrics.csv step_ms) $a ms of the $m ms between rows; each row's own work (the weights CRC, the metrics row) $(awk -v m="$m" -v a="$a" 'BEGIN { printf "%.2f", m - a }') ms"
+  done
+}
+
 # Two device runs of the same config (the timed run and its --profile run: the
 # synchronisation changes timing, not arithmetic) must give bitwise the same loss and
 # gradient norm at every step (issue 45: determinism on the device).
@@ -459,6 +477,7 @@ if has "$parts" speed; then
       # gelu: model.gelu = "epilogue" (the GELU in cuBLASLt's epilogues), every precision, on a GPU, last
       has "$who" gelu && [[ $smoke == 0 ]] && ours "$model" "$prec" 90 --gelu
       [[ $model == big && $prec == bf16 && $smoke == 0 ]] && verdict_big_bf16
+      step_alone "$model" "$prec"
       if (( profile )); then
         ours "$model" "$prec" 60 --profile
         has "$who" unfused && [[ $prec != fp32 && $smoke == 0 ]] && ours "$model" "$prec" 60 --unfused --profile

@@ -17,6 +17,12 @@ for run in ours_big_fp32 torch_eager_big_fp32 ours_qs_fp32 torch_eager_qs_fp32; 
   ms=$(echo "$row" | awk -F'|' '{ gsub(/ /, "", $5); print $5 }')
   awk -v ms="$ms" 'BEGIN { exit !(ms + 0 > 0) }' || { echo "$row"; echo "FAIL: $run: ms/step '$ms' is not positive"; exit 1; }
   if [[ $run == ours_* ]]; then
+    # The step alone beside ms/step: positive and not above it.
+    line=$(grep -- "^- $run: the step alone (metrics.csv step_ms) " "$report") ||
+      { cat "$report"; echo "FAIL: no step-alone line for $run"; exit 1; }
+    alone=$(sed 's/.*step_ms) \([0-9.e+-]*\) ms of .*/\1/' <<< "$line")
+    awk -v a="$alone" -v ms="$ms" 'BEGIN { exit !(a + 0 > 0 && a + 0 <= ms + 0) }' ||
+      { echo "$line"; echo "FAIL: $run: the step alone '$alone' is not in (0, $ms]"; exit 1; }
     tracked=$(echo "$row" | awk -F'|' '{ gsub(/ /, "", $10); print $10 }')
     awk -v t="$tracked" 'BEGIN { exit !(t + 0 > 0) }' || { echo "$row"; echo "FAIL: $run: no tracked peak"; exit 1; }
   fi
