@@ -2,7 +2,7 @@
 // Joining the CRC-32s (IEEE 802.3, reflected: zlib's crc32) of consecutive byte
 // ranges, as SHARDTRAIN_HOST_DEVICE functions: the candidate piece kernel of
 // kernels/cuda/crc32.cu joins its threads' sub-range CRCs with them, and a host
-// test checks them against zlib's crc32_combine and ISA-L.
+// test (kernels_crc32_shift_test) checks them against zlib (crc32, crc32_combine64).
 //
 // zlib's algorithm (crc32.c since 1.2.12: multmodp, x2nmodp): over GF(2),
 //   crc(A B) = (x^(8 |B|) mod P) * crc(A) + crc(B),
