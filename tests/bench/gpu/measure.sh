@@ -17,9 +17,8 @@
 #                 peak and our plan (PyTorch: its allocator's peak); under the table,
 #                 each of our runs' step alone (metrics.csv step_ms, median) and the
 #                 rest of its ms/step, each row's own work (weights CRC, the row).
-#                 For the 124M bf16
-#                 model a verdict line: ours against eager (goal: at least its
-#                 tokens/s) and our ratio to torch.compile.
+#                 For the 124M bf16 model a verdict line: ours against eager (goal:
+#                 at least its tokens/s) and our ratio to torch.compile.
 #     correctness the fp32 quickstart on the GPU against the host trainer over 100
 #                 steps (relative 1e-4 per step); a checkpoint written on the GPU at
 #                 step 50 resumed on the host, and the reverse (losses after the
